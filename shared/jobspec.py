@@ -1,0 +1,77 @@
+"""Contracts: the job request as admission accepts it and every service reads it.
+
+A `JobSpec` is what `muster submit` sends and what the `jobs` table stores (as msgspec
+JSON). It crosses process boundaries, so it is a frozen Struct; new fields are added with
+defaults, never renamed or retyped.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, NewType
+
+import msgspec
+
+JobId = NewType("JobId", int)
+NodeName = NewType("NodeName", str)
+
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+Positive = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class Dependency(msgspec.Struct, frozen=True, kw_only=True):
+    """One `-d` term: `afterok:12`, `singleton`, ..."""
+
+    kind: str  # after, afterok, afternotok, afterany, singleton
+    job_ids: tuple[int, ...] = ()
+    delay_s: int = 0
+
+
+class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A validated job request. Sizes are per node unless the name says total."""
+
+    name: str = "job"
+    user: str
+    account: str = "default"
+    partition: str = "normal"
+    qos: str = "normal"
+    script: str
+    args: tuple[str, ...] = ()
+    workdir: str = "/tmp"
+    nodes_min: Positive = 1
+    nodes_max: Positive = 1
+    gpus_per_node: NonNegative = 0
+    gpus_total: NonNegative | None = None
+    gpu_model: str | None = None
+    ntasks_per_node: Positive = 1
+    cpus_per_task: Positive = 1
+    mem_mib: NonNegative | None = None
+    time_limit_s: Positive = 3600
+    exclusive: bool = False
+    required_nodes: tuple[str, ...] = ()
+    excluded_nodes: tuple[str, ...] = ()
+    constraint: str | None = None
+    max_switches: Positive | None = None
+    switches_wait_s: NonNegative = 0
+    requeue: bool = True
+    signal: str | None = None  # e.g. "USR1"
+    signal_before_s: NonNegative = 0
+    signal_batch_only: bool = False
+    dependencies: tuple[Dependency, ...] = ()
+    dependency_any: bool = False  # '?' separated: any one satisfied is enough
+    array_spec: str | None = None
+    array_task_id: int | None = None
+    array_job_id: int | None = None
+    begin_at: float | None = None  # epoch seconds
+    hold: bool = False
+    nice: int = 0
+    comment: str | None = None
+    export: str = "ALL"
+    env: dict[str, str] = {}
+    output: str | None = None  # pattern with %j %x %u %N %A %a
+    error: str | None = None
+    torchrun: bool = False
+    elastic: bool = False  # nodes_min < nodes_max
+
+    @property
+    def gpus_requested(self) -> int:
+        return self.gpus_per_node * self.nodes_max
