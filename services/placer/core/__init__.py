@@ -1,0 +1,45 @@
+"""Pure core of the placer: snapshot in, plan out (no I/O, no clock, no randomness)."""
+
+from services.placer.core.model import (
+    Gpu,
+    Grant,
+    JobRequest,
+    Limit,
+    Limits,
+    Node,
+    NodeState,
+    Plan,
+    PolicyConfig,
+    Preempt,
+    QosLimit,
+    Recurrence,
+    Reservation,
+    Running,
+    Snapshot,
+    Start,
+    Wait,
+    Waiting,
+)
+from services.placer.core.place import place
+
+__all__ = [
+    "Gpu",
+    "Grant",
+    "JobRequest",
+    "Limit",
+    "Limits",
+    "Node",
+    "NodeState",
+    "Plan",
+    "PolicyConfig",
+    "Preempt",
+    "QosLimit",
+    "Recurrence",
+    "Reservation",
+    "Running",
+    "Snapshot",
+    "Start",
+    "Wait",
+    "Waiting",
+    "place",
+]

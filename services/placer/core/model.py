@@ -1,0 +1,195 @@
+"""Pure core, data: the placer's input (a Snapshot and JobRequests) and output (a Plan).
+
+Every type is a frozen msgspec Struct so a snapshot can be recorded as JSON, replayed in
+the simulator, and compared whole in tests. Times are float epoch seconds; durations are
+integer seconds. New fields are added with defaults, never renamed or retyped.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import msgspec
+
+
+class NodeState(StrEnum):
+    UP = "UP"
+    DRAINING = "DRAINING"  # running work finishes, nothing new is placed
+    DRAINED = "DRAINED"
+    DOWN = "DOWN"
+    FAILED = "FAILED"
+
+
+class Gpu(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    model: str = "sim"
+    memory_mib: int = 0
+    locality: int = 0  # NVLink/NUMA group inside the node: GPUs sharing it talk fastest
+    healthy: bool = True
+
+
+class Node(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    gpus: tuple[Gpu, ...]
+    state: NodeState = NodeState.UP
+    topology: tuple[str, ...] = ()  # switch path root -> leaf, e.g. ("spine0", "leaf3")
+    block: str | None = None  # NVLink domain spanning nodes (Slurm topology/block)
+    partitions: tuple[str, ...] = ()  # empty: the node serves every partition
+    features: tuple[str, ...] = ()
+
+
+class Grant(msgspec.Struct, frozen=True, kw_only=True):
+    node: str
+    gpus: tuple[int, ...]  # Gpu.index values on that node
+
+
+class Running(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: int
+    user: str
+    account: str
+    partition: str = "normal"
+    qos: str = "normal"
+    tier: int = 0
+    priority: float = 0
+    preemptible: bool = True
+    started_at: float
+    time_limit_s: int
+    min_runtime_s: int = 0  # not preempted before it has run this long
+    grace_s: int = 0  # time between the preemption signal and the kill
+    grants: tuple[Grant, ...]
+    exclusive: bool = False  # holds its nodes whole, whatever GPUs it uses
+    preempted_by: int | None = None  # already being preempted for this job (in its grace)
+
+
+class JobRequest(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: int
+    user: str
+    account: str = "default"
+    partition: str = "normal"
+    qos: str = "normal"
+    tier: int = 0
+    priority: float = 0.0
+    submitted_at: float
+    nodes_min: int = 1
+    nodes_max: int = 1
+    gpus_per_node: int = 0
+    gpus_total: int | None = None  # the core lays these out over as few nodes as it can
+    gpu_model: str | None = None
+    exclusive: bool = False
+    required_nodes: tuple[str, ...] = ()
+    excluded_nodes: tuple[str, ...] = ()
+    time_limit_s: int = 3600
+    max_switches: int | None = None  # at most this many leaf switches (Slurm --switches=K)
+    switches_wait_s: int = 0  # ... until this long after submitted_at, then any (the @T)
+    preemptible: bool = True
+    can_preempt: bool = False
+    held: bool = False
+    blocked_by: str | None = None  # e.g. a dependency reason decided outside the core
+    grace_s: int = 0  # grace this job gets if it is itself preempted later
+    min_runtime_s: int = 0
+    reservation: str | None = None  # run inside this advance reservation only
+
+
+class Recurrence(StrEnum):
+    NONE = "NONE"
+    DAILY = "DAILY"
+    WEEKLY = "WEEKLY"
+
+
+class Reservation(msgspec.Struct, frozen=True, kw_only=True):
+    """An advance window on nodes (or on a GPU count) for some accounts, or maintenance."""
+
+    name: str
+    start: float
+    duration_s: int
+    nodes: tuple[str, ...] = ()  # empty with gpus == 0: the whole cluster
+    gpus: int = 0  # a GPU count instead of named nodes: whole nodes are set aside for it
+    accounts: tuple[str, ...] = ()  # who may run inside; empty: nobody (maintenance)
+    recurrence: Recurrence = Recurrence.NONE
+    maintenance: bool = False
+
+
+class Limit(msgspec.Struct, frozen=True, kw_only=True):
+    max_gpus: int | None = None  # GPUs held by running jobs
+    max_jobs: int | None = None  # jobs running
+
+
+class QosLimit(msgspec.Struct, frozen=True, kw_only=True):
+    max_gpus: int | None = None  # whole QOS
+    max_jobs: int | None = None
+    max_gpus_per_user: int | None = None
+    max_jobs_per_user: int | None = None
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    """Dynamic caps on running work; a key missing from a dict has no cap."""
+
+    user_default: Limit = Limit()
+    users: dict[str, Limit] = {}
+    accounts: dict[str, Limit] = {}
+    qos: dict[str, QosLimit] = {}
+
+
+class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
+    nodes: tuple[Node, ...]
+    running: tuple[Running, ...] = ()
+    reservations: tuple[Reservation, ...] = ()
+    limits: Limits = Limits()
+
+
+class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True):
+    backfill: bool = True
+    reservation_depth: int = 16  # highest-priority blocked jobs that get a reserved start
+    max_job_test: int = 5000  # jobs tried per pass beyond which the rest just wait (Slurm
+    # bf_max_job_test); they are still given a Wait
+    strict_order: bool = False  # FIFO: nothing starts behind the first blocked job
+    preemption: bool = True
+    max_preemptors: int = 32  # jobs per pass that may search for victims
+
+
+class Waiting(StrEnum):
+    PRIORITY = "PRIORITY"  # resources are free but a higher-priority job holds them
+    RESOURCES = "RESOURCES"
+    TOPOLOGY = "TOPOLOGY"  # would fit, but not within max_switches yet
+    RESERVATION = "RESERVATION"  # would run into an advance reservation or maintenance
+    NODES_EXCLUDED = "NODES_EXCLUDED"  # required nodes unusable, or too few left
+    HELD = "HELD"
+    DEPENDENCY = "DEPENDENCY"
+    PREEMPTING = "PREEMPTING"  # victims were signalled; starts once they are gone
+    USER_MAX_GPUS = "USER_MAX_GPUS"
+    USER_MAX_JOBS = "USER_MAX_JOBS"
+    ACCOUNT_MAX_GPUS = "ACCOUNT_MAX_GPUS"
+    ACCOUNT_MAX_JOBS = "ACCOUNT_MAX_JOBS"
+    QOS_MAX_GPUS = "QOS_MAX_GPUS"
+    QOS_MAX_JOBS = "QOS_MAX_JOBS"
+    QOS_MAX_GPUS_PER_USER = "QOS_MAX_GPUS_PER_USER"
+    QOS_MAX_JOBS_PER_USER = "QOS_MAX_JOBS_PER_USER"
+    PARTITION_DOWN = "PARTITION_DOWN"
+    BAD_CONSTRAINTS = "BAD_CONSTRAINTS"  # no node could ever run it as asked
+    NOT_TESTED = "NOT_TESTED"  # beyond max_job_test this pass
+
+
+class Start(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: int
+    grants: tuple[Grant, ...]
+    backfilled: bool = False
+    why: str = ""
+
+
+class Preempt(msgspec.Struct, frozen=True, kw_only=True):
+    victim_job_id: int
+    for_job_id: int
+    grace_s: int
+
+
+class Wait(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: int
+    reason: Waiting
+    detail: str = ""
+    estimated_start: float | None = None
+
+
+class Plan(msgspec.Struct, frozen=True, kw_only=True):
+    starts: tuple[Start, ...] = ()
+    preemptions: tuple[Preempt, ...] = ()
+    waits: tuple[Wait, ...] = ()
