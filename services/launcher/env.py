@@ -1,0 +1,294 @@
+"""Pure core: the environment a job worker starts with.
+
+`build_env` turns a job's spec and one worker's placement into the exact variables the
+worker process gets: the user's environment filtered by `--export`, Muster's own
+variables, the torch.distributed rendezvous variables, `CUDA_VISIBLE_DEVICES`, and the
+`SLURM_*` set that existing `#SBATCH` scripts read. No I/O, no clock: the same inputs
+always give the same dict. See docs/launching.md for the full table.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+import msgspec
+
+from shared.jobspec import JobSpec
+
+
+class WorkerPlacement(msgspec.Struct, frozen=True, kw_only=True):
+    """Where one node's worker of one attempt runs, as the coordinator decided it.
+
+    `nodelist` is in node-rank order: `nodelist[node_rank] == node`, and rank 0 hosts
+    the rendezvous (`master_addr`). `gpus` are this node's allocated GPU indices (NVML /
+    PCI order); `build_env` sorts them, so callers may pass them in any order.
+    """
+
+    job_id: int
+    attempt: int
+    restart_count: int
+    node: str
+    node_rank: int
+    nnodes: int
+    nodelist: tuple[str, ...]
+    gpus: tuple[int, ...] = ()
+    gpus_per_node: int = 0
+    master_addr: str
+    master_port: int
+    rdzv_endpoint: str
+    rdzv_id: str
+    job_name: str = "job"
+    user: str
+    account: str = "default"
+    partition: str = "normal"
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    workdir: str = "/tmp"
+    elastic_min: int = 1
+    elastic_max: int = 1
+
+
+def place_worker(
+    spec: JobSpec,
+    *,
+    job_id: int,
+    attempt: int,
+    restart_count: int,
+    node: str,
+    nodelist: Iterable[str],
+    gpus: Iterable[int],
+    master_port: int,
+) -> WorkerPlacement:
+    """The placement of `node`'s worker, with everything derivable taken from `spec`.
+
+    The master (rendezvous host) is the first node of `nodelist`; the rendezvous id is
+    new for every attempt so a restarted job never joins a stale rendezvous.
+    """
+    nodes = tuple(nodelist)
+    master = nodes[0]
+    return WorkerPlacement(
+        job_id=job_id,
+        attempt=attempt,
+        restart_count=restart_count,
+        node=node,
+        node_rank=nodes.index(node),
+        nnodes=len(nodes),
+        nodelist=nodes,
+        gpus=tuple(sorted(gpus)),
+        gpus_per_node=spec.gpus_per_node,
+        master_addr=master,
+        master_port=master_port,
+        rdzv_endpoint=f"{master}:{master_port}",
+        rdzv_id=rdzv_id(job_id, attempt),
+        job_name=spec.name,
+        user=spec.user,
+        account=spec.account,
+        partition=spec.partition,
+        array_job_id=spec.array_job_id,
+        array_task_id=spec.array_task_id,
+        workdir=spec.workdir,
+        elastic_min=spec.nodes_min,
+        elastic_max=spec.nodes_max,
+    )
+
+
+def rdzv_id(job_id: int, attempt: int) -> str:
+    """The torch rendezvous id of one attempt: `<job>-<attempt>`."""
+    return f"{job_id}-{attempt}"
+
+
+# Variables the launcher owns: inherited copies are dropped so a value from the agent's
+# own environment (or a parent job) can never leak into a worker.
+_OWNED_PREFIXES = ("MUSTER_", "SLURM_", "SLURMD_", "TORCHELASTIC_", "PET_")
+_OWNED_NAMES = frozenset(
+    {
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "NNODES",
+        "NODE_RANK",
+        "GROUP_RANK",
+        "RANK",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+    }
+)
+
+
+def build_env(
+    spec: JobSpec, placement: WorkerPlacement, base_env: Mapping[str, str]
+) -> dict[str, str]:
+    """The complete environment of `placement`'s worker process.
+
+    Layers, later wins: `base_env` filtered by `spec.export`; `spec.env`; the
+    assignments of an `--export=VAR=val` list; then the launcher's own variables, which
+    nothing can override. In torchrun mode the per-process variables (RANK, LOCAL_RANK,
+    WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK) are left to torchrun, which sets them for
+    each process it starts; in once-per-node mode the node's one process gets them.
+    """
+    env = exported_env(spec.export, base_env)
+    env.update(spec.env)
+    env.update(export_assignments(spec.export))
+    for key in [k for k in env if _is_owned(k)]:
+        del env[key]
+    env.update(muster_vars(placement))
+    env.update(rendezvous_vars(placement, torchrun=spec.torchrun))
+    env.update(gpu_vars(placement))
+    env.update(slurm_vars(spec, placement))
+    return env
+
+
+def _is_owned(key: str) -> bool:
+    return key in _OWNED_NAMES or key.startswith(_OWNED_PREFIXES)
+
+
+def _export_terms(export: str) -> list[str]:
+    return [t.strip() for t in export.split(",") if t.strip()]
+
+
+def exported_env(export: str, base_env: Mapping[str, str]) -> dict[str, str]:
+    """`base_env` as `--export` lets it through: ALL, NONE, or a list of names.
+
+    Like Slurm: `ALL` (the default) passes everything; `NONE` passes nothing; a list
+    passes only the named variables unless it also contains `ALL`
+    (`--export=ALL,FOO=1`). `VAR=val` terms are assignments, see `export_assignments`.
+    """
+    terms = _export_terms(export)
+    upper = {t.upper() for t in terms}
+    if "ALL" in upper or not terms:
+        return dict(base_env)
+    if "NONE" in upper:
+        return {}
+    names = {t for t in terms if "=" not in t}
+    return {k: v for k, v in base_env.items() if k in names}
+
+
+def export_assignments(export: str) -> dict[str, str]:
+    """The `VAR=val` terms of an `--export` list, as a dict."""
+    pairs = (t.split("=", 1) for t in _export_terms(export) if "=" in t)
+    return {k: v for k, v in pairs if k}
+
+
+def muster_vars(p: WorkerPlacement) -> dict[str, str]:
+    return {
+        "MUSTER_JOB_ID": str(p.job_id),
+        "MUSTER_JOB_NAME": p.job_name,
+        "MUSTER_ATTEMPT": str(p.attempt),
+        "MUSTER_RESTART_COUNT": str(p.restart_count),
+        "MUSTER_NODE": p.node,
+        "MUSTER_NODELIST": ",".join(p.nodelist),
+        "MUSTER_NODES_MIN": str(p.elastic_min),
+        "MUSTER_NODES_MAX": str(p.elastic_max),
+    }
+
+
+def rendezvous_vars(p: WorkerPlacement, *, torchrun: bool) -> dict[str, str]:
+    """torch.distributed's env:// variables for this node's worker."""
+    env = {
+        "MASTER_ADDR": p.master_addr,
+        "MASTER_PORT": str(p.master_port),
+        "NNODES": str(p.nnodes),
+        "NODE_RANK": str(p.node_rank),
+    }
+    if not torchrun:
+        # One process per node: the node is the rank.
+        env |= {
+            "WORLD_SIZE": str(p.nnodes),
+            "RANK": str(p.node_rank),
+            "GROUP_RANK": str(p.node_rank),
+            "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1",
+        }
+    return env
+
+
+def gpu_vars(p: WorkerPlacement) -> dict[str, str]:
+    """CUDA device visibility. CUDA enumerates fastest-first by default; PCI_BUS_ID
+    makes its indices match NVML's, which is what the placer allocated."""
+    return {
+        "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in sorted(p.gpus)),
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
+
+
+def slurm_vars(spec: JobSpec, p: WorkerPlacement) -> dict[str, str]:
+    """The SLURM_* compatibility set, one task per node as `srun --ntasks-per-node=1`."""
+    env = {
+        "SLURM_JOB_ID": str(p.job_id),
+        "SLURM_JOBID": str(p.job_id),
+        "SLURM_JOB_NAME": p.job_name,
+        "SLURM_JOB_USER": p.user,
+        "SLURM_JOB_NODELIST": compress_hostlist(p.nodelist),
+        "SLURM_NODELIST": compress_hostlist(p.nodelist),
+        "SLURM_JOB_NUM_NODES": str(p.nnodes),
+        "SLURM_NNODES": str(p.nnodes),
+        "SLURM_NODEID": str(p.node_rank),
+        "SLURMD_NODENAME": p.node,
+        "SLURM_PROCID": str(p.node_rank),
+        "SLURM_LOCALID": "0",
+        "SLURM_NTASKS": str(p.nnodes),
+        "SLURM_NPROCS": str(p.nnodes),
+        "SLURM_NTASKS_PER_NODE": "1",
+        "SLURM_CPUS_PER_TASK": str(spec.cpus_per_task),
+        "SLURM_RESTART_COUNT": str(p.restart_count),
+        "SLURM_SUBMIT_DIR": p.workdir,
+        "SLURM_JOB_ACCOUNT": p.account,
+        "SLURM_JOB_PARTITION": p.partition,
+        "SLURM_GPUS_ON_NODE": str(len(p.gpus)),
+        "SLURM_JOB_GPUS": ",".join(str(g) for g in sorted(p.gpus)),
+    }
+    if p.array_task_id is not None:
+        env["SLURM_ARRAY_TASK_ID"] = str(p.array_task_id)
+        env["SLURM_ARRAY_JOB_ID"] = str(p.array_job_id if p.array_job_id is not None else p.job_id)
+    if spec.mem_mib is not None:
+        env["SLURM_MEM_PER_NODE"] = str(spec.mem_mib)
+    return env
+
+
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+def compress_hostlist(hosts: Iterable[str]) -> str:
+    """Slurm's compressed hostlist: `node01,node02,node03,gpu7` -> `gpu7,node[01-03]`.
+
+    Names group by prefix and digit width (zero padding is kept); each group's numbers
+    are sorted and consecutive runs become `a-b`. Names without a numeric suffix stay as
+    they are. Duplicates are dropped.
+    """
+    plain: set[str] = set()
+    groups: dict[tuple[str, int], set[int]] = {}
+    for host in hosts:
+        m = _NUMBERED.match(host)
+        if m is None:
+            plain.add(host)
+            continue
+        prefix, digits = m.groups()
+        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
+        groups.setdefault((prefix, width), set()).add(int(digits))
+    parts = [(h, h) for h in plain]
+    for (prefix, width), numbers in groups.items():
+        runs = _runs(sorted(numbers))
+        text = ",".join(_fmt_run(a, b, width) for a, b in runs)
+        if len(runs) == 1 and runs[0][0] == runs[0][1]:
+            parts.append((prefix, f"{prefix}{text}"))
+        else:
+            parts.append((prefix, f"{prefix}[{text}]"))
+    return ",".join(text for _, text in sorted(parts))
+
+
+def _runs(numbers: list[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for n in numbers:
+        if runs and runs[-1][1] == n - 1:
+            runs[-1] = (runs[-1][0], n)
+        else:
+            runs.append((n, n))
+    return runs
+
+
+def _fmt_run(a: int, b: int, width: int) -> str:
+    lo, hi = str(a).zfill(width), str(b).zfill(width)
+    return lo if a == b else f"{lo}-{hi}"

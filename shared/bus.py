@@ -1,0 +1,240 @@
+"""Plumbing: the one bus adapter over NATS JetStream.
+
+Acknowledgement policy lives here and nowhere else: a handled message is acked; a
+`PermanentError` or an undecodable payload is terminated and copied to the dead-letter
+stream; anything else is nak'ed with backoff until `max_deliver`, then dead-lettered.
+Every publish carries `Nats-Msg-Id`, so JetStream drops re-publishes of one event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext, api
+from nats.js.errors import BadRequestError, NotFoundError
+from opentelemetry import trace
+
+from shared.events import AnyEvent, Event, decode, encode, subject_of, tag_of
+from shared.logs import kv
+from shared.telemetry import extract_context, inject_headers
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
+
+STREAM = "MUSTER"
+STREAM_SUBJECTS = [
+    "muster.job.>",
+    "muster.node.>",
+    "muster.gpu.>",
+    "muster.worker.>",
+    "muster.usage.>",
+]
+DLQ_STREAM = "MUSTER_DLQ"
+DLQ_PREFIX = "muster.dlq."
+BACKOFF_S = (0.2, 1.0, 3.0, 10.0, 30.0)
+
+Handler = Callable[[AnyEvent], Awaitable[None]]
+RequestHandler = Callable[[bytes, str], Awaitable[bytes]]
+
+
+class PermanentError(Exception):
+    """The message can never be handled; retrying is pointless. It is dead-lettered."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Bus:
+    """A connection to NATS with JetStream, owned by one process."""
+
+    def __init__(self, nc: Client, *, max_deliver: int = 5, ack_wait_s: float = 30.0) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.max_deliver = max_deliver
+        self.ack_wait_s = ack_wait_s
+
+    @classmethod
+    async def connect(
+        cls, url: str, *, name: str, max_deliver: int = 5, ack_wait_s: float = 30.0
+    ) -> Bus:
+        nc = await nats.connect(
+            url, name=name, connect_timeout=5, max_reconnect_attempts=-1, reconnect_time_wait=0.5
+        )
+        return cls(nc, max_deliver=max_deliver, ack_wait_s=ack_wait_s)
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.nc.drain(), timeout=5)
+        if not self.nc.is_closed:
+            await self.nc.close()
+
+    async def ensure_streams(self) -> None:
+        """Create or update the event and dead-letter streams; safe to call concurrently."""
+        for name, subjects in ((STREAM, STREAM_SUBJECTS), (DLQ_STREAM, [DLQ_PREFIX + ">"])):
+            config = api.StreamConfig(
+                name=name,
+                subjects=subjects,
+                storage=api.StorageType.FILE,
+                duplicate_window=120.0,
+                max_age=7 * 24 * 3600.0,
+            )
+            try:
+                await self.js.add_stream(config)
+            except BadRequestError:
+                await self.js.update_stream(config)
+
+    # --- publish ---------------------------------------------------------------------
+
+    async def publish(self, event: Event) -> None:
+        await self.publish_raw(subject_of(event), encode(event), str(event.event_id), {})
+
+    async def publish_raw(
+        self, subject: str, payload: bytes, msg_id: str, headers: dict[str, str]
+    ) -> None:
+        hdrs = inject_headers(headers)
+        hdrs["Nats-Msg-Id"] = msg_id
+        await self.js.publish(subject, payload, timeout=5.0, headers=hdrs)
+
+    # --- consume ---------------------------------------------------------------------
+
+    async def consume(
+        self,
+        durable: str,
+        subjects: Sequence[str],
+        handler: Handler,
+        stop: asyncio.Event,
+        *,
+        batch: int = 32,
+    ) -> None:
+        """Pull `subjects` with a durable consumer until `stop` is set.
+
+        The message in hand is finished before returning; the subscription is always
+        unsubscribed, or draining can hang on late pull responses.
+        """
+        sub = await self._pull_subscription(durable, subjects)
+        try:
+            while not stop.is_set():
+                for msg in await _fetch(sub, batch):
+                    await self._deliver(durable, msg, handler)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def _pull_subscription(
+        self, durable: str, subjects: Sequence[str]
+    ) -> JetStreamContext.PullSubscription:
+        config = api.ConsumerConfig(
+            durable_name=durable,
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=self.ack_wait_s,
+            filter_subjects=list(subjects),
+            max_ack_pending=1000,
+        )
+        try:
+            await self.js.add_consumer(STREAM, config)
+        except BadRequestError as err:
+            # An existing durable with another config keeps its position; say so.
+            log.warning("consumer exists with other settings", extra=kv(durable=durable, error=str(err)))
+        return await self.js.pull_subscribe_bind(durable=durable, stream=STREAM)
+
+    async def _deliver(self, durable: str, msg: Msg, handler: Handler) -> None:
+        delivered = msg.metadata.num_delivered
+        if delivered > self.max_deliver:
+            await self._dead_letter(durable, msg, f"gave up after {delivered - 1} deliveries")
+            return
+        try:
+            event = decode(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as err:
+            log.error("undecodable message", extra=kv(subject=msg.subject, error=str(err)))
+            await self._dead_letter(durable, msg, f"undecodable: {err}")
+            return
+        ctx = extract_context(msg.headers)
+        with tracer.start_as_current_span(
+            f"consume {tag_of(event)}", context=ctx, kind=trace.SpanKind.CONSUMER
+        ) as span:
+            span.set_attribute("messaging.consumer", durable)
+            try:
+                await handler(event)
+            except PermanentError as err:
+                log.error("permanent failure", extra=kv(subject=msg.subject, error=err.reason))
+                await self._dead_letter(durable, msg, err.reason)
+                return
+            except Exception as err:
+                span.record_exception(err)
+                await self._retry_or_give_up(durable, msg, delivered, err)
+                return
+        await msg.ack()
+
+    async def _retry_or_give_up(self, durable: str, msg: Msg, delivered: int, err: Exception) -> None:
+        if delivered >= self.max_deliver:
+            log.error("handler kept failing", extra=kv(subject=msg.subject, error=repr(err)))
+            await self._dead_letter(durable, msg, f"failed {delivered} times: {err!r}")
+            return
+        delay = BACKOFF_S[min(delivered - 1, len(BACKOFF_S) - 1)]
+        log.warning(
+            "handler failed, will retry",
+            extra=kv(subject=msg.subject, delivered=delivered, delay=delay, error=repr(err)),
+        )
+        await msg.nak(delay=delay)
+
+    async def _dead_letter(self, durable: str, msg: Msg, reason: str) -> None:
+        """Copy the message to the dead-letter stream, then terminate it."""
+        seq = msg.metadata.sequence.stream
+        headers = {
+            "Muster-Original-Subject": msg.subject,
+            "Muster-Consumer": durable,
+            "Muster-Error": reason[:1000],
+        }
+        await self.publish_raw(DLQ_PREFIX + durable, msg.data, f"dlq-{durable}-{seq}", headers)
+        await msg.term()
+
+    # --- request-reply API -----------------------------------------------------------
+
+    async def serve(self, subject: str, queue: str, handler: RequestHandler) -> None:
+        """Answer requests on `subject` in a queue group, so replicas share the load."""
+
+        async def on_request(msg: Msg) -> None:
+            with tracer.start_as_current_span(
+                f"serve {msg.subject}",
+                context=extract_context(msg.headers),
+                kind=trace.SpanKind.SERVER,
+            ):
+                reply = await handler(msg.data, msg.subject)
+            if msg.reply:
+                await msg.respond(reply)
+
+        await self.nc.subscribe(subject, queue=queue, cb=on_request)
+
+    async def request(self, subject: str, payload: bytes, timeout: float = 10.0) -> bytes:
+        msg = await self.nc.request(subject, payload, timeout=timeout, headers=inject_headers())
+        return msg.data
+
+    async def dead_letters(self, durable: str) -> AsyncIterator[tuple[bytes, dict[str, str]]]:
+        """Read what was dead-lettered for a consumer (for operators and tests)."""
+        try:
+            info = await self.js.stream_info(DLQ_STREAM)
+        except NotFoundError:
+            return
+        for seq in range(info.state.first_seq, info.state.last_seq + 1):
+            try:
+                raw = await self.js.get_msg(DLQ_STREAM, seq)
+            except NotFoundError:
+                continue
+            if raw.subject == DLQ_PREFIX + durable:
+                yield raw.data or b"", dict(raw.headers or {})
+
+
+async def _fetch(sub: JetStreamContext.PullSubscription, batch: int) -> list[Msg]:
+    try:
+        return await sub.fetch(batch, timeout=1.0)
+    except NatsTimeoutError:
+        return []

@@ -1,0 +1,132 @@
+"""Plumbing: the PostgreSQL pool, ordered migrations, the outbox and the inbox.
+
+A service writes its state change and the events it owes in one transaction
+(`outbox_add`); the `Relay` publishes them afterwards with `Nats-Msg-Id = event_id`. A
+consumer calls `inbox_first_time` in the transaction that applies an event, so a
+redelivered event has no second effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from importlib import resources
+from typing import Any
+
+import asyncpg
+
+from shared.bus import Bus
+from shared.events import Event, encode, subject_of
+from shared.logs import kv
+from shared.telemetry import current_headers
+
+log = logging.getLogger(__name__)
+
+Conn = asyncpg.Connection
+Pool = asyncpg.Pool
+
+MIGRATION_LOCK = 7_331_001
+
+
+async def create_pool(url: str, *, min_size: int = 1, max_size: int = 5) -> Pool:
+    pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, timeout=10)
+    assert pool is not None
+    return pool
+
+
+def migration_files() -> list[tuple[str, str]]:
+    folder = resources.files("shared") / "migrations"
+    names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
+    return [(name, (folder / name).read_text()) for name in names]
+
+
+async def migrate(conn: Conn) -> list[str]:
+    """Apply the migrations not yet applied, in order, under an advisory lock."""
+    applied: list[str] = []
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = {r["name"] for r in await conn.fetch("SELECT name FROM schema_migrations")}
+        for name, sql in migration_files():
+            if name in done:
+                continue
+            await conn.execute(sql)
+            await conn.execute("INSERT INTO schema_migrations(name) VALUES ($1)", name)
+            applied.append(name)
+    return applied
+
+
+async def outbox_add(conn: Conn, *events: Event) -> None:
+    """Record events to publish; call inside the transaction that made them true."""
+    if not events:
+        return
+    headers = json.dumps(current_headers())
+    await conn.executemany(
+        "INSERT INTO outbox(event_id, subject, payload, headers) VALUES ($1, $2, $3, $4::jsonb)",
+        [(e.event_id, subject_of(e), encode(e), headers) for e in events],
+    )
+
+
+async def inbox_first_time(conn: Conn, consumer: str, event_id: uuid.UUID) -> bool:
+    """True the first time `consumer` applies `event_id`; call inside its transaction."""
+    row = await conn.fetchval(
+        "INSERT INTO inbox(consumer, event_id) VALUES ($1, $2)"
+        " ON CONFLICT DO NOTHING RETURNING true",
+        consumer,
+        event_id,
+    )
+    return bool(row)
+
+
+class Relay:
+    """Publishes committed outbox rows, oldest first; several relays may run at once.
+
+    `kick()` after a commit publishes at once; a periodic sweep catches the rest, such
+    as rows left by a process that died between its commit and its kick.
+    """
+
+    def __init__(self, pool: Pool, bus: Bus, *, sweep_s: float = 0.5, batch: int = 200) -> None:
+        self.pool = pool
+        self.bus = bus
+        self.sweep_s = sweep_s
+        self.batch = batch
+        self._wake = asyncio.Event()
+
+    def kick(self) -> None:
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self._wake.clear()
+            try:
+                while await self.publish_batch() == self.batch:
+                    pass
+            except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as err:
+                log.warning("relay pass failed, will retry", extra=kv(error=repr(err)))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.sweep_s)
+
+    async def publish_batch(self) -> int:
+        async with self.pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(
+                "SELECT id, event_id, subject, payload, headers FROM outbox"
+                " WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+                self.batch,
+            )
+            for row in rows:
+                headers: dict[str, Any] = json.loads(row["headers"]) if row["headers"] else {}
+                await self.bus.publish_raw(
+                    row["subject"], bytes(row["payload"]), str(row["event_id"]), headers
+                )
+            if rows:
+                await conn.execute(
+                    "UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[])",
+                    [r["id"] for r in rows],
+                )
+        return len(rows)

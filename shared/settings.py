@@ -1,0 +1,96 @@
+"""Plumbing: one frozen settings struct per process, read from `MUSTER_*` variables.
+
+`__main__` modules call `Settings.from_env(os.environ)` once and pass the result down;
+nothing reads the environment at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+
+class SettingsError(ValueError):
+    """A `MUSTER_*` variable has a value that cannot be used."""
+
+    def __init__(self, variable: str, value: str, expected: str) -> None:
+        super().__init__(f"{variable}={value!r}: expected {expected}")
+        self.variable = variable
+        self.value = value
+        self.expected = expected
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    nats_url: str = "nats://127.0.0.1:4222"
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/muster"
+    state_dir: str = ".muster"
+    service_name: str = "muster"
+    instance: str = "0"
+    otel_exporter: str = "none"  # none | console | otlp
+    otel_endpoint: str = ""
+    log_level: str = "INFO"
+    cycle_interval_s: float = 1.0
+    heartbeat_interval_s: float = 1.0
+    heartbeat_timeout_s: float = 10.0
+    lease_ttl_s: float = 5.0
+    max_deliver: int = 5
+    ack_wait_s: float = 30.0
+    drain_timeout_s: float = 10.0
+    kill_wait_s: float = 30.0
+    fault_kill_wait_s: float = 2.0
+    restart_limit: int = 3
+    usage_tick_s: float = 30.0
+    node: str = ""
+    gpus: int = 4
+    gpu_model: str = "SIM-H100"
+    topology: str = ""
+    node_address: str = "127.0.0.1"
+    kmsg_path: str = ""
+    gpu_backend: str = "sim"  # sim | nvml
+    cluster_config: str = ""
+    allow_root_jobs: bool = True
+    sim_script: str = ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], **overrides: Any) -> Settings:
+        """Build settings from `MUSTER_<FIELD>` variables (upper case), then overrides."""
+        values: dict[str, Any] = {}
+        defaults = cls()
+        for field in cls.__struct_fields__:
+            key = f"MUSTER_{field.upper()}"
+            if key not in env:
+                continue
+            raw = env[key]
+            values[field] = _coerce(key, raw, getattr(defaults, field))
+        values.update(overrides)
+        return msgspec.structs.replace(defaults, **values)
+
+    def to_env(self) -> dict[str, str]:
+        """The variables that rebuild these settings in a child process."""
+        out: dict[str, str] = {}
+        for field in self.__struct_fields__:
+            value = getattr(self, field)
+            out[f"MUSTER_{field.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
+
+def _coerce(key: str, raw: str, default: object) -> object:
+    if isinstance(default, bool):
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise SettingsError(key, raw, "true or false")
+    if isinstance(default, int):
+        try:
+            return int(raw)
+        except ValueError as err:
+            raise SettingsError(key, raw, "an integer") from err
+    if isinstance(default, float):
+        try:
+            return float(raw)
+        except ValueError as err:
+            raise SettingsError(key, raw, "a number") from err
+    return raw
