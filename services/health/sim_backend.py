@@ -51,8 +51,7 @@ _XID_MESSAGES: dict[int, str] = {
     45: "Ch 00000010",
     48: "An uncorrectable double bit error (DBE) has been detected on GPU in the "
     "framebuffer at partition 6, subpartition 0.",
-    63: "Row Remapper: New row (0x000000000013d3c0) marked for remapping, reset gpu to "
-    "activate.",
+    63: "Row Remapper: New row (0x000000000013d3c0) marked for remapping, reset gpu to activate.",
     64: "Row Remapper: Failed to remap row (0x000000000013d3c0).",
     74: "NVLink: fatal error detected on link 3(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
     79: "GPU has fallen off the bus.",
@@ -110,8 +109,10 @@ class SimulatedGpuBackend:
         self._started = clock()
         self._cond = threading.Condition()
         self._gpus = [
-            _Gpu(info=self._make_info(i, node, model, memory_mib, gpu_count, locality_groups),
-                 counters=GpuCounters(index=i, temperature_c=_BASE_TEMPERATURE_C))
+            _Gpu(
+                info=self._make_info(i, node, model, memory_mib, gpu_count, locality_groups),
+                counters=GpuCounters(index=i, temperature_c=_BASE_TEMPERATURE_C),
+            )
             for i in range(gpu_count)
         ]
         self._events: list[GpuEvent] = []
@@ -201,8 +202,7 @@ class SimulatedGpuBackend:
             g = self._gpu_locked(gpu)
             g.counters = msgspec.structs.replace(g.counters, recovery_action=action)
             self._kernel_lines.append(kmsg_line_for(g.info.pci, XID_RECOVERY_ACTION))
-            return self._emit_locked(gpu, GpuEventKind.RECOVERY_ACTION, XID_RECOVERY_ACTION,
-                                     action)
+            return self._emit_locked(gpu, GpuEventKind.RECOVERY_ACTION, XID_RECOVERY_ACTION, action)
 
     def raise_counter(self, gpu: int, field: str, value: int | bool | None) -> None:
         """Set one `GpuCounters` field (e.g. "ecc_uncorrected_volatile") on `gpu`."""
