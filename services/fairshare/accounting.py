@@ -9,13 +9,15 @@ highest cumulative it has charged per attempt:
 
 A redelivered tick, a tick that arrives after a later one, or one that arrives after
 settlement charges nothing; settlement charges whatever the ticks missed. Summed over
-any order of any multiset of an attempt's ticks, charges equal the final cumulative.
-GPU-seconds are integers so that this holds exactly; billed usage is GPU-seconds times
-the billing weight of the GPU model (default 1.0).
+any order of any multiset of an attempt's ticks, charges equal the final cumulative
+(exactly, for whole GPU-seconds; the state itself always holds the exact maximum).
+Billed usage is GPU-seconds times the billing weight of the GPU model (default 1.0);
+the model is remembered from the first tick that names it, so a settlement that does
+not name it is billed alike.
 
-The ledger state per job is a frozen Struct the shell stores with the job (one row,
-updated in the same transaction as the usage it adds), so a redelivered event finds the
-state its first delivery left.
+The state per attempt (`AttemptCharge`) is one `usage_charges` row: the shell loads it
+FOR UPDATE, calls `charge`, and writes it back with the usage it adds in the same
+transaction, so a redelivered event finds the state its first delivery left.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from typing import Annotated
 import msgspec
 
 from services.fairshare.tree import Assoc
+from shared.events import JobFinished, JobRequeued, UsageTicked
 
-GpuSeconds = Annotated[int, msgspec.Meta(ge=0)]
 BillingWeights = Mapping[str, float]  # GPU model -> weight; missing models weigh 1.0
+GpuSeconds = Annotated[float, msgspec.Meta(ge=0)]
 
 DEFAULT_WEIGHT = 1.0
 
@@ -41,37 +44,23 @@ class UsageTick(msgspec.Struct, frozen=True, kw_only=True):
     user: str
     account: str
     gpu_model: str | None = None
-    at: float
-    gpu_seconds: GpuSeconds  # cumulative for this attempt, from its start to `at`
+    at: float = 0.0
+    gpu_seconds_total: GpuSeconds  # cumulative for this attempt, from its start to `at`
     final: bool = False  # settlement: the attempt ended and this is its total
 
 
 class AttemptCharge(msgspec.Struct, frozen=True, kw_only=True):
-    """What has been charged for one attempt so far."""
-
-    attempt: int
-    gpu_seconds: int = 0  # highest cumulative charged
-    billed: float = 0.0  # billed GPU-seconds charged
-    last_at: float = 0.0  # interval end of the tick that set gpu_seconds
-    settled: bool = False
-
-
-class JobLedger(msgspec.Struct, frozen=True, kw_only=True):
-    """The charging state of one job, across its attempts (requeues, restarts)."""
+    """What has been charged for one attempt so far (one `usage_charges` row)."""
 
     job_id: int
-    attempts: tuple[AttemptCharge, ...] = ()
-
-    @property
-    def gpu_seconds(self) -> int:
-        return sum(a.gpu_seconds for a in self.attempts)
-
-    @property
-    def billed(self) -> float:
-        return sum(a.billed for a in self.attempts)
-
-    def attempt(self, attempt: int) -> AttemptCharge | None:
-        return next((a for a in self.attempts if a.attempt == attempt), None)
+    attempt: int
+    user: str
+    account: str
+    charged: float = 0.0  # highest cumulative GPU-seconds charged
+    billed: float = 0.0  # billed GPU-seconds charged (charged x billing weight)
+    last_at: float = 0.0  # interval end of the tick that last raised `charged`
+    settled: bool = False
+    gpu_model: str | None = None
 
 
 class Charge(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,7 +70,7 @@ class Charge(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int
     user: str
     account: str
-    gpu_seconds: int = 0
+    gpu_seconds: float = 0.0
     billed: float = 0.0
     at: float = 0.0
 
@@ -91,53 +80,92 @@ class Charge(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def billing_weight(weights: BillingWeights | None, gpu_model: str | None) -> float:
-    if not weights or gpu_model is None:
+    if not weights or not gpu_model:
         return DEFAULT_WEIGHT
     return float(weights.get(gpu_model, DEFAULT_WEIGHT))
 
 
-def cumulative_gpu_seconds(gpus: int, started_at: float, at: float) -> int:
-    """Whole GPU-seconds of `gpus` GPUs held from `started_at` to `at` (never negative)."""
-    return max(0, int(gpus * (at - started_at)))
+def cumulative_gpu_seconds(gpus: int, started_at: float, at: float) -> float:
+    """GPU-seconds of `gpus` GPUs held from `started_at` to `at` (never negative)."""
+    return max(0.0, gpus * (at - started_at))
 
 
 def charge(
-    ledger: JobLedger | None, tick: UsageTick, weights: BillingWeights | None = None
-) -> tuple[JobLedger, Charge]:
-    """Apply one tick to a job's ledger: the new ledger and what to add to usage."""
-    state = ledger or JobLedger(job_id=tick.job_id)
-    if state.job_id != tick.job_id:
-        raise ValueError(f"tick for job {tick.job_id} applied to ledger of job {state.job_id}")
-    before = state.attempt(tick.attempt) or AttemptCharge(attempt=tick.attempt)
+    state: AttemptCharge | None, tick: UsageTick, weights: BillingWeights | None = None
+) -> tuple[AttemptCharge, Charge]:
+    """Apply one tick to its attempt's charge state: the new state and what to add.
+
+    `state` is None for an attempt never charged before. The charge is
+    `max(0, tick.gpu_seconds_total - state.charged)`; once settled, nothing more.
+    """
+    before = state or AttemptCharge(
+        job_id=tick.job_id, attempt=tick.attempt, user=tick.user, account=tick.account
+    )
+    if (before.job_id, before.attempt) != (tick.job_id, tick.attempt):
+        raise ValueError(
+            f"tick for {tick.job_id}.{tick.attempt} applied to {before.job_id}.{before.attempt}"
+        )
     nothing = Charge(
-        job_id=tick.job_id, attempt=tick.attempt, user=tick.user, account=tick.account, at=tick.at
+        job_id=tick.job_id,
+        attempt=tick.attempt,
+        user=before.user,
+        account=before.account,
+        at=tick.at,
     )
     if before.settled:
-        return state, nothing
-    delta = max(0, tick.gpu_seconds - before.gpu_seconds)
-    if delta == 0 and not tick.final:
-        return state, nothing
-    billed = delta * billing_weight(weights, tick.gpu_model)
-    after = AttemptCharge(
-        attempt=tick.attempt,
-        gpu_seconds=before.gpu_seconds + delta,
+        return before, nothing
+    delta = max(0.0, tick.gpu_seconds_total - before.charged)
+    if delta == 0.0 and not tick.final:
+        return before, nothing
+    model = before.gpu_model or tick.gpu_model
+    billed = delta * billing_weight(weights, model)
+    after = msgspec.structs.replace(
+        before,
+        charged=tick.gpu_seconds_total if delta else before.charged,
+        gpu_model=model,
         billed=before.billed + billed,
         last_at=tick.at if delta else before.last_at,
         settled=tick.final,
     )
-    others = tuple(a for a in state.attempts if a.attempt != tick.attempt)
-    attempts = tuple(sorted((*others, after), key=lambda a: a.attempt))
-    return (
-        JobLedger(job_id=state.job_id, attempts=attempts),
-        msgspec.structs.replace(nothing, gpu_seconds=delta, billed=billed),
-    )
+    return after, msgspec.structs.replace(nothing, gpu_seconds=delta, billed=billed)
 
 
 def settle(
-    ledger: JobLedger | None, tick: UsageTick, weights: BillingWeights | None = None
-) -> tuple[JobLedger, Charge]:
+    state: AttemptCharge | None, tick: UsageTick, weights: BillingWeights | None = None
+) -> tuple[AttemptCharge, Charge]:
     """Charge the remainder of an attempt at its end; later ticks charge nothing."""
-    return charge(ledger, msgspec.structs.replace(tick, final=True), weights)
+    return charge(state, msgspec.structs.replace(tick, final=True), weights)
+
+
+def tick_from_event(event: UsageTicked | JobFinished | JobRequeued) -> UsageTick:
+    """The tick an event carries: `usage.ticked` while running; `job.finished` and
+    `job.requeued` settle the attempt that ended."""
+    at = event.occurred_at.timestamp()
+    if isinstance(event, UsageTicked):
+        return UsageTick(
+            job_id=event.job_id,
+            attempt=event.attempt,
+            user=event.user,
+            account=event.account,
+            gpu_model=event.gpu_model or None,
+            at=at,
+            gpu_seconds_total=max(0.0, event.gpu_seconds_total),
+        )
+    if isinstance(event, JobFinished):
+        at = event.ended_at.timestamp() if event.ended_at is not None else at
+        model: str | None = event.gpu_model or None
+    else:
+        model = None
+    return UsageTick(
+        job_id=event.job_id,
+        attempt=event.attempt,
+        user=event.user,
+        account=event.account,
+        gpu_model=model,
+        at=at,
+        gpu_seconds_total=max(0.0, event.gpu_seconds),
+        final=True,
+    )
 
 
 def accrue(usage: Mapping[Assoc, float], charges: tuple[Charge, ...]) -> dict[Assoc, float]:

@@ -81,16 +81,17 @@ def compute_shares(
     return _fair_tree_table(root, raw)
 
 
-def _root_row(root: Node, raw: Mapping[Assoc, float]) -> ShareRow:
+def _root_row(root: Node, raw: Mapping[Assoc, float], total: float | None = None) -> ShareRow:
     used = raw.get(root.assoc, 0.0)
+    norm = used / total if total else (1.0 if used > 0.0 else 0.0)
     return ShareRow(
         account=root.assoc.account,
         depth=0,
         raw_shares=root.shares,
         norm_shares=1.0,
         raw_usage=used,
-        norm_usage=1.0 if used > 0.0 else 0.0,
-        effective_usage=1.0 if used > 0.0 else 0.0,
+        norm_usage=norm,
+        effective_usage=norm,
     )
 
 
@@ -135,7 +136,7 @@ def _fair_tree_table(root: Node, raw: Mapping[Assoc, float]) -> ShareTable:
 
 def _classic_table(root: Node, raw: Mapping[Assoc, float], opts: ShareOptions) -> ShareTable:
     values = classic_algo.classic(root, raw, usage_total=opts.usage_total, dampening=opts.dampening)
-    rows = [_root_row(root, raw)]
+    rows = [_root_row(root, raw, opts.usage_total)]
     newcomer = {root.assoc.account: 1.0}
     users = 0
     for node in walk(root):
