@@ -25,8 +25,12 @@ from shared.telemetry import current_headers
 
 log = logging.getLogger(__name__)
 
-Conn = asyncpg.Connection
-Pool = asyncpg.Pool
+from typing import TypeAlias
+
+Conn: TypeAlias = (
+    "asyncpg.Connection[asyncpg.Record] | asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
+)
+Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
 
 MIGRATION_LOCK = 7_331_001
 

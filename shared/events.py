@@ -184,6 +184,8 @@ class WorkerExited(Event, frozen=True, tag="worker.exited"):
     exit_code: int | None
     signal: int | None = None
     oom_killed: bool = False
+    generation: int = 0
+    spawn_failed: str = ""
 
 
 AnyEvent = (

@@ -71,6 +71,10 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     torchrun: bool = False
     elastic: bool = False  # nodes_min < nodes_max
+    # Added by admission: `-p a,b` candidates in the order given; `partition` is the one
+    # admission chose (the first that validates). Empty when a single partition was named.
+    partitions: tuple[str, ...] = ()
+    array_max_running: Positive | None = None  # the `%K` of `--array=0-15%4`
 
     @property
     def gpus_requested(self) -> int:

@@ -1,0 +1,60 @@
+"""Entry point of one node's agent: `python -m muster.node`.
+
+One process per node hosts the health probe and the launcher's node executor, as a
+real node would run one agent daemon; both are independent of the cluster services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from services.health.gpu import GpuBackend
+from services.health.probe import NodeProbe
+from services.launcher.agent import NodeExecutor
+from shared.bus import Bus
+from shared.runtime import run_service
+from shared.settings import Settings
+
+
+def make_backend(settings: Settings) -> GpuBackend:
+    if settings.gpu_backend == "nvml":
+        from services.health.nvml_backend import NvmlBackend
+
+        return NvmlBackend()
+    from services.health.sim_backend import SimulatedGpuBackend
+
+    return SimulatedGpuBackend(settings.node, gpu_count=settings.gpus, model=settings.gpu_model)
+
+
+def main() -> None:
+    settings = Settings.from_env(os.environ, service_name="node")
+    if not settings.node:
+        raise SystemExit("MUSTER_NODE must name this node")
+
+    async def serve(stop: asyncio.Event) -> None:
+        bus = await Bus.connect(settings.nats_url, name=f"node-{settings.node}")
+        backend = make_backend(settings)
+        try:
+            await bus.ensure_streams()
+            executor = NodeExecutor(bus, settings.node, allow_root=settings.allow_root_jobs)
+            await executor.serve()
+            probe = NodeProbe(
+                bus,
+                backend,
+                node=settings.node,
+                address=settings.node_address,
+                topology=tuple(p for p in settings.topology.split("/") if p),
+                heartbeat_s=settings.heartbeat_interval_s,
+            )
+            await probe.run(stop)
+            await executor.shutdown(settings.fault_kill_wait_s)
+        finally:
+            backend.close()
+            await bus.close()
+
+    run_service(settings, serve)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""Entry point: `python -m services.placer`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from services.placer.service import Placer
+from shared.runtime import run_service, service_context
+from shared.settings import Settings
+
+
+def main() -> None:
+    settings = Settings.from_env(os.environ, service_name="placer")
+
+    async def serve(stop: asyncio.Event) -> None:
+        async with service_context(settings) as ctx:
+            await Placer(ctx).run(stop)
+
+    run_service(settings, serve)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""Placer SQL. Every function takes a connection already inside a transaction.
+
+The placer writes `placer_lease`, `allocations*`, `pending_reasons` and `placer_cycles`;
+it reads the other services' tables to build its snapshot.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+
+from services.placer.core import Gpu, Grant, JobRequest, Node, NodeState, Running, Start, Wait
+from shared.db import Conn
+from shared.jobspec import JobSpec
+
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY")
+
+
+async def acquire_lease(conn: Conn, holder: str, ttl_s: float) -> int | None:
+    """Take the leader lease if it is free or expired; returns the new fencing epoch."""
+    epoch: int | None = await conn.fetchval(
+        "INSERT INTO placer_lease AS l (id, holder, epoch, expires_at)"
+        " VALUES (1, $1, 1, now() + make_interval(secs => $2))"
+        " ON CONFLICT (id) DO UPDATE SET holder = $1, epoch = l.epoch + 1,"
+        "   expires_at = now() + make_interval(secs => $2)"
+        " WHERE l.expires_at < now() RETURNING epoch",
+        holder,
+        ttl_s,
+    )
+    return epoch
+
+
+async def renew_lease(conn: Conn, holder: str, epoch: int, ttl_s: float) -> bool:
+    row = await conn.fetchval(
+        "UPDATE placer_lease SET expires_at = now() + make_interval(secs => $3)"
+        " WHERE id = 1 AND holder = $1 AND epoch = $2 RETURNING true",
+        holder,
+        epoch,
+        ttl_s,
+    )
+    return bool(row)
+
+
+async def lock_lease(conn: Conn, holder: str, epoch: int) -> bool:
+    """Serialise cycles and check we still lead, for the rest of this transaction."""
+    row = await conn.fetchval(
+        "SELECT true FROM placer_lease WHERE id = 1 AND holder = $1 AND epoch = $2"
+        " AND expires_at > now() FOR UPDATE",
+        holder,
+        epoch,
+    )
+    return bool(row)
+
+
+async def release_finished(conn: Conn) -> int:
+    """Release allocations whose run ended or was requeued (level-triggered)."""
+    released = await conn.fetch(
+        "UPDATE allocations a SET released_at = now(), release_reason = r.state"
+        " FROM job_runs r WHERE a.job_id = r.job_id AND a.released_at IS NULL"
+        " AND (r.state = ANY($1::text[]) OR (r.state = 'REQUEUED' AND r.attempt >= a.attempt))"
+        " RETURNING a.alloc_id",
+        list(TERMINAL),
+    )
+    cancelled = await conn.fetch(
+        "UPDATE allocations a SET released_at = now(), release_reason = 'CANCELLED'"
+        " FROM jobs j WHERE a.job_id = j.job_id AND a.released_at IS NULL"
+        " AND j.cancel_requested_at IS NOT NULL"
+        " AND NOT EXISTS (SELECT 1 FROM job_runs r WHERE r.job_id = a.job_id"
+        "   AND r.attempt = a.attempt AND r.state IN ('STARTING', 'RUNNING', 'COMPLETING'))"
+        " RETURNING a.alloc_id",
+    )
+    ids = [r["alloc_id"] for r in [*released, *cancelled]]
+    if ids:
+        await conn.execute(
+            "UPDATE allocation_gpus SET live = false WHERE alloc_id = ANY($1::bigint[])", ids
+        )
+        await conn.execute(
+            "UPDATE allocation_nodes SET live = false WHERE alloc_id = ANY($1::bigint[])", ids
+        )
+    return len(ids)
+
+
+async def release_dropped_nodes(conn: Conn) -> int:
+    """Give back the nodes an elastic job no longer runs on after a shrink."""
+    rows = await conn.fetch(
+        "UPDATE allocation_nodes n SET live = false FROM allocations a, job_runs r"
+        " WHERE n.alloc_id = a.alloc_id AND a.released_at IS NULL AND n.live"
+        " AND r.job_id = a.job_id AND r.attempt = a.attempt AND r.state = 'RUNNING'"
+        " AND cardinality(r.nodes) > 0 AND NOT (n.node = ANY(r.nodes))"
+        " RETURNING n.alloc_id, n.node",
+    )
+    for row in rows:
+        await conn.execute(
+            "UPDATE allocation_gpus SET live = false WHERE alloc_id = $1 AND node = $2",
+            row["alloc_id"],
+            row["node"],
+        )
+    return len(rows)
+
+
+async def load_nodes(conn: Conn) -> tuple[Node, ...]:
+    rows = await conn.fetch(
+        "SELECT n.name, n.state, n.topology,"
+        " coalesce(array_agg(g.idx ORDER BY g.idx) FILTER (WHERE g.idx IS NOT NULL), '{}') AS idx,"
+        " coalesce(array_agg(g.model ORDER BY g.idx) FILTER (WHERE g.idx IS NOT NULL), '{}') AS model,"
+        " coalesce(array_agg(g.memory_mib ORDER BY g.idx) FILTER (WHERE g.idx IS NOT NULL), '{}') AS mem,"
+        " coalesce(array_agg(g.locality ORDER BY g.idx) FILTER (WHERE g.idx IS NOT NULL), '{}') AS loc,"
+        " coalesce(array_agg(g.healthy ORDER BY g.idx) FILTER (WHERE g.idx IS NOT NULL), '{}') AS ok"
+        " FROM nodes n LEFT JOIN gpus g ON g.node = n.name GROUP BY n.name ORDER BY n.name"
+    )
+    return tuple(
+        Node(
+            name=r["name"],
+            state=_node_state(r["state"]),
+            topology=tuple(r["topology"]),
+            gpus=tuple(
+                Gpu(index=i, model=m, memory_mib=mem, locality=loc, healthy=ok)
+                for i, m, mem, loc, ok in zip(
+                    r["idx"], r["model"], r["mem"], r["loc"], r["ok"], strict=True
+                )
+            ),
+        )
+        for r in rows
+    )
+
+
+def _node_state(raw: str) -> NodeState:
+    try:
+        return NodeState(raw)
+    except ValueError:
+        return NodeState.DOWN
+
+
+async def load_running(conn: Conn) -> tuple[Running, ...]:
+    rows = await conn.fetch(
+        "SELECT a.alloc_id, a.job_id, a.created_at, j.user_name, j.account, j.partition, j.qos,"
+        " j.time_limit_s, r.started_at,"
+        " array_agg(n.node ORDER BY n.rank) AS nodes, array_agg(array_to_string(n.gpus, ',')"
+        "   ORDER BY n.rank) AS gpus"
+        " FROM allocations a JOIN jobs j USING (job_id)"
+        " JOIN allocation_nodes n ON n.alloc_id = a.alloc_id AND n.live"
+        " LEFT JOIN job_runs r ON r.job_id = a.job_id"
+        " WHERE a.released_at IS NULL GROUP BY a.alloc_id, j.job_id, r.started_at"
+    )
+    return tuple(
+        Running(
+            job_id=r["job_id"],
+            user=r["user_name"],
+            account=r["account"],
+            partition=r["partition"],
+            qos=r["qos"],
+            started_at=(r["started_at"] or r["created_at"]).timestamp(),
+            time_limit_s=r["time_limit_s"],
+            grants=tuple(
+                Grant(node=node, gpus=tuple(int(g) for g in gpus.split(",") if g))
+                for node, gpus in zip(r["nodes"], r["gpus"], strict=True)
+            ),
+        )
+        for r in rows
+    )
+
+
+async def load_pending(conn: Conn) -> list[tuple[JobRequest, int]]:
+    """Jobs waiting for an allocation, with the attempt number their next one gets."""
+    rows = await conn.fetch(
+        "SELECT j.job_id, j.spec, j.held, extract(epoch FROM j.submitted_at) AS submitted,"
+        " coalesce(r.excluded_nodes, '{}') AS run_excluded,"
+        " (SELECT coalesce(max(attempt), 0) FROM allocations a WHERE a.job_id = j.job_id) AS last"
+        " FROM jobs j LEFT JOIN job_runs r USING (job_id)"
+        " WHERE j.cancel_requested_at IS NULL"
+        " AND (r.state IS NULL OR r.state IN ('PENDING', 'REQUEUED'))"
+        " AND NOT EXISTS (SELECT 1 FROM allocations a"
+        "   WHERE a.job_id = j.job_id AND a.released_at IS NULL)"
+        " ORDER BY j.job_id"
+    )
+    out: list[tuple[JobRequest, int]] = []
+    for r in rows:
+        spec = msgspec.json.decode(r["spec"], type=JobSpec)
+        out.append((_request(r["job_id"], spec, r), r["last"] + 1))
+    return out
+
+
+def _request(job_id: int, spec: JobSpec, row: object) -> JobRequest:
+    assert hasattr(row, "__getitem__")
+    excluded = tuple(sorted({*spec.excluded_nodes, *row["run_excluded"]}))
+    return JobRequest(
+        job_id=job_id,
+        user=spec.user,
+        account=spec.account,
+        partition=spec.partition,
+        qos=spec.qos,
+        submitted_at=float(row["submitted"]),
+        nodes_min=spec.nodes_min,
+        nodes_max=spec.nodes_max,
+        gpus_per_node=spec.gpus_per_node,
+        gpus_total=spec.gpus_total,
+        gpu_model=spec.gpu_model,
+        exclusive=spec.exclusive,
+        required_nodes=spec.required_nodes,
+        excluded_nodes=excluded,
+        time_limit_s=spec.time_limit_s,
+        max_switches=spec.max_switches,
+        switches_wait_s=spec.switches_wait_s,
+        held=bool(row["held"]) or spec.hold,
+    )
+
+
+async def insert_allocation(conn: Conn, start: Start, attempt: int, epoch: int) -> int:
+    """Write one gang's allocation; the unique index refuses a GPU held twice."""
+    alloc_id: int = await conn.fetchval(
+        "INSERT INTO allocations(job_id, attempt, epoch) VALUES ($1, $2, $3) RETURNING alloc_id",
+        start.job_id,
+        attempt,
+        epoch,
+    )
+    await conn.executemany(
+        "INSERT INTO allocation_nodes(alloc_id, node, rank, gpus) VALUES ($1, $2, $3, $4)",
+        [(alloc_id, g.node, rank, list(g.gpus)) for rank, g in enumerate(start.grants)],
+    )
+    await conn.executemany(
+        "INSERT INTO allocation_gpus(alloc_id, node, gpu) VALUES ($1, $2, $3)",
+        [(alloc_id, g.node, gpu) for g in start.grants for gpu in g.gpus],
+    )
+    await conn.execute("DELETE FROM pending_reasons WHERE job_id = $1", start.job_id)
+    return alloc_id
+
+
+async def write_waits(conn: Conn, waits: tuple[Wait, ...]) -> None:
+    await conn.executemany(
+        "INSERT INTO pending_reasons(job_id, reason, detail, estimated_start, updated_at)"
+        " VALUES ($1, $2, $3, $4, now()) ON CONFLICT (job_id) DO UPDATE SET"
+        " reason = excluded.reason, detail = excluded.detail,"
+        " estimated_start = excluded.estimated_start, updated_at = now()",
+        [
+            (
+                w.job_id,
+                str(w.reason),
+                w.detail,
+                datetime.fromtimestamp(w.estimated_start, UTC) if w.estimated_start else None,
+            )
+            for w in waits
+        ],
+    )
+
+
+async def record_cycle(
+    conn: Conn, epoch: int, cycle: int, started: datetime, duration_s: float, placed: int, pending: int
+) -> None:
+    await conn.execute(
+        "INSERT INTO placer_cycles VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        epoch,
+        cycle,
+        started,
+        duration_s,
+        placed,
+        pending,
+    )

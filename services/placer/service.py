@@ -1,0 +1,148 @@
+"""Placer shell: events and a timer trigger a cycle; a cycle is one transaction:
+lock the lease (fencing epoch) -> release what ended -> snapshot -> core -> allocations +
+outbox. Only the lease holder places; a deposed placer's inserts are refused by the
+database trigger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from datetime import UTC, datetime
+
+from opentelemetry import trace
+
+from services.placer import repo
+from services.placer.core import Plan, PolicyConfig, Snapshot, place
+from shared.db import outbox_add
+from shared.events import AnyEvent, Grant, JobAllocated, JobPreemptRequested
+from shared.logs import kv
+from shared.runtime import ServiceContext, every, until_stopped
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
+
+SUBJECTS = (
+    "muster.job.submitted",
+    "muster.job.finished",
+    "muster.job.requeued",
+    "muster.job.reconfigured",
+    "muster.job.cancel_requested",
+    "muster.node.>",
+)
+
+
+class Placer:
+    def __init__(self, ctx: ServiceContext, policy: PolicyConfig = PolicyConfig()) -> None:
+        self.ctx = ctx
+        self.policy = policy
+        self.holder = f"placer-{ctx.settings.instance}-{uuid.uuid4().hex[:8]}"
+        self.epoch: int | None = None
+        self.cycles = 0
+        self._wake = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await until_stopped(stop, self._consume, self._lease_loop, self._cycle_loop, self.ctx.relay.run)
+
+    async def _consume(self, stop: asyncio.Event) -> None:
+        await self.ctx.bus.consume("placer", SUBJECTS, self.handle, stop)
+
+    async def handle(self, event: AnyEvent) -> None:
+        """Every event the placer hears is a reason to look again; state is in the DB."""
+        self._wake.set()
+
+    async def _lease_loop(self, stop: asyncio.Event) -> None:
+        ttl = self.ctx.settings.lease_ttl_s
+        await every(ttl / 3, stop, lambda: self._hold_lease(ttl))
+
+    async def _hold_lease(self, ttl: float) -> None:
+        async with self.ctx.pool.acquire() as conn:
+            if self.epoch is not None and await repo.renew_lease(conn, self.holder, self.epoch, ttl):
+                return
+            if self.epoch is not None:
+                log.warning("lost the placer lease", extra=kv(epoch=self.epoch))
+                self.epoch = None
+            epoch = await repo.acquire_lease(conn, self.holder, ttl)
+            if epoch is not None:
+                self.epoch = epoch
+                log.info("leading", extra=kv(holder=self.holder, epoch=epoch))
+                self._wake.set()
+
+    async def _cycle_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.ctx.settings.cycle_interval_s)
+            self._wake.clear()
+            if self.epoch is not None and not stop.is_set():
+                await self.cycle()
+
+    async def cycle(self) -> Plan | None:
+        """One scheduling pass; returns the plan it applied, or None when not leading."""
+        epoch = self.epoch
+        if epoch is None:
+            return None
+        started = datetime.now(UTC)
+        t0 = time.perf_counter()
+        with tracer.start_as_current_span("placer.cycle") as span:
+            async with self.ctx.pool.acquire() as conn, conn.transaction():
+                if not await repo.lock_lease(conn, self.holder, epoch):
+                    self.epoch = None
+                    return None
+                await repo.release_finished(conn)
+                await repo.release_dropped_nodes(conn)
+                snapshot = Snapshot(
+                    nodes=await repo.load_nodes(conn), running=await repo.load_running(conn)
+                )
+                pending = await repo.load_pending(conn)
+                attempts = {req.job_id: attempt for req, attempt in pending}
+                plan = place(snapshot, [req for req, _ in pending], time.time(), self.policy)
+                events: list[JobAllocated | JobPreemptRequested] = []
+                for start in plan.starts:
+                    attempt = attempts[start.job_id]
+                    alloc_id = await repo.insert_allocation(conn, start, attempt, epoch)
+                    grants = tuple(Grant(node=g.node, gpus=g.gpus) for g in start.grants)
+                    events.append(
+                        JobAllocated(
+                            job_id=start.job_id,
+                            attempt=attempt,
+                            alloc_id=alloc_id,
+                            grants=grants,
+                            epoch=epoch,
+                            backfilled=start.backfilled,
+                        )
+                    )
+                for pre in plan.preemptions:
+                    events.append(
+                        JobPreemptRequested(
+                            job_id=pre.victim_job_id,
+                            for_job_id=pre.for_job_id,
+                            grace_s=pre.grace_s,
+                            epoch=epoch,
+                        )
+                    )
+                await outbox_add(conn, *events)
+                await repo.write_waits(conn, plan.waits)
+                duration = time.perf_counter() - t0
+                self.cycles += 1
+                if plan.starts:
+                    await repo.record_cycle(
+                        conn, epoch, self.cycles, started, duration, len(plan.starts), len(pending)
+                    )
+            span.set_attribute("placer.placed", len(plan.starts))
+            span.set_attribute("placer.pending", len(pending))
+        if events:
+            self.ctx.relay.kick()
+        log.info(
+            "cycle",
+            extra=kv(
+                epoch=epoch,
+                pending=len(pending),
+                placed=len(plan.starts),
+                preempt=len(plan.preemptions),
+                ms=round(duration * 1000, 1),
+            ),
+        )
+        return plan

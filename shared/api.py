@@ -1,0 +1,187 @@
+"""Contracts: the user-facing API, request-reply on NATS (`muster.api.<verb>`).
+
+Admission serves these in a queue group, so replicas share the load. Every request
+names the acting user; every reply is either its result or an `ApiError` whose message
+says what to change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+API_PREFIX = "muster.api."
+AGENT_PREFIX = "muster.agent."
+HEARTBEAT_PREFIX = "muster.heartbeat."
+
+
+class Request(msgspec.Struct, frozen=True, kw_only=True):
+    user: str
+
+
+class SubmitRequest(Request, frozen=True, kw_only=True):
+    argv: tuple[str, ...] = ()  # options before the script, as typed
+    script: str
+    script_path: str = ""
+    args: tuple[str, ...] = ()
+    workdir: str = "/tmp"
+    dry_run: bool = False
+
+
+class SubmitReply(msgspec.Struct, frozen=True, kw_only=True):
+    job_ids: tuple[int, ...] = ()
+    warnings: tuple[str, ...] = ()
+    spec: dict[str, Any] | None = None  # what would be submitted (dry run)
+
+
+class JobSelector(Request, frozen=True, kw_only=True):
+    job_ids: tuple[int, ...] = ()
+    name: str | None = None
+    owner: str | None = None  # cancel every job of this user
+    signal: str | None = None
+    reason: str = ""
+
+
+class QueueRequest(Request, frozen=True, kw_only=True):
+    users: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()
+    all_states: bool = False
+    job_ids: tuple[int, ...] = ()
+
+
+class JobView(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of `muster queue --json`; field names are stable."""
+
+    job_id: int
+    name: str
+    user: str
+    account: str
+    partition: str
+    qos: str
+    state: str
+    reason: str
+    nodes: int
+    gpus: int
+    nodelist: tuple[str, ...]
+    submitted_at: float
+    started_at: float | None
+    ended_at: float | None
+    time_limit_s: int
+    elapsed_s: float
+    exit_code: int | None
+    restart_count: int
+    estimated_start: float | None = None
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    detail: str = ""
+
+
+class QueueReply(msgspec.Struct, frozen=True, kw_only=True):
+    jobs: tuple[JobView, ...]
+
+
+class ShowJobRequest(Request, frozen=True, kw_only=True):
+    job_id: int
+
+
+class AttemptView(msgspec.Struct, frozen=True, kw_only=True):
+    attempt: int
+    seq: int
+    nodes: tuple[str, ...]
+    world_size: int
+    reason: str
+    outcome: str | None
+    started_at: float
+    ended_at: float | None
+
+
+class ShowJobReply(msgspec.Struct, frozen=True, kw_only=True):
+    job: JobView
+    spec: dict[str, Any]
+    attempts: tuple[AttemptView, ...] = ()
+    why_pending: str = ""
+    priority: dict[str, float] = {}
+
+
+class GpuView(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    model: str
+    healthy: bool
+    allocated_to: int | None
+    last_xid: int | None
+
+
+class NodeView(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    state: str
+    reason: str
+    gpus_total: int
+    gpus_free: int
+    topology: tuple[str, ...]
+    last_heartbeat: float | None
+    last_fault: dict[str, Any] | None
+    gpus: tuple[GpuView, ...] = ()
+
+
+class NodesReply(msgspec.Struct, frozen=True, kw_only=True):
+    nodes: tuple[NodeView, ...]
+
+
+class NodeAction(Request, frozen=True, kw_only=True):
+    node: str
+    reason: str = ""
+
+
+class Ok(msgspec.Struct, frozen=True, kw_only=True):
+    message: str = "ok"
+    job_ids: tuple[int, ...] = ()
+
+
+class ApiError(msgspec.Struct, frozen=True, kw_only=True):
+    error: str
+    code: str = "invalid"
+    details: tuple[str, ...] = ()
+
+
+class Envelope(msgspec.Struct, frozen=True, kw_only=True):
+    """Every reply: exactly one of `ok` (raw JSON of the result) or `error`."""
+
+    ok: msgspec.Raw | None = None
+    error: ApiError | None = None
+
+
+# --- node agent (launcher executor + health probe on each node) --------------------
+
+
+class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: int
+    attempt: int
+    generation: int  # restart count: a newer generation supersedes older workers
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    workdir: str
+    stdout: str
+    stderr: str
+    run_as: str | None = None
+
+
+class StopWorkers(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: int
+    grace_s: float = 10.0
+    signal: str = "SIGTERM"
+    wait: bool = True
+
+
+class InjectFault(msgspec.Struct, frozen=True, kw_only=True):
+    gpu: int = 0
+    xid: int = 79
+    recovery_action: int | None = None
+    lose_gpu: bool = False
+
+
+class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
+    ok: bool
+    message: str = ""
+    workers: tuple[tuple[int, int, int], ...] = ()  # (job_id, attempt, generation) alive
