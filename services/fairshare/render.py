@@ -107,10 +107,10 @@ def table(header: Sequence[str], body: Sequence[Sequence[str]], left: int = 2) -
 
 
 def render_share_table(rows: Sequence[ShareRow]) -> str:
-    """sshare -l: accounts indented one space per level below root."""
+    """sshare -l: account names indented one space per level below root."""
     body = [
         [
-            " " * max(r.depth - 1, 0) + r.account if r.user is None else "",
+            " " * max(r.depth - 1, 0) + r.account,
             r.user or "",
             str(r.raw_shares) if r.depth else "",
             fmt_float(r.norm_shares),
