@@ -180,7 +180,7 @@ def test_factors_are_ranks_over_users_the_best_is_one_and_equal_usage_ties(
     sx: int, sy: int, raw: dict[str, int]
 ) -> None:
     table = compute_shares(two_account_tree(sx, sy), usage_of(raw))
-    ranks = {Assoc(r.account, r.user): r.rank for r in table.rows if r.user}
+    ranks = {Assoc(r.account, r.user): r.rank or 0 for r in table.rows if r.user}
     f = user_factors(table)
     assert max(f.values()) == 1.0
     assert all(f[a] == ranks[a] / 5 for a in f)
