@@ -79,3 +79,22 @@ def reset_due(last_reset: float | None, now: float, period: ResetPeriod | str) -
     if start is None:
         return False
     return last_reset is None or start > last_reset
+
+
+def advance(
+    usage: Mapping[K, float],
+    last_at: float,
+    now: float,
+    *,
+    half_life_s: float = HALF_LIFE_DEFAULT_S,
+    period: ResetPeriod | str = ResetPeriod.NONE,
+    last_reset: float | None = None,
+) -> tuple[dict[K, float], float | None]:
+    """Usage carried from `last_at` to `now`, and the new time of the last reset.
+
+    If a reset boundary passed since `last_reset`, usage starts again from zero (an
+    empty map) and the boundary becomes the last reset; otherwise it decays.
+    """
+    if reset_due(last_reset, now, period):
+        return {}, period_start(now, ResetPeriod(period))
+    return decay_all(usage, now - last_at, half_life_s), last_reset

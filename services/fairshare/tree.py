@@ -103,7 +103,7 @@ def check_tree(tree: AccountTree) -> tuple[TreeIssue, ...]:
             issues.append(
                 TreeIssue(problem=TreeProblem.UNKNOWN_PARENT, name=acct.name, detail=parent)
             )
-    parents = {a.name: parent_of(a) for a in tree.accounts}
+    parents = {a.name: parent_of(a) for a in tree.accounts if a.name != ROOT}
     for name in parents:
         seen = {name}
         cur = parents[name]

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from services.fairshare.decay import (
     HALF_LIFE_DEFAULT_S,
     ResetPeriod,
+    advance,
     decay,
     decay_all,
     period_start,
@@ -160,3 +161,15 @@ def test_period_start_is_the_latest_boundary() -> None:
     }
     saturday = at("2026-11-28T12:00:00")
     assert period_start(saturday, ResetPeriod.WEEKLY) == at("2026-11-22T00:00:00")
+
+
+def test_advance_decays_between_resets_and_starts_over_at_a_boundary() -> None:
+    usage = {Assoc("A", "x"): 100.0}
+    monday = at("2026-11-23T00:00:00")
+    saturday = at("2026-11-28T00:00:00")
+    sunday = at("2026-11-29T00:00:00")
+    kept = advance(
+        usage, monday, monday + DAY, half_life_s=DAY, period="weekly", last_reset=monday - DAY
+    )
+    wiped = advance(usage, saturday, sunday, half_life_s=DAY, period="weekly", last_reset=monday)
+    assert (kept, wiped) == (({Assoc("A", "x"): 50.0}, monday - DAY), ({}, sunday))
