@@ -1,0 +1,254 @@
+"""Pure: the cluster configuration, one TOML file -> a validated `ClusterConfig`.
+
+`load_config(text)` parses with tomllib and checks every key; an unknown key, a value of
+the wrong kind or a reference to something undefined is reported with its dotted key
+and what would be accepted. All problems are collected and raised together as one
+`ConfigError`, so an operator fixes the file in one go. See docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from enum import StrEnum
+
+import msgspec
+
+from . import config_read as r
+from .config_check import check_references
+from .config_read import ConfigProblem
+from .hostlist import expand
+
+
+class PreemptMode(StrEnum):
+    OFF = "off"  # jobs here are never preempted
+    REQUEUE = "requeue"  # preempted jobs go back to the queue
+    CANCEL = "cancel"  # preempted jobs end
+
+
+class Partition(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    nodes: tuple[str, ...]  # as written: node_set labels, hostlists or "ALL"
+    node_names: tuple[str, ...] | None  # resolved names; None means every node
+    default_time_s: int
+    max_time_s: int | None  # None: unlimited
+    max_nodes: int | None = None
+    max_gpus_per_job: int | None = None
+    priority_tier: int = 0
+    preempt_mode: PreemptMode = PreemptMode.REQUEUE
+    grace_time_s: int = 0
+    allowed_accounts: tuple[str, ...] = ()  # empty: every account
+    allowed_qos: tuple[str, ...] = ()  # empty: every QOS
+    default_qos: str | None = None
+    requires_approval: bool = False
+    can_preempt: tuple[str, ...] = ()  # partition names
+    can_preempt_tiers: tuple[int, ...] = ()  # or every partition at these tiers
+    reserved_gpus: int = 0  # GPUs on its nodes kept for this partition alone
+
+
+class Qos(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    priority: int = 0
+    max_gpus_per_user: int | None = None
+    max_running_jobs_per_user: int | None = None
+    max_submitted_jobs_per_user: int | None = None
+    max_gpus_per_account: int | None = None
+    max_running_jobs_per_account: int | None = None
+    max_submitted_jobs_per_account: int | None = None
+    min_runtime_s: int = 0  # a job runs at least this long before it can be preempted
+    preempt: tuple[str, ...] = ()  # QOS names this one may preempt
+
+
+class Account(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    parent: str | None
+    shares: int
+    coordinators: tuple[str, ...] = ()
+    description: str = ""
+
+
+class User(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    accounts: tuple[str, ...]
+    default_account: str
+
+
+class Billing(msgspec.Struct, frozen=True, kw_only=True):
+    default_gpu_weight: float = 1.0
+    gpu_weights: dict[str, float] = {}  # GPU model -> weight per GPU-second
+
+    def weight(self, model: str | None) -> float:
+        return self.gpu_weights.get(model or "", self.default_gpu_weight)
+
+
+class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
+    name: str = "muster"
+    default_partition: str
+    default_qos: str
+    max_array_index: int = 1000
+    node_sets: dict[str, tuple[str, ...]] = {}
+    partitions: dict[str, Partition]
+    qos: dict[str, Qos]
+    accounts: dict[str, Account] = {}  # empty: accounting off, any user, any account
+    users: dict[str, User] = {}
+    operators: tuple[str, ...] = ()
+    billing: Billing = Billing()
+
+    def ancestors(self, account: str) -> tuple[str, ...]:
+        """The account and its parents up to the root."""
+        chain: list[str] = []
+        current: str | None = account
+        while current is not None and current in self.accounts and current not in chain:
+            chain.append(current)
+            current = self.accounts[current].parent
+        return tuple(chain)
+
+
+class ConfigError(Exception):
+    """The file is not a valid configuration; `problems` lists every fault found."""
+
+    def __init__(self, problems: tuple[ConfigProblem, ...]) -> None:
+        self.problems = problems
+        lines = "\n".join(f"  {p.key}: {p.message}" for p in problems)
+        super().__init__(f"invalid cluster configuration ({len(problems)} problem(s)):\n{lines}")
+
+
+TOP_KEYS = ("cluster", "node_sets", "partitions", "qos", "accounts", "users", "roles", "billing")
+
+
+def load_config(text: str) -> ClusterConfig:
+    """Parse and check one TOML configuration; raises `ConfigError` naming each bad key."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError((ConfigProblem("<file>", f"not valid TOML: {err}"),)) from err
+    p = r.Problems()
+    r.unknown_keys(doc, "", TOP_KEYS, p)
+    cluster = r.fields(r.table(doc, "cluster", p), "cluster", r.CLUSTER, p)
+    node_sets = _node_sets(r.table(doc, "node_sets", p), p)
+    partitions = {
+        name: _partition(name, body, node_sets, p)
+        for name, body in r.named_tables(doc, "partitions", p).items()
+    }
+    qos = {name: _qos(name, body, p) for name, body in r.named_tables(doc, "qos", p).items()}
+    if not qos:
+        qos = {"normal": Qos(name="normal")}
+    accounts = {
+        name: _account(name, body, p) for name, body in r.named_tables(doc, "accounts", p).items()
+    }
+    users = {name: _user(name, body, p) for name, body in r.named_tables(doc, "users", p).items()}
+    roles = r.fields(r.table(doc, "roles", p), "roles", r.ROLES, p)
+    billing = _billing(r.table(doc, "billing", p), p)
+    if not partitions:
+        p.add("partitions", "define at least one partition, e.g. [partitions.normal]")
+    config = ClusterConfig(
+        name=str(cluster.get("name", "muster")),
+        default_partition=str(cluster.get("default_partition") or next(iter(partitions), "")),
+        default_qos=str(
+            cluster.get("default_qos") or ("normal" if "normal" in qos else next(iter(qos)))
+        ),
+        max_array_index=int(cluster.get("max_array_index", 1000)),
+        node_sets=node_sets,
+        partitions=partitions,
+        qos=qos,
+        accounts=accounts,
+        users=users,
+        operators=tuple(roles.get("operators", ())),
+        billing=billing,
+    )
+    check_references(config, p)
+    if p.items:
+        raise ConfigError(tuple(p.items))
+    return config
+
+
+def _node_sets(body: dict[str, object], p: r.Problems) -> dict[str, tuple[str, ...]]:
+    sets: dict[str, tuple[str, ...]] = {}
+    for label, value in body.items():
+        exprs = r.str_list(value, f"node_sets.{label}", p)
+        sets[label] = _expand_all(exprs, f"node_sets.{label}", {}, p) or ()
+    return sets
+
+
+def _expand_all(
+    exprs: tuple[str, ...], key: str, node_sets: dict[str, tuple[str, ...]], p: r.Problems
+) -> tuple[str, ...] | None:
+    names: dict[str, None] = {}
+    for expr in exprs:
+        if expr.upper() == "ALL":
+            return None
+        if expr in node_sets:
+            names.update(dict.fromkeys(node_sets[expr]))
+            continue
+        try:
+            names.update(dict.fromkeys(expand(expr)))
+        except ValueError as err:
+            known = ", ".join(node_sets) or "none defined"
+            p.add(key, f"{err}; expected ALL, a node_sets label ({known}) or a hostlist")
+    return tuple(names)
+
+
+def _partition(
+    name: str, body: dict[str, object], node_sets: dict[str, tuple[str, ...]], p: r.Problems
+) -> Partition:
+    key = f"partitions.{name}"
+    f = r.fields(body, key, r.PARTITION, p)
+    nodes = tuple(f.get("nodes", ("ALL",)))
+    max_time = f.get("max_time")
+    tiers = tuple(x for x in f.get("can_preempt", ()) if isinstance(x, int))
+    return Partition(
+        name=name,
+        nodes=nodes,
+        node_names=_expand_all(nodes, f"{key}.nodes", node_sets, p),
+        default_time_s=int(f.get("default_time") or max_time or 3600),
+        max_time_s=max_time,
+        max_nodes=f.get("max_nodes"),
+        max_gpus_per_job=f.get("max_gpus_per_job"),
+        priority_tier=int(f.get("priority_tier", 0)),
+        preempt_mode=PreemptMode(f.get("preempt_mode", "requeue")),
+        grace_time_s=int(f.get("grace_time") or 0),
+        allowed_accounts=tuple(f.get("allowed_accounts", ())),
+        allowed_qos=tuple(f.get("allowed_qos", ())),
+        default_qos=f.get("default_qos"),
+        requires_approval=bool(f.get("requires_approval", False)),
+        can_preempt=tuple(x for x in f.get("can_preempt", ()) if isinstance(x, str)),
+        can_preempt_tiers=tiers,
+        reserved_gpus=int(f.get("reserved_gpus", 0)),
+    )
+
+
+def _qos(name: str, body: dict[str, object], p: r.Problems) -> Qos:
+    f = r.fields(body, f"qos.{name}", r.QOS, p)
+    limits = {k: v for k, v in f.items() if k.startswith("max_")}
+    return Qos(
+        name=name,
+        priority=int(f.get("priority", 0)),
+        min_runtime_s=int(f.get("min_runtime") or 0),
+        preempt=tuple(f.get("preempt", ())),
+        **limits,
+    )
+
+
+def _account(name: str, body: dict[str, object], p: r.Problems) -> Account:
+    f = r.fields(body, f"accounts.{name}", r.ACCOUNT, p)
+    return Account(
+        name=name,
+        parent=f.get("parent"),
+        shares=int(f.get("shares", 1)),
+        coordinators=tuple(f.get("coordinators", ())),
+        description=str(f.get("description", "")),
+    )
+
+
+def _user(name: str, body: dict[str, object], p: r.Problems) -> User:
+    f = r.fields(body, f"users.{name}", r.USER, p)
+    accounts = tuple(f.get("accounts", ()))
+    if not accounts:
+        p.add(f"users.{name}.accounts", 'list at least one account, e.g. accounts = ["research"]')
+    default = f.get("default_account") or (accounts[0] if accounts else "")
+    return User(name=name, accounts=accounts, default_account=default)
+
+
+def _billing(body: dict[str, object], p: r.Problems) -> Billing:
+    f = r.fields(body, "billing", r.BILLING, p)
+    weights = f.get("gpu_weights", {})
+    return Billing(default_gpu_weight=float(f.get("default_gpu_weight", 1.0)), gpu_weights=weights)
