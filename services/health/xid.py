@@ -92,7 +92,7 @@ def _pid_name_message(rest: str) -> tuple[int | None, str | None, str]:
     pid_match = _PID_RE.match(rest)
     if pid_match is None:
         return None, None, rest  # old drivers: no pid=/name=, only the message
-    if pid_match["pid"] not in _UNKNOWN and "unknown" not in pid_match["pid"]:
+    if pid_match["pid"].isdigit():
         pid = int(pid_match["pid"])
     rest = rest[pid_match.end() :]
     name_match = _NAME_RE.match(rest)
