@@ -145,6 +145,7 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True):
     strict_order: bool = False  # FIFO: nothing starts behind the first blocked job
     preemption: bool = True
     max_preemptors: int = 32  # jobs per pass that may search for victims
+    max_switch_wait_s: int = 300  # --switches=K without @T waits this long (as Slurm)
 
 
 class Waiting(StrEnum):

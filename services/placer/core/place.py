@@ -1,40 +1,51 @@
-"""Pure core: place(snapshot, pending, now) -> Plan (first version: first-fit gangs).
+"""Pure core: place(snapshot, pending, now) -> Plan, and the Prepared cluster behind it.
 
-No I/O, no clock, no randomness: the same input always gives the same plan.
+One pass walks pending jobs in order (tier, priority, submit time, id). Each job either
+starts now (topology-aware gang placement, see select.py), preempts lower tiers, or
+waits with a reason; the first `reservation_depth` blocked jobs get a booked start
+(timeline.py) that later jobs may not delay: that is backfill. No I/O, no clock, no
+randomness: the same input always gives the same plan.
+
+`prepare(snapshot, now)` builds the index once; `Prepared.plan(pending)` is a full pass
+and `Prepared.place_one(job)` places one more job against what the index holds then
+(the incremental path for a job submitted between passes: O(switches), not O(nodes)).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from services.placer.core.calendar import Window, inside, off_limits, windows
+from services.placer.core.index import ROOT, ClusterIndex, Pool
+from services.placer.core.limits import Usage, check
 from services.placer.core.model import (
     Grant,
     JobRequest,
-    NodeState,
     Plan,
     PolicyConfig,
+    Preempt,
     Snapshot,
     Start,
     Wait,
     Waiting,
 )
+from services.placer.core.preempt import choose_victims
+from services.placer.core.select import (
+    NO_TOPOLOGY,
+    CandidateView,
+    Chosen,
+    IndexView,
+    select_gang,
+    select_total,
+)
+from services.placer.core.shape import Shape, precheck, shape_of
+from services.placer.core.timeline import Booking, Future, Need, earliest
 
 DEFAULT_POLICY = PolicyConfig()
 
 
-def _free_gpus(snapshot: Snapshot) -> dict[str, list[int]]:
-    busy: set[tuple[str, int]] = set()
-    for job in snapshot.running:
-        for grant in job.grants:
-            busy.update((grant.node, g) for g in grant.gpus)
-    return {
-        n.name: [g.index for g in n.gpus if g.healthy and (n.name, g.index) not in busy]
-        for n in snapshot.nodes
-        if n.state is NodeState.UP
-    }
-
-
-def _order(job: JobRequest) -> tuple[float, float, float, int]:
+def order_key(job: JobRequest) -> tuple[int, float, float, int]:
+    """Tier first, then priority (both high first), then submit time, then id."""
     return (-job.tier, -job.priority, job.submitted_at, job.job_id)
 
 
@@ -44,23 +55,266 @@ def place(
     now: float,
     config: PolicyConfig = DEFAULT_POLICY,
 ) -> Plan:
-    free = _free_gpus(snapshot)
-    starts: list[Start] = []
-    waits: list[Wait] = []
-    for job in sorted(pending, key=_order):
-        if job.held:
-            waits.append(Wait(job_id=job.job_id, reason=Waiting.HELD))
-            continue
-        if job.blocked_by is not None:
-            waits.append(Wait(job_id=job.job_id, reason=Waiting.DEPENDENCY, detail=job.blocked_by))
-            continue
-        fits = [name for name, gpus in free.items() if len(gpus) >= job.gpus_per_node]
-        if len(fits) < job.nodes_min:
-            waits.append(Wait(job_id=job.job_id, reason=Waiting.RESOURCES))
-            continue
+    """Decide, for every pending job, start now, preempt for it, or wait (and why)."""
+    return prepare(snapshot, now, config).plan(pending)
+
+
+def prepare(snapshot: Snapshot, now: float, config: PolicyConfig = DEFAULT_POLICY) -> Prepared:
+    return Prepared(snapshot, now, config)
+
+
+class Prepared:
+    """One snapshot indexed for placement at `now`. Not thread-safe; cheap to drop."""
+
+    def __init__(self, snapshot: Snapshot, now: float, config: PolicyConfig) -> None:
+        self.snapshot = snapshot
+        self.now = now
+        self.config = config
+        self.ix = ix = ClusterIndex(snapshot)
+        self.usage = Usage.of(snapshot.running)
+        self.future = Future(ix)
+        for r in snapshot.running:
+            end = max(now, r.started_at + r.time_limit_s)
+            if r.preempted_by is not None:
+                end = min(end, now + r.grace_s)
+            picks = [(ix.id_of[g.node], ix.mask_of(ix.id_of[g.node], g.gpus)) for g in r.grants]
+            self.future.add(end, picks, r.job_id)
+        self.windows: list[Window] = windows(ix, snapshot.reservations, now)
+        self.bookings: list[Booking] = []
+        self.victims: set[int] = set()
+        self.blocked_by: int | None = None  # first job left waiting for resources
+        self.tested = 0
+        self.preemptors = 0
+
+    def plan(self, pending: Sequence[JobRequest]) -> Plan:
+        starts: list[Start] = []
+        preempts: list[Preempt] = []
+        waits: list[Wait] = []
+        for job in sorted(pending, key=order_key):
+            out = self._decide(job, preempts)
+            if isinstance(out, Start):
+                starts.append(out)
+            else:
+                waits.append(out)
+        return Plan(starts=tuple(starts), preemptions=tuple(preempts), waits=tuple(waits))
+
+    def place_one(self, job: JobRequest) -> Plan:
+        """One more job against the state left by earlier calls (starts, bookings)."""
+        preempts: list[Preempt] = []
+        out = self._decide(job, preempts)
+        if isinstance(out, Start):
+            return Plan(starts=(out,), preemptions=tuple(preempts))
+        return Plan(waits=(out,), preemptions=tuple(preempts))
+
+    # --- one job ----------------------------------------------------------------------
+
+    def _decide(self, job: JobRequest, preempts: list[Preempt]) -> Start | Wait:
+        early = precheck(self.ix, job)
+        if early is not None:
+            return Wait(job_id=job.job_id, reason=early[0], detail=early[1])
+        if self.config.strict_order and self.blocked_by is not None:
+            return self._wait(job, Waiting.PRIORITY, f"in order behind job {self.blocked_by}")
+        shape = shape_of(job, self.ix)
+        over = check(self.snapshot.limits, self.usage, job, shape.gpus)
+        if over is not None:
+            return self._wait(job, over[0], over[1])
+        if self.tested >= self.config.max_job_test:
+            return self._wait(job, Waiting.NOT_TESTED, "beyond max_job_test this pass")
+        self.tested += 1
+        pool = self.ix.pool(job.partition, job.gpu_model)
+        got = self._try_start(job, pool, shape)
+        if isinstance(got, Start | Wait):
+            return got
+        return self._blocked(job, pool, shape, got, preempts)
+
+    def _wait(
+        self, job: JobRequest, reason: Waiting, detail: str = "", at: float | None = None
+    ) -> Wait:
+        return Wait(job_id=job.job_id, reason=reason, detail=detail, estimated_start=at)
+
+    def _try_start(self, job: JobRequest, pool: Pool, shape: Shape) -> Start | Wait | str:
+        """A Start, a Wait for a reason other than room, or why there is no room."""
+        now = self.now
+        avoid, window = off_limits(self.windows, job, now)
+        only = None
+        if job.reservation is not None:
+            mine = inside(self.windows, job)
+            if mine is None:
+                return self._wait(job, Waiting.BAD_CONSTRAINTS, f"no {job.reservation}")
+            if mine.start > now:
+                return self._wait(job, Waiting.RESERVATION, "not open yet", mine.start)
+            only = mine.nodes
+        end = now + job.time_limit_s
+        lent = [b for b in self.bookings if b.at >= end]
+        plain = not avoid and only is None and shape.total is None and not _filters(job)
+        if plain and pool.ge[ROOT][shape.g] + sum(len(b.held) for b in lent) < shape.nmin:
+            return "no room"
+        for b in lent:
+            for i, m in b.held:
+                self.ix.give(i, m)
+        chosen = self._select(job, pool, shape, self._ok(job, avoid, only))
+        start = self._commit(job, shape, chosen, lent) if isinstance(chosen, Chosen) else None
+        self._rehold(lent)
+        if start is not None:
+            return start
+        if avoid and window is not None:
+            dry = self._select(job, pool, shape, self._ok(job, frozenset(), only))
+            if isinstance(dry, Chosen):
+                detail = f"would run into {window.name} at {window.start:.0f}"
+                return self._wait(job, Waiting.RESERVATION, detail, window.end)
+        return chosen if isinstance(chosen, str) else "no room"
+
+    def _ok(
+        self, job: JobRequest, avoid: frozenset[int], only: frozenset[int] | None
+    ) -> Callable[[int], bool] | None:
+        if not avoid and only is None and not _filters(job):
+            return None
+        ix = self.ix
+        out = set(avoid) | {ix.id_of[n] for n in job.excluded_nodes if n in ix.id_of}
+        if job.required_nodes:
+            req = frozenset(ix.id_of[n] for n in job.required_nodes if n in ix.id_of)
+            only = req if only is None else only & req
+        whole = job.exclusive
+        free, healthy, jobs_on = ix.free, ix.healthy, ix.jobs_on
+
+        def ok(i: int) -> bool:
+            if i in out or (only is not None and i not in only):
+                return False
+            return not whole or (jobs_on[i] == 0 and free[i] == healthy[i])
+
+        return ok
+
+    def _select(
+        self, job: JobRequest, pool: Pool, shape: Shape, ok: Callable[[int], bool] | None
+    ) -> Chosen | str:
+        ix = self.ix
+        view: IndexView | CandidateView = IndexView(ix, pool)
+        g = shape.g if shape.total is None else 1
+        if ok is not None:
+            view = CandidateView(ix, {i: ix.free[i] for i in view.candidates(g) if ok(i)}, g)
+        if shape.total is not None:
+            return select_total(ix, view, shape.total, shape.nmax)
+        nmin = shape.nmin
+        if job.required_nodes:
+            nmin = max(nmin, min(len(job.required_nodes), shape.nmax))
+        return select_gang(ix, view, nmin, shape.nmax, shape.g, self._max_leaves(job))
+
+    def _max_leaves(self, job: JobRequest) -> int | None:
+        if job.max_switches is None:
+            return None
+        wait = job.switches_wait_s or self.config.max_switch_wait_s
+        return None if self.now >= job.submitted_at + wait else job.max_switches
+
+    def _commit(self, job: JobRequest, shape: Shape, chosen: Chosen, lent: list[Booking]) -> Start:
+        ix = self.ix
         grants = []
-        for name in fits[: job.nodes_max]:
-            taken, free[name] = free[name][: job.gpus_per_node], free[name][job.gpus_per_node :]
-            grants.append(Grant(node=name, gpus=tuple(taken)))
-        starts.append(Start(job_id=job.job_id, grants=tuple(grants), why="first fit"))
-    return Plan(starts=tuple(starts), waits=tuple(waits))
+        picks = []
+        for i, m in chosen.picks:
+            mask = ix.free[i] if job.exclusive else m
+            ix.take(i, mask)
+            ix.jobs_on[i] += 1
+            if job.exclusive:
+                ix.hold_node(i)
+            picks.append((i, mask))
+            grants.append(Grant(node=ix.nodes[i].name, gpus=ix.gpus_of(i, mask)))
+        self.future.add(self.now + job.time_limit_s, picks, job.job_id)
+        gpus = sum(m.bit_count() for _, m in picks)
+        self.usage.add(job.user, job.account, job.qos, gpus)
+        why = chosen.why
+        taken = dict(picks)
+        used = [b.job_id for b in lent if any(m & taken.get(i, 0) for i, m in b.held)]
+        if used:
+            why += f"; backfilled, ends before the reserved start of job {used[0]}"
+        elif self.blocked_by is not None:
+            why += f"; backfilled on GPUs no reservation needs (job {self.blocked_by} waits)"
+        return Start(
+            job_id=job.job_id, grants=tuple(grants), backfilled=self.blocked_by is not None, why=why
+        )
+
+    def _rehold(self, lent: list[Booking]) -> None:
+        ix = self.ix
+        for b in lent:
+            held = tuple((i, m & ix.free[i]) for i, m in b.held if m & ix.free[i])
+            for i, m in held:
+                ix.take(i, m)
+            self.bookings[self.bookings.index(b)] = b._replace(held=held)
+
+    # --- blocked: preempt, book, wait ---------------------------------------------------
+
+    def _blocked(
+        self, job: JobRequest, pool: Pool, shape: Shape, why: str, preempts: list[Preempt]
+    ) -> Wait:
+        if why == NO_TOPOLOGY:
+            wait = job.switches_wait_s or self.config.max_switch_wait_s
+            detail = f"not within {job.max_switches} leaf switches yet"
+            return self._wait(job, Waiting.TOPOLOGY, detail, job.submitted_at + wait)
+        cfg = self.config
+        if cfg.preemption and job.can_preempt and self.preemptors < cfg.max_preemptors:
+            got = self._preempt(job, pool, shape, preempts)
+            if got is not None:
+                return got
+        reason = Waiting.RESOURCES if self.blocked_by is None else Waiting.PRIORITY
+        detail = "" if self.blocked_by is None else f"behind job {self.blocked_by}"
+        at = None
+        if cfg.backfill and len(self.bookings) < cfg.reservation_depth:
+            at = self._book(job, pool, shape)
+        if self.blocked_by is None:
+            self.blocked_by = job.job_id
+        return self._wait(job, reason, detail, at)
+
+    def _need_ok(self, job: JobRequest, pool: Pool) -> Callable[[int], bool]:
+        avoid, _ = off_limits(self.windows, job, self.now)
+        inner = self._ok(job, avoid, None)
+        member = pool.member
+        if inner is None:
+            return lambda i: bool(member[i])
+        return lambda i: bool(member[i]) and inner(i)
+
+    def _book(self, job: JobRequest, pool: Pool, shape: Shape) -> float | None:
+        ix = self.ix
+        need = Need(shape.g, shape.nmin, job.time_limit_s, self.now)
+        ok = self._need_ok(job, pool)
+        found = earliest(ix, self.future, IndexView(ix, pool), self.future.releases(), need, ok)
+        if found is None:
+            return None
+        at, view = found
+        chosen = select_gang(ix, view, shape.nmin, shape.nmin, shape.g, None)
+        if isinstance(chosen, str):
+            return None
+        until = at + job.time_limit_s
+        self.future.promise(chosen.picks, at, until)
+        self.future.add(until, chosen.picks, job.job_id)
+        held = tuple((i, m & ix.free[i]) for i, m in chosen.picks if m & ix.free[i])
+        for i, m in held:
+            ix.take(i, m)
+        self.bookings.append(Booking(job.job_id, at, until, chosen.picks, held))
+        return at
+
+    def _preempt(
+        self, job: JobRequest, pool: Pool, shape: Shape, preempts: list[Preempt]
+    ) -> Wait | None:
+        got = choose_victims(self, job, pool, shape, self._need_ok(job, pool))
+        if got is None:
+            return None
+        picks, victims = got
+        self.preemptors += 1
+        grace = max((v.grace_s for v in victims), default=0)
+        ix = self.ix
+        held = [(i, m & ix.free[i]) for i, m in picks if m & ix.free[i]]
+        for i, m in held:
+            ix.take(i, m)
+        until = self.now + grace + job.time_limit_s
+        self.future.promise(picks, self.now, until)
+        self.future.add(until, picks, job.job_id)
+        for v in victims:
+            self.victims.add(v.job_id)
+            if v.preempted_by is None:
+                preempts.append(
+                    Preempt(victim_job_id=v.job_id, for_job_id=job.job_id, grace_s=v.grace_s)
+                )
+        names = ", ".join(str(v.job_id) for v in victims)
+        return self._wait(job, Waiting.PREEMPTING, f"waiting for {names} to exit", self.now + grace)
+
+
+def _filters(job: JobRequest) -> bool:
+    return bool(job.exclusive or job.required_nodes or job.excluded_nodes)

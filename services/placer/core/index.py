@@ -1,0 +1,221 @@
+"""Pure core, working state: a mutable index of free GPUs built from one Snapshot.
+
+The index exists for the length of one pass (or one prepared cluster, see `prepare`). It
+keeps what placement asks for constantly in O(1):
+
+- per node: a bitmask of free healthy GPUs and `avail` (their count, -1 if the node takes
+  no new work: not UP, or held whole by an exclusive job);
+- per pool (nodes serving one partition with one GPU model) and per topology domain
+  (root, every switch, every block): `ge[domain][k]`, how many pool nodes have >= k GPUs
+  free, updated on every take and release along the node's short domain chain;
+- per pool: nodes bucketed by free count, each bucket a sorted list, for best fit.
+
+Nodes are numbered in topology order (path, then name), so low numbers pack one switch.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+from services.placer.core.model import Node, NodeState, Snapshot
+
+ROOT = 0
+
+
+class Pool:
+    """The nodes one (partition, gpu model) can use, with their counts per domain."""
+
+    __slots__ = ("buckets", "ge", "key", "member", "size", "up", "widest")
+
+    def __init__(self, key: tuple[str, str | None], n_nodes: int, n_domains: int, width: int):
+        self.key = key
+        self.member = bytearray(n_nodes)
+        self.ge = [[0] * (width + 1) for _ in range(n_domains)]
+        self.buckets: list[list[int]] = [[] for _ in range(width + 1)]
+        self.size = 0  # member nodes, any state
+        self.up = 0  # member nodes UP
+        self.widest = 0  # most healthy GPUs on one member node
+
+
+class ClusterIndex:
+    """Free GPUs by node, pool and domain. Mutated only through take/give/hold_node."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        nodes = sorted(snapshot.nodes, key=lambda n: (n.topology, n.block or "", n.name))
+        self.nodes: list[Node] = nodes
+        self.id_of = {n.name: i for i, n in enumerate(nodes)}
+        self.width = max((len(n.gpus) for n in nodes), default=0)
+        self._build_gpus(nodes)
+        self._build_domains(nodes)
+        self.jobs_on = [0] * len(nodes)
+        self.up = bytearray(n.state is NodeState.UP for n in nodes)
+        self.avail = [
+            m.bit_count() if n.state is NodeState.UP else -1
+            for n, m in zip(nodes, self.free, strict=True)
+        ]
+        self.pools: dict[tuple[str, str | None], Pool] = {}
+        self._mark_running(snapshot)
+
+    # --- building -----------------------------------------------------------------------
+
+    def _build_gpus(self, nodes: list[Node]) -> None:
+        self.bit_to_gpu: list[tuple[int, ...]] = []
+        self.groups: list[tuple[int, ...]] = []
+        self.free: list[int] = []
+        self.healthy: list[int] = []
+        self.model: list[str | None] = []
+        for n in nodes:
+            self.bit_to_gpu.append(tuple(g.index for g in n.gpus))
+            by_locality: dict[int, int] = {}
+            healthy = 0
+            for bit, g in enumerate(n.gpus):
+                if g.healthy:
+                    healthy |= 1 << bit
+                    by_locality[g.locality] = by_locality.get(g.locality, 0) | 1 << bit
+            self.groups.append(tuple(by_locality[k] for k in sorted(by_locality)))
+            self.free.append(healthy)
+            self.healthy.append(healthy)
+            self.model.append(n.gpus[0].model if n.gpus else None)
+
+    def _build_domains(self, nodes: list[Node]) -> None:
+        ids: dict[tuple[str, ...], int] = {(): ROOT}
+        self.domain_name: list[str] = ["cluster"]
+        self.kids: list[list[int]] = [[]]
+        self.direct: list[list[int]] = [[]]
+        self.depth: list[int] = [0]
+        self.chain: list[tuple[int, ...]] = []
+        self.leaf_of: list[int] = []
+        for i, n in enumerate(nodes):
+            chain = [ROOT]
+            path = tuple(n.topology)
+            for depth in range(1, len(path) + 1):
+                chain.append(self._domain(ids, path[:depth], path[depth - 1], chain[-1], depth))
+            self.direct[chain[-1]].append(i)
+            self.leaf_of.append(chain[-1])
+            if n.block is not None:
+                key = ("\0block", n.block)
+                block = self._domain(ids, key, n.block, -1, -1)
+                self.direct[block].append(i)
+                chain.append(block)
+            self.chain.append(tuple(chain))
+        self.levels = self._levels()
+        self.leaves = sorted(set(self.leaf_of))
+
+    def _domain(
+        self, ids: dict[tuple[str, ...], int], key: tuple[str, ...], name: str, up: int, depth: int
+    ) -> int:
+        found = ids.get(key)
+        if found is not None:
+            return found
+        d = ids[key] = len(self.domain_name)
+        self.domain_name.append(name)
+        self.kids.append([])
+        self.direct.append([])
+        self.depth.append(depth)
+        if up >= 0:
+            self.kids[up].append(d)
+        return d
+
+    def _levels(self) -> list[list[int]]:
+        """Domains grouped by level, smallest first: blocks, deepest switches ... root."""
+        deepest = max(self.depth)
+        levels = [[d for d, dep in enumerate(self.depth) if dep == -1]]
+        levels += [
+            [d for d, dep in enumerate(self.depth) if dep == level]
+            for level in range(deepest, 0, -1)
+        ]
+        return [level for level in levels if level]
+
+    def _mark_running(self, snapshot: Snapshot) -> None:
+        for job in snapshot.running:
+            for grant in job.grants:
+                i = self.id_of.get(grant.node)
+                if i is None:
+                    continue
+                self.jobs_on[i] += 1
+                self.free[i] &= ~self.mask_of(i, grant.gpus)
+                if self.avail[i] >= 0:
+                    self.avail[i] = -1 if job.exclusive else self.free[i].bit_count()
+
+    # --- pools ----------------------------------------------------------------------------
+
+    def pool(self, partition: str, model: str | None) -> Pool:
+        key = (partition, model)
+        found = self.pools.get(key)
+        if found is None:
+            found = self.pools[key] = self._new_pool(key)
+        return found
+
+    def _new_pool(self, key: tuple[str, str | None]) -> Pool:
+        partition, model = key
+        pool = Pool(key, len(self.nodes), len(self.domain_name), self.width)
+        for i, n in enumerate(self.nodes):
+            if n.partitions and partition not in n.partitions:
+                continue
+            if model is not None and self.model[i] != model:
+                continue
+            pool.member[i] = 1
+            pool.size += 1
+            pool.up += n.state is NodeState.UP
+            pool.widest = max(pool.widest, self.healthy[i].bit_count())
+            a = self.avail[i]
+            if a >= 0:
+                pool.buckets[a].append(i)
+                for d in self.chain[i]:
+                    row = pool.ge[d]
+                    for k in range(a + 1):
+                        row[k] += 1
+        return pool
+
+    def pools_of(self, i: int) -> list[Pool]:
+        return [p for p in self.pools.values() if p.member[i]]
+
+    # --- changes --------------------------------------------------------------------------
+
+    def mask_of(self, i: int, gpu_indexes: tuple[int, ...]) -> int:
+        bits = self.bit_to_gpu[i]
+        mask = 0
+        for g in gpu_indexes:
+            if g in bits:
+                mask |= 1 << bits.index(g)
+        return mask
+
+    def gpus_of(self, i: int, mask: int) -> tuple[int, ...]:
+        bits = self.bit_to_gpu[i]
+        return tuple(bits[b] for b in range(len(bits)) if mask >> b & 1)
+
+    def take(self, i: int, mask: int) -> None:
+        """Mark GPUs busy (a start, or held for a reservation or a preemptor)."""
+        self.free[i] &= ~mask
+        if self.avail[i] >= 0:
+            self._set_avail(i, self.free[i].bit_count())
+
+    def give(self, i: int, mask: int) -> None:
+        """Undo a take (a reservation hold lent to a job that ends in time)."""
+        self.free[i] |= mask & self.healthy[i]
+        if self.avail[i] >= 0:
+            self._set_avail(i, self.free[i].bit_count())
+
+    def hold_node(self, i: int) -> None:
+        """An exclusive job holds the whole node: nothing else goes there."""
+        self._set_avail(i, -1)
+
+    def _set_avail(self, i: int, new: int) -> None:
+        old = self.avail[i]
+        if new == old:
+            return
+        self.avail[i] = new
+        chain = self.chain[i]
+        for pool in self.pools.values():
+            if not pool.member[i]:
+                continue
+            if old >= 0:
+                bucket = pool.buckets[old]
+                del bucket[bisect_left(bucket, i)]
+            if new >= 0:
+                insort(pool.buckets[new], i)
+            lo, hi, step = (old + 1, new + 1, 1) if new > old else (new + 1, old + 1, -1)
+            for d in chain:
+                row = pool.ge[d]
+                for k in range(lo, hi):
+                    row[k] += step

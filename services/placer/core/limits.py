@@ -1,0 +1,75 @@
+"""Pure core, dynamic limits: running GPUs and jobs per user, account and QOS.
+
+Usage counts running jobs and the starts decided earlier in the same pass, so a pass
+never overshoots a cap. A missing key has no cap.
+"""
+
+from __future__ import annotations
+
+from services.placer.core.model import JobRequest, Limits, Running, Waiting
+
+
+class Usage:
+    """Running GPUs and jobs per user, account, QOS and (QOS, user)."""
+
+    def __init__(self) -> None:
+        self.gpus: dict[tuple[str, str], int] = {}
+        self.jobs: dict[tuple[str, str], int] = {}
+
+    @classmethod
+    def of(cls, running: tuple[Running, ...]) -> Usage:
+        usage = cls()
+        for r in running:
+            usage.add(r.user, r.account, r.qos, sum(len(g.gpus) for g in r.grants))
+        return usage
+
+    def add(self, user: str, account: str, qos: str, gpus: int) -> None:
+        for key in (("u", user), ("a", account), ("q", qos), ("qu", f"{qos}\0{user}")):
+            self.gpus[key] = self.gpus.get(key, 0) + gpus
+            self.jobs[key] = self.jobs.get(key, 0) + 1
+
+
+def check(limits: Limits, usage: Usage, job: JobRequest, gpus: int) -> tuple[Waiting, str] | None:
+    """The first limit that starting `gpus` more GPUs for this job would break."""
+    user = limits.users.get(job.user, limits.user_default)
+    checks = [
+        (
+            ("u", job.user),
+            user.max_gpus,
+            user.max_jobs,
+            Waiting.USER_MAX_GPUS,
+            Waiting.USER_MAX_JOBS,
+        )
+    ]
+    account = limits.accounts.get(job.account)
+    if account is not None:
+        checks.append(
+            (
+                ("a", job.account),
+                account.max_gpus,
+                account.max_jobs,
+                Waiting.ACCOUNT_MAX_GPUS,
+                Waiting.ACCOUNT_MAX_JOBS,
+            )
+        )
+    qos = limits.qos.get(job.qos)
+    if qos is not None:
+        checks.append(
+            (("q", job.qos), qos.max_gpus, qos.max_jobs, Waiting.QOS_MAX_GPUS, Waiting.QOS_MAX_JOBS)
+        )
+        checks.append(
+            (
+                ("qu", f"{job.qos}\0{job.user}"),
+                qos.max_gpus_per_user,
+                qos.max_jobs_per_user,
+                Waiting.QOS_MAX_GPUS_PER_USER,
+                Waiting.QOS_MAX_JOBS_PER_USER,
+            )
+        )
+    for key, max_gpus, max_jobs, gpu_reason, job_reason in checks:
+        held = usage.gpus.get(key, 0)
+        if max_gpus is not None and held + gpus > max_gpus:
+            return gpu_reason, f"{held} GPUs running + {gpus} asked > {max_gpus}"
+        if max_jobs is not None and usage.jobs.get(key, 0) + 1 > max_jobs:
+            return job_reason, f"{usage.jobs.get(key, 0)} jobs running, cap {max_jobs}"
+    return None

@@ -1,0 +1,204 @@
+"""Pure core, placement of one gang on a view of usable GPUs.
+
+Topology first: the job goes into the smallest domain (a block, then a leaf switch, then
+each level up to the whole cluster) that can hold it whole, choosing the tightest such
+domain (best fit, so large holes stay whole for large jobs). Inside it, nodes with the
+fewest spare GPUs go first; inside a node, GPUs sharing one locality group.
+
+A view says which GPUs a job may use: `IndexView` is the live index (fast, counts are
+kept up to date), `CandidateView` is an explicit map (filtered nodes, future states).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import msgspec
+
+from services.placer.core.index import ROOT, ClusterIndex, Pool
+
+
+class Chosen(msgspec.Struct, frozen=True):
+    picks: tuple[tuple[int, int], ...]  # (node id, GPU bitmask)
+    why: str
+
+
+class IndexView:
+    """The index as it stands, limited to one pool."""
+
+    __slots__ = ("ix", "pool")
+
+    def __init__(self, ix: ClusterIndex, pool: Pool) -> None:
+        self.ix = ix
+        self.pool = pool
+
+    def usable(self, i: int) -> int:
+        return self.ix.free[i] if self.pool.member[i] and self.ix.avail[i] >= 0 else -1
+
+    def count(self, d: int, g: int) -> int:
+        return self.pool.ge[d][g] if g < len(self.pool.ge[d]) else 0
+
+    def candidates(self, g: int) -> Iterator[int]:
+        for bucket in self.pool.buckets[g:]:
+            yield from bucket
+
+
+class CandidateView:
+    """An explicit set of usable nodes with their usable GPUs, counted for one size g."""
+
+    __slots__ = ("counts", "g", "masks")
+
+    def __init__(self, ix: ClusterIndex, masks: dict[int, int], g: int) -> None:
+        self.g = g
+        self.masks = {i: m for i, m in masks.items() if m.bit_count() >= g}
+        counts: dict[int, int] = {}
+        for i in self.masks:
+            for d in ix.chain[i]:
+                counts[d] = counts.get(d, 0) + 1
+        self.counts = counts
+
+    def usable(self, i: int) -> int:
+        return self.masks.get(i, -1)
+
+    def count(self, d: int, g: int) -> int:
+        return self.counts.get(d, 0)
+
+    def candidates(self, g: int) -> Iterator[int]:
+        return iter(sorted(self.masks))
+
+
+View = IndexView | CandidateView
+
+NO_ROOM = "no room"
+NO_TOPOLOGY = "no room within the switch limit"
+
+
+def select_gang(
+    ix: ClusterIndex, view: View, nmin: int, nmax: int, g: int, max_leaves: int | None
+) -> Chosen | str:
+    """Nodes and GPUs for nmin..nmax nodes of g GPUs each, or why not."""
+    n = min(nmax, view.count(ROOT, g))
+    if n < nmin:
+        return NO_ROOM
+    if max_leaves is not None:
+        tops = sorted((view.count(leaf, g) for leaf in ix.leaves), reverse=True)
+        n = min(n, sum(tops[:max_leaves]))
+        if n < nmin:
+            return NO_TOPOLOGY
+    d = _choose_domain(ix, view, n, g)
+    nodes = _take_nodes(ix, view, d, n, g)
+    if max_leaves is not None and len({ix.leaf_of[i] for i in nodes}) > max_leaves:
+        return NO_TOPOLOGY
+    picks = tuple((i, pick_gpus(ix, i, view.usable(i), g)) for i in sorted(nodes))
+    return Chosen(picks, _why(ix, d, picks))
+
+
+def _choose_domain(ix: ClusterIndex, view: View, n: int, g: int) -> int:
+    for level in ix.levels:
+        best = -1
+        best_count = 0
+        for d in level:
+            c = view.count(d, g)
+            if c >= n and (best < 0 or c < best_count):
+                best, best_count = d, c
+        if best >= 0:
+            return best
+    return ROOT
+
+
+def _take_nodes(ix: ClusterIndex, view: View, d: int, n: int, g: int) -> list[int]:
+    kids = [(view.count(k, g), k) for k in ix.kids[d]]
+    kids = sorted(((c, k) for c, k in kids if c > 0), key=lambda ck: (-ck[0], ck[1]))
+    fitting = [ck for ck in kids if ck[0] >= n]
+    if fitting:
+        return _take_nodes(ix, view, min(fitting)[1], n, g)
+    direct = sorted((u.bit_count(), i) for i in ix.direct[d] if (u := view.usable(i)) >= 0)
+    direct = [(a, i) for a, i in direct if a >= g]
+    if len(direct) >= n or not kids:
+        return [i for _, i in direct[:n]]
+    taken: list[int] = []
+    rest = n
+    for pos, (c, k) in enumerate(kids):
+        if rest == 0:
+            break
+        if c >= rest:
+            best = min(ck for ck in kids[pos:] if ck[0] >= rest)
+            taken += _take_nodes(ix, view, best[1], rest, g)
+            rest = 0
+            break
+        taken += _take_nodes(ix, view, k, c, g)
+        rest -= c
+    return taken + [i for _, i in direct[:rest]]
+
+
+def pick_gpus(ix: ClusterIndex, i: int, usable: int, g: int) -> int:
+    """g GPUs from `usable`, inside one locality group if one has room (the tightest)."""
+    if g <= 0:
+        return 0
+    groups = [m & usable for m in ix.groups[i]]
+    fitting = [(m.bit_count(), m) for m in groups if m.bit_count() >= g]
+    if fitting:
+        return _lowest_bits(min(fitting)[1], g)
+    out = 0
+    rest = g
+    for m in sorted(groups, key=lambda m: -m.bit_count()):
+        part = _lowest_bits(m, min(rest, m.bit_count()))
+        out |= part
+        rest -= part.bit_count()
+        if rest == 0:
+            break
+    return out
+
+
+def _lowest_bits(mask: int, k: int) -> int:
+    out = 0
+    for _ in range(k):
+        low = mask & -mask
+        out |= low
+        mask ^= low
+    return out
+
+
+def select_total(ix: ClusterIndex, view: View, total: int, max_nodes: int) -> Chosen | str:
+    """A free-form layout of `total` GPUs over as few nodes as possible (gpus_total)."""
+    usable = {i: view.usable(i) for i in view.candidates(1)}
+    if sum(m.bit_count() for m in usable.values()) < total:
+        return NO_ROOM
+    sums: dict[int, int] = {}
+    for i, m in usable.items():
+        for d in ix.chain[i]:
+            sums[d] = sums.get(d, 0) + m.bit_count()
+    d = ROOT
+    for level in ix.levels:
+        fits = [(sums[x], x) for x in level if sums.get(x, 0) >= total]
+        if fits:
+            d = min(fits)[1]
+            break
+    inside = sorted(((m.bit_count(), i) for i, m in usable.items() if d in ix.chain[i]))
+    picks: list[tuple[int, int]] = []
+    rest = total
+    while rest > 0 and inside:
+        fit = next(((a, i) for a, i in inside if a >= rest), inside[-1])
+        inside.remove(fit)
+        take = min(rest, fit[0])
+        picks.append((fit[1], pick_gpus(ix, fit[1], usable[fit[1]], take)))
+        rest -= take
+    if rest > 0 or len(picks) > max_nodes:
+        return NO_ROOM
+    ordered = tuple(sorted(picks))
+    return Chosen(ordered, _why(ix, d, ordered))
+
+
+def _why(ix: ClusterIndex, d: int, picks: tuple[tuple[int, int], ...]) -> str:
+    if len(picks) == 1:
+        i, mask = picks[0]
+        groups = sum(1 for m in ix.groups[i] if m & mask)
+        spread = "one locality group" if groups <= 1 else f"{groups} locality groups"
+        return f"best fit on node {ix.nodes[i].name}, GPUs in {spread}"
+    leaves = len({ix.leaf_of[i] for i, _ in picks})
+    if not ix.levels or ix.levels == [[ROOT]]:
+        return f"{len(picks)} nodes, fewest spare GPUs first (no topology known)"
+    if d == ROOT:
+        return f"{len(picks)} nodes across {leaves} leaf switches (no single switch holds it)"
+    kind = "block" if ix.depth[d] < 0 else "switch"
+    return f"{len(picks)} nodes inside {kind} {ix.domain_name[d]}, tightest that holds the gang"

@@ -1,0 +1,77 @@
+"""Pure core, what a request asks for in placement terms, and the checks needing no room.
+
+A request is reduced to a Shape: nmin..nmax nodes of g GPUs each, or a GPU total laid
+out freely (then nmin..nmax is the estimate used for bookings: whole nodes of the widest
+size). Prechecks give the reasons that no amount of free room would change.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from services.placer.core.index import ClusterIndex
+from services.placer.core.model import JobRequest, Waiting
+
+
+class Shape(NamedTuple):
+    nmin: int
+    nmax: int
+    g: int  # GPUs per node
+    total: int | None  # a free-form GPU total, laid out by select_total
+    gpus: int  # GPUs the job counts against limits
+
+
+def shape_of(job: JobRequest, ix: ClusterIndex) -> Shape:
+    total = job.gpus_total
+    if total is not None and job.gpus_per_node == 0 and total > 0:
+        width = max(ix.width, 1)
+        if total <= width:  # one node: a plain single-node shape places best
+            return Shape(1, 1, total, None, total)
+        n = math.ceil(total / width)
+        cap = job.nodes_max if job.nodes_max > 1 else len(ix.nodes)
+        return Shape(n, max(n, cap), width, total, total)
+    return Shape(
+        job.nodes_min,
+        job.nodes_max,
+        job.gpus_per_node,
+        None,
+        job.nodes_min * job.gpus_per_node,
+    )
+
+
+def precheck(ix: ClusterIndex, job: JobRequest) -> tuple[Waiting, str] | None:
+    """HELD, DEPENDENCY, BAD_CONSTRAINTS, PARTITION_DOWN, NODES_EXCLUDED, or None."""
+    if job.held:
+        return Waiting.HELD, "held"
+    if job.blocked_by is not None:
+        return Waiting.DEPENDENCY, job.blocked_by
+    if job.nodes_min < 1 or job.nodes_min > job.nodes_max or job.gpus_per_node < 0:
+        return Waiting.BAD_CONSTRAINTS, "nodes must be 1 <= min <= max, GPUs >= 0"
+    pool = ix.pool(job.partition, job.gpu_model)
+    if pool.size == 0:
+        model = f" with {job.gpu_model} GPUs" if job.gpu_model else ""
+        return Waiting.BAD_CONSTRAINTS, f"no node serves partition {job.partition}{model}"
+    if pool.up == 0:
+        return Waiting.PARTITION_DOWN, f"no node of partition {job.partition} is up"
+    if job.gpus_per_node > pool.widest:
+        return Waiting.BAD_CONSTRAINTS, f"nodes have at most {pool.widest} healthy GPUs"
+    if job.nodes_min > pool.size:
+        return Waiting.BAD_CONSTRAINTS, f"partition {job.partition} has {pool.size} nodes"
+    if job.required_nodes or job.excluded_nodes:
+        return _node_lists(ix, job, pool.size)
+    return None
+
+
+def _node_lists(ix: ClusterIndex, job: JobRequest, size: int) -> tuple[Waiting, str] | None:
+    unknown = [n for n in job.required_nodes if n not in ix.id_of]
+    if unknown:
+        return Waiting.BAD_CONSTRAINTS, f"unknown nodes {', '.join(unknown)}"
+    down = [n for n in job.required_nodes if not ix.up[ix.id_of[n]]]
+    if down:
+        return Waiting.NODES_EXCLUDED, f"required nodes not up: {', '.join(down)}"
+    pool = ix.pool(job.partition, job.gpu_model)
+    left = size - sum(1 for n in set(job.excluded_nodes) if pool.member[ix.id_of.get(n, 0)])
+    if (job.required_nodes and len(job.required_nodes) < job.nodes_min) or left < job.nodes_min:
+        return Waiting.NODES_EXCLUDED, "too few nodes left once the excluded ones are out"
+    return None

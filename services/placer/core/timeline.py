@@ -1,0 +1,107 @@
+"""Pure core, the future: when GPUs come free, and what is promised to whom.
+
+Running jobs release their GPUs at started_at + time_limit_s (their promise, the only
+end a scheduler can count on). Backfill reservations ("bookings") promise specific GPUs
+to a blocked job from an estimated start until that start plus its time limit; nobody
+else may plan on those GPUs inside that window. The same walk over releases, ordered by
+cost instead of time, picks preemption victims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from services.placer.core.index import ClusterIndex
+from services.placer.core.select import CandidateView, IndexView
+
+
+class Release(NamedTuple):
+    at: float  # a time, or a cost rank when choosing victims
+    node: int
+    mask: int
+    job_id: int
+
+
+class Booking(NamedTuple):
+    job_id: int
+    at: float  # reserved start
+    until: float
+    picks: tuple[tuple[int, int], ...]
+    held: tuple[tuple[int, int], ...]  # the part free now, taken out of the index
+
+
+class Future:
+    """Releases of running (and just started) jobs, and bookings' promised GPUs."""
+
+    def __init__(self, ix: ClusterIndex) -> None:
+        self.ix = ix
+        self._releases: list[Release] = []
+        self._sorted = True
+        self._promised: dict[int, list[tuple[int, float, float]]] = {}  # node: mask, from, to
+
+    def add(self, at: float, picks: Sequence[tuple[int, int]], job_id: int) -> None:
+        self._releases.extend(Release(at, i, m, job_id) for i, m in picks if m)
+        self._sorted = False
+
+    def releases(self) -> list[Release]:
+        if not self._sorted:
+            self._releases.sort()
+            self._sorted = True
+        return self._releases
+
+    def promise(self, picks: Sequence[tuple[int, int]], start: float, until: float) -> None:
+        for i, m in picks:
+            self._promised.setdefault(i, []).append((m, start, until))
+
+    def promised(self, i: int, start: float, end: float) -> int:
+        """GPUs of node i promised to someone for part of [start, end)."""
+        out = 0
+        for m, a, b in self._promised.get(i, ()):
+            if a < end and start < b:
+                out |= m
+        return out
+
+
+class Need(NamedTuple):
+    g: int  # GPUs per node
+    nmin: int  # nodes
+    duration: float  # the job's time limit: promises overlapping it are off limits
+    start: float  # returned when the job fits without any release
+    ranked: bool = False  # releases are ranked victims (all at `start`), not times
+
+
+def earliest(
+    ix: ClusterIndex,
+    future: Future,
+    now_view: IndexView,
+    releases: Sequence[Release],
+    need: Need,
+    ok: Callable[[int], bool],
+) -> tuple[float, CandidateView] | None:
+    """The first release point at which nmin nodes have g usable GPUs, and the view then."""
+    g, nmin, duration, start, ranked = need
+    now_set = [i for i in now_view.candidates(g) if ok(i)]
+    count = len(now_set)
+    cur: dict[int, int] = {}
+    when = start if count >= nmin else None
+    for r in releases if when is None else ():
+        i = r.node
+        if not ix.up[i] or not ok(i):
+            continue
+        before = cur.get(i)
+        if before is None:
+            before = ix.free[i] if ix.avail[i] >= 0 else 0
+        at = start if ranked else r.at
+        after = before | (r.mask & ix.healthy[i] & ~future.promised(i, at, at + duration))
+        cur[i] = after
+        if before.bit_count() < g <= after.bit_count():
+            count += 1
+            if count >= nmin:
+                when = r.at
+                break
+    if when is None:
+        return None
+    masks = {i: ix.free[i] for i in now_set}
+    masks.update(cur)
+    return when, CandidateView(ix, masks, g)
