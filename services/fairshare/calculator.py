@@ -76,9 +76,11 @@ class FairShareCalculator:
     def ensure(self, account: str, user: str) -> bool:
         """Add a user association seen for the first time (a job's); True if it was new.
 
+        Does nothing without `auto_add`: then the tree is authoritative.
+
         Recomputes with the last usage, so the newcomer is ranked among the others.
         """
-        if Assoc(account, user) in self._factors:
+        if not self._auto_add or Assoc(account, user) in self._factors:
             return False
         tree = self._with_newcomers((Assoc(account, user),))
         if tree is self._tree:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import msgspec
+from pathlib import Path
 
-from services.fairshare.core import ShareRow, compute_shares
+import msgspec
+import pytest
+
+from services.fairshare.core import FairShareAlgorithm, ShareOptions, ShareRow, compute_shares
 from services.fairshare.render import AcctRow, fmt_elapsed, render_acct, render_share_table
 from tests.unit.fairshare.builders import SLURM_CLASSIC_TREE, used
 
@@ -91,3 +94,18 @@ def test_elapsed_is_days_hours_minutes_seconds() -> None:
         "1-00:00:00",
         "1-01:00:01",
     ]
+
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.mark.parametrize("algorithm", list(FairShareAlgorithm))
+def test_share_rows_json_matches_the_golden_snapshot(algorithm: FairShareAlgorithm) -> None:
+    """The `muster share --json` contract: field names and values for Slurm's example."""
+    table = compute_shares(
+        SLURM_CLASSIC_TREE,
+        used(u1__B=7200, u2__C=9000, u4__E=9000),
+        ShareOptions(algorithm=algorithm),
+    )
+    got = msgspec.json.format(msgspec.json.encode(table.rows), indent=1).decode() + "\n"
+    assert got == (GOLDEN / f"share_rows_{algorithm.value}.json").read_text()
