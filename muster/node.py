@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 from services.health.gpu import GpuBackend
 from services.health.probe import NodeProbe
@@ -19,9 +20,9 @@ from shared.settings import Settings
 
 def make_backend(settings: Settings) -> GpuBackend:
     if settings.gpu_backend == "nvml":
-        from services.health.nvml_backend import NvmlBackend
+        from services.health.nvml_backend import NvmlGpuBackend
 
-        return NvmlBackend()
+        return NvmlGpuBackend()
     from services.health.sim_backend import SimulatedGpuBackend
 
     return SimulatedGpuBackend(settings.node, gpu_count=settings.gpus, model=settings.gpu_model)
@@ -37,7 +38,12 @@ def main() -> None:
         backend = make_backend(settings)
         try:
             await bus.ensure_streams()
-            executor = NodeExecutor(bus, settings.node, allow_root=settings.allow_root_jobs)
+            executor = NodeExecutor(
+                bus,
+                settings.node,
+                allow_root=settings.allow_root_jobs,
+                spool_root=str(Path(settings.state_dir).resolve() / "spool" / settings.node),
+            )
             await executor.serve()
             probe = NodeProbe(
                 bus,

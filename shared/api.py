@@ -165,6 +165,8 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
     stdout: str
     stderr: str
     run_as: str | None = None
+    script: str = ""  # written to the agent's spool as `script_name`; "{spool}" in argv
+    script_name: str = "script.sh"  # and env is replaced by that spool folder
 
 
 class StopWorkers(msgspec.Struct, frozen=True, kw_only=True):

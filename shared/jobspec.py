@@ -34,7 +34,8 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     account: str = "default"
     partition: str = "normal"
     qos: str = "normal"
-    script: str
+    script: str  # the script's text, captured at submission as sbatch does
+    script_name: str = "script.sh"  # its file name (keeps `.py` for torchrun)
     args: tuple[str, ...] = ()
     workdir: str = "/tmp"
     nodes_min: Positive = 1
@@ -71,8 +72,8 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     torchrun: bool = False
     elastic: bool = False  # nodes_min < nodes_max
-    # Added by admission: `-p a,b` candidates in the order given; `partition` is the one
-    # admission chose (the first that validates). Empty when a single partition was named.
+    # Added by admission: every partition `-p a,b` named, in order; `partition` is the one
+    # admission chose (the first that validates). Empty when none was named.
     partitions: tuple[str, ...] = ()
     array_max_running: Positive | None = None  # the `%K` of `--array=0-15%4`
 

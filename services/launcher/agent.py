@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal as _signal
 from dataclasses import dataclass
+from pathlib import Path
 
 import msgspec
 
@@ -33,8 +35,9 @@ class _Running:
 
 
 class NodeExecutor:
-    def __init__(self, bus: Bus, node: str, *, allow_root: bool) -> None:
+    def __init__(self, bus: Bus, node: str, *, allow_root: bool, spool_root: str) -> None:
         self.bus = bus
+        self.spool_root = spool_root
         self.node = node
         self.allow_root = allow_root
         self.running: dict[int, _Running] = {}
@@ -70,9 +73,10 @@ class NodeExecutor:
             await current.worker.terminate(2.0)
         try:
             run_as = resolve_run_as(spec.run_as, allow_root=self.allow_root) if spec.run_as else None
+            spool = self._spool(spec, run_as.uid if run_as else None)
             worker = await spawn_worker(
-                spec.argv,
-                spec.env,
+                [a.replace("{spool}", spool) for a in spec.argv],
+                {k: v.replace("{spool}", spool) for k, v in spec.env.items()},
                 spec.workdir,
                 spec.stdout,
                 spec.stderr,
@@ -80,13 +84,25 @@ class NodeExecutor:
                 allow_root=self.allow_root,
                 append=spec.generation > 0,
             )
-        except LaunchError as err:
+        except (LaunchError, OSError) as err:
             log.warning("worker did not start", extra=kv(job=spec.job_id, error=str(err)))
             return AgentReply(ok=False, message=str(err))
         watcher = asyncio.create_task(self._watch(spec, worker))
         self.running[spec.job_id] = _Running(spec, worker, watcher)
         log.info("worker started", extra=kv(job=spec.job_id, gen=spec.generation, pid=worker.pid))
         return AgentReply(ok=True, message=f"pid {worker.pid}")
+
+    def _spool(self, spec: WorkerSpec, uid: int | None) -> str:
+        """Write the job's script where this node's worker runs it."""
+        folder = Path(self.spool_root) / f"job-{spec.job_id}"
+        folder.mkdir(parents=True, exist_ok=True)
+        script = folder / Path(spec.script_name).name
+        script.write_text(spec.script)
+        script.chmod(0o755)
+        if uid is not None:
+            os.chown(folder, uid, -1)
+            os.chown(script, uid, -1)
+        return str(folder)
 
     async def _watch(self, spec: WorkerSpec, worker: Worker) -> None:
         status = await worker.wait()

@@ -157,8 +157,24 @@ CREATE TABLE job_runs (
     signal         int,
     started_at     timestamptz,
     ended_at       timestamptz,
-    gpu_seconds    double precision NOT NULL DEFAULT 0,
+    gpu_seconds    double precision NOT NULL DEFAULT 0,  -- closed segments
+    segment_start  timestamptz,                          -- the running segment
+    segment_gpus   int NOT NULL DEFAULT 0,
+    stopping_to    text,                                 -- COMPLETING: the state it ends in
+    stopping_since timestamptz,
     updated_at     timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE worker_exits (
+    job_id     bigint NOT NULL,
+    attempt    int NOT NULL,
+    generation int NOT NULL,
+    node       text NOT NULL,
+    exit_code  int,
+    signal     int,
+    oom_killed boolean NOT NULL DEFAULT false,
+    at         timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (job_id, attempt, generation, node)
 );
 
 CREATE TABLE attempts (

@@ -1,0 +1,123 @@
+"""Pure: database rows -> the API's views (job state and reason, node GPUs)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from shared.api import GpuView, JobView, NodeView
+
+
+
+class Row(Protocol):
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
+
+WHY = {
+    "PRIORITY": "jobs of higher priority are ahead of it for the resources it needs",
+    "RESOURCES": "not enough free GPUs or nodes right now",
+    "TOPOLOGY": "it fits, but not inside the switches it asked for yet",
+    "RESERVATION": "it would run into a reservation or maintenance window",
+    "NODES_EXCLUDED": "the nodes it may use are excluded or unhealthy",
+    "HELD": "it is held; `muster release` lets it run",
+    "DEPENDENCY": "it waits for the jobs it depends on",
+    "PREEMPTING": "lower-priority jobs are being preempted to make room",
+    "BAD_CONSTRAINTS": "no node in the cluster could ever run it as asked",
+}
+
+
+def job_state(row: Row) -> tuple[str, str]:
+    """(state, reason) of one job row as `muster queue` shows it."""
+    run = row["run_state"]
+    if run in TERMINAL:
+        return run, row["run_reason"] or ""
+    if row["cancel_requested_at"] is not None and run in (None, "PENDING", "REQUEUED"):
+        return "CANCELLED", row["cancel_reason"] or "cancelled"
+    if run in ("RUNNING", "STARTING", "COMPLETING"):
+        return run, row["run_reason"] or ""
+    if row["alloc_nodes"]:
+        return "CONFIGURING", "allocated, starting workers"
+    if row["held"]:
+        return "PENDING", "HELD"
+    reason = row["wait_reason"] or "PRIORITY"
+    if run == "REQUEUED":
+        return "PENDING", f"{reason} (requeued: {row['run_reason']})"
+    return "PENDING", reason
+
+
+def job_view(row: Row, now: float | None = None) -> JobView:
+    now = time.time() if now is None else now
+    state, reason = job_state(row)
+    started, ended = row["started"], row["ended"]
+    nodelist = tuple(row["run_nodes"] or row["alloc_nodes"] or ())
+    elapsed = 0.0
+    if started is not None:
+        elapsed = float((ended if ended is not None else now) - started)
+    return JobView(
+        job_id=row["job_id"],
+        name=row["name"],
+        user=row["user_name"],
+        account=row["account"],
+        partition=row["partition"],
+        qos=row["qos"],
+        state=state,
+        reason=reason,
+        nodes=len(nodelist) or row["nodes_max"],
+        gpus=(len(nodelist) or row["nodes_max"]) * row["gpus_per_node"],
+        nodelist=nodelist if state not in ("PENDING",) else (),
+        submitted_at=float(row["submitted"]),
+        started_at=None if started is None else float(started),
+        ended_at=None if ended is None else float(ended),
+        time_limit_s=row["time_limit_s"],
+        elapsed_s=round(elapsed, 3),
+        exit_code=row["exit_code"],
+        restart_count=row["restart_count"] or 0,
+        estimated_start=None if row["est"] is None else float(row["est"]),
+        array_job_id=row["array_job_id"],
+        array_task_id=row["array_task_id"],
+        detail=row["wait_detail"] or "",
+    )
+
+
+def why_pending(view: JobView) -> str:
+    if view.state != "PENDING":
+        return ""
+    code = view.reason.split(" ", 1)[0]
+    text = WHY.get(code, code.replace("_", " ").lower())
+    return f"{code}: {text}" + (f" ({view.detail})" if view.detail else "")
+
+
+def node_views(nodes: Sequence[Row], gpus: Sequence[Row]) -> list[NodeView]:
+    by_node: dict[str, list[GpuView]] = {}
+    for g in gpus:
+        by_node.setdefault(g["node"], []).append(
+            GpuView(
+                index=g["idx"],
+                model=g["model"],
+                healthy=g["healthy"],
+                allocated_to=g["job_id"],
+                last_xid=g["last_xid"],
+            )
+        )
+    out = []
+    for n in nodes:
+        slots = by_node.get(n["name"], [])
+        free = sum(1 for s in slots if s.healthy and s.allocated_to is None)
+        out.append(
+            NodeView(
+                name=n["name"],
+                state=n["state"],
+                reason=n["reason"],
+                gpus_total=len(slots),
+                gpus_free=free if n["state"] == "UP" else 0,
+                topology=tuple(n["topology"]),
+                last_heartbeat=None if n["hb"] is None else float(n["hb"]),
+                last_fault=None if n["last_fault"] is None else json.loads(n["last_fault"]),
+                gpus=tuple(slots),
+            )
+        )
+    return out

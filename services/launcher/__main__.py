@@ -1,0 +1,24 @@
+"""Entry point of the job coordinator: `python -m services.launcher`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from services.launcher.coordinator import Coordinator
+from shared.runtime import run_service, service_context
+from shared.settings import Settings
+
+
+def main() -> None:
+    settings = Settings.from_env(os.environ, service_name="launcher")
+
+    async def serve(stop: asyncio.Event) -> None:
+        async with service_context(settings) as ctx:
+            await Coordinator(ctx).run(stop)
+
+    run_service(settings, serve)
+
+
+if __name__ == "__main__":
+    main()
