@@ -1,0 +1,184 @@
+"""Benchmark: one placer pass at scale, and one job placed on a busy cluster.
+
+Builds 10,000 nodes x 8 GPUs under a 3-level switch tree (pod / spine / leaf, 32 nodes a
+leaf), fills 70% of the GPUs with running jobs, queues 50,000 pending jobs whose GPU
+counts and runtimes are drawn from the Acme (Kalos) trace, then times:
+
+- full pass: place(snapshot, pending, now) with backfill, bookings and preemption checks
+  (index build included; also the same with max_job_test unlimited);
+- one job: Prepared.place_one(job) on a prepared busy cluster (the incremental path).
+
+Prints figures, then ONE JSON line. Usage:
+    .venv/bin/python bench/placer_scale.py [--nodes 10000] [--pending 50000] [--busy 0.7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gc
+import json
+import random
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from services.placer.core import (  # noqa: E402
+    Gpu,
+    Grant,
+    JobRequest,
+    Node,
+    PolicyConfig,
+    Running,
+    Snapshot,
+    place,
+)
+from services.placer.core.place import prepare  # noqa: E402
+
+KALOS = Path("/work/shared/traces/acme/kalos_converted.csv")
+T0 = 1_700_000_000.0
+
+
+def acme_sizes() -> list[tuple[int, float]]:
+    """(GPUs, runtime seconds) of the Kalos jobs; a small stand-in if the file is absent."""
+    if KALOS.exists():
+        with KALOS.open() as f:
+            return [
+                (int(r["gpu_workers"]), float(r["num_iteration"]) * 0.5) for r in csv.DictReader(f)
+            ]
+    return [(1, 300.0), (8, 3600.0), (32, 7200.0), (64, 20000.0), (128, 40000.0)]
+
+
+def cluster(n: int, gpus: int = 8) -> tuple[Node, ...]:
+    per_leaf, leaves_per_spine, spines_per_pod = 32, 4, 8
+    out = []
+    for i in range(n):
+        leaf = i // per_leaf
+        spine = leaf // leaves_per_spine
+        path = (f"pod{spine // spines_per_pod}", f"spine{spine}", f"leaf{leaf}")
+        gpu_list = tuple(Gpu(index=g, locality=g // 4) for g in range(gpus))
+        out.append(Node(name=f"node{i:05d}", gpus=gpu_list, topology=path))
+    return tuple(out)
+
+
+def fill(nodes: tuple[Node, ...], busy: float, rng: random.Random) -> tuple[Running, ...]:
+    """Running jobs packed node by node until `busy` of the GPUs are taken."""
+    sizes = acme_sizes()
+    total = sum(len(n.gpus) for n in nodes)
+    target = int(total * busy)
+    running: list[Running] = []
+    cursor, used_on_node, used = 0, 0, 0
+    order = list(range(len(nodes)))
+    rng.shuffle(order)  # busy nodes scattered across switches, as after a long uptime
+    while used < target and cursor < len(order):
+        want, runtime = rng.choice(sizes)
+        grants = []
+        while want > 0 and cursor < len(order):
+            take = min(want, 8 - used_on_node)
+            name = nodes[order[cursor]].name
+            grants.append(Grant(node=name, gpus=tuple(range(used_on_node, used_on_node + take))))
+            want -= take
+            used += take
+            used_on_node += take
+            if used_on_node == 8:
+                cursor, used_on_node = cursor + 1, 0
+        started = T0 - rng.uniform(0, runtime)
+        running.append(
+            Running(
+                job_id=len(running) + 1,
+                user=f"u{rng.randrange(200)}",
+                account=f"a{rng.randrange(20)}",
+                started_at=started,
+                time_limit_s=int(runtime * 1.5) + 60,
+                grants=tuple(grants),
+            )
+        )
+    return tuple(running)
+
+
+def request(job_id: int, rng: random.Random, sizes: list[tuple[int, float]]) -> JobRequest:
+    gpus, runtime = rng.choice(sizes)
+    shape: dict[str, int | None]
+    if gpus <= 8:
+        shape = {"gpus_per_node": gpus}
+    elif gpus % 8 == 0:
+        shape = {"nodes_min": gpus // 8, "nodes_max": gpus // 8, "gpus_per_node": 8}
+    else:
+        shape = {"gpus_total": gpus}
+    urgent = rng.random() < 0.03  # enough tier-1 demand to need preemption
+    return JobRequest(
+        job_id=job_id,
+        user=f"u{rng.randrange(200)}",
+        account=f"a{rng.randrange(20)}",
+        tier=1 if urgent else 0,
+        can_preempt=urgent,
+        priority=rng.random(),
+        submitted_at=T0 - rng.uniform(0, 86_400),
+        time_limit_s=int(runtime * 1.5) + 60,
+        **shape,  # type: ignore[arg-type]
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=10_000)
+    ap.add_argument("--pending", type=int, default=50_000)
+    ap.add_argument("--busy", type=float, default=0.7)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    rng = random.Random(7)
+    nodes = cluster(args.nodes)
+    snap = Snapshot(nodes=nodes, running=fill(nodes, args.busy, rng))
+    sizes = acme_sizes()
+    pending = [request(10_000_000 + i, rng, sizes) for i in range(args.pending)]
+    gc.collect()
+    default = PolicyConfig()
+    unlimited = PolicyConfig(max_job_test=10**9)
+    passes, plan = [], None
+    for _ in range(args.repeat):
+        t = time.perf_counter()
+        plan = place(snap, pending, now=T0, config=default)
+        passes.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    full = place(snap, pending, now=T0, config=unlimited)
+    unlimited_s = time.perf_counter() - t
+    assert plan is not None
+    t = time.perf_counter()
+    prep = prepare(snap, T0)
+    prepare_s = time.perf_counter() - t
+    one = []
+    for i in range(200):
+        job = request(20_000_000 + i, rng, sizes)
+        t = time.perf_counter()
+        prep.place_one(job)
+        one.append(time.perf_counter() - t)
+    busy_gpus = sum(len(g.gpus) for r in snap.running for g in r.grants)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out = {
+        "nodes": args.nodes,
+        "gpus": args.nodes * 8,
+        "busy_fraction": round(busy_gpus / (args.nodes * 8), 3),
+        "running_jobs": len(snap.running),
+        "pending_jobs": len(pending),
+        "full_pass_s": round(min(passes), 3),
+        "full_pass_unlimited_s": round(unlimited_s, 3),
+        "prepare_s": round(prepare_s, 3),
+        "one_job_ms": round(statistics.median(one) * 1000, 3),
+        "one_job_p99_ms": round(sorted(one)[int(len(one) * 0.99) - 1] * 1000, 3),
+        "starts": len(plan.starts),
+        "starts_unlimited": len(full.starts),
+        "preemptions": len(plan.preemptions),
+        "waits": len(plan.waits),
+        "peak_mem_mib": round(peak, 1),
+    }
+    for k, v in out.items():
+        print(f"{k:>24}: {v}")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
