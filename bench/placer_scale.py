@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from services.placer.core import (  # noqa: E402
+from services.placer.core import (
     Gpu,
     Grant,
     JobRequest,
@@ -37,7 +37,7 @@ from services.placer.core import (  # noqa: E402
     Snapshot,
     place,
 )
-from services.placer.core.place import prepare  # noqa: E402
+from services.placer.core.place import prepare
 
 KALOS = Path("/work/shared/traces/acme/kalos_converted.csv")
 T0 = 1_700_000_000.0
