@@ -162,18 +162,16 @@ def _nvml() -> Any:
     return pynvml
 
 
-def _nvml_event_mask() -> int:
-    nv = _nvml()
+def _nvml_event_mask(nv: Any) -> int:
     return sum(getattr(nv, name) for name in _EVENT_NAMES if hasattr(nv, name))
 
 
-def _nvml_pci(handle: Any) -> PciAddress:
-    info = _nvml().nvmlDeviceGetPciInfo(handle)
+def _nvml_pci(nv: Any, handle: Any) -> PciAddress:
+    info = nv.nvmlDeviceGetPciInfo(handle)
     return PciAddress(domain=info.domain, bus=info.bus, device=info.device, function=0)
 
 
-def _nvml_links(handle: Any) -> tuple[bool, ...]:
-    nv = _nvml()
+def _nvml_links(nv: Any, handle: Any) -> tuple[bool, ...]:
     links: list[bool] = []
     for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
         try:
@@ -183,24 +181,21 @@ def _nvml_links(handle: Any) -> tuple[bool, ...]:
     return tuple(links)
 
 
-def _nvml_level(a: Any, b: Any) -> int:
-    nv = _nvml()
+def _nvml_level(nv: Any, a: Any, b: Any) -> int:
     try:
         return int(nv.nvmlDeviceGetTopologyCommonAncestor(a, b))
     except nv.NVMLError:
         return 50  # unknown: treat as across the system
 
 
-def _nvml_nvlinked(a: Any, b: Any) -> bool:
-    nv = _nvml()
+def _nvml_nvlinked(nv: Any, a: Any, b: Any) -> bool:
     try:  # NVML_P2P_CAPS_INDEX_NVLINK = 2; NVML_P2P_STATUS_OK = 0
         return int(nv.nvmlDeviceGetP2PStatus(a, b, 2)) == 0
     except nv.NVMLError:
         return False
 
 
-def _nvml_temperature(handle: Any) -> int:
-    nv = _nvml()
+def _nvml_temperature(nv: Any, handle: Any) -> int:
     try:
         return int(nv.nvmlDeviceGetTemperature(handle, 0))  # NVML_TEMPERATURE_GPU
     except nv.NVMLError as err:
@@ -209,8 +204,7 @@ def _nvml_temperature(handle: Any) -> int:
         return 0
 
 
-def _nvml_recovery_action(handle: Any) -> int | None:
-    nv = _nvml()
+def _nvml_recovery_action(nv: Any, handle: Any) -> int | None:
     try:
         value = nv.nvmlDeviceGetFieldValues(handle, [FIELD_RECOVERY_ACTION])[0]
     except nv.NVMLError:
@@ -220,8 +214,7 @@ def _nvml_recovery_action(handle: Any) -> int | None:
     return int(value.value.uiVal)
 
 
-def _nvml_counters(index: int, handle: Any) -> GpuCounters:
-    nv = _nvml()
+def _nvml_counters(nv: Any, index: int, handle: Any) -> GpuCounters:
     ecc = 0
     remapped, pending, failed = 0, 0, False
     try:
@@ -235,7 +228,7 @@ def _nvml_counters(index: int, handle: Any) -> GpuCounters:
     except nv.NVMLError as err:
         if is_gpu_lost(err):
             raise
-    temperature = _nvml_temperature(handle)
+    temperature = _nvml_temperature(nv, handle)
     return GpuCounters(
         index=index,
         ecc_uncorrected_volatile=ecc,
@@ -243,30 +236,31 @@ def _nvml_counters(index: int, handle: Any) -> GpuCounters:
         pending_remaps=pending,
         remap_failed=failed,
         temperature_c=temperature,
-        recovery_action=_nvml_recovery_action(handle),
+        recovery_action=_nvml_recovery_action(nv, handle),
     )
 
 
 class NvmlGpuBackend:
-    """`GpuBackend` over NVML. Construct on the node; `close()` shuts NVML down."""
+    """`GpuBackend` over NVML. Construct on the node; `close()` shuts NVML down.
+    `nvml` is the pynvml module (the default) or a fake of it for tests."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        nv = _nvml()
+    def __init__(self, clock: Callable[[], float] = time.monotonic, nvml: Any = None) -> None:
+        nv = self._nv = nvml if nvml is not None else _nvml()
         try:
             nv.nvmlInit()
         except nv.NVMLError as err:
-            raise GpuBackendError(
-                f"NVML init failed: {err}", code=getattr(err, "value", None)
-            ) from err
+            code = getattr(err, "value", None)
+            raise GpuBackendError(f"NVML init failed: {err}", code=code) from err
         self._clock = clock
         self._lock = threading.Lock()
+        self._wait_lock = threading.Lock()  # held while blocked in NVML; close waits for it
         self._sequence = itertools.count(1)
         self._handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
         self._lost: set[int] = set()
         self._pending: list[GpuEvent] = []  # lost GPUs found by polls, for wait_events
         self._closed = False
         self._events = nv.nvmlEventSetCreate()
-        mask = _nvml_event_mask()
+        mask = _nvml_event_mask(nv)
         for i, handle in enumerate(self._handles):
             try:
                 supported = nv.nvmlDeviceGetSupportedEventTypes(handle)
@@ -275,71 +269,70 @@ class NvmlGpuBackend:
                 self._note_error(i, err)
 
     def inventory(self) -> tuple[GpuInfo, ...]:
-        nv = _nvml()
+        nv = self._nv
         infos: list[GpuInfo] = []
-        live = [i for i in range(len(self._handles)) if i not in self._lost]
-        for i in live:
+        for i in self._live():
             h = self._handles[i]
             try:
-                memory = nv.nvmlDeviceGetMemoryInfo(h).total // (1024 * 1024)
-                infos.append(
-                    GpuInfo(
-                        index=i,
-                        uuid=text(nv.nvmlDeviceGetUUID(h)),
-                        pci=_nvml_pci(h),
-                        model=text(nv.nvmlDeviceGetName(h)),
-                        memory_mib=int(memory),
-                        nvlink_up=_nvml_links(h),
-                    )
+                info = GpuInfo(
+                    index=i,
+                    uuid=text(nv.nvmlDeviceGetUUID(h)),
+                    pci=_nvml_pci(nv, h),
+                    model=text(nv.nvmlDeviceGetName(h)),
+                    memory_mib=int(nv.nvmlDeviceGetMemoryInfo(h).total) // (1024 * 1024),
+                    nvlink_up=_nvml_links(nv, h),
                 )
             except nv.NVMLError as err:
                 self._note_error(i, err)
+                continue
+            infos.append(info)
         return self._with_locality(infos)
 
     def _with_locality(self, infos: list[GpuInfo]) -> tuple[GpuInfo, ...]:
-        handles = [self._handles[g.index] for g in infos]
-        levels = [[_nvml_level(a, b) if a is not b else 0 for b in handles] for a in handles]
-        nvlinked = {
-            (i, j)
-            for i, j in itertools.combinations(range(len(handles)), 2)
-            if _nvml_nvlinked(handles[i], handles[j])
-        }
+        nv = self._nv
+        hs = [self._handles[g.index] for g in infos]
+        levels = [[_nvml_level(nv, a, b) if a is not b else 0 for b in hs] for a in hs]
+        pairs = itertools.combinations(range(len(hs)), 2)
+        nvlinked = {(i, j) for i, j in pairs if _nvml_nvlinked(nv, hs[i], hs[j])}
         groups = dense_groups(locality_groups(levels, nvlinked))
         return tuple(
             msgspec.structs.replace(g, locality=grp) for g, grp in zip(infos, groups, strict=True)
         )
 
     def counters(self) -> tuple[GpuCounters, ...]:
-        nv = _nvml()
+        nv = self._nv
         polled: list[GpuCounters] = []
-        for i, handle in enumerate(self._handles):
-            if i in self._lost:
-                continue
+        for i in self._live():
             try:
-                polled.append(_nvml_counters(i, handle))
+                polled.append(_nvml_counters(nv, i, self._handles[i]))
             except nv.NVMLError as err:
                 self._note_error(i, err)
         return tuple(polled)
 
     def wait_events(self, timeout_ms: int) -> list[GpuEvent]:
+        """Blocks in nvmlEventSetWait_v2. A GPU found lost by a poll in another thread is
+        reported on the next call, so keep `timeout_ms` short (the probe uses 200)."""
+        nv = self._nv
         with self._lock:
             if self._closed:
                 return []
             if self._pending:
                 events, self._pending = self._pending, []
                 return events
-        nv = _nvml()
         try:
-            data = nv.nvmlEventSetWait_v2(self._events, max(timeout_ms, 0))
+            with self._wait_lock:
+                if self._closed:
+                    return []
+                data = nv.nvmlEventSetWait_v2(self._events, max(timeout_ms, 0))
         except nv.NVMLError as err:
             if is_timeout(err):
                 return []
-            if is_gpu_lost(err):  # the set cannot say which GPU: poll to find out
-                self.counters()
-                with self._lock:
-                    events, self._pending = self._pending, []
-                return events
-            raise
+            if not is_gpu_lost(err):
+                raise
+            self.counters()  # the set cannot say which GPU is lost: a poll finds it
+            with self._lock:
+                events, self._pending = self._pending, []
+            return events
         index = self._index_of(data.device)
         event = decode_event(
             index,
@@ -350,24 +343,31 @@ class NvmlGpuBackend:
             next(self._sequence),
             self._clock(),
         )
-        if event is not None and event.kind is GpuEventKind.GPU_LOST:
+        if event is None:
+            return []
+        if event.kind is GpuEventKind.GPU_LOST:
             with self._lock:
                 self._lost.add(index)
-        return [event] if event is not None else []
+        return [event]
 
     def close(self) -> None:
-        nv = _nvml()
+        nv = self._nv
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        try:
-            nv.nvmlEventSetFree(self._events)
-        finally:
-            nv.nvmlShutdown()
+        with self._wait_lock:  # a waiter returns within its timeout; then free the set
+            try:
+                nv.nvmlEventSetFree(self._events)
+            finally:
+                nv.nvmlShutdown()
+
+    def _live(self) -> list[int]:
+        with self._lock:
+            return [i for i in range(len(self._handles)) if i not in self._lost]
 
     def _index_of(self, handle: Any) -> int:
-        nv = _nvml()
+        nv = self._nv
         try:
             return int(nv.nvmlDeviceGetIndex(handle))
         except nv.NVMLError:  # a lost GPU may not answer; -1 means "some GPU"
