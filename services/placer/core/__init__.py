@@ -20,7 +20,7 @@ from services.placer.core.model import (
     Wait,
     Waiting,
 )
-from services.placer.core.place import place
+from services.placer.core.place import Prepared, order_key, place, prepare
 
 __all__ = [
     "Gpu",
@@ -33,6 +33,7 @@ __all__ = [
     "Plan",
     "PolicyConfig",
     "Preempt",
+    "Prepared",
     "QosLimit",
     "Recurrence",
     "Reservation",
@@ -41,5 +42,7 @@ __all__ = [
     "Start",
     "Wait",
     "Waiting",
+    "order_key",
     "place",
+    "prepare",
 ]

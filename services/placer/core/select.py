@@ -178,7 +178,9 @@ def select_total(ix: ClusterIndex, view: View, total: int, max_nodes: int) -> Ch
     picks: list[tuple[int, int]] = []
     rest = total
     while rest > 0 and inside:
-        fit = next(((a, i) for a, i in inside if a >= rest), inside[-1])
+        fit = next(((a, i) for a, i in inside if a >= rest), None)
+        if fit is None:  # none holds the rest: the widest, lowest-numbered first
+            fit = max(inside, key=lambda ai: (ai[0], -ai[1]))
         inside.remove(fit)
         take = min(rest, fit[0])
         picks.append((fit[1], pick_gpus(ix, fit[1], usable[fit[1]], take)))
