@@ -59,14 +59,16 @@ def place_worker(
     nodelist: Iterable[str],
     gpus: Iterable[int],
     master_port: int,
+    master_addr: str | None = None,
 ) -> WorkerPlacement:
     """The placement of `node`'s worker, with everything derivable taken from `spec`.
 
-    The master (rendezvous host) is the first node of `nodelist`; the rendezvous id is
-    new for every attempt so a restarted job never joins a stale rendezvous.
+    The master (rendezvous host) is the first node of `nodelist`, reached at
+    `master_addr` (default: its name); the rendezvous id is new for every attempt so a
+    restarted job never joins a stale rendezvous.
     """
     nodes = tuple(nodelist)
-    master = nodes[0]
+    master = master_addr or nodes[0]
     return WorkerPlacement(
         job_id=job_id,
         attempt=attempt,
