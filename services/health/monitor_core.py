@@ -245,8 +245,6 @@ def _fault(node: NodeHealth, f: FaultSeen, now: float, p: HealthPolicy) -> _Node
             node = _set(node, recovery=Recovery.RESET)
         if before in (NodeState.UP, NodeState.DRAINING):
             node = _move(node, _draining_or_drained(node), reason, now)
-    if before is NodeState.UP and node.state is not NodeState.UP:
-        node, out = _count_failure(node, now, p)
     fault = Transition(
         node=node.name,
         kind=TransitionKind.NODE_FAULT,
@@ -256,6 +254,8 @@ def _fault(node: NodeHealth, f: FaultSeen, now: float, p: HealthPolicy) -> _Node
         gpu=f.gpu,
         classification=c,
     )
+    if before is NodeState.UP and node.state is not NodeState.UP:
+        node, out = _count_failure(node, now, p)
     return node, [fault, *out]
 
 

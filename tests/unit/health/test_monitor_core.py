@@ -1,0 +1,393 @@
+"""The monitor's node state machine: tables of observation scripts, and properties."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.health.catalog import classify
+from services.health.monitor_core import (
+    AnyObservation,
+    CheckFailed,
+    CheckPassed,
+    ClusterHealth,
+    FaultSeen,
+    HealthPolicy,
+    Heartbeat,
+    Idle,
+    NodeState,
+    OperatorDrain,
+    OperatorResume,
+    Recovery,
+    Tick,
+    Transition,
+    TransitionKind,
+    healthy_gpus,
+    in_service,
+    step,
+)
+
+UP, DRAINING, DRAINED, DOWN, FAILED = (
+    NodeState.UP,
+    NodeState.DRAINING,
+    NodeState.DRAINED,
+    NodeState.DOWN,
+    NodeState.FAILED,
+)
+K = TransitionKind
+
+
+def hb(running: int | None = 1, boot: str = "b1") -> Heartbeat:
+    return Heartbeat(node="n1", boot_id=boot, running=running, gpu_count=4)
+
+
+def xid(x: int, gpu: int | None = 0, action: int | None = None) -> FaultSeen:
+    return FaultSeen(node="n1", gpu=gpu, classification=classify(x, action))
+
+
+def check(boot: str = "b1", pending: tuple[int, ...] = ()) -> CheckPassed:
+    return CheckPassed(node="n1", boot_id=boot, reset_pending=pending)
+
+
+DRAIN = OperatorDrain(node="n1", by="ops", reason="bios update")
+RESUME = OperatorResume(node="n1", by="ops", reason="fixed")
+
+Script = list[tuple[float, AnyObservation]]
+# name -> (script, policy, want final state, want (kind, from, to) of the LAST step)
+Case = tuple[Script, HealthPolicy, NodeState, list[tuple[TransitionKind, NodeState, NodeState]]]
+P = HealthPolicy()
+
+CASES: dict[str, Case] = {
+    "a first heartbeat registers the node UP, quietly": ([(0, hb())], P, UP, []),
+    "silence past the timeout marks the node DOWN": (
+        [(0, hb()), (10.5, Tick())],
+        P,
+        DOWN,
+        [(K.NODE_DOWN, UP, DOWN)],
+    ),
+    "silence within the timeout is fine": ([(0, hb()), (9.9, Tick())], P, UP, []),
+    "the timeout is configurable": (
+        [(0, hb()), (2.5, Tick())],
+        HealthPolicy(heartbeat_timeout_s=2.0),
+        DOWN,
+        [(K.NODE_DOWN, UP, DOWN)],
+    ),
+    "a DOWN node that heartbeats again from the same boot comes back": (
+        [(0, hb()), (11, Tick()), (12, hb())],
+        P,
+        UP,
+        [(K.NODE_RECOVERED, DOWN, UP)],
+    ),
+    "a DOWN node back from a new boot waits for a health check": (
+        [(0, hb()), (11, Tick()), (12, hb(boot="b2"))],
+        P,
+        DOWN,
+        [],
+    ),
+    "a health check returns a node that came back from a new boot": (
+        [(0, hb()), (11, Tick()), (12, hb(boot="b2")), (13, check("b2"))],
+        P,
+        UP,
+        [(K.NODE_RECOVERED, DOWN, UP)],
+    ),
+    "an application xid tells the job but leaves the node UP": (
+        [(0, hb()), (1, xid(13))],
+        P,
+        UP,
+        [(K.NODE_FAULT, UP, UP)],
+    ),
+    "a GPU-reset xid drains a busy node": (
+        [(0, hb()), (1, xid(119))],
+        P,
+        DRAINING,
+        [(K.NODE_FAULT, UP, DRAINING)],
+    ),
+    "a GPU-reset xid on an idle node leaves it DRAINED": (
+        [(0, hb(running=0)), (1, xid(62))],
+        P,
+        DRAINED,
+        [(K.NODE_FAULT, UP, DRAINED)],
+    ),
+    "a draining node that goes idle is DRAINED": (
+        [(0, hb()), (1, xid(119)), (2, Idle(node="n1"))],
+        P,
+        DRAINED,
+        [(K.NODE_DRAINED, DRAINING, DRAINED)],
+    ),
+    "a heartbeat with no running jobs also finishes the drain": (
+        [(0, hb()), (1, xid(74)), (2, hb(running=0))],
+        P,
+        DRAINED,
+        [(K.NODE_DRAINED, DRAINING, DRAINED)],
+    ),
+    "a passing check after the GPU reset brings the node back": (
+        [(0, hb()), (1, xid(119)), (2, Idle(node="n1")), (3, check())],
+        P,
+        UP,
+        [(K.NODE_RECOVERED, DRAINED, UP)],
+    ),
+    "xid 79 fails the node for a reboot": (
+        [(0, hb()), (1, xid(79))],
+        P,
+        FAILED,
+        [(K.NODE_FAULT, UP, FAILED)],
+    ),
+    "a check from the boot that needed rebooting changes nothing": (
+        [(0, hb()), (1, xid(79)), (2, check("b1"))],
+        P,
+        FAILED,
+        [],
+    ),
+    "a check from a new boot brings a rebooted node back": (
+        [(0, hb()), (1, xid(79)), (40, hb(boot="b2")), (41, check("b2"))],
+        P,
+        UP,
+        [(K.NODE_RECOVERED, FAILED, UP)],
+    ),
+    "a rebooting node that goes silent is DOWN, then back by its check": (
+        [(0, hb()), (1, xid(79)), (20, Tick()), (60, hb(boot="b2")), (61, check("b2"))],
+        P,
+        UP,
+        [(K.NODE_RECOVERED, DOWN, UP)],
+    ),
+    "a reboot fault on a draining node escalates to FAILED": (
+        [(0, hb()), (1, xid(119)), (2, xid(79, gpu=1))],
+        P,
+        FAILED,
+        [(K.NODE_FAULT, DRAINING, FAILED)],
+    ),
+    "an informational xid changes nothing": ([(0, hb()), (1, xid(92))], P, UP, []),
+    "a pending row remap keeps the node UP and tells the probe": (
+        [(0, hb()), (1, xid(63))],
+        P,
+        UP,
+        [(K.NODE_FAULT, UP, UP)],
+    ),
+    "the driver's drain-and-reset keeps the node UP without that GPU": (
+        [(0, hb()), (1, xid(94, gpu=2, action=4))],
+        P,
+        UP,
+        [(K.NODE_FAULT, UP, UP)],
+    ),
+    "the third failure within the window holds the node": (
+        [
+            (0, hb(running=0)),
+            (1, xid(119)),
+            (2, check()),
+            (3, xid(119)),
+            (4, check()),
+            (5, xid(119)),
+        ],
+        P,
+        FAILED,
+        [(K.NODE_FAULT, UP, DRAINED), (K.NODE_HELD, DRAINED, FAILED)],
+    ),
+    "a held node ignores passing checks": (
+        [
+            (0, hb(running=0)),
+            (1, xid(119)),
+            (2, check()),
+            (3, xid(119)),
+            (4, check()),
+            (5, xid(119)),
+            (6, check()),
+        ],
+        P,
+        FAILED,
+        [],
+    ),
+    "failures spread wider than the window do not hold": (
+        [
+            (0, hb(running=0)),
+            (1, xid(119)),
+            (2, check()),
+            (3, xid(119)),
+            (4, check()),
+            (5000, xid(119)),
+        ],
+        P,
+        DRAINED,
+        [(K.NODE_FAULT, UP, DRAINED)],
+    ),
+    "an operator resume releases a held node": (
+        [
+            (0, hb(running=0)),
+            (1, xid(119)),
+            (2, check()),
+            (3, xid(119)),
+            (4, check()),
+            (5, xid(119)),
+            (6, RESUME),
+        ],
+        P,
+        UP,
+        [(K.NODE_RECOVERED, FAILED, UP)],
+    ),
+    "an operator drain of a busy node is DRAINING": (
+        [(0, hb()), (1, DRAIN)],
+        P,
+        DRAINING,
+        [(K.NODE_DRAINING, UP, DRAINING)],
+    ),
+    "an operator drain of an idle node is DRAINED at once": (
+        [(0, hb(running=0)), (1, DRAIN)],
+        P,
+        DRAINED,
+        [(K.NODE_DRAINED, UP, DRAINED)],
+    ),
+    "an operator-drained node ignores passing checks": (
+        [(0, hb(running=0)), (1, DRAIN), (2, check())],
+        P,
+        DRAINED,
+        [],
+    ),
+    "an operator resume returns a drained node": (
+        [(0, hb(running=0)), (1, DRAIN), (2, RESUME)],
+        P,
+        UP,
+        [(K.NODE_RECOVERED, DRAINED, UP)],
+    ),
+    "a node drained by an operator stays drained after a fault is healed": (
+        [(0, hb(running=0)), (1, DRAIN), (2, xid(119)), (3, check())],
+        P,
+        DRAINED,
+        [],
+    ),
+    "an operator resume of a DOWN node keeps it DOWN until it heartbeats": (
+        [(0, hb()), (11, Tick()), (12, RESUME)],
+        P,
+        DOWN,
+        [],
+    ),
+    "a failed check takes an UP node out": (
+        [
+            (0, hb()),
+            (
+                1,
+                CheckFailed(
+                    node="n1", problems=("GPU 1: row remapping failed",), unhealthy_gpus=(1,)
+                ),
+            ),
+        ],
+        P,
+        DRAINING,
+        [(K.NODE_FAULT, UP, DRAINING)],
+    ),
+    "without auto-return a check clears the fault but only the operator returns it": (
+        [(0, hb(running=0)), (1, xid(119)), (2, check())],
+        HealthPolicy(auto_return=False),
+        DRAINED,
+        [],
+    ),
+}
+
+
+def run(script: Script, policy: HealthPolicy) -> tuple[ClusterHealth, tuple[Transition, ...]]:
+    state = ClusterHealth(policy=policy)
+    out: tuple[Transition, ...] = ()
+    for now, obs in script:
+        state, out = step(state, obs, now)
+    return state, out
+
+
+@pytest.mark.parametrize(
+    ("script", "policy", "want_state", "want_out"), CASES.values(), ids=CASES.keys()
+)
+def test_step(
+    script: Script,
+    policy: HealthPolicy,
+    want_state: NodeState,
+    want_out: list[tuple[TransitionKind, NodeState, NodeState]],
+) -> None:
+    state, out = run(script, policy)
+    assert state.nodes["n1"].state is want_state
+    assert [(t.kind, t.from_state, t.to_state) for t in out] == want_out
+
+
+def test_a_fault_transition_carries_the_gpu_and_classification() -> None:
+    _, out = run([(0, hb()), (1, xid(119, gpu=3))], P)
+    [fault] = out
+    assert (fault.node, fault.gpu, fault.classification) == ("n1", 3, classify(119))
+    assert "xid 119 on gpu 3" in fault.reason
+
+
+def test_gpu_health_follows_faults_and_checks() -> None:
+    state, _ = run([(0, hb()), (1, xid(94, gpu=2, action=4)), (2, xid(63, gpu=1))], P)
+    node = state.nodes["n1"]
+    assert healthy_gpus(node) == (0, 1, 3)
+    assert [g.reset_pending for g in node.gpus] == [False, True, True, False]
+    assert [g.last_xid for g in node.gpus] == [None, 63, 94, None]
+    state, _ = step(state, check(pending=(1,)), 3)
+    assert healthy_gpus(state.nodes["n1"]) == (0, 1, 2, 3)
+    assert [g.reset_pending for g in state.nodes["n1"].gpus] == [False, True, False, False]
+
+
+def test_the_reason_says_who_drained_and_why() -> None:
+    state, _ = run([(0, hb()), (1, DRAIN)], P)
+    assert state.nodes["n1"].reason == "drained by ops: bios update"
+
+
+def test_a_tick_checks_every_node_and_only_the_silent_go_down() -> None:
+    state = ClusterHealth()
+    state, _ = step(state, Heartbeat(node="a"), 0)
+    state, _ = step(state, Heartbeat(node="b"), 8)
+    state, out = step(state, Tick(), 11)
+    assert [(t.node, t.kind) for t in out] == [("a", K.NODE_DOWN)]
+    assert not in_service(state.nodes["a"]) and in_service(state.nodes["b"])
+
+
+def test_step_never_mutates_its_input() -> None:
+    before, _ = run([(0, hb())], P)
+    snapshot = before.nodes["n1"]
+    step(before, xid(79), 1)
+    assert before.nodes["n1"] == snapshot and before.nodes["n1"].state is UP
+
+
+# -- properties ------------------------------------------------------------------------
+
+OBSERVATIONS = st.one_of(
+    st.builds(
+        Heartbeat,
+        node=st.just("n1"),
+        boot_id=st.sampled_from(["b1", "b2"]),
+        running=st.sampled_from([None, 0, 1]),
+    ),
+    st.builds(
+        FaultSeen,
+        node=st.just("n1"),
+        gpu=st.sampled_from([None, 0, 1]),
+        classification=st.builds(
+            classify,
+            st.sampled_from([13, 48, 62, 63, 74, 79, 92, 94, 119, 154, 999]),
+            st.sampled_from([None, 0, 1, 2, 4]),
+        ),
+    ),
+    st.builds(CheckPassed, node=st.just("n1"), boot_id=st.sampled_from(["", "b1", "b2"])),
+    st.builds(CheckFailed, node=st.just("n1"), unhealthy_gpus=st.just((0,))),
+    st.builds(Idle, node=st.just("n1")),
+    st.just(DRAIN),
+    st.just(RESUME),
+    st.builds(Tick),
+)
+
+
+@settings(max_examples=150)
+@given(st.lists(st.tuples(st.floats(0, 30), OBSERVATIONS), max_size=25))
+def test_any_sequence_keeps_the_state_machine_consistent(
+    raw: list[tuple[float, AnyObservation]],
+) -> None:
+    state = ClusterHealth()
+    now = 0.0
+    for dt, obs in raw:
+        now += dt
+        prior = state.nodes.get("n1")
+        state, out = step(state, obs, now)
+        node = state.nodes.get("n1")
+        for t in out:
+            assert prior is None or t.from_state in (prior.state, out[0].to_state)
+        if out:
+            assert out[-1].to_state is (node.state if node else None)
+        if node is not None and node.state is UP:
+            # UP only when nothing is owed: not held, not drained by an operator, no reboot due
+            assert not node.held and not node.operator_drain and node.recovery is Recovery.NONE
