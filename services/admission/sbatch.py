@@ -20,7 +20,8 @@ from shared.jobspec import JobSpec
 
 from .apply import HANDLERS, Builder, finish
 from .errors import ErrorCode, SubmitError
-from .options import MUSTER_ONLY, Given, Problem, tokenize
+from .options import Given, Problem, tokenize
+from .patterns import expand_pattern
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 DIRECTIVE_PREFIXES = ("#SBATCH", "#MUSTER")
@@ -275,4 +276,4 @@ def _wrapped_command(argv: Sequence[str]) -> str | None:
     return wrap[-1] if wrap and wrap[-1] else None
 
 
-__all__ = ["MUSTER_ONLY", "CommandLine", "Parsed", "parse_submission", "split_command_line"]
+__all__ = ["CommandLine", "Parsed", "expand_pattern", "parse_submission", "split_command_line"]

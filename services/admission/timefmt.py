@@ -91,7 +91,7 @@ _UNIT_SECONDS = {
     "weeks": 604800,
 }
 _RELATIVE = re.compile(r"now(?:\+(\d{1,9})([a-z]*))?")
-_ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?:T(\d{1,2}):(\d{2})(?::(\d{2}))?)?")
+_ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?:t(\d{1,2}):(\d{2})(?::(\d{2}))?)?")
 _US_DATE = re.compile(r"(\d{1,2})/(\d{1,2})(?:/(\d{2}))?")
 _CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
 _NAMED_CLOCK = {"midnight": time(0), "noon": time(12), "fika": time(15), "teatime": time(16)}
@@ -99,7 +99,7 @@ _NAMED_CLOCK = {"midnight": time(0), "noon": time(12), "fika": time(15), "teatim
 
 def parse_begin(text: str, *, now: float, tz: tzinfo = UTC) -> float:
     """Epoch seconds for a `--begin` value; `now` is epoch seconds, dates are in `tz`."""
-    raw = text.strip().lower()
+    raw = text.strip().lower()  # so 2026-12-01T08:30 matches with a lower-case t
     current = datetime.fromtimestamp(now, tz)
     try:
         found = _begin(raw, current, tz)

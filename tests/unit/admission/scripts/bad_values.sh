@@ -1,0 +1,5 @@
+#!/bin/bash
+#SBATCH -N two
+#SBATCH --time=1:xx
+#SBATCH --mem=12Q
+python run.py

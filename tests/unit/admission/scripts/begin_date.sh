@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --begin=2026-12-01T08:30
+hostname

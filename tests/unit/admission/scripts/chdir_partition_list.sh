@@ -1,0 +1,4 @@
+#!/bin/bash
+#SBATCH -D results/run1
+#SBATCH -p debug,normal
+hostname

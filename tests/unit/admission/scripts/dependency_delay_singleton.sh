@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --dependency=after:7+10,singleton
+python next.py

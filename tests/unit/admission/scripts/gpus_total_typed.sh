@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --gpus=a100:16
+srun python train.py

@@ -1,0 +1,4 @@
+#!/bin/bash
+#SBATCH --frobnicate=yes
+#SBATCH -N 1
+python run.py

@@ -1,0 +1,2 @@
+#SBATCH -N 1
+python run.py

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --gpus-per-node=-1
+python run.py

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -N2 -c4 -Jshort -t60 -pdebug
+python run.py

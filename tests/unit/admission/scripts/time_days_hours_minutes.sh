@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -t2-06:30
+hostname

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --time=12:30:00
+hostname

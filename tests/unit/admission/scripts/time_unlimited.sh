@@ -1,0 +1,4 @@
+#!/bin/bash
+#SBATCH -p large
+#SBATCH --time=UNLIMITED
+hostname

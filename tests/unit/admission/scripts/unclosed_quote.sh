@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --comment="oops
+python run.py
