@@ -137,9 +137,6 @@ _TABLE: dict[int, _Row] = {
     # Catalog WORKFLOW_XID_48: a DBE kills the contexts on the GPU; the row is remapped
     # (Xid 63) at the next reset, or remapping fails (Xid 64) and the GPU is an RMA case.
     48: _Row(FaultClass.ECC, "Uncorrectable double-bit ECC error (DBE)"),
-    # Catalog: uncontained memory error, reset the GPU.
-    95: _Row(FaultClass.ECC, "Uncontained ECC error: the GPU must be reset"),
-    140: _Row(FaultClass.ECC, "Unrecovered ECC error"),
     # Catalog RESTART_APP + reset when drained (Xid 154 DRAIN_AND_RESET linkage).
     94: _Row(FaultClass.ROW_REMAP, "Contained ECC error: restart the job, reset at drain",
              Action.RESTART_JOB),
@@ -147,6 +144,8 @@ _TABLE: dict[int, _Row] = {
     63: _Row(FaultClass.ROW_REMAP, "Row remap pending (ECC page retirement recorded)"),
     # Catalog bucket RESET_GPU.
     46: _Row(FaultClass.GPU_RESET, "GPU stopped processing (engine hang)"),
+    95: _Row(FaultClass.GPU_RESET, "Uncontained ECC error: the GPU must be reset"),
+    140: _Row(FaultClass.GPU_RESET, "Unrecovered ECC error"),
     62: _Row(FaultClass.GPU_RESET, "Internal micro-controller halt"),
     64: _Row(FaultClass.GPU_RESET, "Row remapper / page retirement recording failure"),
     109: _Row(FaultClass.GPU_RESET, "Context switch timeout"),
@@ -156,13 +155,13 @@ _TABLE: dict[int, _Row] = {
     # Catalog WORKFLOW_NVLINK_ERR / WORKFLOW_NVLINK5_ERR: a fatal link error stops NCCL
     # traffic; the GPU and its NVLink peers need a reset (the whole board on NVSwitch).
     74: _Row(FaultClass.NVLINK, "NVLink error"),
-    144: _Row(FaultClass.NVLINK, "NVLink SAW error"),
-    145: _Row(FaultClass.NVLINK, "NVLink RLW error"),
-    146: _Row(FaultClass.NVLINK, "NVLink TLW error"),
-    147: _Row(FaultClass.NVLINK, "NVLink TREX error"),
-    148: _Row(FaultClass.NVLINK, "NVLink NVLPW control error"),
-    149: _Row(FaultClass.NVLINK, "NVLink NETIR error"),
-    150: _Row(FaultClass.NVLINK, "NVLink MSE error"),
+    144: _Row(FaultClass.NVLINK, "NVLink error (NVLink5 workflow)"),
+    145: _Row(FaultClass.NVLINK, "NVLink error (NVLink5 workflow)"),
+    146: _Row(FaultClass.NVLINK, "NVLink error (NVLink5 workflow)"),
+    147: _Row(FaultClass.NVLINK, "NVLink error (NVLink5 workflow)"),
+    148: _Row(FaultClass.NVLINK, "NVLink error (NVLink5 workflow)"),
+    149: _Row(FaultClass.NVLINK, "NVLink error (NVLink5 workflow)"),
+    150: _Row(FaultClass.NVLINK, "NVLink error (NVLink5 workflow)"),
     # Catalog bucket RESTART_BM: the GPU is gone from PCIe; only a reboot brings it back.
     79: _Row(FaultClass.NODE_REBOOT, "GPU has fallen off the bus"),
     # Catalog: informational; counted, nothing to do.

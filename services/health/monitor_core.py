@@ -158,11 +158,6 @@ class Transition(msgspec.Struct, frozen=True, kw_only=True):
     classification: Classification | None = None
 
 
-OUT_OF_SERVICE = frozenset(
-    {NodeState.DRAINING, NodeState.DRAINED, NodeState.DOWN, NodeState.FAILED}
-)
-
-
 # -- the step ----------------------------------------------------------------------------
 
 Result = tuple[ClusterHealth, tuple[Transition, ...]]
