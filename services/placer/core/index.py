@@ -25,7 +25,7 @@ ROOT = 0
 class Pool:
     """The nodes one (partition, gpu model) can use, with their counts per domain."""
 
-    __slots__ = ("buckets", "ge", "key", "member", "size", "up", "widest")
+    __slots__ = ("buckets", "ge", "gpus", "key", "member", "size", "up", "widest")
 
     def __init__(self, key: tuple[str, str | None], n_nodes: int, n_domains: int, width: int):
         self.key = key
@@ -35,6 +35,7 @@ class Pool:
         self.size = 0  # member nodes, any state
         self.up = 0  # member nodes UP
         self.widest = 0  # most healthy GPUs on one member node
+        self.gpus = 0  # healthy GPUs on member nodes
 
 
 class ClusterIndex:
@@ -158,6 +159,7 @@ class ClusterIndex:
             pool.size += 1
             pool.up += n.state is NodeState.UP
             pool.widest = max(pool.widest, self.healthy[i].bit_count())
+            pool.gpus += self.healthy[i].bit_count()
             a = self.avail[i]
             if a >= 0:
                 pool.buckets[a].append(i)

@@ -147,7 +147,8 @@ class Prepared:
         end = now + job.time_limit_s
         lent = [b for b in self.bookings if b.at >= end]
         plain = not avoid and only is None and shape.total is None and not _filters(job)
-        if plain and pool.ge[ROOT][shape.g] + sum(len(b.held) for b in lent) < shape.nmin:
+        free_nodes = pool.ge[ROOT][shape.g] if shape.g <= self.ix.width else 0
+        if plain and free_nodes + sum(len(b.held) for b in lent) < shape.nmin:
             return "no room"
         for b in lent:
             for i, m in b.held:

@@ -56,6 +56,8 @@ def precheck(ix: ClusterIndex, job: JobRequest) -> tuple[Waiting, str] | None:
         return Waiting.PARTITION_DOWN, f"no node of partition {job.partition} is up"
     if job.gpus_per_node > pool.widest:
         return Waiting.BAD_CONSTRAINTS, f"nodes have at most {pool.widest} healthy GPUs"
+    if job.gpus_total is not None and job.gpus_total > pool.gpus:
+        return Waiting.BAD_CONSTRAINTS, f"partition {job.partition} has {pool.gpus} GPUs"
     if job.nodes_min > pool.size:
         return Waiting.BAD_CONSTRAINTS, f"partition {job.partition} has {pool.size} nodes"
     if job.required_nodes or job.excluded_nodes:

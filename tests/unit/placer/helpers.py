@@ -82,7 +82,7 @@ def leafy(n: int, per_leaf: int, gpus: int = 8, leaves_per_spine: int = 0) -> tu
     out = []
     for i in range(n):
         leaf = i // per_leaf
-        path = (f"leaf{leaf}",)
+        path: tuple[str, ...] = (f"leaf{leaf}",)
         if leaves_per_spine:
             path = (f"spine{leaf // leaves_per_spine}", *path)
         out.append(node(f"n{i:02d}", gpus, topology=path))
