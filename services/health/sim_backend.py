@@ -19,6 +19,7 @@ import itertools
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 
 import msgspec
@@ -41,6 +42,7 @@ _NVLINK_LINKS = 18  # H100 SXM has 18 NVLink 4 links
 _GPUS_PER_DOMAIN = 16
 _COUNTER_FIELDS = frozenset(GpuCounters.__struct_fields__) - {"index"}
 _BASE_TEMPERATURE_C = 35
+_KMSG_RING = 4096  # like the kernel ring buffer: old lines are overwritten, not hoarded
 
 # Messages the driver prints after "pid=..., name=...," for the common XIDs.
 _XID_MESSAGES: dict[int, str] = {
@@ -116,7 +118,7 @@ class SimulatedGpuBackend:
             for i in range(gpu_count)
         ]
         self._events: list[GpuEvent] = []
-        self._kernel_lines: list[str] = []
+        self._kernel_lines: deque[str] = deque(maxlen=_KMSG_RING)
         self._sequence = itertools.count(1)
         self._timers: list[tuple[float, int, Action]] = []
         self._timer_ids = itertools.count()
@@ -260,7 +262,8 @@ class SimulatedGpuBackend:
     def take_kernel_lines(self) -> list[str]:
         """The NVRM lines logged since the last call (the simulated /dev/kmsg)."""
         with self._cond:
-            lines, self._kernel_lines = self._kernel_lines, []
+            lines = list(self._kernel_lines)
+            self._kernel_lines.clear()
             return lines
 
     def kmsg_line_for(

@@ -173,6 +173,21 @@ def test_the_parser_never_raises_on_arbitrary_text(text: str) -> None:
     assert result is None or result.xid > 0
 
 
+@given(st.text(max_size=200))
+def test_the_parser_never_raises_on_near_misses(tail: str) -> None:
+    for head in (
+        "NVRM: Xid (PCI:0000:3b:00): ",
+        "NVRM: Xid (PCI:",
+        "NVRM: Xid (PCI:0000:3b:00): 79, pid=",
+    ):
+        result = parse_xid_line(head + tail)
+        assert (
+            result is None
+            or result.pci == PciAddress(bus=0x3B, device=0)
+            or head == "NVRM: Xid (PCI:"
+        )
+
+
 @given(
     prefix=st.sampled_from(["", "[1.0] ", "6,1,2,-;", "host kernel: "]),
     xid=st.integers(1, 99999),
