@@ -58,6 +58,7 @@ class Verdict(StrEnum):
     REPLACE = "replace"  # asking the placer for spare nodes
     RESTART = "restart"  # spares granted: restart on survivors + spares
     REQUEUE = "requeue"
+    PREEMPT = "preempt"  # preempted and not requeueable: ends PREEMPTED
 
 
 class JobState(StrEnum):
@@ -234,26 +235,14 @@ class Timers(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def start_run(
-    spec: JobSpec,
-    *,
-    job_id: int,
-    nodes: tuple[str, ...],
-    now: float,
-    attempt: int = 0,
-    restart_count: int = 0,
-    excluded_nodes: tuple[str, ...] = (),
-) -> JobRun:
+    spec: JobSpec, *, job_id: int, nodes: tuple[str, ...], now: float, attempt: int = 0,
+    restart_count: int = 0, excluded_nodes: tuple[str, ...] = (),
+) -> JobRun:  # fmt: skip
     """The state of a job whose first (or requeued) attempt starts now on `nodes`."""
     return JobRun(
-        job_id=job_id,
-        spec=spec,
-        attempt=attempt,
-        nodes=nodes,
-        started_at=now,
-        limit_from=now,
-        restart_count=restart_count,
-        excluded_nodes=excluded_nodes,
-    )
+        job_id=job_id, spec=spec, attempt=attempt, nodes=nodes, started_at=now, limit_from=now,
+        restart_count=restart_count, excluded_nodes=excluded_nodes,
+    )  # fmt: skip
 
 
 def timers(run: JobRun) -> Timers:
@@ -294,292 +283,215 @@ def decide(
     """What to do about `observation` for `run`."""
     if run.phase is Phase.ENDED:
         return Decision(verdict=Verdict.IGNORE, run=run)
-    match observation:
-        case WorkerExited():
-            return _on_worker_exited(run, observation, config, now)
-        case NodeFault(excludes_node=False):
-            if run.phase is not Phase.RUNNING or observation.node not in run.nodes:
-                return Decision(verdict=Verdict.IGNORE, run=run)
-            reason = f"application fault on {observation.node}: {observation.reason}"
-            return _finish(run, Verdict.FAIL, JobState.FAILED, reason, config, now)
-        case NodeFault() | NodeDown():
-            reachable = isinstance(observation, NodeFault)
-            return _on_node_lost(run, observation.node, observation.reason, reachable, config, now)
-        case SparesGranted() | SparesDenied():
-            return _on_spares(run, observation, config, now)
-        case NodesAvailable():
-            return _on_nodes_available(run, observation, config, now)
-        case _:
-            return _on_control(run, observation, config, now)
+    return _Decider(run, config, now).on(observation)
 
 
-def _on_control(
-    run: JobRun, obs: AnyObservation, config: CoordinatorConfig, now: float
-) -> Decision:
-    running = run.nodes if run.phase is Phase.RUNNING else ()
-    match obs:
-        case SignalDue():
-            sig = parse_signal(run.spec.signal or "")
-            if sig is None or run.signal_sent or not running:
-                return Decision(verdict=Verdict.IGNORE, run=run)
-            leader_only = run.spec.signal_batch_only
-            act = SignalWorkers(nodes=_live(run), signal=sig, leader_only=leader_only)
-            new = msgspec.structs.replace(run, signal_sent=True)
-            return Decision(verdict=Verdict.SIGNAL, run=new, actions=(act,))
-        case TimeLimitReached():
-            reason = f"time limit of {run.spec.time_limit_s} s reached"
-            return _finish(run, Verdict.TIMEOUT, JobState.TIMEOUT, reason, config, now)
-        case Cancel():
-            return _finish(run, Verdict.CANCEL, JobState.CANCELLED, obs.reason, config, now)
-        case Preempt():
-            return _on_preempt(run, obs, now)
-    return Decision(verdict=Verdict.IGNORE, run=run)
-
-
-def _live(run: JobRun) -> tuple[str, ...]:
-    return tuple(n for n in run.nodes if n not in run.done_nodes)
-
-
-def _stop(nodes: tuple[str, ...], grace_s: float) -> tuple[AnyAction, ...]:
-    return (StopWorkers(nodes=nodes, grace_s=grace_s),) if nodes else ()
-
-
-def _close(run: JobRun, verdict: Verdict, reason: str, now: float) -> tuple[AttemptRecord, ...]:
-    record = AttemptRecord(
-        attempt=run.attempt,
-        nodes=run.nodes,
-        world_size=world_size(run.spec, len(run.nodes)),
-        started_at=run.started_at,
-        ended_at=now,
-        verdict=verdict,
-        reason=reason,
-    )
-    return (*run.history, record)
-
-
-def _finish(
-    run: JobRun,
-    verdict: Verdict,
-    state: JobState,
-    reason: str,
-    config: CoordinatorConfig,
-    now: float,
-    *,
-    status: ExitStatus | None = None,
-    stop: tuple[str, ...] | None = None,
-) -> Decision:
-    to_stop = (_live(run) if run.phase is Phase.RUNNING else ()) if stop is None else stop
-    history = _close(run, verdict, reason, now) if run.phase is Phase.RUNNING else run.history
-    new = msgspec.structs.replace(run, phase=Phase.ENDED, final_state=state, history=history)
-    finish = Finish(
-        state=state,
-        reason=reason,
-        exit_code=status.exit_code if status else None,
-        signal=status.signal if status else None,
-    )
-    return Decision(verdict=verdict, run=new, actions=(*_stop(to_stop, config.kill_wait_s), finish))
-
-
-def _on_worker_exited(
-    run: JobRun, obs: WorkerExited, config: CoordinatorConfig, now: float
-) -> Decision:
-    if run.phase is not Phase.RUNNING or obs.attempt != run.attempt or obs.node not in run.nodes:
-        return Decision(verdict=Verdict.IGNORE, run=run)
-    status = obs.status
-    others = tuple(n for n in _live(run) if n != obs.node)
-    if obs.spawn_failed:
-        reason = f"worker on {obs.node} did not start: {obs.spawn_failed}"
-        return _finish(run, Verdict.FAIL, JobState.FAILED, reason, config, now, stop=others)
-    if status.oom_killed:
-        reason = f"worker on {obs.node} ran out of memory"
-        state = JobState.OUT_OF_MEMORY
-        return _finish(run, Verdict.FAIL, state, reason, config, now, status=status, stop=others)
-    if not status.ok:
-        reason = f"worker on {obs.node} ended with {status.describe()}"
-        state = JobState.FAILED
-        return _finish(run, Verdict.FAIL, state, reason, config, now, status=status, stop=others)
-    done = (*run.done_nodes, obs.node) if obs.node not in run.done_nodes else run.done_nodes
-    new = msgspec.structs.replace(run, done_nodes=done)
-    if set(done) >= set(run.nodes):
-        reason = f"all {len(run.nodes)} workers exited 0"
-        state = JobState.COMPLETED
-        return _finish(new, Verdict.COMPLETE, state, reason, config, now, status=status, stop=())
-    return Decision(verdict=Verdict.CONTINUE, run=new)
-
-
-def _on_node_lost(
-    run: JobRun, node: str, why: str, reachable: bool, config: CoordinatorConfig, now: float
-) -> Decision:
-    if run.phase is Phase.AWAITING_SPARE and node in run.spare_keep:
-        keep = tuple(n for n in run.spare_keep if n != node)
-        run = msgspec.structs.replace(run, spare_keep=keep)
-        return _ask_spares(run, keep, _excluding(run, node), grace_s=0.0, stop=())
-    if run.phase is not Phase.RUNNING or node not in run.nodes:
-        return Decision(verdict=Verdict.IGNORE, run=run)
-    reason = f"node {node} lost: {why}"
-    survivors = tuple(n for n in run.nodes if n != node)
-    stop = _live(run) if reachable else tuple(n for n in _live(run) if n != node)
-    excluded = _excluding(run, node)
-    if run.fault_restarts >= config.max_restarts:
-        reason = f"{reason}; restart limit of {config.max_restarts} reached"
-        return _finish(run, Verdict.FAIL, JobState.NODE_FAIL, reason, config, now, stop=stop)
-    if _elastic(run.spec) and len(survivors) >= run.spec.nodes_min:
-        return _restart(run, Verdict.SHRINK, survivors, excluded, reason, config, now, stop=stop)
-    if config.replace_with_spare:
-        closed = msgspec.structs.replace(
-            run, history=_close(run, Verdict.REPLACE, reason, now), excluded_nodes=excluded
-        )
-        return _ask_spares(closed, survivors, excluded, grace_s=config.restart_grace_s, stop=stop)
-    return _requeue_or_fail(run, excluded, reason, config, now, stop=stop)
-
-
-def _excluding(run: JobRun, node: str) -> tuple[str, ...]:
-    return run.excluded_nodes if node in run.excluded_nodes else (*run.excluded_nodes, node)
+def _excluding(excluded: tuple[str, ...], node: str) -> tuple[str, ...]:
+    return excluded if node in excluded else (*excluded, node)
 
 
 def _elastic(spec: JobSpec) -> bool:
     return spec.elastic or spec.nodes_min < spec.nodes_max
 
 
-def _wanted(run: JobRun) -> int:
-    """Nodes an attempt needs: at least nodes_min, the fixed size otherwise."""
-    return run.spec.nodes_min if _elastic(run.spec) else run.spec.nodes_max
+def _stop(nodes: tuple[str, ...], grace_s: float) -> tuple[AnyAction, ...]:
+    return (StopWorkers(nodes=nodes, grace_s=grace_s),) if nodes else ()
 
 
-def _ask_spares(
-    run: JobRun,
-    keep: tuple[str, ...],
-    excluded: tuple[str, ...],
-    *,
-    grace_s: float,
-    stop: tuple[str, ...],
-) -> Decision:
-    count = max(1, _wanted(run) - len(keep))
-    new = msgspec.structs.replace(
-        run, phase=Phase.AWAITING_SPARE, spare_keep=keep, excluded_nodes=excluded
-    )
-    ask = RequestSpares(count=count, keep=keep, exclude=excluded)
-    return Decision(verdict=Verdict.REPLACE, run=new, actions=(*_stop(stop, grace_s), ask))
+class _Decider:
+    """One decision: `run`, `config` and `now` held so each rule reads as a sentence.
+    Pure: it only builds values."""
 
+    def __init__(self, run: JobRun, config: CoordinatorConfig, now: float) -> None:
+        self.run, self.config, self.now = run, config, now
+        self.running = run.phase is Phase.RUNNING
+        self.live = tuple(n for n in run.nodes if n not in run.done_nodes) if self.running else ()
 
-def _restart(
-    run: JobRun,
-    verdict: Verdict,
-    nodes: tuple[str, ...],
-    excluded: tuple[str, ...],
-    reason: str,
-    config: CoordinatorConfig,
-    now: float,
-    *,
-    stop: tuple[str, ...],
-    fault: bool = True,
-) -> Decision:
-    history = _close(run, verdict, reason, now) if run.phase is Phase.RUNNING else run.history
-    delay = backoff_s(run.fault_restarts, config) if fault else 0.0
-    new = msgspec.structs.replace(
-        run,
-        attempt=run.attempt + 1,
-        nodes=nodes,
-        started_at=now + delay,
-        restart_count=run.restart_count + 1,
-        fault_restarts=run.fault_restarts + int(fault),
-        excluded_nodes=excluded,
-        done_nodes=(),
-        phase=Phase.RUNNING,
-        spare_keep=(),
-        history=history,
-    )
-    start = StartAttempt(
-        attempt=new.attempt, nodes=nodes, restart_count=new.restart_count, delay_s=delay
-    )
-    return Decision(verdict=verdict, run=new, actions=(*_stop(stop, config.restart_grace_s), start))
+    def on(self, obs: AnyObservation) -> Decision:
+        match obs:
+            case WorkerExited():
+                return self.worker_exited(obs)
+            case NodeFault(excludes_node=False) if obs.node in self.live:
+                reason = f"application fault on {obs.node}: {obs.reason}"
+                return self.finish(Verdict.FAIL, JobState.FAILED, reason)
+            case NodeFault(excludes_node=True) | NodeDown():
+                return self.node_lost(obs.node, obs.reason, isinstance(obs, NodeFault))
+            case SparesGranted() | SparesDenied():
+                return self.spares(obs)
+            case NodesAvailable():
+                return self.nodes_available(obs)
+            case SignalDue():
+                return self.signal_due()
+            case TimeLimitReached():
+                reason = f"time limit of {self.run.spec.time_limit_s} s reached"
+                return self.finish(Verdict.TIMEOUT, JobState.TIMEOUT, reason)
+            case Cancel():
+                return self.finish(Verdict.CANCEL, JobState.CANCELLED, obs.reason)
+            case Preempt():
+                return self.preempt(obs)
+        return self.ignore()
 
+    def ignore(self) -> Decision:
+        return Decision(verdict=Verdict.IGNORE, run=self.run)
 
-def _requeue_or_fail(
-    run: JobRun,
-    excluded: tuple[str, ...],
-    reason: str,
-    config: CoordinatorConfig,
-    now: float,
-    *,
-    stop: tuple[str, ...],
-) -> Decision:
-    if not run.spec.requeue:
-        return _finish(run, Verdict.FAIL, JobState.NODE_FAIL, reason, config, now, stop=stop)
-    history = (
-        _close(run, Verdict.REQUEUE, reason, now) if run.phase is Phase.RUNNING else run.history
-    )
-    delay = backoff_s(run.fault_restarts, config)
-    new = msgspec.structs.replace(
-        run,
-        phase=Phase.ENDED,
-        restart_count=run.restart_count + 1,
-        fault_restarts=run.fault_restarts + 1,
-        excluded_nodes=excluded,
-        history=history,
-    )
-    requeue = Requeue(
-        restart_count=new.restart_count, excluded_nodes=excluded, delay_s=delay, reason=reason
-    )
-    return Decision(
-        verdict=Verdict.REQUEUE, run=new, actions=(*_stop(stop, config.restart_grace_s), requeue)
-    )
+    def history(self, verdict: Verdict, reason: str) -> tuple[AttemptRecord, ...]:
+        """The history with this attempt closed, if it was still open."""
+        run = self.run
+        if not self.running:
+            return run.history
+        record = AttemptRecord(
+            attempt=run.attempt, nodes=run.nodes, world_size=world_size(run.spec, len(run.nodes)),
+            started_at=run.started_at, ended_at=self.now, verdict=verdict, reason=reason,
+        )  # fmt: skip
+        return (*run.history, record)
 
-
-def _on_spares(
-    run: JobRun, obs: SparesGranted | SparesDenied, config: CoordinatorConfig, now: float
-) -> Decision:
-    if run.phase is not Phase.AWAITING_SPARE:
-        return Decision(verdict=Verdict.IGNORE, run=run)
-    if isinstance(obs, SparesDenied) or not obs.nodes:
-        reason = "no spare node available"
-        return _requeue_or_fail(run, run.excluded_nodes, reason, config, now, stop=())
-    nodes = (*run.spare_keep, *obs.nodes)
-    reason = f"replaced by {','.join(obs.nodes)}"
-    return _restart(run, Verdict.RESTART, nodes, run.excluded_nodes, reason, config, now, stop=())
-
-
-def _on_nodes_available(
-    run: JobRun, obs: NodesAvailable, config: CoordinatorConfig, now: float
-) -> Decision:
-    room = run.spec.nodes_max - len(run.nodes)
-    extra = tuple(n for n in obs.nodes if n not in run.nodes and n not in run.excluded_nodes)
-    if run.phase is not Phase.RUNNING or not _elastic(run.spec) or room <= 0 or not extra:
-        return Decision(verdict=Verdict.IGNORE, run=run)
-    nodes = (*run.nodes, *extra[:room])
-    reason = f"growing to {len(nodes)} nodes"
-    return _restart(
-        run,
-        Verdict.GROW,
-        nodes,
-        run.excluded_nodes,
-        reason,
-        config,
-        now,
-        stop=_live(run),
-        fault=False,
-    )
-
-
-def _on_preempt(run: JobRun, obs: Preempt, now: float) -> Decision:
-    stop = _stop(_live(run) if run.phase is Phase.RUNNING else (), obs.grace_s)
-    reason = "preempted"
-    history = (
-        _close(run, Verdict.REQUEUE, reason, now) if run.phase is Phase.RUNNING else run.history
-    )
-    if not run.spec.requeue:
+    def finish(
+        self, verdict: Verdict, state: JobState, reason: str, *, status: ExitStatus | None = None,
+        stop: tuple[str, ...] | None = None,
+    ) -> Decision:  # fmt: skip
         new = msgspec.structs.replace(
-            run, phase=Phase.ENDED, final_state=JobState.PREEMPTED, history=history
+            self.run, phase=Phase.ENDED, final_state=state, history=self.history(verdict, reason)
         )
-        finish = Finish(state=JobState.PREEMPTED, reason=reason)
-        return Decision(verdict=Verdict.CANCEL, run=new, actions=(*stop, finish))
-    new = msgspec.structs.replace(
-        run, phase=Phase.ENDED, restart_count=run.restart_count + 1, history=history
-    )
-    requeue = Requeue(
-        restart_count=new.restart_count,
-        excluded_nodes=run.excluded_nodes,
-        delay_s=0.0,
-        reason=reason,
-    )
-    return Decision(verdict=Verdict.REQUEUE, run=new, actions=(*stop, requeue))
+        code, sig = (status.exit_code, status.signal) if status else (None, None)
+        finish = Finish(state=state, reason=reason, exit_code=code, signal=sig)
+        stopping = _stop(self.live if stop is None else stop, self.config.kill_wait_s)
+        return Decision(verdict=verdict, run=new, actions=(*stopping, finish))
+
+    def worker_exited(self, obs: WorkerExited) -> Decision:
+        run, status = self.run, obs.status
+        if obs.attempt != run.attempt or obs.node not in self.live:
+            return self.ignore()
+        others = tuple(n for n in self.live if n != obs.node)
+        who = f"worker on {obs.node}"
+        if obs.spawn_failed:
+            reason = f"{who} did not start: {obs.spawn_failed}"
+            return self.finish(Verdict.FAIL, JobState.FAILED, reason, stop=others)
+        if not status.ok:
+            state = JobState.OUT_OF_MEMORY if status.oom_killed else JobState.FAILED
+            reason = f"{who} ended with {status.describe()}"
+            return self.finish(Verdict.FAIL, state, reason, status=status, stop=others)
+        self.run = msgspec.structs.replace(run, done_nodes=(*run.done_nodes, obs.node))
+        if others:
+            return Decision(verdict=Verdict.CONTINUE, run=self.run)
+        reason = f"all {len(run.nodes)} workers exited 0"
+        return self.finish(Verdict.COMPLETE, JobState.COMPLETED, reason, status=status, stop=())
+
+    def node_lost(self, node: str, why: str, reachable: bool) -> Decision:
+        run, config = self.run, self.config
+        if run.phase is Phase.AWAITING_SPARE and node in run.spare_keep:
+            keep = tuple(n for n in run.spare_keep if n != node)
+            return self.ask_spares(keep, _excluding(run.excluded_nodes, node), stop=())
+        if not self.running or node not in run.nodes:
+            return self.ignore()
+        reason = f"node {node} lost: {why}"
+        survivors = tuple(n for n in run.nodes if n != node)
+        stop = self.live if reachable else tuple(n for n in self.live if n != node)
+        self.run = run = msgspec.structs.replace(
+            run, excluded_nodes=_excluding(run.excluded_nodes, node)
+        )
+        if run.fault_restarts >= config.max_restarts:
+            reason = f"{reason}; restart limit of {config.max_restarts} reached"
+            return self.finish(Verdict.FAIL, JobState.NODE_FAIL, reason, stop=stop)
+        if _elastic(run.spec) and len(survivors) >= run.spec.nodes_min:
+            return self.restart(Verdict.SHRINK, survivors, reason, stop=stop)
+        if config.replace_with_spare:
+            self.run = msgspec.structs.replace(run, history=self.history(Verdict.REPLACE, reason))
+            return self.ask_spares(survivors, run.excluded_nodes, stop=stop)
+        return self.requeue(reason, stop=stop)
+
+    def ask_spares(
+        self, keep: tuple[str, ...], excluded: tuple[str, ...], *, stop: tuple[str, ...]
+    ) -> Decision:
+        spec = self.run.spec
+        wanted = spec.nodes_min if _elastic(spec) else spec.nodes_max
+        new = msgspec.structs.replace(
+            self.run, phase=Phase.AWAITING_SPARE, spare_keep=keep, excluded_nodes=excluded
+        )
+        ask = RequestSpares(count=max(1, wanted - len(keep)), keep=keep, exclude=excluded)
+        stopping = _stop(stop, self.config.restart_grace_s)
+        return Decision(verdict=Verdict.REPLACE, run=new, actions=(*stopping, ask))
+
+    def spares(self, obs: SparesGranted | SparesDenied) -> Decision:
+        run = self.run
+        if run.phase is not Phase.AWAITING_SPARE:
+            return self.ignore()
+        if isinstance(obs, SparesDenied) or not obs.nodes:
+            return self.requeue("no spare node available", stop=())
+        reason = f"replaced by {','.join(obs.nodes)}"
+        return self.restart(Verdict.RESTART, (*run.spare_keep, *obs.nodes), reason, stop=())
+
+    def nodes_available(self, obs: NodesAvailable) -> Decision:
+        run = self.run
+        room = run.spec.nodes_max - len(run.nodes)
+        extra = [n for n in obs.nodes if n not in run.nodes and n not in run.excluded_nodes]
+        if not self.running or not _elastic(run.spec) or room <= 0 or not extra:
+            return self.ignore()
+        nodes = (*run.nodes, *extra[:room])
+        reason = f"growing to {len(nodes)} nodes"
+        return self.restart(Verdict.GROW, nodes, reason, stop=self.live, fault=False)
+
+    def restart(
+        self, verdict: Verdict, nodes: tuple[str, ...], reason: str, *, stop: tuple[str, ...],
+        fault: bool = True,
+    ) -> Decision:  # fmt: skip
+        run = self.run
+        delay = backoff_s(run.fault_restarts, self.config) if fault else 0.0
+        new = msgspec.structs.replace(
+            run, attempt=run.attempt + 1, nodes=nodes, started_at=self.now + delay,
+            restart_count=run.restart_count + 1, fault_restarts=run.fault_restarts + int(fault),
+            done_nodes=(), phase=Phase.RUNNING, spare_keep=(),
+            history=self.history(verdict, reason),
+        )  # fmt: skip
+        start = StartAttempt(
+            attempt=new.attempt, nodes=nodes, restart_count=new.restart_count, delay_s=delay
+        )
+        stopping = _stop(stop, self.config.restart_grace_s)
+        return Decision(verdict=verdict, run=new, actions=(*stopping, start))
+
+    def requeue(self, reason: str, *, stop: tuple[str, ...]) -> Decision:
+        """Back to the queue after a fault (counted, backed off), or NODE_FAIL."""
+        run = self.run
+        if not run.spec.requeue:
+            return self.finish(Verdict.FAIL, JobState.NODE_FAIL, reason, stop=stop)
+        new = msgspec.structs.replace(
+            run, phase=Phase.ENDED, restart_count=run.restart_count + 1,
+            fault_restarts=run.fault_restarts + 1, history=self.history(Verdict.REQUEUE, reason),
+        )  # fmt: skip
+        requeue = Requeue(
+            restart_count=new.restart_count, excluded_nodes=run.excluded_nodes,
+            delay_s=backoff_s(run.fault_restarts, self.config), reason=reason,
+        )  # fmt: skip
+        stopping = _stop(stop, self.config.restart_grace_s)
+        return Decision(verdict=Verdict.REQUEUE, run=new, actions=(*stopping, requeue))
+
+    def preempt(self, obs: Preempt) -> Decision:
+        """Stop within the grace; requeue (not counted, no backoff) or end PREEMPTED."""
+        run = self.run
+        if not run.spec.requeue:
+            new = msgspec.structs.replace(
+                self.run, phase=Phase.ENDED, final_state=JobState.PREEMPTED,
+                history=self.history(Verdict.PREEMPT, "preempted"),
+            )  # fmt: skip
+            finish = Finish(state=JobState.PREEMPTED, reason="preempted")
+            actions = (*_stop(self.live, obs.grace_s), finish)
+            return Decision(verdict=Verdict.PREEMPT, run=new, actions=actions)
+        new = msgspec.structs.replace(
+            run, phase=Phase.ENDED, restart_count=run.restart_count + 1,
+            history=self.history(Verdict.REQUEUE, "preempted"),
+        )  # fmt: skip
+        requeue = Requeue(
+            restart_count=new.restart_count, excluded_nodes=run.excluded_nodes, delay_s=0.0,
+            reason="preempted",
+        )  # fmt: skip
+        actions = (*_stop(self.live, obs.grace_s), requeue)
+        return Decision(verdict=Verdict.REQUEUE, run=new, actions=actions)
+
+    def signal_due(self) -> Decision:
+        """`--signal=[B:]SIG@secs`: once, to the workers still running."""
+        run = self.run
+        sig = parse_signal(run.spec.signal or "")
+        if sig is None or run.signal_sent or not self.live:
+            return self.ignore()
+        act = SignalWorkers(nodes=self.live, signal=sig, leader_only=run.spec.signal_batch_only)
+        new = msgspec.structs.replace(run, signal_sent=True)
+        return Decision(verdict=Verdict.SIGNAL, run=new, actions=(act,))

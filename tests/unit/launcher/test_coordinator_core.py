@@ -1,0 +1,342 @@
+"""Table tests of the job coordinator's decisions (services/launcher/coordinator_core.py).
+
+Each case: a narrative name -> the job's state, one observation, and the whole
+expected decision (verdict, actions in order, and every change to the state).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from services.launcher.coordinator_core import (
+    AnyAction,
+    AnyObservation,
+    AttemptRecord,
+    Cancel,
+    CoordinatorConfig,
+    Decision,
+    Finish,
+    JobRun,
+    JobState,
+    NodeDown,
+    NodeFault,
+    NodesAvailable,
+    Phase,
+    Preempt,
+    RequestSpares,
+    Requeue,
+    SignalDue,
+    SignalWorkers,
+    SparesDenied,
+    SparesGranted,
+    StartAttempt,
+    StopWorkers,
+    TimeLimitReached,
+    Verdict,
+    WorkerExited,
+    backoff_s,
+    decide,
+    parse_signal,
+    start_run,
+    timers,
+)
+from services.launcher.exitstatus import ExitStatus
+from shared.jobspec import JobSpec
+
+T0, NOW = 1000.0, 1600.0
+CFG = CoordinatorConfig()
+NO_SPARES = CoordinatorConfig(replace_with_spare=False)
+ABC = ("a", "b", "c")
+KILL, GRACE = CFG.kill_wait_s, CFG.restart_grace_s
+
+
+def job(**kw: Any) -> JobSpec:
+    return JobSpec(**({"user": "alice", "script": "train.py", "nodes_min": 3, "nodes_max": 3} | kw))
+
+
+ELASTIC = job(nodes_min=2, nodes_max=4, elastic=True)
+
+
+def running(spec: JobSpec | None = None, nodes: tuple[str, ...] = ABC, **kw: Any) -> JobRun:
+    run = start_run(spec or job(), job_id=7, nodes=nodes, now=T0)
+    return msgspec.structs.replace(run, **kw)
+
+
+def record(run: JobRun, verdict: Verdict, reason: str) -> AttemptRecord:
+    return AttemptRecord(
+        attempt=run.attempt, nodes=run.nodes, world_size=len(run.nodes), started_at=T0,
+        ended_at=NOW, verdict=verdict, reason=reason,
+    )  # fmt: skip
+
+
+def then(
+    run: JobRun, verdict: Verdict, *actions: AnyAction, closed: str | None = None, **changes: Any
+) -> Decision:
+    """The expected decision: `run` with `changes`, its attempt closed with `closed`."""
+    if closed is not None:
+        changes["history"] = (*run.history, record(run, verdict, closed))
+    return Decision(verdict=verdict, run=msgspec.structs.replace(run, **changes), actions=actions)
+
+
+def ended(run: JobRun, verdict: Verdict, state: JobState, reason: str, *stop: AnyAction,
+          **kw: Any) -> Decision:  # fmt: skip
+    """Expected end: `exit_code` / `signal` go to the Finish, other keywords to the run."""
+    status = {k: kw.pop(k) for k in ("exit_code", "signal") if k in kw}
+    final = Finish(state=state, reason=reason, **status)
+    return then(run, verdict, *stop, final, closed=reason, phase=Phase.ENDED, final_state=state,
+                **kw)  # fmt: skip
+
+
+def exited(node: str, code: int | None = 0, sig: int | None = None, **kw: Any) -> WorkerExited:
+    status = ExitStatus(exit_code=code if sig is None else None, signal=sig, **kw)
+    return WorkerExited(node=node, attempt=0, status=status)
+
+
+R = running()
+R_TWO_DONE = running(done_nodes=("a", "b"))
+R_ELASTIC = running(ELASTIC)
+R_ELASTIC_AT_MIN = running(ELASTIC, nodes=("a", "b"))
+R_SIGNAL = running(job(signal="USR1", signal_before_s=120))
+# What a fixed-size job's fault leaves: workers stopped, the placer asked for a spare.
+R_SPARE = decide(R, NodeFault(node="b", reason="xid 79"), CFG, T0 + 10).run
+LOST_B = "node b lost: xid 79"
+
+WORKER_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decision]] = {
+    "the last worker exiting 0 completes the job": (
+        R_TWO_DONE, exited("c"), CFG,
+        ended(R_TWO_DONE, Verdict.COMPLETE, JobState.COMPLETED, "all 3 workers exited 0",
+              exit_code=0, done_nodes=ABC),
+    ),
+    "one worker exiting 0 waits for the others": (
+        R, exited("a"), CFG, then(R, Verdict.CONTINUE, done_nodes=("a",)),
+    ),
+    "a non-zero exit fails the job and stops the others": (
+        R, exited("a", 2), CFG,
+        ended(R, Verdict.FAIL, JobState.FAILED, "worker on a ended with exit 2",
+              StopWorkers(nodes=("b", "c"), grace_s=KILL), exit_code=2),
+    ),
+    "death by a signal fails the job with that signal": (
+        R_TWO_DONE, exited("c", sig=11), CFG,
+        ended(R_TWO_DONE, Verdict.FAIL, JobState.FAILED, "worker on c ended with signal SIGSEGV",
+              signal=11),
+    ),
+    "an OOM kill ends the job OUT_OF_MEMORY": (
+        R, exited("b", sig=9, oom_killed=True), CFG,
+        ended(R, Verdict.FAIL, JobState.OUT_OF_MEMORY, "worker on b ended with out of memory",
+              StopWorkers(nodes=("a", "c"), grace_s=KILL), signal=9),
+    ),
+    "a worker that could not start fails the job": (
+        R, WorkerExited(node="c", attempt=0, status=ExitStatus(), spawn_failed="no user bob"),
+        CFG,
+        ended(R, Verdict.FAIL, JobState.FAILED, "worker on c did not start: no user bob",
+              StopWorkers(nodes=("a", "b"), grace_s=KILL)),
+    ),
+    "an exit reported for an earlier attempt is ignored": (
+        running(attempt=2), exited("a", 1), CFG, then(running(attempt=2), Verdict.IGNORE),
+    ),
+}  # fmt: skip
+
+FAULT_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decision]] = {
+    "a hardware fault shrinks an elastic job onto the survivors at once": (
+        R_ELASTIC, NodeFault(node="b", reason="xid 79"), CFG,
+        then(R_ELASTIC, Verdict.SHRINK, StopWorkers(nodes=ABC, grace_s=GRACE),
+             StartAttempt(attempt=1, nodes=("a", "c"), restart_count=1, delay_s=0.0),
+             closed=LOST_B, attempt=1, nodes=("a", "c"), started_at=NOW, restart_count=1,
+             fault_restarts=1, excluded_nodes=("b",)),
+    ),
+    "a node that went down is not asked to stop its worker": (
+        R_ELASTIC, NodeDown(node="b", reason="xid 79"), CFG,
+        then(R_ELASTIC, Verdict.SHRINK, StopWorkers(nodes=("a", "c"), grace_s=GRACE),
+             StartAttempt(attempt=1, nodes=("a", "c"), restart_count=1, delay_s=0.0),
+             closed=LOST_B, attempt=1, nodes=("a", "c"), started_at=NOW, restart_count=1,
+             fault_restarts=1, excluded_nodes=("b",)),
+    ),
+    "the third fault restart waits out the exponential backoff": (
+        running(ELASTIC, fault_restarts=2, restart_count=2), NodeFault(node="b", reason="xid 79"),
+        CFG,
+        then(running(ELASTIC, fault_restarts=2, restart_count=2), Verdict.SHRINK,
+             StopWorkers(nodes=ABC, grace_s=GRACE),
+             StartAttempt(attempt=1, nodes=("a", "c"), restart_count=3, delay_s=2.0),
+             closed=LOST_B, attempt=1, nodes=("a", "c"), started_at=NOW + 2.0, restart_count=3,
+             fault_restarts=3, excluded_nodes=("b",)),
+    ),
+    "an elastic job that would fall below its minimum asks for a spare": (
+        R_ELASTIC_AT_MIN, NodeFault(node="b", reason="xid 79"), CFG,
+        then(R_ELASTIC_AT_MIN, Verdict.REPLACE, StopWorkers(nodes=("a", "b"), grace_s=GRACE),
+             RequestSpares(count=1, keep=("a",), exclude=("b",)), closed=LOST_B,
+             phase=Phase.AWAITING_SPARE, spare_keep=("a",), excluded_nodes=("b",)),
+    ),
+    "a fixed-size job asks the placer for a spare": (
+        R, NodeFault(node="b", reason="xid 79"), CFG,
+        then(R, Verdict.REPLACE, StopWorkers(nodes=ABC, grace_s=GRACE),
+             RequestSpares(count=1, keep=("a", "c"), exclude=("b",)), closed=LOST_B,
+             phase=Phase.AWAITING_SPARE, spare_keep=("a", "c"), excluded_nodes=("b",)),
+    ),
+    "without spares a fixed-size job is requeued with the bad node excluded": (
+        R, NodeFault(node="b", reason="xid 79"), NO_SPARES,
+        then(R, Verdict.REQUEUE, StopWorkers(nodes=ABC, grace_s=GRACE),
+             Requeue(restart_count=1, excluded_nodes=("b",), delay_s=0.0, reason=LOST_B),
+             closed=LOST_B, phase=Phase.ENDED, restart_count=1, fault_restarts=1,
+             excluded_nodes=("b",)),
+    ),
+    "a job that may not be requeued ends NODE_FAIL": (
+        running(job(requeue=False)), NodeDown(node="b", reason="xid 79"), NO_SPARES,
+        ended(running(job(requeue=False)), Verdict.FAIL, JobState.NODE_FAIL, LOST_B,
+              StopWorkers(nodes=("a", "c"), grace_s=KILL), excluded_nodes=("b",)),
+    ),
+    "the restart limit turns one more fault into NODE_FAIL": (
+        running(ELASTIC, fault_restarts=3), NodeFault(node="b", reason="xid 79"), CFG,
+        ended(running(ELASTIC, fault_restarts=3), Verdict.FAIL, JobState.NODE_FAIL,
+              f"{LOST_B}; restart limit of 3 reached", StopWorkers(nodes=ABC, grace_s=KILL),
+              excluded_nodes=("b",)),
+    ),
+    "an application fault fails the job, not the node": (
+        R, NodeFault(node="a", reason="xid 13", excludes_node=False), CFG,
+        ended(R, Verdict.FAIL, JobState.FAILED, "application fault on a: xid 13",
+              StopWorkers(nodes=ABC, grace_s=KILL)),
+    ),
+    "a fault on a node the job does not use is ignored": (
+        R, NodeFault(node="z"), CFG, then(R, Verdict.IGNORE),
+    ),
+    "granted spares restart the job on the survivors plus the spares": (
+        R_SPARE, SparesGranted(nodes=("d",)), CFG,
+        then(R_SPARE, Verdict.RESTART,
+             StartAttempt(attempt=1, nodes=("a", "c", "d"), restart_count=1, delay_s=0.0),
+             attempt=1, nodes=("a", "c", "d"), started_at=NOW, restart_count=1,
+             fault_restarts=1, phase=Phase.RUNNING, spare_keep=()),
+    ),
+    "no spare requeues the job, the bad node still excluded": (
+        R_SPARE, SparesDenied(), CFG,
+        then(R_SPARE, Verdict.REQUEUE,
+             Requeue(restart_count=1, excluded_nodes=("b",), delay_s=0.0,
+                     reason="no spare node available"),
+             phase=Phase.ENDED, restart_count=1, fault_restarts=1),
+    ),
+    "losing another node while waiting for a spare asks for one more": (
+        R_SPARE, NodeDown(node="a"), CFG,
+        then(R_SPARE, Verdict.REPLACE, RequestSpares(count=2, keep=("c",), exclude=("b", "a")),
+             spare_keep=("c",), excluded_nodes=("b", "a")),
+    ),
+    "an elastic job grows back when nodes come free, without backoff": (
+        running(ELASTIC, nodes=("a", "c"), excluded_nodes=("b",)),
+        NodesAvailable(nodes=("b", "d", "e", "f")), CFG,
+        then(running(ELASTIC, nodes=("a", "c"), excluded_nodes=("b",)), Verdict.GROW,
+             StopWorkers(nodes=("a", "c"), grace_s=GRACE),
+             StartAttempt(attempt=1, nodes=("a", "c", "d", "e"), restart_count=1, delay_s=0.0),
+             closed="growing to 4 nodes", attempt=1, nodes=("a", "c", "d", "e"),
+             started_at=NOW, restart_count=1),
+    ),
+    "a fixed-size job does not grow": (
+        R, NodesAvailable(nodes=("d",)), CFG, then(R, Verdict.IGNORE),
+    ),
+}  # fmt: skip
+
+CONTROL_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decision]] = {
+    "the time limit times the job out: SIGTERM, then SIGKILL after kill_wait": (
+        R, TimeLimitReached(), CFG,
+        ended(R, Verdict.TIMEOUT, JobState.TIMEOUT, "time limit of 3600 s reached",
+              StopWorkers(nodes=ABC, grace_s=30.0)),
+    ),
+    "--signal sends its signal to every worker before the limit": (
+        R_SIGNAL, SignalDue(), CFG,
+        then(R_SIGNAL, Verdict.SIGNAL, SignalWorkers(nodes=ABC, signal=10), signal_sent=True),
+    ),
+    "--signal is sent once": (
+        running(job(signal="USR1"), signal_sent=True), SignalDue(), CFG,
+        then(running(job(signal="USR1"), signal_sent=True), Verdict.IGNORE),
+    ),
+    "a batch-only --signal goes to the script, not its children": (
+        running(job(signal="SIGUSR2", signal_batch_only=True)), SignalDue(), CFG,
+        then(running(job(signal="SIGUSR2", signal_batch_only=True)), Verdict.SIGNAL,
+             SignalWorkers(nodes=ABC, signal=12, leader_only=True), signal_sent=True),
+    ),
+    "preemption stops within its grace and requeues the same job, restart_count + 1": (
+        R, Preempt(grace_s=60), CFG,
+        then(R, Verdict.REQUEUE, StopWorkers(nodes=ABC, grace_s=60),
+             Requeue(restart_count=1, excluded_nodes=(), delay_s=0.0, reason="preempted"),
+             closed="preempted", phase=Phase.ENDED, restart_count=1),
+    ),
+    "preempting a job that may not be requeued ends it PREEMPTED": (
+        running(job(requeue=False)), Preempt(grace_s=10), CFG,
+        ended(running(job(requeue=False)), Verdict.PREEMPT, JobState.PREEMPTED, "preempted",
+              StopWorkers(nodes=ABC, grace_s=10)),
+    ),
+    "cancel stops every worker still running and ends CANCELLED": (
+        running(done_nodes=("b",)), Cancel(reason="scancel by alice"), CFG,
+        ended(running(done_nodes=("b",)), Verdict.CANCEL, JobState.CANCELLED,
+              "scancel by alice", StopWorkers(nodes=("a", "c"), grace_s=KILL)),
+    ),
+    "cancel while waiting for a spare has nothing left to stop": (
+        R_SPARE, Cancel(), CFG,
+        then(R_SPARE, Verdict.CANCEL, Finish(state=JobState.CANCELLED, reason="cancelled by user"),
+             phase=Phase.ENDED, final_state=JobState.CANCELLED),
+    ),
+    "nothing is decided after the end": (
+        running(phase=Phase.ENDED), TimeLimitReached(), CFG,
+        then(running(phase=Phase.ENDED), Verdict.IGNORE),
+    ),
+}  # fmt: skip
+
+CASES = WORKER_CASES | FAULT_CASES | CONTROL_CASES
+
+
+@pytest.mark.parametrize(("run", "obs", "config", "want"), CASES.values(), ids=CASES.keys())
+def test_decide(
+    run: JobRun, obs: AnyObservation, config: CoordinatorConfig, want: Decision
+) -> None:
+    assert decide(run, obs, config, NOW) == want
+
+
+def test_a_node_fault_then_a_clean_finish_leaves_a_two_attempt_history() -> None:
+    d1 = decide(running(ELASTIC), NodeFault(node="b", reason="xid 79"), CFG, NOW)
+    stale = decide(d1.run, exited("a", sig=15), CFG, NOW + 1)  # attempt 0's worker, stopped
+    d2 = decide(stale.run, WorkerExited(node="a", attempt=1, status=ExitStatus(exit_code=0)),
+                CFG, NOW + 50)  # fmt: skip
+    d3 = decide(d2.run, WorkerExited(node="c", attempt=1, status=ExitStatus(exit_code=0)),
+                CFG, NOW + 60)  # fmt: skip
+    assert [d.verdict for d in (d1, stale, d2, d3)] == [
+        Verdict.SHRINK, Verdict.IGNORE, Verdict.CONTINUE, Verdict.COMPLETE,
+    ]  # fmt: skip
+    assert [(h.attempt, h.nodes, h.verdict, h.ended_at) for h in d3.run.history] == [
+        (0, ABC, Verdict.SHRINK, NOW), (1, ("a", "c"), Verdict.COMPLETE, NOW + 60),
+    ]  # fmt: skip
+    assert d3.run.final_state is JobState.COMPLETED
+
+
+def test_decisions_are_plain_data_that_round_trip_through_json() -> None:
+    d = decide(running(ELASTIC), NodeFault(node="b"), CFG, NOW)
+    assert msgspec.json.decode(msgspec.json.encode(d), type=Decision) == d
+
+
+TIMER_CASES = {
+    "without --signal only the limit is timed": (running(), None, T0 + 3600),
+    "--signal=USR1@120 fires 120 s before the limit": (R_SIGNAL, T0 + 3480, T0 + 3600),
+    "a sent signal is not timed again": (
+        running(job(signal="USR1"), signal_sent=True), None, T0 + 3600,
+    ),
+    "a shrink restart keeps the original limit": (
+        running(limit_from=T0 - 100, started_at=T0), None, T0 + 3500,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("run", "signal_at", "limit_at"), TIMER_CASES.values(), ids=TIMER_CASES.keys()
+)
+def test_timers(run: JobRun, signal_at: float | None, limit_at: float) -> None:
+    got = timers(run)
+    assert (got.signal_at, got.limit_at) == (signal_at, limit_at)
+
+
+def test_backoff_is_immediate_first_then_doubles_up_to_the_cap() -> None:
+    cfg = CoordinatorConfig(backoff_base_s=1.0, backoff_max_s=5.0)
+    assert [backoff_s(n, cfg) for n in range(6)] == [0.0, 1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_parse_signal_takes_names_with_or_without_sig_and_numbers() -> None:
+    assert [parse_signal(s) for s in ("USR1", "sigterm", "10", "NOPE", "")] == [
+        10, 15, 10, None, None,
+    ]  # fmt: skip
