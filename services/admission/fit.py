@@ -32,7 +32,7 @@ def check_size(
             f"{spec.nodes_max} nodes asked; partition {part.name!r} allows at most "
             f"{part.max_nodes} node(s) per job"
         )
-        errors.append(_err(ErrorCode.TOO_MANY_NODES, msg, "nodes"))
+        return [*errors, _err(ErrorCode.TOO_MANY_NODES, msg, "nodes")]
     total = spec.gpus_total if spec.gpus_total is not None else spec.gpus_requested
     if part.max_gpus_per_job is not None and total > part.max_gpus_per_job:
         msg = f"{total} GPUs asked; partition {part.name!r} allows at most "

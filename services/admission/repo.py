@@ -89,13 +89,13 @@ async def set_held(conn: Conn, job_id: int, held: bool, reason: str) -> None:
 JOB_VIEW = """
 SELECT j.job_id, j.name, j.user_name, j.account, j.partition, j.qos, j.nodes_max,
        j.gpus_per_node, j.time_limit_s, j.held, j.array_job_id, j.array_task_id,
-       extract(epoch FROM j.submitted_at) AS submitted,
+       extract(epoch FROM j.submitted_at)::float8 AS submitted,
        j.cancel_requested_at, j.cancel_reason,
        r.state AS run_state, r.reason AS run_reason, r.nodes AS run_nodes, r.exit_code,
-       r.restart_count, extract(epoch FROM r.started_at) AS started,
-       extract(epoch FROM r.ended_at) AS ended,
+       r.restart_count, extract(epoch FROM r.started_at)::float8 AS started,
+       extract(epoch FROM r.ended_at)::float8 AS ended,
        p.reason AS wait_reason, p.detail AS wait_detail,
-       extract(epoch FROM p.estimated_start) AS est,
+       extract(epoch FROM p.estimated_start)::float8 AS est,
        (SELECT array_agg(n.node ORDER BY n.rank) FROM allocations a
           JOIN allocation_nodes n ON n.alloc_id = a.alloc_id AND n.live
          WHERE a.job_id = j.job_id AND a.released_at IS NULL) AS alloc_nodes
@@ -105,7 +105,9 @@ SELECT j.job_id, j.name, j.user_name, j.account, j.partition, j.qos, j.nodes_max
 """
 
 
-async def job_rows(conn: Conn, job_ids: list[int] | None, users: list[str] | None) -> list[asyncpg.Record]:
+async def job_rows(
+    conn: Conn, job_ids: list[int] | None, users: list[str] | None
+) -> list[asyncpg.Record]:
     where = []
     args: list[object] = []
     if job_ids:
@@ -126,7 +128,7 @@ async def job_spec(conn: Conn, job_id: int) -> dict[str, object] | None:
 async def attempts(conn: Conn, job_id: int) -> list[asyncpg.Record]:
     return await conn.fetch(
         "SELECT attempt, seq, nodes, world_size, reason, outcome,"
-        " extract(epoch FROM started_at) AS started, extract(epoch FROM ended_at) AS ended"
+        " extract(epoch FROM started_at)::float8 AS started, extract(epoch FROM ended_at)::float8 AS ended"
         " FROM attempts WHERE job_id = $1 ORDER BY attempt, seq",
         job_id,
     )
@@ -134,7 +136,7 @@ async def attempts(conn: Conn, job_id: int) -> list[asyncpg.Record]:
 
 async def nodes_view(conn: Conn) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:
     nodes = await conn.fetch(
-        "SELECT name, state, reason, topology, extract(epoch FROM last_heartbeat) AS hb,"
+        "SELECT name, state, reason, topology, extract(epoch FROM last_heartbeat)::float8 AS hb,"
         " last_fault FROM nodes ORDER BY name"
     )
     gpus = await conn.fetch(

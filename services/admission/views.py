@@ -10,12 +10,19 @@ from typing import Any, Protocol
 from shared.api import GpuView, JobView, NodeView
 
 
-
 class Row(Protocol):
     def __getitem__(self, key: str, /) -> Any: ...
 
 
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
+TERMINAL = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+)
 
 WHY = {
     "PRIORITY": "jobs of higher priority are ahead of it for the resources it needs",

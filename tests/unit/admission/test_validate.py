@@ -1,0 +1,298 @@
+"""Validation against the local cluster: defaults filled, refusals that say what exists."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from services.admission.errors import ErrorCode, SubmitError
+from services.admission.sbatch import parse_submission
+from services.admission.validate import (
+    Admission,
+    SubmitCounts,
+    admit,
+    shape,
+    validate,
+)
+from shared.jobspec import JobSpec
+
+from .builders import local_cluster, local_config, node
+
+SCRIPT = "#!/bin/bash\nsrun python train.py\n"
+CONFIG = local_config()
+CLUSTER = local_cluster(CONFIG)
+
+
+def admitted(*argv: str, user: str = "alice", counts: SubmitCounts | None = None) -> Admission:
+    parsed = parse_submission(argv, SCRIPT, user=user, workdir="/w", script_path="train.sh")
+    assert parsed.spec is not None, parsed.errors
+    return admit(parsed.spec, parsed.explicit, CONFIG, CLUSTER, counts or SubmitCounts())
+
+
+def accepted(*argv: str, user: str = "alice") -> JobSpec:
+    got = admitted(*argv, user=user)
+    assert got.errors == ()
+    assert got.spec is not None
+    return got.spec
+
+
+BASE = JobSpec(
+    name="train.sh",
+    user="alice",
+    account="research",
+    partition="normal",
+    qos="normal",
+    script=SCRIPT,
+    workdir="/w",
+    time_limit_s=3600,
+)
+
+DEFAULTS = {
+    "nothing asked: default partition, the user's default account, its default time": (
+        (),
+        "alice",
+        {},
+    ),
+    "a partition's own default time and default QOS": (
+        ("-p", "inference"),
+        "dave",
+        {
+            "user": "dave",
+            "account": "prod",
+            "partition": "inference",
+            "partitions": ("inference",),
+            "qos": "high",
+            "time_limit_s": 86400,
+        },
+    ),
+    "UNLIMITED becomes the partition's maximum": (
+        ("-p", "large", "-t", "UNLIMITED"),
+        "alice",
+        {"partition": "large", "partitions": ("large",), "time_limit_s": 14 * 86400},
+    ),
+    "UNLIMITED stays unlimited on an unlimited partition": (
+        ("-p", "inference", "-t", "INFINITE", "-A", "prod"),
+        "bob",
+        {
+            "user": "bob",
+            "account": "prod",
+            "partition": "inference",
+            "partitions": ("inference",),
+            "qos": "high",
+            "time_limit_s": 2**31 - 1,
+        },
+    ),
+    "the first partition of a list that fits is chosen": (
+        ("-p", "debug,normal", "-N", "2"),
+        "alice",
+        {"partitions": ("debug", "normal"), "nodes_min": 2, "nodes_max": 2},
+    ),
+    "total GPUs with no node count take the fewest nodes": (
+        ("-G", "12"),
+        "alice",
+        {"gpus_total": 12, "gpus_per_node": 4, "nodes_min": 3, "nodes_max": 3},
+    ),
+}
+
+
+@pytest.mark.parametrize(("argv", "user", "changes"), DEFAULTS.values(), ids=DEFAULTS.keys())
+def test_defaults_are_filled(argv: tuple[str, ...], user: str, changes: dict[str, object]) -> None:
+    assert accepted(*argv, user=user) == msgspec.structs.replace(BASE, **changes)
+
+
+def err(code: ErrorCode, message: str, field: str) -> SubmitError:
+    return SubmitError(code=code, message=message, field=field)
+
+
+REFUSALS = {
+    "an unknown partition lists the partitions": (
+        ("-p", "gpu"),
+        "alice",
+        err(
+            ErrorCode.UNKNOWN_PARTITION,
+            "no partition 'gpu'; partitions: debug, normal, large, inference",
+            "partition",
+        ),
+    ),
+    "time over the maximum says the maximum": (
+        ("-p", "debug", "-t", "45"),
+        "alice",
+        err(
+            ErrorCode.TIME_OVER_MAX,
+            "time limit 00:45:00 is over the maximum of partition 'debug': 00:30:00; "
+            "ask for --time=00:30:00 or less",
+            "time",
+        ),
+    ),
+    "more GPUs per node than any node has names the largest node": (
+        ("--gpus-per-node=9",),
+        "alice",
+        err(
+            ErrorCode.TOO_MANY_GPUS_PER_NODE,
+            "9 GPUs per node asked; the largest node in partition 'normal' has 4 GPU(s)",
+            "gpus-per-node",
+        ),
+    ),
+    "more nodes than the partition has": (
+        ("-N", "5"),
+        "alice",
+        err(
+            ErrorCode.TOO_MANY_NODES,
+            "5 nodes asked; partition 'normal' has 4 node(s)",
+            "nodes",
+        ),
+    ),
+    "an elastic maximum beyond the partition is refused too": (
+        ("-N", "2:8"),
+        "alice",
+        err(ErrorCode.TOO_MANY_NODES, "8 nodes asked; partition 'normal' has 4 node(s)", "nodes"),
+    ),
+    "more nodes than the partition allows per job": (
+        ("-p", "debug", "-N", "2"),
+        "alice",
+        err(
+            ErrorCode.TOO_MANY_NODES,
+            "2 nodes asked; partition 'debug' allows at most 1 node(s) per job",
+            "nodes",
+        ),
+    ),
+    "an account the partition does not allow": (
+        ("-p", "inference"),
+        "alice",
+        err(
+            ErrorCode.ACCOUNT_NOT_ALLOWED,
+            "account 'research' may not use partition 'inference'; allowed accounts: prod",
+            "account",
+        ),
+    ),
+    "an unknown QOS lists the QOS": (
+        ("-q", "urgent"),
+        "alice",
+        err(ErrorCode.UNKNOWN_QOS, "no QOS 'urgent'; QOS defined: high, normal, low", "qos"),
+    ),
+    "a user outside the account": (
+        ("-A", "prod"),
+        "alice",
+        err(
+            ErrorCode.USER_NOT_IN_ACCOUNT,
+            "user 'alice' is not in account 'prod'; your accounts: research",
+            "account",
+        ),
+    ),
+    "an unknown user": (
+        (),
+        "mallory",
+        err(
+            ErrorCode.UNKNOWN_USER,
+            "user 'mallory' has no account on this cluster; ask an operator or an account "
+            "coordinator to add you",
+            "account",
+        ),
+    ),
+    "an unknown account": (
+        ("-A", "physics"),
+        "alice",
+        err(ErrorCode.UNKNOWN_ACCOUNT, "no account 'physics'; your accounts: research", "account"),
+    ),
+    "a GPU model the partition lacks lists the models": (
+        ("--gres=gpu:h100:1",),
+        "alice",
+        err(
+            ErrorCode.NO_MATCHING_NODES,
+            "no node in partition 'normal' has GPU model 'h100'; models: SIM",
+            "gres",
+        ),
+    ),
+    "a node that does not exist": (
+        ("-w", "node09"),
+        "alice",
+        err(ErrorCode.UNKNOWN_NODE, "no node(s) node09; the cluster has node[01-04]", "nodelist"),
+    ),
+    "a node outside the partition": (
+        ("-p", "debug", "-w", "node01"),
+        "alice",
+        err(
+            ErrorCode.UNKNOWN_NODE,
+            "node(s) node01 are not in partition 'debug', whose nodes are node04",
+            "nodelist",
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize(("argv", "user", "want"), REFUSALS.values(), ids=REFUSALS.keys())
+def test_refusals(argv: tuple[str, ...], user: str, want: SubmitError) -> None:
+    got = admitted(*argv, user=user)
+    assert got == Admission(spec=None, errors=(want,))
+
+
+def test_submit_limits_count_array_tasks() -> None:
+    got = admitted("-a", "0-9", counts=SubmitCounts(user_jobs=495))
+    assert got.errors == (
+        err(
+            ErrorCode.SUBMIT_LIMIT,
+            "user 'alice' already has 495 job(s) queued or running under QOS 'normal'; "
+            "adding 10 would pass its limit of 500 submitted jobs. Wait for some to finish",
+            "qos",
+        ),
+    )
+
+
+def test_account_submit_limit() -> None:
+    got = admitted(counts=SubmitCounts(account_jobs=2000))
+    assert [e.code for e in got.errors] == [ErrorCode.SUBMIT_LIMIT]
+    assert "account 'research' already has 2000 job(s)" in got.errors[0].message
+
+
+def test_a_partition_needing_approval_is_flagged_not_refused() -> None:
+    got = admitted("-p", "large")
+    assert (got.errors, got.needs_approval) == ((), True)
+
+
+def test_every_candidate_partition_says_why_it_refused() -> None:
+    got = admitted("-p", "debug,inference", "-N", "2")
+    assert [e.message for e in got.errors] == [
+        "partition 'debug': 2 nodes asked; partition 'debug' allows at most 1 node(s) per job",
+        "partition 'inference': account 'research' may not use partition 'inference'; "
+        "allowed accounts: prod",
+    ]
+
+
+def test_constraints_and_models_filter_nodes() -> None:
+    cluster = shape(
+        CONFIG,
+        [
+            node("node01", 4, "A100", "ib"),
+            node("node02", 4, "A100", "ib"),
+            node("node03", 4, "H100"),
+            node("node04", 4, "H100", "ib"),
+        ],
+    )
+    spec = msgspec.structs.replace(
+        BASE, nodes_min=2, nodes_max=2, gpus_per_node=4, gpu_model="a100"
+    )
+    assert validate(spec, CONFIG, cluster) == ()
+    ib_h100 = msgspec.structs.replace(spec, gpu_model="H100", constraint="ib")
+    assert [e.message for e in validate(ib_h100, CONFIG, cluster)] == [
+        "2 nodes asked; partition 'normal' has 1 node(s) that match the request"
+    ]
+    nvlink = msgspec.structs.replace(spec, gpu_model=None, constraint="nvlink|ib&fast")
+    assert [e.message for e in validate(nvlink, CONFIG, cluster)] == [
+        "no node in partition 'normal' matches --constraint 'nvlink|ib&fast'; features: ib"
+    ]
+    brackets = msgspec.structs.replace(spec, gpu_model=None, constraint="[a*2]")
+    assert [e.code for e in validate(brackets, CONFIG, cluster)] == [ErrorCode.BAD_VALUE]
+
+
+def test_a_gpu_cap_counts_every_node() -> None:
+    config = msgspec.structs.replace(
+        CONFIG,
+        partitions={
+            **CONFIG.partitions,
+            "normal": msgspec.structs.replace(CONFIG.partitions["normal"], max_gpus_per_job=8),
+        },
+    )
+    spec = accepted("-N", "3", "--gpus-per-node=4")
+    assert [e.message for e in validate(spec, config, CLUSTER)] == [
+        "12 GPUs asked; partition 'normal' allows at most 8 GPUs per job"
+    ]
