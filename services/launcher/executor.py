@@ -229,10 +229,15 @@ class Worker:
         """How it ended, once `wait` has seen it end."""
         return self._status
 
-    def signal(self, sig: int) -> None:
-        """Send `sig` to every process in the worker's group (gone ones are fine)."""
+    def signal(self, sig: int, *, leader_only: bool = False) -> None:
+        """Send `sig` to every process in the worker's group (gone ones are fine), or
+        to the job's script alone (`--signal=B:SIG`)."""
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pgid, sig)
+            if leader_only:
+                if self._proc.returncode is None:
+                    os.kill(self.pid, sig)
+            else:
+                os.killpg(self.pgid, sig)
 
     async def wait(self) -> ExitStatus:
         """Wait for the leader to end, then kill and reap what it left in its group.
@@ -335,16 +340,27 @@ def _members_by_signal(pgid: int) -> list[int]:
 
 
 def _memory_events_path(pid: int) -> str | None:
-    """The cgroup v2 `memory.events` of `pid`'s cgroup, if this node has one."""
+    """The file holding the `oom_kill` counter of `pid`'s memory cgroup: cgroup v2's
+    `memory.events` (unified or hybrid mount) or v1's `memory.oom_control`."""
     try:
         with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
             lines = f.read().splitlines()
     except OSError:
         return None
+    candidates = []
     for line in lines:
-        if line.startswith("0::"):
-            return posixpath.join("/sys/fs/cgroup", line[3:].lstrip("/"), "memory.events")
-    return None
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        controllers, rel = parts[1], parts[2].lstrip("/")
+        if controllers == "":
+            candidates += [
+                posixpath.join("/sys/fs/cgroup", rel, "memory.events"),
+                posixpath.join("/sys/fs/cgroup/unified", rel, "memory.events"),
+            ]
+        elif "memory" in controllers.split(","):
+            candidates.append(posixpath.join("/sys/fs/cgroup/memory", rel, "memory.oom_control"))
+    return next((c for c in candidates if os.path.exists(c)), None)
 
 
 def _read_oom_kills(path: str | None) -> int | None:

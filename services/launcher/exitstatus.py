@@ -7,10 +7,11 @@ return code) plus the best-effort OOM verdict. What is detectable here, and what
   with 128+N; that stays an exit code, since only the shell knows.
 - Death by a signal: the signal number. SIGKILL alone does not mean out of memory: the
   launcher's own `terminate` sends it too.
-- Out of memory: only when the cgroup the worker ran in has a readable `memory.events`
-  whose `oom_kill` counter rose while the worker ran, and the worker failed. Without a
-  per-job cgroup the counter is the agent's, so a kill of another process in the same
-  cgroup can be blamed on this worker; kernel logs (dmesg) are not read.
+- Out of memory: only when the memory cgroup the worker started in has a readable
+  `oom_kill` counter (cgroup v2 `memory.events`, v1 `memory.oom_control`) that rose
+  while the worker ran, and the worker failed. Without a per-job cgroup the counter is
+  the agent's, so an OOM kill of another process in the same cgroup during the run is
+  blamed on this worker too; kernel logs (dmesg) are not read.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def from_wait_status(status: int, *, oom_killed: bool = False) -> ExitStatus:
 
 
 def parse_oom_kills(memory_events: str) -> int | None:
-    """The `oom_kill` counter of a cgroup v2 `memory.events` file, None if absent."""
+    """The `oom_kill` counter of a cgroup v2 `memory.events` or v1 `memory.oom_control`
+    file's text, None if it has none."""
     for line in memory_events.splitlines():
         key, _, value = line.partition(" ")
         if key == "oom_kill" and value.strip().isdigit():

@@ -164,6 +164,20 @@ async def test_signal_reaches_the_whole_group(tmp_path: Path) -> None:
     w.signal(signal.SIGUSR1)  # a gone group is not an error
 
 
+async def test_a_leader_only_signal_reaches_the_script_but_not_its_children(
+    tmp_path: Path,
+) -> None:
+    w = await sh(
+        tmp_path,
+        "trap 'echo leader; exit 0' USR1; "
+        "( trap 'echo child' USR1; echo up; while :; do sleep 0.05; done ) & wait",
+    )
+    await wait_for_line(tmp_path / "out.txt", "up")
+    w.signal(signal.SIGUSR1, leader_only=True)
+    assert await w.wait() == ExitStatus(exit_code=0)
+    assert read(tmp_path / "out.txt") == "up\nleader\n"
+
+
 async def test_what_the_script_leaves_behind_is_killed_when_it_exits(tmp_path: Path) -> None:
     w = await sh(tmp_path, "sleep 300 & echo $!")
     status = await w.wait()
