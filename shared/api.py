@@ -148,7 +148,7 @@ class ApiError(msgspec.Struct, frozen=True, kw_only=True):
 class Envelope(msgspec.Struct, frozen=True, kw_only=True):
     """Every reply: exactly one of `ok` (raw JSON of the result) or `error`."""
 
-    ok: msgspec.Raw | None = None
+    ok: msgspec.Raw = msgspec.Raw(b"null")
     error: ApiError | None = None
 
 

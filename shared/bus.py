@@ -143,7 +143,9 @@ class Bus:
             await self.js.add_consumer(STREAM, config)
         except BadRequestError as err:
             # An existing durable with another config keeps its position; say so.
-            log.warning("consumer exists with other settings", extra=kv(durable=durable, error=str(err)))
+            log.warning(
+                "consumer exists with other settings", extra=kv(durable=durable, error=str(err))
+            )
         return await self.js.pull_subscribe_bind(durable=durable, stream=STREAM)
 
     async def _deliver(self, durable: str, msg: Msg, handler: Handler) -> None:
@@ -174,7 +176,9 @@ class Bus:
                 return
         await msg.ack()
 
-    async def _retry_or_give_up(self, durable: str, msg: Msg, delivered: int, err: Exception) -> None:
+    async def _retry_or_give_up(
+        self, durable: str, msg: Msg, delivered: int, err: Exception
+    ) -> None:
         if delivered >= self.max_deliver:
             log.error("handler kept failing", extra=kv(subject=msg.subject, error=repr(err)))
             await self._dead_letter(durable, msg, f"failed {delivered} times: {err!r}")
@@ -236,5 +240,5 @@ class Bus:
 async def _fetch(sub: JetStreamContext.PullSubscription, batch: int) -> list[Msg]:
     try:
         return await sub.fetch(batch, timeout=1.0)
-    except NatsTimeoutError:
+    except (NatsTimeoutError, asyncio.TimeoutError):
         return []

@@ -111,7 +111,7 @@ class Relay:
             try:
                 while await self.publish_batch() == self.batch:
                     pass
-            except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as err:
+            except (TimeoutError, OSError, asyncpg.PostgresError) as err:
                 log.warning("relay pass failed, will retry", extra=kv(error=repr(err)))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.sweep_s)

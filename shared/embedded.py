@@ -74,7 +74,9 @@ def start_nats(state_dir: Path, port: int | None = None, timeout: float = 20.0) 
     log_path = state_dir / "nats.log"
     argv = [nats_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
     argv += ["-l", str(log_path)]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     _wait_for_line(proc, log_path, "Server is ready", "nats", timeout)
     return Server("nats", f"nats://127.0.0.1:{port}", proc, log_path)
 
@@ -152,7 +154,12 @@ def start_postgres(
         argv += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
     with log_path.open("ab") as log_file:
         proc = subprocess.Popen(
-            argv, stdout=log_file, stderr=log_file, cwd=data, **_as_user(uid, gid)
+            argv,
+            stdout=log_file,
+            stderr=log_file,
+            cwd=data,
+            start_new_session=True,
+            **_as_user(uid, gid),
         )
     _wait_for_line(proc, log_path, "ready to accept connections", "postgres", timeout)
     return Server("postgres", f"postgresql://postgres@127.0.0.1:{port}", proc, log_path)

@@ -12,8 +12,8 @@ import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 import uvloop
 
@@ -35,7 +35,9 @@ class ServiceContext:
 
 
 @contextlib.asynccontextmanager
-async def service_context(settings: Settings, *, pool_size: int = 5) -> AsyncIterator[ServiceContext]:
+async def service_context(
+    settings: Settings, *, pool_size: int = 5
+) -> AsyncIterator[ServiceContext]:
     bus = await Bus.connect(
         settings.nats_url,
         name=f"{settings.service_name}-{settings.instance}",
@@ -84,12 +86,17 @@ async def until_stopped(
             group.create_task(task(stop))
 
 
-async def every(period_s: float, stop: asyncio.Event, action: Callable[[], Awaitable[None]]) -> None:
+async def every(
+    period_s: float, stop: asyncio.Event, action: Callable[[], Awaitable[None]]
+) -> None:
     """Call `action` every `period_s` until `stop`; a failing call is logged, not fatal."""
     while not stop.is_set():
         try:
             await action()
-        except (OSError, asyncio.TimeoutError, RuntimeError) as err:
-            log.warning("periodic action failed", extra=kv(action=getattr(action, "__name__", "?"), error=repr(err)))
+        except (TimeoutError, OSError, RuntimeError) as err:
+            log.warning(
+                "periodic action failed",
+                extra=kv(action=getattr(action, "__name__", "?"), error=repr(err)),
+            )
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=period_s)

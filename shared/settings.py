@@ -72,7 +72,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         out: dict[str, str] = {}
         for field in self.__struct_fields__:
             value = getattr(self, field)
-            out[f"MUSTER_{field.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+            out[f"MUSTER_{field.upper()}"] = (
+                str(value).lower() if isinstance(value, bool) else str(value)
+            )
         return out
 
 

@@ -67,12 +67,17 @@ class NodeExecutor:
     async def start(self, spec: WorkerSpec) -> AgentReply:
         current = self.running.get(spec.job_id)
         if current is not None:
-            same = (current.spec.attempt, current.spec.generation) == (spec.attempt, spec.generation)
+            same = (current.spec.attempt, current.spec.generation) == (
+                spec.attempt,
+                spec.generation,
+            )
             if same:
                 return AgentReply(ok=True, message="already running")
             await current.worker.terminate(2.0)
         try:
-            run_as = resolve_run_as(spec.run_as, allow_root=self.allow_root) if spec.run_as else None
+            run_as = (
+                resolve_run_as(spec.run_as, allow_root=self.allow_root) if spec.run_as else None
+            )
             spool = self._spool(spec, run_as.uid if run_as else None)
             worker = await spawn_worker(
                 [a.replace("{spool}", spool) for a in spec.argv],
@@ -82,7 +87,7 @@ class NodeExecutor:
                 spec.stderr,
                 run_as,
                 allow_root=self.allow_root,
-                append=spec.generation > 0,
+                append=True,  # every node (and restart) of a job adds to its files
             )
         except (LaunchError, OSError) as err:
             log.warning("worker did not start", extra=kv(job=spec.job_id, error=str(err)))
@@ -128,7 +133,7 @@ class NodeExecutor:
             try:
                 await self.bus.publish_raw(subject_of(event), encode(event), msg_id, {})
                 return
-            except (OSError, asyncio.TimeoutError) as err:
+            except (TimeoutError, OSError) as err:
                 log.warning("cannot report worker exit yet", extra=kv(error=repr(err)))
                 await asyncio.sleep(0.5)
 
@@ -152,6 +157,7 @@ class NodeExecutor:
 
     async def _on_status(self, _payload: bytes, _subject: str) -> bytes:
         alive = tuple(
-            (job_id, r.spec.attempt, r.spec.generation) for job_id, r in sorted(self.running.items())
+            (job_id, r.spec.attempt, r.spec.generation)
+            for job_id, r in sorted(self.running.items())
         )
         return msgspec.json.encode(AgentReply(ok=True, workers=alive))

@@ -489,7 +489,7 @@ class Coordinator:
             raw = await self.ctx.bus.request(
                 f"{AGENT_PREFIX}{node}.{verb}", msgspec.json.encode(body), timeout=timeout
             )
-        except (OSError, asyncio.TimeoutError) as err:
+        except (TimeoutError, OSError) as err:
             return AgentReply(ok=False, message=f"node {node} did not answer: {err!r}")
         except Exception as err:  # nats errors (no responders, timeout) are not OSErrors
             return AgentReply(ok=False, message=f"node {node}: {type(err).__name__}")

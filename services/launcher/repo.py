@@ -173,9 +173,10 @@ async def finish(
     await conn.execute(
         "UPDATE job_runs SET state = $2, reason = $3, exit_code = $4, signal = $5,"
         " gpu_seconds = $6, segment_start = NULL, segment_gpus = 0,"
-        " ended_at = CASE WHEN $7 THEN NULL ELSE $8 END,"
+        " ended_at = CASE WHEN $7 THEN NULL ELSE $8::timestamptz END,"
         " restart_count = restart_count + CASE WHEN $7 THEN 1 ELSE 0 END,"
-        " excluded_nodes = (SELECT array_agg(DISTINCT n) FROM unnest(excluded_nodes || $9::text[]) n),"
+        " excluded_nodes = coalesce((SELECT array_agg(DISTINCT n)"
+        "   FROM unnest(excluded_nodes || $9::text[]) n), '{}'),"
         " updated_at = now() WHERE job_id = $1",
         run.job_id,
         state,

@@ -14,7 +14,15 @@ from services.placer.core import Gpu, Grant, JobRequest, Node, NodeState, Runnin
 from shared.db import Conn
 from shared.jobspec import JobSpec
 
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY")
+TERMINAL = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+)
 
 
 async def acquire_lease(conn: Conn, holder: str, ttl_s: float) -> int | None:
@@ -164,7 +172,7 @@ async def load_running(conn: Conn) -> tuple[Running, ...]:
 async def load_pending(conn: Conn) -> list[tuple[JobRequest, int]]:
     """Jobs waiting for an allocation, with the attempt number their next one gets."""
     rows = await conn.fetch(
-        "SELECT j.job_id, j.spec, j.held, extract(epoch FROM j.submitted_at) AS submitted,"
+        "SELECT j.job_id, j.spec, j.held, extract(epoch FROM j.submitted_at)::float8 AS submitted,"
         " coalesce(r.excluded_nodes, '{}') AS run_excluded,"
         " (SELECT coalesce(max(attempt), 0) FROM allocations a WHERE a.job_id = j.job_id) AS last"
         " FROM jobs j LEFT JOIN job_runs r USING (job_id)"
@@ -245,7 +253,13 @@ async def write_waits(conn: Conn, waits: tuple[Wait, ...]) -> None:
 
 
 async def record_cycle(
-    conn: Conn, epoch: int, cycle: int, started: datetime, duration_s: float, placed: int, pending: int
+    conn: Conn,
+    epoch: int,
+    cycle: int,
+    started: datetime,
+    duration_s: float,
+    placed: int,
+    pending: int,
 ) -> None:
     await conn.execute(
         "INSERT INTO placer_cycles VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",

@@ -1,0 +1,63 @@
+"""Shell: the CLI's side of the API — one NATS request per command."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+from pathlib import Path
+from typing import TypeVar
+
+import msgspec
+import nats
+
+from shared.api import API_PREFIX, Envelope
+
+T = TypeVar("T")
+
+
+class ApiRefused(Exception):
+    def __init__(self, message: str, code: str, details: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.code = code
+        self.details = details
+
+
+def nats_url(state_dir: str | None = None) -> str:
+    if url := os.environ.get("MUSTER_NATS_URL"):
+        return url
+    state = Path(state_dir or os.environ.get("MUSTER_STATE_DIR", ".muster")) / "cluster.json"
+    if state.exists():
+        return str(json.loads(state.read_text())["nats_url"])
+    raise SystemExit("no cluster: run `muster up` here, or set MUSTER_NATS_URL")
+
+
+def current_user() -> str:
+    return os.environ.get("MUSTER_USER") or getpass.getuser()
+
+
+async def call(
+    url: str, verb: str, request: msgspec.Struct, reply: type[T], timeout: float = 15.0
+) -> T:
+    nc = await nats.connect(url, connect_timeout=5)
+    try:
+        msg = await nc.request(API_PREFIX + verb, msgspec.json.encode(request), timeout=timeout)
+    finally:
+        await nc.close()
+    env = msgspec.json.decode(msg.data, type=Envelope)
+    if env.error is not None:
+        raise ApiRefused(env.error.error, env.error.code, env.error.details)
+    return msgspec.json.decode(env.ok, type=reply)
+
+
+async def agent(
+    url: str, node: str, verb: str, body: msgspec.Struct, timeout: float = 10.0
+) -> bytes:
+    nc = await nats.connect(url, connect_timeout=5)
+    try:
+        msg = await nc.request(
+            f"muster.agent.{node}.{verb}", msgspec.json.encode(body), timeout=timeout
+        )
+    finally:
+        await nc.close()
+    return msg.data
