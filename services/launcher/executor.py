@@ -232,6 +232,8 @@ class Worker:
     def signal(self, sig: int, *, leader_only: bool = False) -> None:
         """Send `sig` to every process in the worker's group (gone ones are fine), or
         to the job's script alone (`--signal=B:SIG`)."""
+        if self._status is not None:
+            return  # the group is gone and its id may be reused: never signal it again
         with contextlib.suppress(ProcessLookupError):
             if leader_only:
                 if self._proc.returncode is None:

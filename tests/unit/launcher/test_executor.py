@@ -132,6 +132,17 @@ async def test_terminate_reaps_children_and_grandchildren(tmp_path: Path) -> Non
     assert group_members(w.pgid) == []
 
 
+async def test_terminate_while_another_task_waits_ends_both_with_one_status(
+    tmp_path: Path,
+) -> None:
+    w = await sh(tmp_path, "echo up; sleep 60")
+    await wait_for_line(tmp_path / "out.txt", "up")
+    waiter = asyncio.create_task(w.wait())
+    assert await w.terminate(grace_s=5.0) == ExitStatus(signal=signal.SIGTERM)
+    assert await waiter == ExitStatus(signal=signal.SIGTERM)
+    assert await w.terminate(grace_s=5.0) == ExitStatus(signal=signal.SIGTERM)  # idempotent
+
+
 async def test_terminate_sends_sigkill_after_the_grace_to_what_ignores_sigterm(
     tmp_path: Path,
 ) -> None:
