@@ -180,5 +180,3 @@ class Monitor:
         if events:
             self.ctx.relay.kick()
             log.warning("nodes down", extra=kv(nodes=[e.node for e in events]))
-
-

@@ -102,7 +102,7 @@ class NodeProbe:
         while not stop.is_set():
             try:
                 event = await asyncio.wait_for(self._queue.get(), timeout=0.5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 continue
             observed = GpuXidObserved(
                 node=self.node,

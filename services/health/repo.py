@@ -39,10 +39,7 @@ async def upsert_registration(conn: Conn, reg: NodeRegistered, state: str, reaso
         "INSERT INTO gpus(node, idx, uuid, pci, model, memory_mib, locality, healthy)"
         " VALUES ($1, $2, $3, $4, $5, $6, $7, true) ON CONFLICT (node, idx) DO UPDATE SET"
         " uuid = $3, pci = $4, model = $5, memory_mib = $6, locality = $7, healthy = true",
-        [
-            (reg.node, g.index, g.uuid, g.pci, g.model, g.memory_mib, g.locality)
-            for g in reg.gpus
-        ],
+        [(reg.node, g.index, g.uuid, g.pci, g.model, g.memory_mib, g.locality) for g in reg.gpus],
     )
 
 

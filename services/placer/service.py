@@ -45,7 +45,9 @@ class Placer:
         self._wake = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
-        await until_stopped(stop, self._consume, self._lease_loop, self._cycle_loop, self.ctx.relay.run)
+        await until_stopped(
+            stop, self._consume, self._lease_loop, self._cycle_loop, self.ctx.relay.run
+        )
 
     async def _consume(self, stop: asyncio.Event) -> None:
         await self.ctx.bus.consume("placer", SUBJECTS, self.handle, stop)
@@ -60,7 +62,9 @@ class Placer:
 
     async def _hold_lease(self, ttl: float) -> None:
         async with self.ctx.pool.acquire() as conn:
-            if self.epoch is not None and await repo.renew_lease(conn, self.holder, self.epoch, ttl):
+            if self.epoch is not None and await repo.renew_lease(
+                conn, self.holder, self.epoch, ttl
+            ):
                 return
             if self.epoch is not None:
                 log.warning("lost the placer lease", extra=kv(epoch=self.epoch))
@@ -74,7 +78,9 @@ class Placer:
     async def _cycle_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.ctx.settings.cycle_interval_s)
+                await asyncio.wait_for(
+                    self._wake.wait(), timeout=self.ctx.settings.cycle_interval_s
+                )
             self._wake.clear()
             if self.epoch is not None and not stop.is_set():
                 await self.cycle()
