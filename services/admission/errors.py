@@ -38,6 +38,7 @@ class ErrorCode(StrEnum):
     NO_MATCHING_NODES = "no_matching_nodes"
     UNKNOWN_NODE = "unknown_node"
     SUBMIT_LIMIT = "submit_limit"
+    NOT_PERMITTED = "not_permitted"
 
 
 class SubmitError(msgspec.Struct, frozen=True, kw_only=True):

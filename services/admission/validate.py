@@ -121,6 +121,9 @@ def validate(
     errors += check_size(spec, part, cluster.in_partition(part.name), all_names)
     errors += _check_array(spec, config)
     errors += _check_limits(spec, config, counts)
+    if spec.nice < 0 and spec.user not in config.operators:
+        msg = f"--nice={spec.nice}: only an operator may raise a job's priority; use 0 or more"
+        errors.append(_err(ErrorCode.NOT_PERMITTED, msg, "nice"))
     return tuple(errors)
 
 

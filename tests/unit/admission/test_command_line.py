@@ -327,3 +327,9 @@ SPLITS = {
 @pytest.mark.parametrize(("argv", "want"), SPLITS.values(), ids=SPLITS.keys())
 def test_split_command_line(argv: list[str], want: CommandLine) -> None:
     assert split_command_line(argv) == want
+
+
+def test_bytes_the_cli_kept_with_surrogateescape_are_refused_as_binary() -> None:
+    text = b"#!/bin/bash\n\xff\n".decode("utf-8", errors="surrogateescape")
+    (error,) = errors_for(script=text)
+    assert error.code is ErrorCode.SCRIPT_BINARY

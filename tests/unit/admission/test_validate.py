@@ -226,6 +226,17 @@ def test_refusals(argv: tuple[str, ...], user: str, want: SubmitError) -> None:
     assert got == Admission(spec=None, errors=(want,))
 
 
+def test_only_operators_raise_priority_with_a_negative_nice() -> None:
+    assert admitted("--nice=-10", user="root").errors == ()
+    assert admitted("--nice=-10").errors == (
+        err(
+            ErrorCode.NOT_PERMITTED,
+            "--nice=-10: only an operator may raise a job's priority; use 0 or more",
+            "nice",
+        ),
+    )
+
+
 def test_submit_limits_count_array_tasks() -> None:
     got = admitted("-a", "0-9", counts=SubmitCounts(user_jobs=495))
     assert got.errors == (
