@@ -415,7 +415,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "submit" in argv:
+        # sbatch's options are the script's business, not argparse's: hand them over whole.
+        at = argv.index("submit")
+        own = [w for w in argv[at + 1 :] if w in ("--dry-run", "--json")]
+        rest = [w for w in argv[at + 1 :] if w not in ("--dry-run", "--json")]
+        args = build_parser().parse_args([*argv[:at], "submit", *own])
+        args.words = rest
+    else:
+        args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args))
     except ApiRefused as err:

@@ -1,0 +1,91 @@
+"""Fixtures: real NATS and PostgreSQL servers as child processes on free ports.
+
+PostgreSQL is started once per session (or named by MUSTER_TEST_DATABASE_URL, a server
+URL without a database); each test gets a fresh database cloned from a migrated
+template. NATS is cheap to start, so each test gets its own server and so fresh
+streams (or MUSTER_TEST_NATS_URL names a running one, whose streams are then reset).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from shared import embedded
+from shared.db import migrate
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    url = os.environ.get("MUSTER_TEST_DATABASE_URL")
+    if url:
+        yield url.rstrip("/")
+        return
+    server = embedded.start_postgres(tmp_path_factory.mktemp("pg"), fast=True)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server: str) -> str:
+    name = f"muster_template_{uuid.uuid4().hex[:8]}"
+    url = embedded.create_database(pg_server, name)
+
+    async def prepare() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+
+    asyncio.run(prepare())
+    return name
+
+
+@pytest.fixture
+def database_url(pg_server: str, template_db: str) -> str:
+    return embedded.create_database(pg_server, f"t_{uuid.uuid4().hex[:12]}", template=template_db)
+
+
+@pytest.fixture
+def nats_url(tmp_path: Path) -> Iterator[str]:
+    url = os.environ.get("MUSTER_TEST_NATS_URL")
+    if url:
+        asyncio.run(_reset_streams(url))
+        yield url
+        return
+    server = embedded.start_nats(tmp_path)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+async def _reset_streams(url: str) -> None:
+    import nats
+
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    for name in ("MUSTER", "MUSTER_DLQ"):
+        try:
+            await js.delete_stream(name)
+        except Exception:  # not there yet
+            pass
+    await nc.close()
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(database_url)
+    try:
+        yield conn
+    finally:
+        await conn.close()

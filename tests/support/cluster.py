@@ -1,0 +1,112 @@
+"""Test support: a real local cluster (every service and node agent as its own
+process) on the test's own NATS server and database, and polling helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import asyncpg
+import msgspec
+
+from muster.client import agent, call
+from muster.cluster import Cluster, NodeDef
+from shared.api import InjectFault, QueueReply, QueueRequest, SubmitReply, SubmitRequest
+
+T = TypeVar("T")
+REPO = Path(__file__).resolve().parents[2]
+
+FAST = {
+    "MUSTER_CYCLE_INTERVAL_S": "0.5",
+    "MUSTER_HEARTBEAT_TIMEOUT_S": "3",
+    "MUSTER_LEASE_TTL_S": "2",
+    "MUSTER_FAULT_KILL_WAIT_S": "1",
+    "MUSTER_KILL_WAIT_S": "3",
+    "MUSTER_USAGE_TICK_S": "1",
+    "MUSTER_LOG_LEVEL": "INFO",
+}
+
+
+def make_cluster(state: Path, nats_url: str, database_url: str) -> Cluster:
+    os.environ.update(FAST)
+    os.environ.setdefault("PYTHONPATH", str(REPO))
+    return Cluster(state, nats_url, database_url)
+
+
+def nodes(count: int, gpus: int = 4, leaves: int = 2) -> list[NodeDef]:
+    return [
+        NodeDef(f"node{i + 1:02d}", gpus, "SIM-H100", ("spine0", f"leaf{i % leaves + 1}"))
+        for i in range(count)
+    ]
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]], ok: Callable[[T], bool], timeout: float = 30.0, what: str = ""
+) -> T:
+    deadline = time.monotonic() + timeout
+    last: T = await probe()
+    while not ok(last):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or 'condition'}; last: {last!r}")
+        await asyncio.sleep(0.2)
+        last = await probe()
+    return last
+
+
+async def nodes_up(db: asyncpg.Connection, count: int, timeout: float = 30.0) -> None:
+    await eventually(
+        lambda: db.fetchval("SELECT count(*) FROM nodes WHERE state = 'UP'"),
+        lambda n: n >= count,
+        timeout,
+        f"{count} nodes UP",
+    )
+
+
+async def submit(
+    url: str, script: str, argv: tuple[str, ...] = (), workdir: str = "/tmp", user: str = "root"
+) -> SubmitReply:
+    req = SubmitRequest(user=user, argv=argv, script=script, workdir=workdir, script_path="job.sh")
+    return await call(url, "submit", req, SubmitReply)
+
+
+async def queue(url: str, all_states: bool = True) -> QueueReply:
+    return await call(url, "queue", QueueRequest(user="root", all_states=all_states), QueueReply)
+
+
+async def job_state(db: asyncpg.Connection, job_id: int) -> str | None:
+    state: str | None = await db.fetchval("SELECT state FROM job_runs WHERE job_id = $1", job_id)
+    return state
+
+
+async def inject(url: str, node: str, xid: int, gpu: int = 0) -> None:
+    await agent(url, node, "inject", InjectFault(gpu=gpu, xid=xid))
+
+
+def kill9(cluster: Cluster, key: str) -> None:
+    cluster.kill(key, 9)
+    pid = cluster.pids[key]
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "muster.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=60,
+        cwd=env.get("CWD", "/tmp"),
+    )
+
+
+def decode(raw: bytes, kind: type[T]) -> T:
+    return msgspec.json.decode(raw, type=kind)
