@@ -8,7 +8,8 @@ No I/O, no clock (`now` is passed in), so the same inputs always give the same d
 
 Rules (docs/launching.md has the long form):
 - gang: every worker exits 0 -> COMPLETED; any non-zero exit -> FAILED (the others are
-  stopped); death by a signal -> FAILED with it; OOM -> OUT_OF_MEMORY;
+  stopped); death by a signal -> FAILED with it; OOM -> OUT_OF_MEMORY; a failure waits
+  `failure_settle_s` first, in case a node fault explains it (then it is a node loss);
 - a lost node of an elastic job (nodes_min < nodes_max) with enough survivors: stop
   everywhere and restart on the survivors at the new world size (SHRINK); otherwise ask
   the placer for spares (REPLACE) when configured, else REQUEUE with the node excluded;
@@ -37,10 +38,14 @@ class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
     kill_wait_s: float = 30.0  # SIGTERM -> SIGKILL at the time limit, cancel, failure
     restart_grace_s: float = 5.0  # SIGTERM -> SIGKILL when stopping to restart
     replace_with_spare: bool = True  # fixed-size job: ask the placer for a spare first
+    # A GPU that dies often kills its process before the fault event arrives: a failed
+    # worker fails the job only if no node of the job is reported lost within this.
+    failure_settle_s: float = 2.0
 
 
 class Phase(StrEnum):
     RUNNING = "running"
+    SETTLING = "settling"  # a worker failed; waiting `failure_settle_s` for a node fault
     AWAITING_SPARE = "awaiting_spare"  # workers stopped; waiting for the placer's answer
     ENDED = "ended"  # finished or handed back to the queue: nothing more to decide
 
@@ -51,6 +56,7 @@ class Verdict(StrEnum):
     SIGNAL = "signal"
     COMPLETE = "complete"
     FAIL = "fail"
+    SETTLE = "settle"  # a worker failed: fail after the settle time unless a node is lost
     TIMEOUT = "timeout"
     CANCEL = "cancel"
     SHRINK = "shrink"
@@ -83,6 +89,17 @@ class AttemptRecord(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
+class PendingFailure(msgspec.Struct, frozen=True, kw_only=True):
+    """A worker's failure, applied at `settle_at` unless a node is lost before."""
+
+    node: str
+    state: JobState
+    reason: str
+    exit_code: int | None = None
+    signal: int | None = None
+    settle_at: float
+
+
 class JobRun(msgspec.Struct, frozen=True, kw_only=True):
     """A running job as the coordinator tracks it."""
 
@@ -99,6 +116,7 @@ class JobRun(msgspec.Struct, frozen=True, kw_only=True):
     signal_sent: bool = False
     phase: Phase = Phase.RUNNING
     spare_keep: tuple[str, ...] = ()  # survivors while awaiting spares
+    pending_failure: PendingFailure | None = None  # while SETTLING
     final_state: JobState | None = None
     history: tuple[AttemptRecord, ...] = ()
 
@@ -127,6 +145,10 @@ class WorkerExited(Observation, frozen=True, tag="worker_exited"):
 
 
 class SignalDue(Observation, frozen=True, tag="signal_due"):
+    pass
+
+
+class SettleElapsed(Observation, frozen=True, tag="settle_elapsed"):
     pass
 
 
@@ -161,6 +183,7 @@ AnyObservation = (
     | NodeDown
     | WorkerExited
     | SignalDue
+    | SettleElapsed
     | TimeLimitReached
     | Preempt
     | Cancel
@@ -228,10 +251,11 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Timers(msgspec.Struct, frozen=True, kw_only=True):
-    """When the shell must deliver `SignalDue` and `TimeLimitReached`."""
+    """When the shell must deliver `SignalDue`, `SettleElapsed`, `TimeLimitReached`."""
 
     signal_at: float | None
     limit_at: float
+    settle_at: float | None = None
 
 
 def start_run(
@@ -249,7 +273,9 @@ def timers(run: JobRun) -> Timers:
     limit_at = run.limit_from + run.spec.time_limit_s
     wants_signal = run.spec.signal is not None and not run.signal_sent
     signal_at = limit_at - run.spec.signal_before_s if wants_signal else None
-    return Timers(signal_at=signal_at, limit_at=limit_at)
+    failure = run.pending_failure
+    settle_at = failure.settle_at if failure and run.phase is Phase.SETTLING else None
+    return Timers(signal_at=signal_at, limit_at=limit_at, settle_at=settle_at)
 
 
 def parse_signal(name: str) -> int | None:
@@ -304,7 +330,7 @@ class _Decider:
 
     def __init__(self, run: JobRun, config: CoordinatorConfig, now: float) -> None:
         self.run, self.config, self.now = run, config, now
-        self.running = run.phase is Phase.RUNNING
+        self.running = run.phase in (Phase.RUNNING, Phase.SETTLING)
         self.live = tuple(n for n in run.nodes if n not in run.done_nodes) if self.running else ()
 
     def on(self, obs: AnyObservation) -> Decision:
@@ -322,6 +348,8 @@ class _Decider:
                 return self.nodes_available(obs)
             case SignalDue():
                 return self.signal_due()
+            case SettleElapsed():
+                return self.settle_elapsed()
             case TimeLimitReached():
                 reason = f"time limit of {self.run.spec.time_limit_s} s reached"
                 return self.finish(Verdict.TIMEOUT, JobState.TIMEOUT, reason)
@@ -369,12 +397,37 @@ class _Decider:
         if not status.ok:
             state = JobState.OUT_OF_MEMORY if status.oom_killed else JobState.FAILED
             reason = f"{who} ended with {status.describe()}"
-            return self.finish(Verdict.FAIL, state, reason, status=status, stop=others)
+            return self.worker_failed(obs.node, state, reason, status)
         self.run = msgspec.structs.replace(run, done_nodes=(*run.done_nodes, obs.node))
         if others:
             return Decision(verdict=Verdict.CONTINUE, run=self.run)
         reason = f"all {len(run.nodes)} workers exited 0"
         return self.finish(Verdict.COMPLETE, JobState.COMPLETED, reason, status=status, stop=())
+
+    def worker_failed(
+        self, node: str, state: JobState, reason: str, status: ExitStatus
+    ) -> Decision:
+        """Fail now, or first wait `failure_settle_s` for a node loss that explains it."""
+        if self.run.phase is Phase.SETTLING:
+            return self.ignore()  # the first failure is the one reported
+        settle_s = self.config.failure_settle_s
+        if settle_s <= 0:
+            others = tuple(n for n in self.live if n != node)
+            return self.finish(Verdict.FAIL, state, reason, status=status, stop=others)
+        failure = PendingFailure(
+            node=node, state=state, reason=reason, exit_code=status.exit_code, signal=status.signal,
+            settle_at=self.now + settle_s,
+        )  # fmt: skip
+        new = msgspec.structs.replace(self.run, phase=Phase.SETTLING, pending_failure=failure)
+        return Decision(verdict=Verdict.SETTLE, run=new)
+
+    def settle_elapsed(self) -> Decision:
+        failure = self.run.pending_failure
+        if self.run.phase is not Phase.SETTLING or failure is None:
+            return self.ignore()
+        status = ExitStatus(exit_code=failure.exit_code, signal=failure.signal)
+        others = tuple(n for n in self.live if n != failure.node)
+        return self.finish(Verdict.FAIL, failure.state, failure.reason, status=status, stop=others)
 
     def node_lost(self, node: str, why: str, reachable: bool) -> Decision:
         run, config = self.run, self.config
@@ -405,8 +458,9 @@ class _Decider:
         spec = self.run.spec
         wanted = spec.nodes_min if _elastic(spec) else spec.nodes_max
         new = msgspec.structs.replace(
-            self.run, phase=Phase.AWAITING_SPARE, spare_keep=keep, excluded_nodes=excluded
-        )
+            self.run, phase=Phase.AWAITING_SPARE, spare_keep=keep, excluded_nodes=excluded,
+            pending_failure=None,
+        )  # fmt: skip
         ask = RequestSpares(count=max(1, wanted - len(keep)), keep=keep, exclude=excluded)
         stopping = _stop(stop, self.config.restart_grace_s)
         return Decision(verdict=Verdict.REPLACE, run=new, actions=(*stopping, ask))
@@ -439,7 +493,7 @@ class _Decider:
         new = msgspec.structs.replace(
             run, attempt=run.attempt + 1, nodes=nodes, started_at=self.now + delay,
             restart_count=run.restart_count + 1, fault_restarts=run.fault_restarts + int(fault),
-            done_nodes=(), phase=Phase.RUNNING, spare_keep=(),
+            done_nodes=(), phase=Phase.RUNNING, spare_keep=(), pending_failure=None,
             history=self.history(verdict, reason),
         )  # fmt: skip
         start = StartAttempt(

@@ -24,10 +24,12 @@ from services.launcher.coordinator_core import (
     NodeDown,
     NodeFault,
     NodesAvailable,
+    PendingFailure,
     Phase,
     Preempt,
     RequestSpares,
     Requeue,
+    SettleElapsed,
     SignalDue,
     SignalWorkers,
     SparesDenied,
@@ -49,6 +51,7 @@ from shared.jobspec import JobSpec
 T0, NOW = 1000.0, 1600.0
 CFG = CoordinatorConfig()
 NO_SPARES = CoordinatorConfig(replace_with_spare=False)
+AT_ONCE = CoordinatorConfig(failure_settle_s=0)  # a failed worker fails the job at once
 ABC = ("a", "b", "c")
 KILL, GRACE = CFG.kill_wait_s, CFG.restart_grace_s
 
@@ -103,6 +106,10 @@ R_SIGNAL = running(job(signal="USR1", signal_before_s=120))
 # What a fixed-size job's fault leaves: workers stopped, the placer asked for a spare.
 R_SPARE = decide(R, NodeFault(node="b", reason="xid 79"), CFG, T0 + 10).run
 LOST_B = "node b lost: xid 79"
+EXIT_1 = "worker on b ended with exit 1"
+# A worker failed a moment ago; is a node fault on its way?
+R_SETTLING = decide(R, exited("b", 1), CFG, T0 + 5).run
+R_SETTLING_ELASTIC = decide(R_ELASTIC, exited("b", 1), CFG, T0 + 5).run
 
 WORKER_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decision]] = {
     "the last worker exiting 0 completes the job": (
@@ -114,17 +121,17 @@ WORKER_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decisio
         R, exited("a"), CFG, then(R, Verdict.CONTINUE, done_nodes=("a",)),
     ),
     "a non-zero exit fails the job and stops the others": (
-        R, exited("a", 2), CFG,
+        R, exited("a", 2), AT_ONCE,
         ended(R, Verdict.FAIL, JobState.FAILED, "worker on a ended with exit 2",
               StopWorkers(nodes=("b", "c"), grace_s=KILL), exit_code=2),
     ),
     "death by a signal fails the job with that signal": (
-        R_TWO_DONE, exited("c", sig=11), CFG,
+        R_TWO_DONE, exited("c", sig=11), AT_ONCE,
         ended(R_TWO_DONE, Verdict.FAIL, JobState.FAILED, "worker on c ended with signal SIGSEGV",
               signal=11),
     ),
     "an OOM kill ends the job OUT_OF_MEMORY": (
-        R, exited("b", sig=9, oom_killed=True), CFG,
+        R, exited("b", sig=9, oom_killed=True), AT_ONCE,
         ended(R, Verdict.FAIL, JobState.OUT_OF_MEMORY, "worker on b ended with out of memory",
               StopWorkers(nodes=("a", "c"), grace_s=KILL), signal=9),
     ),
@@ -133,6 +140,27 @@ WORKER_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decisio
         CFG,
         ended(R, Verdict.FAIL, JobState.FAILED, "worker on c did not start: no user bob",
               StopWorkers(nodes=("a", "b"), grace_s=KILL)),
+    ),
+    "a failed worker first waits a moment for a node fault that would explain it": (
+        R, exited("b", 1), CFG,
+        then(R, Verdict.SETTLE, phase=Phase.SETTLING, pending_failure=PendingFailure(
+            node="b", state=JobState.FAILED, reason=EXIT_1, exit_code=1, settle_at=NOW + 2.0)),
+    ),
+    "with no node lost in that moment the job fails and the others are stopped": (
+        R_SETTLING, SettleElapsed(), CFG,
+        ended(R_SETTLING, Verdict.FAIL, JobState.FAILED, EXIT_1,
+              StopWorkers(nodes=("a", "c"), grace_s=KILL), exit_code=1),
+    ),
+    "a node fault in that moment shrinks the job instead of failing it": (
+        R_SETTLING_ELASTIC, NodeFault(node="b", reason="xid 79"), CFG,
+        then(R_SETTLING_ELASTIC, Verdict.SHRINK, StopWorkers(nodes=ABC, grace_s=GRACE),
+             StartAttempt(attempt=1, nodes=("a", "c"), restart_count=1, delay_s=0.0),
+             closed=LOST_B, attempt=1, nodes=("a", "c"), started_at=NOW, restart_count=1,
+             fault_restarts=1, excluded_nodes=("b",), phase=Phase.RUNNING,
+             pending_failure=None),
+    ),
+    "a second failure in that moment keeps the first as the reason": (
+        R_SETTLING, exited("a", sig=6), CFG, then(R_SETTLING, Verdict.IGNORE),
     ),
     "an exit reported for an earlier attempt is ignored": (
         running(attempt=2), exited("a", 1), CFG, then(running(attempt=2), Verdict.IGNORE),
@@ -317,6 +345,9 @@ TIMER_CASES = {
     "a sent signal is not timed again": (
         running(job(signal="USR1"), signal_sent=True), None, T0 + 3600,
     ),
+    "a settling failure is timed": (
+        R_SETTLING, None, T0 + 3600,
+    ),
     "a shrink restart keeps the original limit": (
         running(limit_from=T0 - 100, started_at=T0), None, T0 + 3500,
     ),
@@ -328,7 +359,8 @@ TIMER_CASES = {
 )
 def test_timers(run: JobRun, signal_at: float | None, limit_at: float) -> None:
     got = timers(run)
-    assert (got.signal_at, got.limit_at) == (signal_at, limit_at)
+    settle_at = T0 + 5 + CFG.failure_settle_s if run.phase is Phase.SETTLING else None
+    assert (got.signal_at, got.limit_at, got.settle_at) == (signal_at, limit_at, settle_at)
 
 
 def test_backoff_is_immediate_first_then_doubles_up_to_the_cap() -> None:
