@@ -53,6 +53,11 @@ class Builder:
         self.fields[name] = value
         self.explicit.add(name)
 
+    def num(self, name: str) -> int:
+        value = self.fields[name]
+        assert isinstance(value, int), name  # every count field starts as an int
+        return value
+
 
 def _text(value: str | None, what: str) -> str:
     text = (value or "").strip()
@@ -274,9 +279,9 @@ def _finish_gpus(b: Builder) -> list[SubmitError]:
     if total is None:
         return []
     b.set("gpus_total", total)
-    low, high = int(str(b.fields["nodes_min"])), int(str(b.fields["nodes_max"]))
+    low, high = b.num("nodes_min"), b.num("nodes_max")
     if "gpus_per_node" in b.explicit:
-        per_node = int(str(b.fields["gpus_per_node"]))
+        per_node = b.num("gpus_per_node")
         if low != high or per_node * low != total:
             return [
                 _conflict(
@@ -304,8 +309,8 @@ def _finish_tasks(b: Builder) -> list[SubmitError]:
     if "ntasks_per_node" in b.explicit:
         b.warnings.append("--ntasks ignored: --ntasks-per-node is given and wins")
         return []
-    nodes = int(str(b.fields["nodes_min"]))
-    if b.ntasks % nodes or b.fields["nodes_min"] != b.fields["nodes_max"]:
+    nodes = b.num("nodes_min")
+    if b.ntasks % nodes or nodes != b.num("nodes_max"):
         msg = f"--ntasks={b.ntasks} does not divide evenly over {nodes} node(s); "
         return [_conflict(msg + "give --ntasks-per-node instead", "ntasks")]
     b.set("ntasks_per_node", b.ntasks // nodes)
@@ -320,10 +325,10 @@ def _finish_memory(b: Builder) -> list[SubmitError]:
         names = ", ".join(f"--{n}" for n in given)
         return [_conflict(f"{names} are mutually exclusive; give one of them", given[1])]
     if b.mem_per_cpu:
-        tasks = int(str(b.fields["ntasks_per_node"])) * int(str(b.fields["cpus_per_task"]))
+        tasks = b.num("ntasks_per_node") * b.num("cpus_per_task")
         b.set("mem_mib", b.mem_per_cpu * tasks)
     if b.mem_per_gpu:
-        gpus = int(str(b.fields["gpus_per_node"]))
+        gpus = b.num("gpus_per_node")
         if not gpus:
             msg = "--mem-per-gpu needs GPUs per node (--gpus-per-node or --gres=gpu:N)"
             return [_conflict(msg, "mem-per-gpu")]

@@ -237,38 +237,49 @@ def parse_submission(
     text, warnings, errors = decode_script(script_text)
     if errors:
         return Parsed(spec=None, warnings=tuple(warnings), errors=tuple(errors))
-    directives, header_warnings, header_errors = read_header(text)
+    directives, header_warnings, errors = read_header(text)
     warnings += header_warnings + _expansion_warnings(directives)
-    sources, errors = _sources(directives, argv)
-    errors = header_errors + errors
+    sources, source_errors = _sources(directives, argv)
     name = "wrap" if wrapped is not None else posixpath.basename(script_path) or "sbatch"
-    builder = Builder(
-        fields={
-            "name": name,
-            "user": user,
-            "script": text,
-            "args": tuple(args),
-            "workdir": workdir,
-            "nodes_min": 1,
-            "nodes_max": 1,
-            "gpus_per_node": 0,
-            "ntasks_per_node": 1,
-            "cpus_per_task": 1,
-        },
-        now=now,
-    )
-    errors += _apply(builder, sources)
+    builder = _builder(name, user, text, args, workdir, now)
+    if script_path:
+        builder.fields["script_name"] = posixpath.basename(script_path)
+    errors += source_errors + _apply(builder, sources)
     if not errors:
         errors += finish(builder)
     warnings += builder.warnings
     if errors:
         return Parsed(spec=None, warnings=tuple(warnings), errors=tuple(errors))
+    try:
+        # convert, not JobSpec(...): it enforces the contract's Annotated limits too.
+        spec = msgspec.convert(builder.fields, JobSpec)
+    except msgspec.ValidationError as err:
+        bad = _error(ErrorCode.BAD_VALUE, f"the job does not fit the job contract: {err}", "")
+        return Parsed(spec=None, warnings=tuple(warnings), errors=(bad,))
     return Parsed(
-        spec=JobSpec(**builder.fields),  # type: ignore[arg-type]
+        spec=spec,
         warnings=tuple(warnings),
         explicit=frozenset(builder.explicit),
         dry_run=builder.dry_run,
     )
+
+
+def _builder(
+    name: str, user: str, text: str, args: Sequence[str], workdir: str, now: float | None
+) -> Builder:
+    fields: dict[str, object] = {
+        "name": name,
+        "user": user,
+        "script": text,
+        "args": tuple(args),
+        "workdir": workdir,
+        "nodes_min": 1,
+        "nodes_max": 1,
+        "gpus_per_node": 0,
+        "ntasks_per_node": 1,
+        "cpus_per_task": 1,
+    }
+    return Builder(fields=fields, now=now)
 
 
 def _wrapped_command(argv: Sequence[str]) -> str | None:

@@ -23,7 +23,13 @@ def script(name: str) -> bytes:
 def job(file: str, /, **fields: Any) -> JobSpec:
     """What parsing script `file` with no options should give, plus `fields`."""
     text = script(file).decode().replace("\r\n", "\n")
-    base: dict[str, Any] = {"name": file, "user": USER, "script": text, "workdir": HOME}
+    base: dict[str, Any] = {
+        "name": file,
+        "user": USER,
+        "script": text,
+        "script_name": file,
+        "workdir": HOME,
+    }
     return JobSpec(**(base | fields))
 
 

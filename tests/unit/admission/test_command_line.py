@@ -36,6 +36,7 @@ BASE = JobSpec(
     name="run.sh",
     user=USER,
     script=SCRIPT,
+    script_name="run.sh",
     workdir=HOME,
     nodes_min=2,
     nodes_max=2,

@@ -43,6 +43,7 @@ BASE = JobSpec(
     partition="normal",
     qos="normal",
     script=SCRIPT,
+    script_name="train.sh",
     workdir="/w",
     time_limit_s=3600,
 )
