@@ -1,0 +1,115 @@
+"""`muster demo`: the main job end to end on a local cluster — start it, run a small
+workload, take a GPU out with an injected XID 79 under an elastic job, watch it shrink
+and finish, then stop the cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from muster import cluster as local
+from muster.client import agent, call, current_user
+from shared.api import (
+    InjectFault,
+    NodesReply,
+    QueueReply,
+    QueueRequest,
+    ShowJobReply,
+    ShowJobRequest,
+    SubmitReply,
+    SubmitRequest,
+)
+
+TRAIN = """#!/bin/bash
+#SBATCH --job-name=train-2x2
+#SBATCH --nodes=2
+#SBATCH --gpus-per-node=2
+#SBATCH --time=10
+echo "rank $RANK of $WORLD_SIZE on $MUSTER_NODE, GPUs $CUDA_VISIBLE_DEVICES, master $MASTER_ADDR:$MASTER_PORT"
+sleep 3
+"""
+ELASTIC = """#!/bin/bash
+#SBATCH --job-name=elastic
+#SBATCH --nodes=2:3
+#SBATCH --gpus-per-node=1
+echo "rank $RANK of $WORLD_SIZE on $MUSTER_NODE (restart $MUSTER_RESTART_COUNT)"
+sleep 8
+"""
+SWEEP = """#!/bin/bash
+#SBATCH --job-name=sweep
+#SBATCH --gpus-per-node=1
+#SBATCH --array=0-5
+echo "task $SLURM_ARRAY_TASK_ID on $MUSTER_NODE"
+sleep 2
+"""
+
+
+def run_demo(state: Path, topology: Path) -> int:
+    c = local.up(state, topology)
+    print(f"cluster up in {c.state_dir}; logs in {c.state_dir / 'logs'}")
+    try:
+        return asyncio.run(_workload(c.nats_url, c.state_dir / "jobs"))
+    finally:
+        local.down(state)
+        print("cluster down")
+
+
+async def _workload(url: str, workdir: Path) -> int:
+    workdir.mkdir(parents=True, exist_ok=True)
+    user = current_user()
+    await _until(lambda: _up_nodes(url), lambda n: n >= 3, 60)
+    ids: dict[str, int] = {}
+    for name, script in (("train", TRAIN), ("elastic", ELASTIC), ("sweep", SWEEP)):
+        req = SubmitRequest(user=user, script=script, workdir=str(workdir), script_path=f"{name}.sh")
+        reply = await call(url, "submit", req, SubmitReply)
+        ids[name] = reply.job_ids[0]
+        print(f"submitted {name}: job {', '.join(map(str, reply.job_ids))}")
+    elastic = await _until(lambda: _show(url, ids["elastic"]), lambda r: r.job.state == "RUNNING", 30)
+    victim = elastic.job.nodelist[0]
+    t0 = time.monotonic()
+    await agent(url, victim, "inject", InjectFault(gpu=0, xid=79))
+    print(f"injected XID 79 on {victim} GPU 0 under job {ids['elastic']}")
+    shrunk = await _until(
+        lambda: _show(url, ids["elastic"]), lambda r: r.job.restart_count >= 1 and r.job.state == "RUNNING", 30
+    )
+    print(f"job {ids['elastic']} restarted on {','.join(shrunk.job.nodelist)} in {time.monotonic() - t0:.2f}s")
+    final = await _until(lambda: _queue(url), lambda q: all(j.state in _DONE for j in q.jobs), 120)
+    print(f"\n{'JOBID':>6} {'NAME':<10} {'STATE':<10} {'NODES':>5} {'RESTARTS':>8}")
+    for j in final.jobs:
+        print(f"{j.job_id:>6} {j.name:<10} {j.state:<10} {j.nodes:>5} {j.restart_count:>8}")
+    nodes = await call(url, "nodes", QueueRequest(user=user), NodesReply)
+    for n in nodes.nodes:
+        print(f"  {n.name:<8} {n.state:<7} {n.reason}")
+    print(f"\njob output is in {workdir}")
+    return 0 if all(j.state == "COMPLETED" for j in final.jobs) else 1
+
+
+_DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+
+
+async def _up_nodes(url: str) -> int:
+    try:
+        reply = await call(url, "nodes", QueueRequest(user=current_user()), NodesReply, 3)
+    except Exception:  # services still starting
+        return 0
+    return sum(1 for n in reply.nodes if n.state == "UP")
+
+
+async def _show(url: str, job_id: int) -> ShowJobReply:
+    return await call(url, "show", ShowJobRequest(user=current_user(), job_id=job_id), ShowJobReply)
+
+
+async def _queue(url: str) -> QueueReply:
+    return await call(url, "queue", QueueRequest(user=current_user(), all_states=True), QueueReply)
+
+
+async def _until(probe, ok, timeout: float):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await probe()
+        if ok(value):
+            return value
+        if time.monotonic() > deadline:
+            raise SystemExit(f"demo: gave up waiting; last: {value!r}")
+        await asyncio.sleep(0.3)
