@@ -52,11 +52,11 @@ def read(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
-async def wait_for_line(path: Path, text: str, timeout_s: float = 10.0) -> str:
+async def wait_for_line(path: Path, text: str, timeout_s: float = 10.0, count: int = 1) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         content = read(path)
-        if text in content:
+        if content.count(text) >= count:
             return content
         await asyncio.sleep(0.02)
     raise AssertionError(f"{text!r} never appeared in {path}")
@@ -123,7 +123,7 @@ async def test_a_missing_workdir_is_a_setup_failure(tmp_path: Path) -> None:
 async def test_terminate_reaps_children_and_grandchildren(tmp_path: Path) -> None:
     w = await spawn_worker([FORKER, "3"], ENV, str(tmp_path), "out.txt", "out.txt", allow_root=True)
     await wait_for_line(tmp_path / "out.txt", "ready")
-    await asyncio.sleep(0.1)
+    await wait_for_line(tmp_path / "out.txt", "grandchild", count=3)
     tree = group_members(w.pgid)
     assert len(tree) == 7  # forker + 3 subshells + 3 sleeping grandchildren
     status = await w.terminate(grace_s=5.0)
