@@ -138,13 +138,30 @@ def read_header(text: str) -> tuple[list[Directive], list[str], list[SubmitError
                 in_header = False
             continue
         try:
-            words = shlex.split(line[len(prefix) :], comments=True)
+            words = shlex.split(_strip_comment(line[len(prefix) :]))
         except ValueError as err:
             msg = f"line {number}: cannot read {line.strip()!r}: {err}; check the quotes"
             errors.append(_error(ErrorCode.BAD_DIRECTIVE, msg, "script"))
             continue
         directives.append(Directive(number, prefix, tuple(words)))
     return directives, warnings, errors
+
+
+def _strip_comment(text: str) -> str:
+    """Cut at a `#` that starts a word outside quotes, as a shell would: `-o out#1` keeps
+    its `#`, `-N 2  # two nodes` loses the comment."""
+    quote = ""
+    previous = " "
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"" and previous != "\\":
+            quote = ch
+        elif ch == "#" and previous.isspace():
+            return text[:i]
+        previous = ch
+    return text
 
 
 def _is_directive(line: str, prefix: str) -> bool:

@@ -334,3 +334,19 @@ def test_bytes_the_cli_kept_with_surrogateescape_are_refused_as_binary() -> None
     text = b"#!/bin/bash\n\xff\n".decode("utf-8", errors="surrogateescape")
     (error,) = errors_for(script=text)
     assert error.code is ErrorCode.SCRIPT_BINARY
+
+
+@pytest.mark.parametrize(
+    ("directive", "want_output", "want_comment"),
+    [
+        ("#SBATCH -o out#1.txt  # a comment", "out#1.txt", None),
+        ('#SBATCH --comment="run #3" -o x # end', "x", "run #3"),
+        ("#SBATCH --comment='it''s' -o y", "y", "its"),
+        ("#SBATCH -o a\\ b", "a b", None),
+    ],
+)
+def test_directive_comments_start_only_at_a_word(
+    directive: str, want_output: str, want_comment: str | None
+) -> None:
+    spec = spec_for(script=f"#!/bin/bash\n{directive}\nrun\n")
+    assert (spec.output, spec.comment) == (want_output, want_comment)
