@@ -243,10 +243,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     j = reply.job
     print(f"JobId={j.job_id} JobName={j.name} UserId={j.user} Account={j.account}")
     print(
-        f"   JobState={j.state} Reason={j.reason or 'None'} ExitCode={j.exit_code} Restarts={j.restart_count}"
+        f"   JobState={j.state} Reason={j.reason or 'None'} ExitCode={j.exit_code}"
+        f" Restarts={j.restart_count}"
     )
     print(
-        f"   Partition={j.partition} QOS={j.qos} NumNodes={j.nodes} GPUs={j.gpus} TimeLimit={_hms(j.time_limit_s)} RunTime={_hms(j.elapsed_s)}"
+        f"   Partition={j.partition} QOS={j.qos} NumNodes={j.nodes} GPUs={j.gpus}"
+        f" TimeLimit={_hms(j.time_limit_s)} RunTime={_hms(j.elapsed_s)}"
     )
     print(f"   NodeList={','.join(j.nodelist) or '(null)'}")
     if reply.why_pending:
@@ -254,7 +256,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     for a in reply.attempts:
         ended = f"{a.ended_at - a.started_at:.1f}s" if a.ended_at else "running"
         print(
-            f"   Attempt {a.attempt}.{a.seq}: nodes={','.join(a.nodes)} world_size={a.world_size} reason={a.reason} outcome={a.outcome or '-'} ({ended})"
+            f"   Attempt {a.attempt}.{a.seq}: nodes={','.join(a.nodes)} world_size={a.world_size}"
+            f" reason={a.reason} outcome={a.outcome or '-'} ({ended})"
         )
     return 0
 

@@ -4,6 +4,7 @@ stopped from it (`muster down`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -121,10 +122,8 @@ class Cluster:
     def kill(self, key: str, sig: int = signal.SIGTERM) -> None:
         pid = self.pids.get(key)
         if pid is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
 
     def stop_all(self, timeout: float = 15.0) -> None:
         for key in sorted(

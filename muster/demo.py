@@ -26,7 +26,7 @@ TRAIN = """#!/bin/bash
 #SBATCH --nodes=2
 #SBATCH --gpus-per-node=2
 #SBATCH --time=10
-echo "rank $RANK of $WORLD_SIZE on $MUSTER_NODE, GPUs $CUDA_VISIBLE_DEVICES, master $MASTER_ADDR:$MASTER_PORT"
+echo "rank $RANK of $WORLD_SIZE on $MUSTER_NODE, GPUs $CUDA_VISIBLE_DEVICES"
 sleep 3
 """
 ELASTIC = """#!/bin/bash
@@ -56,24 +56,33 @@ def run_demo(state: Path, topology: Path) -> int:
 
 
 async def _workload(url: str, workdir: Path) -> int:
-    workdir.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     user = current_user()
     await _until(lambda: _up_nodes(url), lambda n: n >= 3, 60)
     ids: dict[str, int] = {}
     for name, script in (("train", TRAIN), ("elastic", ELASTIC), ("sweep", SWEEP)):
-        req = SubmitRequest(user=user, script=script, workdir=str(workdir), script_path=f"{name}.sh")
+        req = SubmitRequest(
+            user=user, script=script, workdir=str(workdir), script_path=f"{name}.sh"
+        )
         reply = await call(url, "submit", req, SubmitReply)
         ids[name] = reply.job_ids[0]
         print(f"submitted {name}: job {', '.join(map(str, reply.job_ids))}")
-    elastic = await _until(lambda: _show(url, ids["elastic"]), lambda r: r.job.state == "RUNNING", 30)
+    elastic = await _until(
+        lambda: _show(url, ids["elastic"]), lambda r: r.job.state == "RUNNING", 30
+    )
     victim = elastic.job.nodelist[0]
     t0 = time.monotonic()
     await agent(url, victim, "inject", InjectFault(gpu=0, xid=79))
     print(f"injected XID 79 on {victim} GPU 0 under job {ids['elastic']}")
     shrunk = await _until(
-        lambda: _show(url, ids["elastic"]), lambda r: r.job.restart_count >= 1 and r.job.state == "RUNNING", 30
+        lambda: _show(url, ids["elastic"]),
+        lambda r: r.job.restart_count >= 1 and r.job.state == "RUNNING",
+        30,
     )
-    print(f"job {ids['elastic']} restarted on {','.join(shrunk.job.nodelist)} in {time.monotonic() - t0:.2f}s")
+    print(
+        f"job {ids['elastic']} restarted on {','.join(shrunk.job.nodelist)}"
+        f" in {time.monotonic() - t0:.2f}s"
+    )
     final = await _until(lambda: _queue(url), lambda q: all(j.state in _DONE for j in q.jobs), 120)
     print(f"\n{'JOBID':>6} {'NAME':<10} {'STATE':<10} {'NODES':>5} {'RESTARTS':>8}")
     for j in final.jobs:

@@ -33,6 +33,8 @@ def main() -> None:
     if not settings.node:
         raise SystemExit("MUSTER_NODE must name this node")
 
+    spool_root = str(Path(settings.state_dir).resolve() / "spool" / settings.node)
+
     async def serve(stop: asyncio.Event) -> None:
         bus = await Bus.connect(settings.nats_url, name=f"node-{settings.node}")
         backend = make_backend(settings)
@@ -42,7 +44,7 @@ def main() -> None:
                 bus,
                 settings.node,
                 allow_root=settings.allow_root_jobs,
-                spool_root=str(Path(settings.state_dir).resolve() / "spool" / settings.node),
+                spool_root=spool_root,
             )
             await executor.serve()
             probe = NodeProbe(

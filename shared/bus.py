@@ -240,5 +240,5 @@ class Bus:
 async def _fetch(sub: JetStreamContext.PullSubscription, batch: int) -> list[Msg]:
     try:
         return await sub.fetch(batch, timeout=1.0)
-    except (NatsTimeoutError, asyncio.TimeoutError):
+    except (TimeoutError, NatsTimeoutError):
         return []

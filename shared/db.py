@@ -14,7 +14,7 @@ import json
 import logging
 import uuid
 from importlib import resources
-from typing import Any
+from typing import Any, TypeAlias
 
 import asyncpg
 
@@ -25,7 +25,6 @@ from shared.telemetry import current_headers
 
 log = logging.getLogger(__name__)
 
-from typing import TypeAlias
 
 Conn: TypeAlias = (
     "asyncpg.Connection[asyncpg.Record] | asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"

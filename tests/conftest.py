@@ -9,6 +9,7 @@ streams (or MUSTER_TEST_NATS_URL names a running one, whose streams are then res
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -75,10 +76,8 @@ async def _reset_streams(url: str) -> None:
     nc = await nats.connect(url)
     js = nc.jetstream()
     for name in ("MUSTER", "MUSTER_DLQ"):
-        try:
+        with contextlib.suppress(Exception):  # not there yet
             await js.delete_stream(name)
-        except Exception:  # not there yet
-            pass
     await nc.close()
 
 

@@ -128,7 +128,8 @@ async def job_spec(conn: Conn, job_id: int) -> dict[str, object] | None:
 async def attempts(conn: Conn, job_id: int) -> list[asyncpg.Record]:
     return await conn.fetch(
         "SELECT attempt, seq, nodes, world_size, reason, outcome,"
-        " extract(epoch FROM started_at)::float8 AS started, extract(epoch FROM ended_at)::float8 AS ended"
+        " extract(epoch FROM started_at)::float8 AS started,"
+        " extract(epoch FROM ended_at)::float8 AS ended"
         " FROM attempts WHERE job_id = $1 ORDER BY attempt, seq",
         job_id,
     )

@@ -75,7 +75,8 @@ async def charge(
         return 0.0
     delta = max(0.0, total - float(row["charged"]))
     await conn.execute(
-        "UPDATE usage_charges SET charged = charged + $3, settled = settled OR $4, updated_at = now()"
+        "UPDATE usage_charges SET charged = charged + $3, settled = settled OR $4,"
+        " updated_at = now()"
         " WHERE job_id = $1 AND attempt = $2",
         job_id,
         attempt,
@@ -86,7 +87,8 @@ async def charge(
         await conn.execute(
             "INSERT INTO usage(user_name, account, gpu_seconds, decayed) VALUES ($1, $2, $3, $3)"
             " ON CONFLICT (user_name, account) DO UPDATE SET"
-            " gpu_seconds = usage.gpu_seconds + $3, decayed = usage.decayed + $3, updated_at = now()",
+            " gpu_seconds = usage.gpu_seconds + $3, decayed = usage.decayed + $3,"
+            " updated_at = now()",
             user,
             account,
             delta,

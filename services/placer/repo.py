@@ -110,11 +110,9 @@ async def release_dropped_nodes(conn: Conn) -> int:
 async def load_nodes(conn: Conn) -> tuple[Node, ...]:
     rows = await conn.fetch(
         "SELECT n.name, n.state, n.topology,"
-        " coalesce(array_agg(g.idx ORDER BY g.idx) FILTER (WHERE g.idx IS NOT NULL), '{}') AS idx,"
-        " coalesce(array_agg(g.model ORDER BY g.idx) FILTER (WHERE g.idx IS NOT NULL), '{}') AS model,"
-        " coalesce(array_agg(g.memory_mib ORDER BY g.idx) FILTER (WHERE g.idx IS NOT NULL), '{}') AS mem,"
-        " coalesce(array_agg(g.locality ORDER BY g.idx) FILTER (WHERE g.idx IS NOT NULL), '{}') AS loc,"
-        " coalesce(array_agg(g.healthy ORDER BY g.idx) FILTER (WHERE g.idx IS NOT NULL), '{}') AS ok"
+        f" {_gpu_column('idx', 'idx')}, {_gpu_column('model', 'model')},"
+        f" {_gpu_column('memory_mib', 'mem')}, {_gpu_column('locality', 'loc')},"
+        f" {_gpu_column('healthy', 'ok')}"
         " FROM nodes n LEFT JOIN gpus g ON g.node = n.name GROUP BY n.name ORDER BY n.name"
     )
     return tuple(
@@ -130,6 +128,14 @@ async def load_nodes(conn: Conn) -> tuple[Node, ...]:
             ),
         )
         for r in rows
+    )
+
+
+def _gpu_column(column: str, alias: str) -> str:
+    """One GPU column of a node as an array in index order (empty for GPU-less nodes)."""
+    return (
+        f"coalesce(array_agg(g.{column} ORDER BY g.idx) FILTER (WHERE g.idx IS NOT NULL), '{{}}')"
+        f" AS {alias}"
     )
 
 

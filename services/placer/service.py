@@ -36,9 +36,9 @@ SUBJECTS = (
 
 
 class Placer:
-    def __init__(self, ctx: ServiceContext, policy: PolicyConfig = PolicyConfig()) -> None:
+    def __init__(self, ctx: ServiceContext, policy: PolicyConfig | None = None) -> None:
         self.ctx = ctx
-        self.policy = policy
+        self.policy = policy or PolicyConfig()
         self.holder = f"placer-{ctx.settings.instance}-{uuid.uuid4().hex[:8]}"
         self.epoch: int | None = None
         self.cycles = 0

@@ -19,7 +19,6 @@ from tests.support.cluster import (
     make_cluster,
     nodes,
     nodes_up,
-    queue,
     run_cli,
     submit,
 )
@@ -51,16 +50,22 @@ async def test_a_two_node_job_runs_real_workers_with_the_right_environment(
     env = {"MUSTER_NATS_URL": cluster.nats_url, "CWD": str(tmp_path)}
     script = tmp_path / "env.sh"
     script.write_text(ENV_SCRIPT)
-    out = run_cli("submit", "--nodes", "2", "--gpus-per-node", "2", "--time", "5", str(script), env=env)
+    out = run_cli(
+        "submit", "--nodes", "2", "--gpus-per-node", "2", "--time", "5", str(script), env=env
+    )
     assert out.returncode == 0, out.stderr
     job_id = int(out.stdout.split()[-1])
 
-    await eventually(lambda: job_state(db, job_id), lambda s: s == "COMPLETED", what="job completes")
+    await eventually(
+        lambda: job_state(db, job_id), lambda s: s == "COMPLETED", what="job completes"
+    )
 
     lines = sorted((tmp_path / f"muster-{job_id}.out").read_text().splitlines())
     assert len(lines) == 2
     fields = [dict(kv.split("=", 1) for kv in line.split()) for line in lines]
-    assert {f["node"] for f in fields} == {f["node"] for f in fields} and len({f["node"] for f in fields}) == 2
+    assert {f["node"] for f in fields} == {f["node"] for f in fields} and len(
+        {f["node"] for f in fields}
+    ) == 2
     assert sorted(f["rank"] for f in fields) == ["0", "1"]
     assert all(f["world"] == "2" and f["nnodes"] == "2" and f["job"] == str(job_id) for f in fields)
     assert all(len(f["cuda"].split(",")) == 2 for f in fields)
@@ -92,7 +97,9 @@ async def test_xid_79_shrinks_an_elastic_job_onto_the_survivors(
     await inject(cluster.nats_url, victim, 79)
 
     row = await eventually(
-        lambda: db.fetchrow("SELECT state, nodes, restart_count FROM job_runs WHERE job_id = $1", job_id),
+        lambda: db.fetchrow(
+            "SELECT state, nodes, restart_count FROM job_runs WHERE job_id = $1", job_id
+        ),
         lambda r: r["restart_count"] == 1 and r["state"] == "RUNNING",
         what="restart on survivors",
     )
@@ -105,7 +112,9 @@ async def test_xid_79_shrinks_an_elastic_job_onto_the_survivors(
     assert out.read_text().count("world=2 restart=1") == 2
 
     # No new job lands on the faulty node: fill the cluster and look.
-    more = await submit(cluster.nats_url, "#!/bin/bash\nsleep 30\n", ("--gpus-per-node=4", "--array=0-3"))
+    more = await submit(
+        cluster.nats_url, "#!/bin/bash\nsleep 30\n", ("--gpus-per-node=4", "--array=0-3")
+    )
     await eventually(
         lambda: db.fetchval("SELECT count(*) FROM job_runs WHERE state = 'RUNNING'"),
         lambda n: n >= 2,
@@ -133,21 +142,25 @@ async def test_a_placer_killed_with_sigkill_loses_no_job_and_double_books_no_gpu
     cluster.spawn("placer", "services.placer")
 
     states = await eventually(
-        lambda: db.fetch("SELECT job_id, state FROM job_runs WHERE job_id = ANY($1::bigint[])", ids),
+        lambda: db.fetch(
+            "SELECT job_id, state FROM job_runs WHERE job_id = ANY($1::bigint[])", ids
+        ),
         lambda rows: len(rows) == 20 and all(r["state"] == "COMPLETED" for r in rows),
         timeout=90,
         what="all 20 jobs complete",
     )
     assert len(states) == 20
     runs = await db.fetch(
-        "SELECT job_id, count(*) AS n FROM allocations WHERE job_id = ANY($1::bigint[]) GROUP BY job_id",
+        "SELECT job_id, count(*) AS n FROM allocations"
+        " WHERE job_id = ANY($1::bigint[]) GROUP BY job_id",
         ids,
     )
     assert all(r["n"] == 1 for r in runs)  # each ran once
     overlaps = await db.fetchval(
         "SELECT count(*) FROM allocation_gpus a JOIN allocation_gpus b"
         " ON a.node = b.node AND a.gpu = b.gpu AND a.alloc_id < b.alloc_id"
-        " JOIN allocations x ON x.alloc_id = a.alloc_id JOIN allocations y ON y.alloc_id = b.alloc_id"
+        " JOIN allocations x ON x.alloc_id = a.alloc_id"
+        " JOIN allocations y ON y.alloc_id = b.alloc_id"
         " WHERE tstzrange(x.created_at, coalesce(x.released_at, 'infinity'))"
         "    && tstzrange(y.created_at, coalesce(y.released_at, 'infinity'))"
     )
@@ -161,7 +174,9 @@ async def test_a_poison_message_is_dead_lettered_and_the_service_keeps_working(
     js = nc.jetstream()
     await js.publish("muster.job.submitted", b"{not json", headers={"Nats-Msg-Id": "poison-1"})
     await js.publish(
-        "muster.job.submitted", b'{"type":"job.submitted","job_id":"x"}', headers={"Nats-Msg-Id": "poison-2"}
+        "muster.job.submitted",
+        b'{"type":"job.submitted","job_id":"x"}',
+        headers={"Nats-Msg-Id": "poison-2"},
     )
     dead = await eventually(
         lambda: _dlq_count(js, "muster.dlq.placer"), lambda n: n >= 2, what="dead letters"
@@ -169,7 +184,9 @@ async def test_a_poison_message_is_dead_lettered_and_the_service_keeps_working(
     assert dead == 2
     await nc.close()
     reply = await submit(cluster.nats_url, "#!/bin/bash\ntrue\n", ())
-    await eventually(lambda: job_state(db, reply.job_ids[0]), lambda s: s == "COMPLETED", what="job")
+    await eventually(
+        lambda: job_state(db, reply.job_ids[0]), lambda s: s == "COMPLETED", what="job"
+    )
 
 
 async def _dlq_count(js: nats.js.JetStreamContext, subject: str) -> int:

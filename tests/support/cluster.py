@@ -4,6 +4,7 @@ process) on the test's own NATS server and database, and polling helpers."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -47,7 +48,10 @@ def nodes(count: int, gpus: int = 4, leaves: int = 2) -> list[NodeDef]:
 
 
 async def eventually(
-    probe: Callable[[], Awaitable[T]], ok: Callable[[T], bool], timeout: float = 30.0, what: str = ""
+    probe: Callable[[], Awaitable[T]],
+    ok: Callable[[T], bool],
+    timeout: float = 30.0,
+    what: str = "",
 ) -> T:
     deadline = time.monotonic() + timeout
     last: T = await probe()
@@ -91,10 +95,8 @@ async def inject(url: str, node: str, xid: int, gpu: int = 0) -> None:
 def kill9(cluster: Cluster, key: str) -> None:
     cluster.kill(key, 9)
     pid = cluster.pids[key]
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
 
 
 def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

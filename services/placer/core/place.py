@@ -278,8 +278,12 @@ class Prepared:
         found = earliest(ix, self.future, IndexView(ix, pool), self.future.releases(), need, ok)
         if found is None:
             return None
-        at, view = found
-        chosen = select_gang(ix, view, shape.nmin, shape.nmin, shape.g, None)
+        at, view, released = found
+        # GPUs busy now first: a booking that holds free GPUs idles them until `at`
+        busy_then = CandidateView(ix, {i: m & ~ix.free[i] for i, m in released.items()}, shape.g)
+        chosen = select_gang(ix, busy_then, shape.nmin, shape.nmin, shape.g, None)
+        if isinstance(chosen, str):
+            chosen = select_gang(ix, view, shape.nmin, shape.nmin, shape.g, None)
         if isinstance(chosen, str):
             return None
         until = at + job.time_limit_s

@@ -78,8 +78,9 @@ def earliest(
     releases: Sequence[Release],
     need: Need,
     ok: Callable[[int], bool],
-) -> tuple[float, CandidateView] | None:
-    """The first release point at which nmin nodes have g usable GPUs, and the view then."""
+) -> tuple[float, CandidateView, dict[int, int]] | None:
+    """The first release point at which nmin nodes have g usable GPUs, the view then, and
+    what the releases alone add per node (to book GPUs busy now before free ones)."""
     g, nmin, duration, start, ranked = need
     now_set = [i for i in now_view.candidates(g) if ok(i)]
     count = len(now_set)
@@ -104,4 +105,4 @@ def earliest(
         return None
     masks = {i: ix.free[i] for i in now_set}
     masks.update(cur)
-    return when, CandidateView(ix, masks, g)
+    return when, CandidateView(ix, masks, g), cur
