@@ -99,6 +99,9 @@ def decode_script(script: str | bytes) -> tuple[str, list[str], list[SubmitError
         msg = "the script is empty; it needs at least a '#!' line and a command"
         return "", [], [_error(ErrorCode.SCRIPT_EMPTY, msg, "script")]
     warnings = []
+    if text.startswith("\ufeff"):
+        text = text[1:]
+        warnings.append("the script started with a UTF-8 byte order mark; removed it")
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
         warnings.append("the script had DOS line endings (\\r\\n); converted to \\n")

@@ -350,3 +350,15 @@ def test_directive_comments_start_only_at_a_word(
 ) -> None:
     spec = spec_for(script=f"#!/bin/bash\n{directive}\nrun\n")
     assert (spec.output, spec.comment) == (want_output, want_comment)
+
+
+def test_a_byte_order_mark_from_a_windows_editor_is_dropped() -> None:
+    got = parse_submission(
+        [], "\ufeff#!/bin/bash\r\n#SBATCH -N 3\r\nrun\r\n", user=USER, workdir=HOME
+    )
+    assert got.spec is not None
+    assert (got.spec.script, got.spec.nodes_max) == ("#!/bin/bash\n#SBATCH -N 3\nrun\n", 3)
+    assert got.warnings == (
+        "the script started with a UTF-8 byte order mark; removed it",
+        "the script had DOS line endings (\\r\\n); converted to \\n",
+    )
