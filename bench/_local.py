@@ -1,0 +1,79 @@
+"""Benchmark support: a throwaway local cluster (embedded servers, every service and
+node agent as processes) in a temporary folder."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from muster.cluster import Cluster, NodeDef
+from shared import embedded
+
+FAST = {
+    "MUSTER_CYCLE_INTERVAL_S": "0.5",
+    "MUSTER_HEARTBEAT_TIMEOUT_S": "5",
+    "MUSTER_FAULT_KILL_WAIT_S": "1",
+    "MUSTER_LOG_LEVEL": "WARNING",
+}
+
+
+@contextlib.contextmanager
+def local_cluster(node_count: int, gpus: int = 4, **env: str) -> Iterator[Cluster]:
+    os.environ.update(FAST | env)
+    with tempfile.TemporaryDirectory(prefix="muster-bench-") as tmp:
+        state = Path(tmp)
+        state.chmod(0o755)
+        nats = embedded.start_nats(state)
+        pg = embedded.start_postgres(state, fast=True)
+        try:
+            cluster = Cluster(state, nats.url, embedded.create_database(pg.url, "muster"))
+            cluster.start_services()
+            for i in range(node_count):
+                leaf = f"leaf{i % 2 + 1}"
+                cluster.start_node(NodeDef(f"node{i + 1:02d}", gpus, "SIM-H100", ("spine0", leaf)))
+            try:
+                yield cluster
+            finally:
+                cluster.stop_all()
+        finally:
+            nats.stop()
+            pg.stop()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def wait_until(check, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+async def wait_for_nodes(db: object, count: int) -> None:
+    """Until `count` nodes are UP (the services create the tables as they start)."""
+    import asyncio
+
+    import asyncpg
+
+    assert isinstance(db, asyncpg.Connection)
+    while True:
+        try:
+            if await db.fetchval("SELECT count(*) FROM nodes WHERE state = 'UP'") >= count:
+                return
+        except asyncpg.UndefinedTableError:
+            pass
+        await asyncio.sleep(0.2)
