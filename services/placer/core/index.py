@@ -16,6 +16,7 @@ Nodes are numbered in topology order (path, then name), so low numbers pack one 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from functools import lru_cache
 
 from services.placer.core.model import Node, NodeState, Snapshot
 
@@ -38,35 +39,31 @@ class Pool:
         self.gpus = 0  # healthy GPUs on member nodes
 
 
-class ClusterIndex:
-    """Free GPUs by node, pool and domain. Mutated only through take/give/hold_node."""
+class Skeleton:
+    """What one tuple of nodes fixes: numbering, GPU bits, locality groups, domains.
 
-    def __init__(self, snapshot: Snapshot) -> None:
-        nodes = sorted(snapshot.nodes, key=lambda n: (n.topology, n.block or "", n.name))
+    Cached per distinct nodes tuple (see `skeleton`), so passes over an unchanged
+    cluster (the simulator, a service between node events) skip rebuilding it.
+    """
+
+    def __init__(self, given: tuple[Node, ...]) -> None:
+        nodes = sorted(given, key=lambda n: (n.topology, n.block or "", n.name))
         self.nodes: list[Node] = nodes
         self.id_of = {n.name: i for i, n in enumerate(nodes)}
         self.width = max((len(n.gpus) for n in nodes), default=0)
+        self.up = bytearray(n.state is NodeState.UP for n in nodes)
         self._build_gpus(nodes)
         self._build_domains(nodes)
-        self.jobs_on = [0] * len(nodes)
-        self.up = bytearray(n.state is NodeState.UP for n in nodes)
-        self.avail = [
-            m.bit_count() if n.state is NodeState.UP else -1
-            for n, m in zip(nodes, self.free, strict=True)
-        ]
-        self.pools: dict[tuple[str, str | None], Pool] = {}
-        self._mark_running(snapshot)
-
-    # --- building -----------------------------------------------------------------------
 
     def _build_gpus(self, nodes: list[Node]) -> None:
         self.bit_to_gpu: list[tuple[int, ...]] = []
         self.groups: list[tuple[int, ...]] = []
-        self.free: list[int] = []
         self.healthy: list[int] = []
+        self.plain_bits: list[bool] = []  # Gpu.index == bit position: masks are direct
         self.model: list[str | None] = []
         for n in nodes:
             self.bit_to_gpu.append(tuple(g.index for g in n.gpus))
+            self.plain_bits.append(self.bit_to_gpu[-1] == tuple(range(len(n.gpus))))
             by_locality: dict[int, int] = {}
             healthy = 0
             for bit, g in enumerate(n.gpus):
@@ -74,7 +71,6 @@ class ClusterIndex:
                     healthy |= 1 << bit
                     by_locality[g.locality] = by_locality.get(g.locality, 0) | 1 << bit
             self.groups.append(tuple(by_locality[k] for k in sorted(by_locality)))
-            self.free.append(healthy)
             self.healthy.append(healthy)
             self.model.append(n.gpus[0].model if n.gpus else None)
 
@@ -127,6 +123,42 @@ class ClusterIndex:
         ]
         return [level for level in levels if level]
 
+
+@lru_cache(maxsize=4)
+def skeleton(nodes: tuple[Node, ...]) -> Skeleton:
+    return Skeleton(nodes)
+
+
+class ClusterIndex:
+    """Free GPUs by node, pool and domain. Mutated only through take/give/hold_node."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        sk = skeleton(snapshot.nodes)
+        self.nodes = sk.nodes
+        self.id_of = sk.id_of
+        self.width = sk.width
+        self.up = sk.up
+        self.bit_to_gpu = sk.bit_to_gpu
+        self.plain_bits = sk.plain_bits
+        self.groups = sk.groups
+        self.healthy = sk.healthy
+        self.model = sk.model
+        self.domain_name = sk.domain_name
+        self.kids = sk.kids
+        self.direct = sk.direct
+        self.depth = sk.depth
+        self.chain = sk.chain
+        self.leaf_of = sk.leaf_of
+        self.levels = sk.levels
+        self.leaves = sk.leaves
+        self.free = list(sk.healthy)
+        self.jobs_on = [0] * len(self.nodes)
+        self.avail = [
+            h.bit_count() if u else -1 for h, u in zip(self.healthy, self.up, strict=True)
+        ]
+        self.pools: dict[tuple[str, str | None], Pool] = {}
+        self._mark_running(snapshot)
+
     def _mark_running(self, snapshot: Snapshot) -> None:
         for job in snapshot.running:
             for grant in job.grants:
@@ -164,9 +196,10 @@ class ClusterIndex:
             if a >= 0:
                 pool.buckets[a].append(i)
                 for d in self.chain[i]:
-                    row = pool.ge[d]
-                    for k in range(a + 1):
-                        row[k] += 1
+                    pool.ge[d][a] += 1  # a histogram for now, summed from the top below
+        for row in pool.ge:
+            for k in range(self.width - 1, -1, -1):
+                row[k] += row[k + 1]
         return pool
 
     def pools_of(self, i: int) -> list[Pool]:
@@ -175,6 +208,9 @@ class ClusterIndex:
     # --- changes --------------------------------------------------------------------------
 
     def mask_of(self, i: int, gpu_indexes: tuple[int, ...]) -> int:
+        if self.plain_bits[i]:
+            width = len(self.bit_to_gpu[i])
+            return sum(1 << g for g in gpu_indexes if 0 <= g < width)
         bits = self.bit_to_gpu[i]
         mask = 0
         for g in gpu_indexes:

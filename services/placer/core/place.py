@@ -21,6 +21,7 @@ from services.placer.core.limits import Usage, check
 from services.placer.core.model import (
     Grant,
     JobRequest,
+    Limits,
     Plan,
     PolicyConfig,
     Preempt,
@@ -42,6 +43,7 @@ from services.placer.core.shape import Shape, precheck, shape_of
 from services.placer.core.timeline import Booking, Future, Need, earliest
 
 DEFAULT_POLICY = PolicyConfig()
+NO_LIMITS = Limits()
 
 
 def order_key(job: JobRequest) -> tuple[int, float, float, int]:
@@ -71,7 +73,8 @@ class Prepared:
         self.now = now
         self.config = config
         self.ix = ix = ClusterIndex(snapshot)
-        self.usage = Usage.of(snapshot.running)
+        self.limited = snapshot.limits != NO_LIMITS
+        self.usage = Usage.of(snapshot.running) if self.limited else Usage()
         self.future = Future(ix)
         for r in snapshot.running:
             end = max(now, r.started_at + r.time_limit_s)
@@ -81,6 +84,7 @@ class Prepared:
             self.future.add(end, picks, r.job_id)
         self.windows: list[Window] = windows(ix, snapshot.reservations, now)
         self.bookings: list[Booking] = []
+        self.held_nodes = 0  # nodes holding GPUs for bookings, counted once per booking
         self.victims: set[int] = set()
         self.blocked_by: int | None = None  # first job left waiting for resources
         self.tested = 0
@@ -115,7 +119,7 @@ class Prepared:
         if self.config.strict_order and self.blocked_by is not None:
             return self._wait(job, Waiting.PRIORITY, f"in order behind job {self.blocked_by}")
         shape = shape_of(job, self.ix)
-        over = check(self.snapshot.limits, self.usage, job, shape.gpus)
+        over = check(self.snapshot.limits, self.usage, job, shape.gpus) if self.limited else None
         if over is not None:
             return self._wait(job, over[0], over[1])
         if self.tested >= self.config.max_job_test:
@@ -145,9 +149,11 @@ class Prepared:
                 return self._wait(job, Waiting.RESERVATION, "not open yet", mine.start)
             only = mine.nodes
         end = now + job.time_limit_s
-        lent = [b for b in self.bookings if b.at >= end]
         plain = not avoid and only is None and shape.total is None and not _filters(job)
         free_nodes = pool.ge[ROOT][shape.g] if shape.g <= self.ix.width else 0
+        if plain and free_nodes + self.held_nodes < shape.nmin:
+            return "no room"  # even borrowing every booking's GPUs would not do
+        lent = [b for b in self.bookings if b.at >= end]
         if plain and free_nodes + sum(len(b.held) for b in lent) < shape.nmin:
             return "no room"
         for b in lent:
@@ -220,7 +226,8 @@ class Prepared:
             grants.append(Grant(node=ix.nodes[i].name, gpus=ix.gpus_of(i, mask)))
         self.future.add(self.now + job.time_limit_s, picks, job.job_id)
         gpus = sum(m.bit_count() for _, m in picks)
-        self.usage.add(job.user, job.account, job.qos, gpus)
+        if self.limited:
+            self.usage.add(job.user, job.account, job.qos, gpus)
         why = chosen.why
         taken = dict(picks)
         used = [b.job_id for b in lent if any(m & taken.get(i, 0) for i, m in b.held)]
@@ -239,6 +246,7 @@ class Prepared:
             for i, m in held:
                 ix.take(i, m)
             self.bookings[self.bookings.index(b)] = b._replace(held=held)
+            self.held_nodes += len(held) - len(b.held)
 
     # --- blocked: preempt, book, wait ---------------------------------------------------
 
@@ -293,6 +301,7 @@ class Prepared:
         for i, m in held:
             ix.take(i, m)
         self.bookings.append(Booking(job.job_id, at, until, chosen.picks, held))
+        self.held_nodes += len(held)
         return at
 
     def _preempt(

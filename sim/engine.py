@@ -1,0 +1,261 @@
+"""Discrete-event trace simulator over the placer's pure core.
+
+Simulated time jumps from event to event (arrivals, completions at the recorded
+durations, preemption kills after the grace time, node failures and repairs); the clock
+is never read. `place()` runs only after an event that can change a decision, and only
+when some GPU is free or a job without GPUs waits; it sees at most `queue_depth` pending
+jobs, the head of the queue in placer order (Slurm's default_queue_depth, in effect).
+Node failures come from an MTBF through a seeded `random.Random` passed in, so a run is
+reproducible. A job killed by preemption or a failure is requeued and starts over.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from bisect import insort
+from collections.abc import Callable, Mapping, Sequence
+
+import msgspec
+
+from services.placer.core import (
+    JobRequest,
+    Node,
+    NodeState,
+    PolicyConfig,
+    Running,
+    Snapshot,
+    order_key,
+    place,
+)
+from sim.metrics import Ledger, SimResult
+from sim.workload import TraceJob
+
+PriorityFn = Callable[[JobRequest, float, Mapping[str, float]], float]
+
+POLICIES: dict[str, PolicyConfig] = {
+    "fifo": PolicyConfig(strict_order=True, backfill=False, preemption=False),
+    "easy": PolicyConfig(backfill=True, reservation_depth=1, preemption=False),
+    "muster": PolicyConfig(),
+}
+
+DONE, KILL, FAIL, REPAIR = "done", "kill", "fail", "repair"
+
+
+def time_limit(job: TraceJob, factor: float) -> int:
+    """The job's limit, or its duration padded as users pad theirs, to the next minute."""
+    if job.time_limit_s is not None:
+        return job.time_limit_s
+    return int(math.ceil(job.duration_s * factor / 60.0) * 60)
+
+
+def request(job: TraceJob, factor: float) -> JobRequest:
+    return JobRequest(
+        job_id=job.job_id,
+        user=job.user,
+        account=job.account,
+        tier=job.tier,
+        can_preempt=job.can_preempt,
+        submitted_at=job.submit_s,
+        nodes_min=job.nodes,
+        nodes_max=job.nodes,
+        gpus_per_node=job.gpus_per_node,
+        gpus_total=job.gpus_total,
+        time_limit_s=time_limit(job, factor),
+    )
+
+
+class Simulation:
+    """The mutable world of one run; `run()` below is the way in."""
+
+    def __init__(
+        self,
+        workload: Sequence[TraceJob],
+        cluster: tuple[Node, ...],
+        config: PolicyConfig,
+        *,
+        priority_fn: PriorityFn | None,
+        queue_depth: int,
+        limit_factor: float,
+    ) -> None:
+        self.jobs = {j.job_id: j for j in workload}
+        self.arrivals = sorted(workload, key=lambda j: (j.submit_s, j.job_id))
+        self.nodes = {n.name: n for n in cluster}
+        self.config = config
+        self.priority_fn = priority_fn
+        self.queue_depth = queue_depth
+        self.requests = {j.job_id: request(j, limit_factor) for j in workload}
+        self.pending: list[tuple[tuple[int, float, float, int], int]] = []
+        self.running: dict[int, Running] = {}
+        self.attempt: dict[int, int] = {}
+        self.events: list[tuple[float, int, str, int | str, int]] = []
+        self.seq = 0
+        self.ledger = Ledger(cluster)
+        self.passes = 0
+        self.free_gpus = sum(sum(g.healthy for g in n.gpus) for n in cluster)
+
+    def push(self, at: float, kind: str, subject: int | str, attempt: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (at, self.seq, kind, subject, attempt))
+
+    def enqueue(self, job_id: int) -> None:
+        insort(self.pending, (order_key(self.requests[job_id]), job_id))
+
+    def loop(self) -> None:
+        ai, n = 0, len(self.arrivals)
+        while ai < n or self.events:
+            t = min(
+                self.arrivals[ai].submit_s if ai < n else math.inf,
+                self.events[0][0] if self.events else math.inf,
+            )
+            changed = False
+            while self.events and self.events[0][0] <= t:
+                changed |= self.handle(t, heapq.heappop(self.events))
+            while ai < n and self.arrivals[ai].submit_s <= t:
+                self.enqueue(self.arrivals[ai].job_id)
+                changed = True
+                ai += 1
+            if changed and self.pending and (self.free_gpus > 0 or self._zero_gpu_waiting()):
+                self.schedule(t)
+
+    def _zero_gpu_waiting(self) -> bool:
+        return any(self.jobs[j].gpus == 0 for _, j in self.pending[: self.queue_depth])
+
+    def handle(self, t: float, event: tuple[float, int, str, int | str, int]) -> bool:
+        _, _, kind, subject, attempt = event
+        if kind in (DONE, KILL):
+            assert isinstance(subject, int)
+            if self.attempt.get(subject) != attempt or subject not in self.running:
+                return False  # a stale event: the run it belonged to already ended
+            self.finish(t, subject, requeue=kind == KILL)
+            return True
+        assert isinstance(subject, str)
+        return self.node_event(t, kind, subject)
+
+    def finish(self, t: float, job_id: int, *, requeue: bool) -> None:
+        run = self.running.pop(job_id)
+        gpus = sum(len(g.gpus) for g in run.grants)
+        self.free_gpus += sum(
+            len(g.gpus) for g in run.grants if self.nodes[g.node].state is NodeState.UP
+        )
+        self.ledger.ended(job_id, run, t, gpus, requeued=requeue)
+        if requeue:
+            self.enqueue(job_id)
+
+    def node_event(self, t: float, kind: str, name: str) -> bool:
+        """Failure hooks: a failed node goes DOWN, its jobs are requeued; repair brings it back."""
+        node = self.nodes[name]
+        healthy = sum(g.healthy for g in node.gpus)
+        if kind == FAIL and node.state is NodeState.UP:
+            for job_id in [
+                j for j, r in self.running.items() if any(g.node == name for g in r.grants)
+            ]:
+                self.finish(t, job_id, requeue=True)
+            self.nodes[name] = msgspec.structs.replace(node, state=NodeState.DOWN)
+            self.free_gpus -= healthy
+            self.ledger.failures += 1
+            return True
+        if kind == REPAIR and node.state is NodeState.DOWN:
+            self.nodes[name] = msgspec.structs.replace(node, state=NodeState.UP)
+            self.free_gpus += healthy
+            return True
+        return False
+
+    def schedule(self, t: float) -> None:
+        head = [self.requests[j] for _, j in self.pending[: self.queue_depth]]
+        if self.priority_fn is not None:
+            head = self._reprioritised(t)
+        snap = Snapshot(nodes=tuple(self.nodes.values()), running=tuple(self.running.values()))
+        plan = place(snap, head, now=t, config=self.config)
+        self.passes += 1
+        started = {s.job_id for s in plan.starts}
+        if started:
+            self.pending = [p for p in self.pending if p[1] not in started]
+        for s in plan.starts:
+            self.start(t, s.job_id, s.grants)
+        for p in plan.preemptions:
+            victim = self.running.get(p.victim_job_id)
+            if victim is not None and victim.preempted_by is None:
+                self.running[p.victim_job_id] = msgspec.structs.replace(
+                    victim, preempted_by=p.for_job_id
+                )
+                self.ledger.preemptions += 1
+                self.push(t + p.grace_s, KILL, p.victim_job_id, self.attempt[p.victim_job_id])
+
+    def _reprioritised(self, t: float) -> list[JobRequest]:
+        assert self.priority_fn is not None
+        usage = self.ledger.usage_at(t, self.running)
+        fresh = [
+            msgspec.structs.replace(r, priority=self.priority_fn(r, t, usage))
+            for r in (self.requests[j] for _, j in self.pending)
+        ]
+        fresh.sort(key=order_key)
+        return fresh[: self.queue_depth]
+
+    def start(self, t: float, job_id: int, grants: tuple[msgspec.Struct, ...]) -> None:
+        req = self.requests[job_id]
+        run = Running(
+            job_id=job_id,
+            user=req.user,
+            account=req.account,
+            tier=req.tier,
+            priority=req.priority,
+            started_at=t,
+            time_limit_s=req.time_limit_s,
+            grants=grants,  # type: ignore[arg-type]
+        )
+        self.running[job_id] = run
+        attempt = self.attempt[job_id] = self.attempt.get(job_id, 0) + 1
+        self.free_gpus -= sum(len(g.gpus) for g in run.grants)
+        runtime = min(self.jobs[job_id].duration_s, req.time_limit_s)
+        self.push(t + runtime, DONE, job_id, attempt)
+        self.ledger.started(job_id, run, self.jobs[job_id], self.nodes)
+
+
+def run(
+    workload: Sequence[TraceJob],
+    cluster: tuple[Node, ...],
+    policy: str | PolicyConfig = "muster",
+    *,
+    priority_fn: PriorityFn | None = None,
+    mtbf_s: float | None = None,
+    repair_s: float = 3600.0,
+    rng: random.Random | None = None,
+    queue_depth: int = 256,
+    limit_factor: float = 1.5,
+) -> SimResult:
+    """Replay `workload` on `cluster` under a policy (fifo, easy, muster or a PolicyConfig).
+
+    priority_fn(job, now, gpu_seconds_by_account) -> priority, if given, re-ranks the queue
+    at every pass (a fair-share hook). mtbf_s turns on node failures, drawn from `rng`
+    (required then) per node, each repaired after repair_s.
+    """
+    config = POLICIES[policy] if isinstance(policy, str) else policy
+    name = policy if isinstance(policy, str) else "custom"
+    sim = Simulation(
+        workload,
+        cluster,
+        config,
+        priority_fn=priority_fn,
+        queue_depth=queue_depth,
+        limit_factor=limit_factor,
+    )
+    if mtbf_s is not None:
+        if rng is None:
+            raise ValueError("mtbf_s needs an rng (random.Random(seed)) for reproducible failures")
+        _plan_failures(sim, mtbf_s, repair_s, rng)
+    began = time.perf_counter()
+    sim.loop()
+    return sim.ledger.result(name, sim.jobs, passes=sim.passes, wall_s=time.perf_counter() - began)
+
+
+def _plan_failures(sim: Simulation, mtbf_s: float, repair_s: float, rng: random.Random) -> None:
+    horizon = max((j.submit_s + j.duration_s for j in sim.jobs.values()), default=0.0) * 2
+    for name in sorted(sim.nodes):
+        t = rng.expovariate(1.0 / mtbf_s)
+        while t < horizon:
+            sim.push(t, FAIL, name)
+            sim.push(t + repair_s, REPAIR, name)
+            t += repair_s + rng.expovariate(1.0 / mtbf_s)

@@ -1,0 +1,124 @@
+"""Simulation bookkeeping and the figures a run reports (SimResult)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+
+import msgspec
+
+from services.placer.core import Node, Running
+from sim.workload import TraceJob
+
+
+class SimResult(msgspec.Struct, frozen=True, kw_only=True):
+    policy: str
+    jobs: int
+    finished: int
+    never_started: int
+    queue_delay_mean_s: float
+    queue_delay_median_s: float
+    queue_delay_p99_s: float
+    jct_mean_s: float
+    jct_median_s: float
+    gpu_utilization: float  # GPU-seconds delivered / (healthy GPUs x span)
+    multi_node_in_one_leaf: float | None  # of multi-node starts, share inside one leaf switch
+    longest_wait_64gpu_s: float | None  # longest queueing delay of jobs of >= 64 GPUs
+    preemptions: int
+    failures: int
+    requeues: int
+    span_s: float
+    passes: int  # place() calls
+    wall_s: float
+    gpu_seconds_by_account: dict[str, float]
+    production_delay_mean_s: float | None = None  # the traced cluster's own, where known
+    production_delay_median_s: float | None = None
+    production_delay_p99_s: float | None = None
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Ledger:
+    """What happened to each job, as the simulation goes."""
+
+    def __init__(self, cluster: tuple[Node, ...]) -> None:
+        self.gpus = sum(sum(g.healthy for g in n.gpus) for n in cluster)
+        self.first_start: dict[int, float] = {}
+        self.finished_at: dict[int, float] = {}
+        self.by_account: dict[str, float] = {}
+        self.multi = 0
+        self.multi_one_leaf = 0
+        self.topology = any(n.topology for n in cluster)
+        self.preemptions = 0
+        self.failures = 0
+        self.requeues = 0
+        self.last = 0.0
+
+    def started(self, job_id: int, run: Running, job: TraceJob, nodes: Mapping[str, Node]) -> None:
+        self.first_start.setdefault(job_id, run.started_at)
+        if len(run.grants) > 1:
+            self.multi += 1
+            leaves = {nodes[g.node].topology[-1:] for g in run.grants}
+            self.multi_one_leaf += len(leaves) == 1
+
+    def ended(self, job_id: int, run: Running, t: float, gpus: int, *, requeued: bool) -> None:
+        used = gpus * (t - run.started_at)
+        self.by_account[run.account] = self.by_account.get(run.account, 0.0) + used
+        self.last = max(self.last, t)
+        if requeued:
+            self.requeues += 1
+        else:
+            self.finished_at[job_id] = t
+
+    def usage_at(self, t: float, running: Mapping[int, Running]) -> dict[str, float]:
+        """GPU-seconds delivered per account up to t, running jobs included."""
+        usage = dict(self.by_account)
+        for r in running.values():
+            gpus = sum(len(g.gpus) for g in r.grants)
+            usage[r.account] = usage.get(r.account, 0.0) + gpus * (t - r.started_at)
+        return usage
+
+    def result(
+        self, policy: str, jobs: Mapping[int, TraceJob], *, passes: int, wall_s: float
+    ) -> SimResult:
+        delays = [self.first_start[j] - jobs[j].submit_s for j in self.first_start]
+        jcts = [self.finished_at[j] - jobs[j].submit_s for j in self.finished_at]
+        big = [
+            self.first_start[j] - jobs[j].submit_s for j in self.first_start if jobs[j].gpus >= 64
+        ]
+        first = min((j.submit_s for j in jobs.values()), default=0.0)
+        span = max(self.last - first, 1.0)
+        prod = [j.production_delay_s for j in jobs.values() if j.production_delay_s is not None]
+        return SimResult(
+            policy=policy,
+            jobs=len(jobs),
+            finished=len(self.finished_at),
+            never_started=len(jobs) - len(self.first_start),
+            queue_delay_mean_s=statistics.fmean(delays) if delays else 0.0,
+            queue_delay_median_s=statistics.median(delays) if delays else 0.0,
+            queue_delay_p99_s=_pct(delays, 0.99),
+            jct_mean_s=statistics.fmean(jcts) if jcts else 0.0,
+            jct_median_s=statistics.median(jcts) if jcts else 0.0,
+            gpu_utilization=sum(self.by_account.values()) / (self.gpus * span)
+            if self.gpus
+            else 0.0,
+            multi_node_in_one_leaf=self.multi_one_leaf / self.multi
+            if self.multi and self.topology
+            else None,
+            longest_wait_64gpu_s=max(big) if big else None,
+            preemptions=self.preemptions,
+            failures=self.failures,
+            requeues=self.requeues,
+            span_s=span,
+            passes=passes,
+            wall_s=wall_s,
+            gpu_seconds_by_account=dict(sorted(self.by_account.items())),
+            production_delay_mean_s=statistics.fmean(prod) if prod else None,
+            production_delay_median_s=statistics.median(prod) if prod else None,
+            production_delay_p99_s=_pct(prod, 0.99) if prod else None,
+        )
