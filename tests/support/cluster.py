@@ -73,9 +73,18 @@ async def nodes_up(db: asyncpg.Connection, count: int, timeout: float = 30.0) ->
 
 
 async def submit(
-    url: str, script: str, argv: tuple[str, ...] = (), workdir: str = "/tmp", user: str = "root"
+    url: str,
+    script: str,
+    argv: tuple[str, ...] = (),
+    workdir: str = "/tmp",
+    user: str = "root",
+    *,
+    args: tuple[str, ...] = (),
+    script_path: str = "job.sh",
 ) -> SubmitReply:
-    req = SubmitRequest(user=user, argv=argv, script=script, workdir=workdir, script_path="job.sh")
+    req = SubmitRequest(
+        user=user, argv=argv, script=script, workdir=workdir, script_path=script_path, args=args
+    )
     return await call(url, "submit", req, SubmitReply)
 
 
