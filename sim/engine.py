@@ -223,7 +223,7 @@ def run(
     mtbf_s: float | None = None,
     repair_s: float = 3600.0,
     rng: random.Random | None = None,
-    queue_depth: int = 256,
+    queue_depth: int = 100,
     limit_factor: float = 1.5,
 ) -> SimResult:
     """Replay `workload` on `cluster` under a policy (fifo, easy, muster or a PolicyConfig).
