@@ -94,6 +94,7 @@ class Simulation:
         self.seq = 0
         self.ledger = Ledger(cluster)
         self.passes = 0
+        self.special = 0  # pending jobs that need no free GPU to be served
         self.free_gpus = sum(sum(g.healthy for g in n.gpus) for n in cluster)
 
     def push(self, at: float, kind: str, subject: int | str, attempt: int = 0) -> None:
@@ -102,6 +103,11 @@ class Simulation:
 
     def enqueue(self, job_id: int) -> None:
         insort(self.pending, (order_key(self.requests[job_id]), job_id))
+        self.special += self._special(job_id)
+
+    def _special(self, job_id: int) -> bool:
+        """Jobs a full cluster can still serve: no GPUs needed, or allowed to preempt."""
+        return self.jobs[job_id].gpus == 0 or self.jobs[job_id].can_preempt
 
     def loop(self) -> None:
         ai, n = 0, len(self.arrivals)
@@ -117,11 +123,8 @@ class Simulation:
                 self.enqueue(self.arrivals[ai].job_id)
                 changed = True
                 ai += 1
-            if changed and self.pending and (self.free_gpus > 0 or self._zero_gpu_waiting()):
+            if changed and self.pending and (self.free_gpus > 0 or self.special):
                 self.schedule(t)
-
-    def _zero_gpu_waiting(self) -> bool:
-        return any(self.jobs[j].gpus == 0 for _, j in self.pending[: self.queue_depth])
 
     def handle(self, t: float, event: tuple[float, int, str, int | str, int]) -> bool:
         _, _, kind, subject, attempt = event
@@ -173,6 +176,7 @@ class Simulation:
         started = {s.job_id for s in plan.starts}
         if started:
             self.pending = [p for p in self.pending if p[1] not in started]
+            self.special -= sum(self._special(j) for j in started)
         for s in plan.starts:
             self.start(t, s.job_id, s.grants)
         for p in plan.preemptions:
