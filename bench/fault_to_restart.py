@@ -23,9 +23,9 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._local import local_cluster, percentile, wait_for_nodes  # noqa: E402
-from muster.client import agent, call  # noqa: E402
-from shared.api import (  # noqa: E402
+from bench._local import local_cluster, percentile, wait_for_nodes
+from muster.client import agent, call
+from shared.api import (
     InjectFault,
     JobSelector,
     NodeAction,
@@ -89,7 +89,10 @@ def main() -> None:
         "p99_ms": round(percentile(lat, 99) * 1000, 1),
         "max_ms": round(max(lat) * 1000, 1),
     }
-    print(f"XID -> workers running again over {len(lat)} runs: p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms")
+    print(
+        f"XID -> workers running again over {len(lat)} runs:"
+        f" p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms"
+    )
     print(json.dumps(result))
 
 

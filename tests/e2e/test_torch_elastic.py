@@ -12,7 +12,15 @@ import asyncpg
 import pytest
 
 from muster.cluster import Cluster
-from tests.support.cluster import eventually, inject, job_state, make_cluster, nodes, nodes_up, submit
+from tests.support.cluster import (
+    eventually,
+    inject,
+    job_state,
+    make_cluster,
+    nodes,
+    nodes_up,
+    submit,
+)
 
 torch = pytest.importorskip("torch", reason="scripts/test installs torch==2.13.0 (CPU)")
 pytestmark = pytest.mark.slow
