@@ -205,6 +205,68 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
             )
         ),
     ),
+    "a gang stays inside one NVLink block when a block holds it": (
+        snapshot(
+            node("a", topology=("leaf0",), block="nvl0"),
+            node("b", topology=("leaf0",), block="nvl1"),
+            node("c", topology=("leaf0",), block="nvl1"),
+            node("d", topology=("leaf0",), block="nvl0"),
+            running=(running(9, whole("a")),),
+        ),
+        [gang(1, nodes=2, gpus_per_node=8)],
+        Plan(
+            starts=(
+                start(
+                    1,
+                    ("b", ALL8),
+                    ("c", ALL8),
+                    why="2 nodes inside block nvl1, tightest that holds the gang",
+                ),
+            )
+        ),
+    ),
+    "partitions and GPU models keep jobs on their own nodes": (
+        snapshot(
+            node("cpu", 0, partitions=("cpu",)),
+            node("h", 8, model="H100", partitions=("gpu",)),
+            node("a", 8, model="A100", partitions=("gpu",)),
+        ),
+        [
+            gang(1, gpus_per_node=2, partition="gpu", gpu_model="A100"),
+            gang(2, partition="cpu"),
+            gang(3, gpus_per_node=1, partition="gpu", gpu_model="H100"),
+        ],
+        Plan(
+            starts=(
+                start(1, ("a", (0, 1)), why="best fit on node a, GPUs in one locality group"),
+                start(2, ("cpu", ()), why="best fit on node cpu, GPUs in one locality group"),
+                start(3, ("h", (0,)), why="best fit on node h, GPUs in one locality group"),
+            )
+        ),
+    ),
+    "required nodes that are down, or too few nodes once excluded, wait NODES_EXCLUDED": (
+        snapshot(node("a"), node("b", state=NodeState.DOWN), node("c")),
+        [
+            gang(1, gpus_per_node=1, required_nodes=("b",)),
+            gang(2, nodes=2, gpus_per_node=1, excluded_nodes=("a", "c")),
+            gang(3, gpus_per_node=1, required_nodes=("zz",)),
+        ],
+        Plan(
+            waits=(
+                Wait(
+                    job_id=1,
+                    reason=Waiting.NODES_EXCLUDED,
+                    detail="required nodes not up: b",
+                ),
+                Wait(
+                    job_id=2,
+                    reason=Waiting.NODES_EXCLUDED,
+                    detail="too few nodes left once the excluded ones are out",
+                ),
+                Wait(job_id=3, reason=Waiting.BAD_CONSTRAINTS, detail="unknown nodes zz"),
+            )
+        ),
+    ),
 }
 
 

@@ -273,3 +273,35 @@ def test_fifo_starts_nothing_behind_a_blocked_job() -> None:
             Wait(job_id=3, reason=Waiting.PRIORITY, detail="in order behind job 2"),
         )
     )
+
+
+def test_a_job_for_a_named_reservation_waits_for_it_then_runs_inside() -> None:
+    window = Reservation(
+        name="demo", start=T0 + 600, duration_s=3600, nodes=("b",), accounts=("ml",)
+    )
+    snap = snapshot(node("a"), node("b"), reservations=(window,))
+    job = gang(1, gpus_per_node=8, account="ml", reservation="demo", time_limit_s=1800)
+    early = place(snap, [job], now=T0)
+    assert early == Plan(
+        waits=(
+            Wait(
+                job_id=1,
+                reason=Waiting.RESERVATION,
+                detail="not open yet",
+                estimated_start=T0 + 600,
+            ),
+        )
+    )
+    inside = place(snap, [job], now=T0 + 700)
+    assert [(s.job_id, s.grants[0].node) for s in inside.starts] == [(1, "b")]
+
+
+def test_jobs_beyond_max_job_test_are_not_tested() -> None:
+    snap = snapshot(node("a", 1))
+    plan = place(
+        snap, [gang(1, gpus_per_node=1), gang(2, gpus_per_node=1)], T0, PolicyConfig(max_job_test=1)
+    )
+    assert [s.job_id for s in plan.starts] == [1]
+    assert plan.waits == (
+        Wait(job_id=2, reason=Waiting.NOT_TESTED, detail="beyond max_job_test this pass"),
+    )
