@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from services.placer.core.model import JobRequest, Limits, Running, Waiting
 
+W = Waiting
+
 
 class Usage:
     """Running GPUs and jobs per user, account, QOS and (QOS, user)."""
@@ -29,44 +31,31 @@ class Usage:
             self.jobs[key] = self.jobs.get(key, 0) + 1
 
 
-def check(limits: Limits, usage: Usage, job: JobRequest, gpus: int) -> tuple[Waiting, str] | None:
-    """The first limit that starting `gpus` more GPUs for this job would break."""
+Rule = tuple[tuple[str, str], int | None, int | None, Waiting, Waiting]
+
+
+def _rules(limits: Limits, job: JobRequest) -> list[Rule]:
+    """(usage key, GPU cap, job cap, reasons) for every cap that applies to the job."""
     user = limits.users.get(job.user, limits.user_default)
-    checks = [
-        (
-            ("u", job.user),
-            user.max_gpus,
-            user.max_jobs,
-            Waiting.USER_MAX_GPUS,
-            Waiting.USER_MAX_JOBS,
-        )
+    rules: list[Rule] = [
+        (("u", job.user), user.max_gpus, user.max_jobs, W.USER_MAX_GPUS, W.USER_MAX_JOBS)
     ]
-    account = limits.accounts.get(job.account)
-    if account is not None:
-        checks.append(
-            (
-                ("a", job.account),
-                account.max_gpus,
-                account.max_jobs,
-                Waiting.ACCOUNT_MAX_GPUS,
-                Waiting.ACCOUNT_MAX_JOBS,
-            )
-        )
+    acc = limits.accounts.get(job.account)
+    if acc is not None:
+        key = ("a", job.account)
+        rules.append((key, acc.max_gpus, acc.max_jobs, W.ACCOUNT_MAX_GPUS, W.ACCOUNT_MAX_JOBS))
     qos = limits.qos.get(job.qos)
     if qos is not None:
-        checks.append(
-            (("q", job.qos), qos.max_gpus, qos.max_jobs, Waiting.QOS_MAX_GPUS, Waiting.QOS_MAX_JOBS)
-        )
-        checks.append(
-            (
-                ("qu", f"{job.qos}\0{job.user}"),
-                qos.max_gpus_per_user,
-                qos.max_jobs_per_user,
-                Waiting.QOS_MAX_GPUS_PER_USER,
-                Waiting.QOS_MAX_JOBS_PER_USER,
-            )
-        )
-    for key, max_gpus, max_jobs, gpu_reason, job_reason in checks:
+        rules.append((("q", job.qos), qos.max_gpus, qos.max_jobs, W.QOS_MAX_GPUS, W.QOS_MAX_JOBS))
+        per_user = (qos.max_gpus_per_user, qos.max_jobs_per_user)
+        reasons = (W.QOS_MAX_GPUS_PER_USER, W.QOS_MAX_JOBS_PER_USER)
+        rules.append((("qu", f"{job.qos}\0{job.user}"), *per_user, *reasons))
+    return rules
+
+
+def check(limits: Limits, usage: Usage, job: JobRequest, gpus: int) -> tuple[Waiting, str] | None:
+    """The first limit that starting `gpus` more GPUs for this job would break."""
+    for key, max_gpus, max_jobs, gpu_reason, job_reason in _rules(limits, job):
         held = usage.gpus.get(key, 0)
         if max_gpus is not None and held + gpus > max_gpus:
             return gpu_reason, f"{held} GPUs running + {gpus} asked > {max_gpus}"
