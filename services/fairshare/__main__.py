@@ -1,21 +1,44 @@
-"""Entry point: `python -m services.fairshare`."""
+"""Entry point: `python -m services.fairshare`.
+
+`MUSTER_CLUSTER_CONFIG` names the cluster configuration (account tree, billing weights,
+QOS and partition priorities); `MUSTER_FAIRSHARE_CONFIG` an optional TOML file with the
+fair-share knobs (`FairShareConfig`, see docs/fairshare.md).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
+from services.fairshare.cluster import ClusterView, read_cluster
+from services.fairshare.config import FairShareConfig, decode_config
 from services.fairshare.service import FairShare
+from services.fairshare.tree import check_tree
 from shared.runtime import run_service, service_context
 from shared.settings import Settings
 
 
+def load(settings: Settings, fairshare_config: str) -> tuple[FairShareConfig, ClusterView]:
+    config = FairShareConfig()
+    if fairshare_config:
+        config = decode_config(Path(fairshare_config).read_text())
+    cluster = ClusterView()
+    if settings.cluster_config:
+        cluster = read_cluster(Path(settings.cluster_config).read_text())
+        issues = check_tree(cluster.tree)
+        if issues:
+            raise SystemExit(f"{settings.cluster_config}: account tree is unusable: {issues}")
+    return config, cluster
+
+
 def main() -> None:
     settings = Settings.from_env(os.environ, service_name="fairshare")
+    config, cluster = load(settings, os.environ.get("MUSTER_FAIRSHARE_CONFIG", ""))
 
     async def serve(stop: asyncio.Event) -> None:
         async with service_context(settings) as ctx:
-            await FairShare(ctx).run(stop)
+            await FairShare(ctx, config, cluster).run(stop)
 
     run_service(settings, serve)
 

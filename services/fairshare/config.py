@@ -15,6 +15,10 @@ from services.fairshare.core import FairShareAlgorithm, ShareOptions
 from services.fairshare.decay import HALF_LIFE_DEFAULT_S, ResetPeriod
 from services.fairshare.priority import PriorityWeights
 
+# The service's weights when none are configured: fair share dominates, age breaks ties
+# between equals, partition and QOS lift what the operator says is urgent.
+SERVICE_WEIGHTS = PriorityWeights(age=1000, fairshare=10000, partition=1000, qos=1000)
+
 
 class FairShareConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """All knobs of the fairshare service; defaults follow Slurm's."""
@@ -24,8 +28,10 @@ class FairShareConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     half_life_s: Annotated[float, msgspec.Meta(ge=0)] = HALF_LIFE_DEFAULT_S  # 0 = no decay
     reset_period: ResetPeriod = ResetPeriod.NONE
     calc_period_s: Annotated[float, msgspec.Meta(gt=0)] = 300.0  # PriorityCalcPeriod, 5 min
+    # pending jobs' priorities are recomputed this often, and soon after usage changes
+    priority_period_s: Annotated[float, msgspec.Meta(gt=0)] = 5.0
     billing_weights: dict[str, float] = {}  # GPU model -> weight, default 1.0
-    priority: PriorityWeights = PriorityWeights()
+    priority: PriorityWeights = SERVICE_WEIGHTS
 
     @property
     def share_options(self) -> ShareOptions:

@@ -41,6 +41,7 @@ ACCT_COLUMNS = (
     "GPUSeconds",
     "Billed",
     "ExitCode",
+    "NodeList",
 )
 
 
@@ -59,10 +60,11 @@ class AcctRow(msgspec.Struct, frozen=True, kw_only=True):
     submit: float | None = None
     start: float | None = None
     end: float | None = None
-    gpu_seconds: int = 0
+    gpu_seconds: float = 0.0  # raw GPU-seconds charged (before billing weights)
     billed: float = 0.0
     exit_code: int | None = None
     reason: str | None = None
+    nodes: tuple[str, ...] = ()
 
 
 def fmt_float(value: float | None, digits: int = 6) -> str:
@@ -146,9 +148,10 @@ def render_acct(rows: Sequence[AcctRow]) -> str:
                 fmt_time(r.start),
                 fmt_time(r.end),
                 fmt_elapsed(elapsed),
-                str(r.gpu_seconds),
+                f"{r.gpu_seconds:.0f}",
                 f"{r.billed:.0f}",
                 "" if r.exit_code is None else str(r.exit_code),
+                ",".join(r.nodes),
             ]
         )
     return table(ACCT_COLUMNS, body, left=6)

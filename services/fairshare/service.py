@@ -1,96 +1,276 @@
-"""Fairshare shell: charges GPU-seconds to users and accounts exactly once.
+"""Fairshare shell: charges GPU-seconds exactly once, decays usage, ranks pending jobs,
+and answers `muster share` / `muster acct` over NATS.
 
-Ticks and settlements carry an attempt's cumulative GPU-seconds; the charge is the
-difference from what `usage_charges` already holds, taken under a row lock, so a
-redelivered, repeated or reordered event charges nothing twice (invariant 6). The
-inbox makes the settlement itself idempotent.
+Charging: ticks and settlements carry an attempt's cumulative GPU-seconds; the pure
+`accounting.charge` takes the difference from the attempt's `usage_charges` row, loaded
+FOR UPDATE in the transaction that also records the event in the inbox and adds the
+billed usage to the user association, so a redelivered, repeated or reordered event
+charges nothing twice (invariant 6), whichever replica or restart handles it.
+
+Decay: every `calc_period_s` one transaction locks `fairshare_state` and multiplies the
+decayed usage by the half-life factor for the time since the last decay (or clears it at
+a reset boundary); the multiplication happens in SQL, so no concurrent charge is lost.
+
+Priorities: every `priority_period_s`, and soon after usage changes, the share table is
+recomputed (Fair Tree or classic) and every pending job's multifactor priority written to
+`job_priorities`, which the placer reads in its cycle transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
+import msgspec
+
+from services.fairshare import repo
+from services.fairshare.accounting import charge, tick_from_event
+from services.fairshare.acct import acct_rows
+from services.fairshare.api import (
+    ACCT_VERB,
+    QUEUE_GROUP,
+    SHARE_VERB,
+    AcctReply,
+    AcctRequest,
+    ShareReply,
+    ShareRequest,
+)
+from services.fairshare.calculator import FairShareCalculator, job_factors_input
+from services.fairshare.cluster import ClusterView
+from services.fairshare.config import FairShareConfig
+from services.fairshare.core import ShareRow
+from services.fairshare.decay import decay_factor, period_start, reset_due
+from services.fairshare.priority import PriorityBreakdown, PriorityWeights, priority
+from shared.api import API_PREFIX, ApiError, Envelope
 from shared.db import Conn, inbox_first_time
 from shared.events import AnyEvent, JobFinished, JobRequeued, UsageTicked
 from shared.logs import kv
-from shared.runtime import ServiceContext, until_stopped
+from shared.runtime import ServiceContext, every, until_stopped
 
 log = logging.getLogger(__name__)
+R = TypeVar("R", bound=msgspec.Struct)
 
 SUBJECTS = ("muster.job.finished", "muster.job.requeued", "muster.usage.ticked")
 CONSUMER = "fairshare"
+MIN_RECOMPUTE_GAP_S = 1.0  # a burst of ticks triggers one recompute, not one each
+
+
+class Malformed(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.error = ApiError(error=message, code="malformed")
 
 
 class FairShare:
-    def __init__(self, ctx: ServiceContext) -> None:
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        config: FairShareConfig | None = None,
+        cluster: ClusterView | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.ctx = ctx
+        self.config = config or FairShareConfig()
+        self.cluster = cluster or ClusterView()
+        self.clock = clock
+        self.weights = {**self.cluster.billing_weights, **self.config.billing_weights}
+        self.priority_weights = _with_cluster_priorities(self.config.priority, self.cluster)
+        self._wake = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
-        await until_stopped(stop, self._consume)
+        await self.serve_api()
+        await until_stopped(stop, self._consume, self._decay_loop, self._priority_loop)
 
     async def _consume(self, stop: asyncio.Event) -> None:
         await self.ctx.bus.consume(CONSUMER, SUBJECTS, self.handle, stop)
 
+    # --- charging -------------------------------------------------------------------
+
     async def handle(self, event: AnyEvent) -> None:
-        match event:
-            case UsageTicked():
-                key = (event.job_id, event.attempt, event.user, event.account)
-                total, settle = event.gpu_seconds_total, False
-            case JobFinished():
-                key = (event.job_id, event.attempt, event.user, event.account)
-                total, settle = event.gpu_seconds, True
-            case JobRequeued():
-                key = (event.job_id, event.attempt, event.user, event.account)
-                total, settle = event.gpu_seconds, False
-            case _:
-                return
+        if not isinstance(event, UsageTicked | JobFinished | JobRequeued):
+            return
+        tick = tick_from_event(event)
         async with self.ctx.pool.acquire() as conn, conn.transaction():
             if not await inbox_first_time(conn, CONSUMER, event.event_id):
                 return
-            delta = await charge(conn, *key, total=total, settle=settle)
-        if delta:
-            log.debug("charged", extra=kv(job=key[0], user=key[2], gpu_s=round(delta, 3)))
+            state = await repo.lock_charge(conn, tick.job_id, tick.attempt, tick.user, tick.account)
+            after, charged = charge(state, tick, self.weights)
+            if after != state:
+                await repo.save_charge(conn, after)
+            if charged.gpu_seconds > 0:
+                await repo.add_usage(conn, charged)
+        if charged.gpu_seconds > 0 or tick.final:
+            self._wake.set()
+        if charged.gpu_seconds > 0:
+            log.debug(
+                "charged",
+                extra=kv(job=tick.job_id, user=tick.user, gpu_s=round(charged.gpu_seconds, 3)),
+            )
+
+    # --- decay ----------------------------------------------------------------------
+
+    async def _decay_loop(self, stop: asyncio.Event) -> None:
+        async def decay_now() -> None:
+            await self.decay()
+
+        await every(self.config.calc_period_s, stop, decay_now)
+
+    async def decay(self, now: float | None = None) -> float:
+        """Bring decayed usage up to `now`; returns the factor applied (0.0 for a reset)."""
+        now = self.clock() if now is None else now
+        async with self.ctx.pool.acquire() as conn, conn.transaction():
+            decayed_at, last_reset = await repo.lock_decay_state(conn)
+            if now <= decayed_at:
+                return 1.0
+            reset = reset_due(last_reset, now, self.config.reset_period)
+            factor = 0.0 if reset else decay_factor(now - decayed_at, self.config.half_life_s)
+            new_reset = period_start(now, self.config.reset_period) if reset else last_reset
+            await repo.apply_decay(conn, factor, now, reset=reset, last_reset=new_reset)
+        log.info("usage decayed", extra=kv(factor=round(factor, 6), reset=reset))
+        self._wake.set()
+        return factor
+
+    # --- priorities -----------------------------------------------------------------
+
+    async def _priority_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.recompute()
+            except (TimeoutError, OSError, RuntimeError) as err:
+                log.warning("priority pass failed", extra=kv(error=repr(err)))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=MIN_RECOMPUTE_GAP_S)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.config.priority_period_s)
+            self._wake.clear()
+
+    async def recompute(self, now: float | None = None) -> dict[int, PriorityBreakdown]:
+        """Fair share from current usage, then the priority of every pending job."""
+        now = self.clock() if now is None else now
+        t0 = time.perf_counter()
+        async with self.ctx.pool.acquire() as conn, conn.transaction():
+            usage = await repo.load_usage(conn)
+            pending = await repo.load_pending(conn)
+            gpus = await repo.cluster_gpus(conn)
+            calc = FairShareCalculator(self.cluster.tree, self.config.share_options)
+            calc.update(by_assoc=usage)
+            out: dict[int, PriorityBreakdown] = {}
+            for job in pending:
+                calc.ensure(job.spec.account, job.spec.user)
+                fs = calc.factor(job.spec.account, job.spec.user)
+                eligible = max(job.submitted_at, job.spec.begin_at or 0.0)
+                inp = job_factors_input(job.spec, fs, cluster_gpus=gpus, now=now)
+                inp = msgspec.structs.replace(inp, eligible_at=eligible)
+                out[job.job_id] = priority(inp, self.priority_weights, now)
+            await repo.write_priorities(conn, sorted(out.items()))
+        log.info(
+            "priorities",
+            extra=kv(pending=len(out), ms=round((time.perf_counter() - t0) * 1000, 1)),
+        )
+        return out
+
+    # --- API ------------------------------------------------------------------------
+
+    async def serve_api(self) -> None:
+        routes: dict[str, Callable[[bytes], Awaitable[msgspec.Struct]]] = {
+            SHARE_VERB: self._typed(ShareRequest, self.share),
+            ACCT_VERB: self._typed(AcctRequest, self.acct),
+        }
+        for verb, route in routes.items():
+            await self.ctx.bus.serve(API_PREFIX + verb, QUEUE_GROUP, _wrap(route))
+
+    def _typed(
+        self, kind: type[R], fn: Callable[[R], Awaitable[msgspec.Struct]]
+    ) -> Callable[[bytes], Awaitable[msgspec.Struct]]:
+        async def call(payload: bytes) -> msgspec.Struct:
+            try:
+                req = msgspec.json.decode(payload, type=kind)
+            except (msgspec.DecodeError, msgspec.ValidationError) as err:
+                raise Malformed(f"malformed request: {err}") from err
+            return await fn(req)
+
+        return call
+
+    async def share(self, req: ShareRequest) -> ShareReply:
+        now = self.clock()
+        async with self.ctx.pool.acquire() as conn, conn.transaction(readonly=True):
+            usage = await repo.load_usage(conn)
+            decayed_at, _ = await _decay_state(conn)
+        # show usage as of now, not as of the last decay pass
+        f = decay_factor(now - decayed_at, self.config.half_life_s)
+        calc = FairShareCalculator(self.cluster.tree, self.config.share_options)
+        calc.update(by_assoc={k: v * f for k, v in usage.items()})
+        return ShareReply(
+            algorithm=self.config.algorithm,
+            half_life_s=self.config.half_life_s,
+            rows=filter_share_rows(calc.rows, req.accounts, req.users),
+        )
+
+    async def acct(self, req: AcctRequest) -> AcctReply:
+        async with self.ctx.pool.acquire() as conn, conn.transaction(readonly=True):
+            jobs, attempts, charges = await repo.acct_records(
+                conn,
+                job_ids=req.job_ids,
+                users=req.users,
+                accounts=req.accounts,
+                since=req.since,
+                until=req.until,
+                limit=req.limit,
+            )
+        rows = acct_rows(jobs, attempts, charges, per_attempt=req.attempts, states=req.states)
+        return AcctReply(rows=tuple(rows))
 
 
-async def charge(
-    conn: Conn, job_id: int, attempt: int, user: str, account: str, *, total: float, settle: bool
-) -> float:
-    """Bring the attempt's charge up to `total`; returns what was added (never < 0)."""
-    await conn.execute(
-        "INSERT INTO usage_charges(job_id, attempt, user_name, account) VALUES ($1, $2, $3, $4)"
-        " ON CONFLICT DO NOTHING",
-        job_id,
-        attempt,
-        user,
-        account,
-    )
+async def _decay_state(conn: Conn) -> tuple[float, float | None]:
     row = await conn.fetchrow(
-        "SELECT charged, settled FROM usage_charges WHERE job_id = $1 AND attempt = $2 FOR UPDATE",
-        job_id,
-        attempt,
+        "SELECT extract(epoch FROM decayed_at)::float8 AS d,"
+        " extract(epoch FROM last_reset)::float8 AS r FROM fairshare_state WHERE id = 1"
     )
     assert row is not None
-    if row["settled"]:
-        return 0.0
-    delta = max(0.0, total - float(row["charged"]))
-    await conn.execute(
-        "UPDATE usage_charges SET charged = charged + $3, settled = settled OR $4,"
-        " updated_at = now()"
-        " WHERE job_id = $1 AND attempt = $2",
-        job_id,
-        attempt,
-        delta,
-        settle,
-    )
-    if delta > 0:
-        await conn.execute(
-            "INSERT INTO usage(user_name, account, gpu_seconds, decayed) VALUES ($1, $2, $3, $3)"
-            " ON CONFLICT (user_name, account) DO UPDATE SET"
-            " gpu_seconds = usage.gpu_seconds + $3, decayed = usage.decayed + $3,"
-            " updated_at = now()",
-            user,
-            account,
-            delta,
+    return float(row["d"]), row["r"]
+
+
+def filter_share_rows(
+    rows: tuple[ShareRow, ...], accounts: tuple[str, ...], users: tuple[str, ...]
+) -> tuple[ShareRow, ...]:
+    """Root, then the rows of the named accounts and users (all rows when none named)."""
+    return tuple(
+        r
+        for r in rows
+        if r.depth == 0
+        or (
+            (not accounts or r.account in accounts)
+            and (not users or r.user is None or r.user in users)
         )
-    return delta
+    )
+
+
+def _with_cluster_priorities(weights: PriorityWeights, cluster: ClusterView) -> PriorityWeights:
+    """QOS and partition priorities from the cluster config unless set here."""
+    return msgspec.structs.replace(
+        weights,
+        qos_priorities=weights.qos_priorities or cluster.qos_priorities,
+        partition_priorities=weights.partition_priorities or cluster.partition_priorities,
+    )
+
+
+def _wrap(
+    route: Callable[[bytes], Awaitable[msgspec.Struct]],
+) -> Callable[[bytes, str], Awaitable[bytes]]:
+    async def handler(payload: bytes, subject: str) -> bytes:
+        try:
+            result = await route(payload)
+        except Malformed as err:
+            return msgspec.json.encode(Envelope(error=err.error))
+        except Exception as err:
+            log.exception("request failed", extra=kv(subject=subject))
+            error = ApiError(error=f"internal error: {type(err).__name__}: {err}", code="internal")
+            return msgspec.json.encode(Envelope(error=error))
+        return msgspec.json.encode(Envelope(ok=msgspec.Raw(msgspec.json.encode(result))))
+
+    return handler

@@ -276,3 +276,9 @@ async def record_cycle(
         placed,
         pending,
     )
+
+
+async def load_priorities(conn: Conn) -> dict[int, float]:
+    """Multifactor priority of pending jobs, as the fairshare service last computed it."""
+    rows = await conn.fetch("SELECT job_id, total FROM job_priorities")
+    return {r["job_id"]: float(r["total"]) for r in rows}

@@ -13,6 +13,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 
+import msgspec
 from opentelemetry import trace
 
 from services.placer import repo
@@ -103,6 +104,12 @@ class Placer:
                     nodes=await repo.load_nodes(conn), running=await repo.load_running(conn)
                 )
                 pending = await repo.load_pending(conn)
+                # fair share: rank by the fairshare service's multifactor priorities
+                prio = await repo.load_priorities(conn)
+                pending = [
+                    (msgspec.structs.replace(req, priority=prio.get(req.job_id, req.priority)), a)
+                    for req, a in pending
+                ]
                 attempts = {req.job_id: attempt for req, attempt in pending}
                 plan = place(snapshot, [req for req, _ in pending], time.time(), self.policy)
                 events: list[JobAllocated | JobPreemptRequested] = []

@@ -55,9 +55,9 @@ def test_share_rows_round_trip_as_json_with_infinite_level_fs_as_null() -> None:
 
 
 ACCT_TABLE = """\
-JobID JobName User Account Partition State         GPUs              Submit               Start                 End    Elapsed GPUSeconds  Billed ExitCode
------ ------- ---- ------- --------- --------- -------- ------------------- ------------------- ------------------- ---------- ---------- ------- --------
-12.1  train   ada  physics gpu       COMPLETED 16(H100) 2027-01-15T08:00:00 2027-01-15T08:01:00 2027-01-16T09:01:01 1-01:00:01    1440016 2880032        0
+JobID JobName User Account Partition State         GPUs              Submit               Start                 End    Elapsed GPUSeconds  Billed ExitCode    NodeList
+----- ------- ---- ------- --------- --------- -------- ------------------- ------------------- ------------------- ---------- ---------- ------- -------- -----------
+12.1  train   ada  physics gpu       COMPLETED 16(H100) 2027-01-15T08:00:00 2027-01-15T08:01:00 2027-01-16T09:01:01 1-01:00:01    1440016 2880032        0 gpu01,gpu02
 13            bob  bio               PENDING          0             Unknown             Unknown             Unknown                     0       0"""  # noqa: E501
 
 
@@ -79,6 +79,7 @@ def test_acct_table_reads_like_sacct() -> None:
             gpu_seconds=1_440_016,
             billed=2_880_032.0,
             exit_code=0,
+            nodes=("gpu01", "gpu02"),
         ),
         AcctRow(job_id=13, user="bob", account="bio", state="PENDING"),
     ]

@@ -1,0 +1,95 @@
+"""Pure core: `muster acct` records (sacct-like) from the rows the shell reads.
+
+One record per job (its latest state, first start, end, and every attempt's charge
+summed) and, on request, one per attempt (`12.2` is attempt 2 of job 12): an attempt
+that is not the job's current one ended REQUEUED. GPU-seconds are what fairshare
+charged, so they agree with `muster share`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from services.fairshare.render import AcctRow
+from shared.jobspec import JobSpec
+
+Row = Mapping[str, Any]
+
+
+def job_state(job: Row) -> str:
+    if job.get("state"):
+        return str(job["state"])
+    return "CANCELLED" if job.get("cancelled") else "PENDING"
+
+
+def _requested_gpus(job: Row) -> int:
+    spec = msgspec.json.decode(job["spec"], type=JobSpec)
+    return spec.gpus_total if spec.gpus_total is not None else spec.gpus_requested
+
+
+def acct_rows(
+    jobs: Sequence[Row],
+    attempts: Iterable[Row],
+    charges: Iterable[Row],
+    *,
+    per_attempt: bool = False,
+    states: Sequence[str] = (),
+) -> list[AcctRow]:
+    """Job records in the order given, each followed by its attempts if asked."""
+    by_job: dict[int, list[Row]] = {}
+    for a in sorted(attempts, key=lambda a: (a["job_id"], a["attempt"])):
+        by_job.setdefault(a["job_id"], []).append(a)
+    charged: dict[tuple[int, int], Row] = {(c["job_id"], c["attempt"]): c for c in charges}
+    wanted = {s.upper() for s in states}
+    out: list[AcctRow] = []
+    for job in jobs:
+        state = job_state(job)
+        if wanted and state not in wanted:
+            continue
+        mine = by_job.get(job["job_id"], [])
+        bills = [c for (j, _), c in charged.items() if j == job["job_id"]]
+        model = next((c["gpu_model"] for c in bills if c["gpu_model"]), None)
+        base = AcctRow(
+            job_id=job["job_id"],
+            name=job["name"],
+            user=job["user_name"],
+            account=job["account"],
+            partition=job["partition"],
+            state=state,
+            gpus=int(mine[-1]["gpus"]) if mine else _requested_gpus(job),
+            gpu_model=model,
+            submit=job["submit"],
+            start=job["run_start"],
+            end=job["run_end"],
+            gpu_seconds=sum(float(c["charged"]) for c in bills),
+            billed=sum(float(c["billed"]) for c in bills),
+            exit_code=job["exit_code"],
+            nodes=tuple(job["run_nodes"] or ()),
+        )
+        out.append(base)
+        if per_attempt:
+            out.extend(_attempt_row(base, job, a, charged) for a in mine)
+    return out
+
+
+def _attempt_row(
+    base: AcctRow, job: Row, a: Row, charged: Mapping[tuple[int, int], Row]
+) -> AcctRow:
+    current = a["attempt"] == job["current_attempt"]
+    bill = charged.get((a["job_id"], a["attempt"]))
+    return msgspec.structs.replace(
+        base,
+        attempt=a["attempt"],
+        state=base.state if current else "REQUEUED",
+        gpus=int(a["gpus"]),
+        gpu_model=(bill["gpu_model"] if bill else None) or base.gpu_model,
+        start=a["started"] if a["started"] is not None else a["allocated"],
+        end=a["ended"] if a["ended"] is not None else a["released"],
+        gpu_seconds=float(bill["charged"]) if bill else 0.0,
+        billed=float(bill["billed"]) if bill else 0.0,
+        exit_code=base.exit_code if current else None,
+        nodes=tuple(a["nodes"] or ()),
+    )

@@ -1,0 +1,46 @@
+"""Contracts: the accounting API the fairshare service answers itself, request-reply on
+NATS in queue group `fairshare` (`muster.api.share`, `muster.api.acct`).
+
+Replies travel in the same `shared.api.Envelope` as admission's; field names of the
+replies are the `--json` contract.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from services.fairshare.core import FairShareAlgorithm, ShareRow
+from services.fairshare.render import AcctRow
+from shared.api import Request
+
+QUEUE_GROUP = "fairshare"
+SHARE_VERB = "share"
+ACCT_VERB = "acct"
+
+
+class ShareRequest(Request, frozen=True, kw_only=True):
+    accounts: tuple[str, ...] = ()  # only these accounts (and what lies under them)
+    users: tuple[str, ...] = ()  # only these users' rows (their accounts are kept)
+
+
+class ShareReply(msgspec.Struct, frozen=True, kw_only=True):
+    algorithm: FairShareAlgorithm
+    half_life_s: float
+    rows: tuple[ShareRow, ...]
+
+
+class AcctRequest(Request, frozen=True, kw_only=True):
+    job_ids: tuple[int, ...] = ()
+    users: tuple[str, ...] = ()
+    accounts: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()
+    since: float | None = None  # epoch seconds: jobs still running or ended after this
+    until: float | None = None  # epoch seconds: jobs submitted before this
+    attempts: bool = True  # one record per attempt after each job's record
+    limit: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1000
+
+
+class AcctReply(msgspec.Struct, frozen=True, kw_only=True):
+    rows: tuple[AcctRow, ...]

@@ -1,0 +1,218 @@
+"""Fairshare SQL. Every function takes a connection already inside a transaction.
+
+The fairshare service writes `usage`, `usage_charges`, `fairshare_state` and
+`job_priorities`; it reads `jobs`, `job_runs`, `attempts`, `allocations*` and `gpus`
+to rank pending jobs and to answer `muster acct`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import msgspec
+
+from services.fairshare.accounting import AttemptCharge, Charge
+from services.fairshare.priority import PriorityBreakdown
+from services.fairshare.tree import Assoc
+from shared.db import Conn
+from shared.jobspec import JobSpec
+
+
+async def lock_charge(
+    conn: Conn, job_id: int, attempt: int, user: str, account: str
+) -> AttemptCharge:
+    """The attempt's charge state, locked until commit (created empty the first time)."""
+    await conn.execute(
+        "INSERT INTO usage_charges(job_id, attempt, user_name, account) VALUES ($1, $2, $3, $4)"
+        " ON CONFLICT DO NOTHING",
+        job_id,
+        attempt,
+        user,
+        account,
+    )
+    row = await conn.fetchrow(
+        "SELECT * FROM usage_charges WHERE job_id = $1 AND attempt = $2 FOR UPDATE",
+        job_id,
+        attempt,
+    )
+    assert row is not None
+    return AttemptCharge(
+        job_id=row["job_id"],
+        attempt=row["attempt"],
+        user=row["user_name"],
+        account=row["account"],
+        charged=row["charged"],
+        billed=row["billed"],
+        last_at=row["last_at"],
+        settled=row["settled"],
+        gpu_model=row["gpu_model"],
+    )
+
+
+async def save_charge(conn: Conn, state: AttemptCharge) -> None:
+    await conn.execute(
+        "UPDATE usage_charges SET charged = $3, billed = $4, last_at = $5, settled = $6,"
+        " gpu_model = $7, updated_at = now() WHERE job_id = $1 AND attempt = $2",
+        state.job_id,
+        state.attempt,
+        state.charged,
+        state.billed,
+        state.last_at,
+        state.settled,
+        state.gpu_model,
+    )
+
+
+async def add_usage(conn: Conn, charge: Charge) -> None:
+    """Add a charge to the user association (raw, billed, and decayed-billed usage)."""
+    await conn.execute(
+        "INSERT INTO usage(user_name, account, gpu_seconds, billed, decayed)"
+        " VALUES ($1, $2, $3, $4, $4) ON CONFLICT (user_name, account) DO UPDATE SET"
+        " gpu_seconds = usage.gpu_seconds + $3, billed = usage.billed + $4,"
+        " decayed = usage.decayed + $4, updated_at = now()",
+        charge.user,
+        charge.account,
+        charge.gpu_seconds,
+        charge.billed,
+    )
+
+
+async def load_usage(conn: Conn) -> dict[Assoc, float]:
+    """Decayed billed usage per user association."""
+    rows = await conn.fetch("SELECT user_name, account, decayed FROM usage")
+    return {Assoc(r["account"], r["user_name"]): float(r["decayed"]) for r in rows}
+
+
+async def lock_decay_state(conn: Conn) -> tuple[float, float | None]:
+    """(decayed_at, last_reset) as epoch seconds, locked so one replica decays at a time."""
+    row = await conn.fetchrow(
+        "SELECT extract(epoch FROM decayed_at)::float8 AS decayed_at,"
+        " extract(epoch FROM last_reset)::float8 AS last_reset"
+        " FROM fairshare_state WHERE id = 1 FOR UPDATE"
+    )
+    assert row is not None
+    return float(row["decayed_at"]), row["last_reset"]
+
+
+async def apply_decay(
+    conn: Conn, factor: float, now: float, *, reset: bool, last_reset: float | None
+) -> None:
+    """Multiply every decayed usage by `factor` (0 for a reset), in place, so a charge
+    committed concurrently is never lost (both take the row lock)."""
+    if reset or factor != 1.0:
+        await conn.execute("UPDATE usage SET decayed = decayed * $1", 0.0 if reset else factor)
+    await conn.execute(
+        "UPDATE fairshare_state SET decayed_at = $1, last_reset = $2 WHERE id = 1",
+        datetime.fromtimestamp(now, UTC),
+        None if last_reset is None else datetime.fromtimestamp(last_reset, UTC),
+    )
+
+
+class PendingJob(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: int
+    spec: JobSpec
+    submitted_at: float
+
+
+async def load_pending(conn: Conn) -> list[PendingJob]:
+    """Jobs waiting for an allocation (what the placer ranks)."""
+    rows = await conn.fetch(
+        "SELECT j.job_id, j.spec, extract(epoch FROM j.submitted_at)::float8 AS submitted"
+        " FROM jobs j LEFT JOIN job_runs r USING (job_id)"
+        " WHERE j.cancel_requested_at IS NULL"
+        " AND (r.state IS NULL OR r.state IN ('PENDING', 'REQUEUED'))"
+        " AND NOT EXISTS (SELECT 1 FROM allocations a"
+        "   WHERE a.job_id = j.job_id AND a.released_at IS NULL)"
+        " ORDER BY j.job_id"
+    )
+    return [
+        PendingJob(
+            job_id=r["job_id"],
+            spec=msgspec.json.decode(r["spec"], type=JobSpec),
+            submitted_at=float(r["submitted"]),
+        )
+        for r in rows
+    ]
+
+
+async def cluster_gpus(conn: Conn) -> int:
+    count: int = await conn.fetchval("SELECT count(*) FROM gpus")
+    return count
+
+
+async def write_priorities(conn: Conn, priorities: Sequence[tuple[int, PriorityBreakdown]]) -> None:
+    """Replace the table with the priorities of the jobs pending now."""
+    await conn.execute(
+        "DELETE FROM job_priorities WHERE NOT (job_id = ANY($1::bigint[]))",
+        [job_id for job_id, _ in priorities],
+    )
+    await conn.executemany(
+        "INSERT INTO job_priorities(job_id, total, factors, updated_at)"
+        " VALUES ($1, $2, $3::jsonb, now()) ON CONFLICT (job_id) DO UPDATE SET"
+        " total = excluded.total, factors = excluded.factors, updated_at = now()",
+        [(job_id, b.total, msgspec.json.encode(b).decode()) for job_id, b in priorities],
+    )
+
+
+# --- accounting (muster acct) ---------------------------------------------------------
+
+_JOBS = """
+SELECT j.job_id, j.name, j.user_name, j.account, j.partition, j.spec,
+       extract(epoch FROM j.submitted_at)::float8 AS submit,
+       j.cancel_requested_at IS NOT NULL AS cancelled,
+       r.state, r.attempt AS current_attempt, r.exit_code, r.nodes AS run_nodes,
+       extract(epoch FROM r.started_at)::float8 AS run_start,
+       extract(epoch FROM r.ended_at)::float8 AS run_end
+FROM jobs j LEFT JOIN job_runs r USING (job_id)
+WHERE (cardinality($1::bigint[]) = 0 OR j.job_id = ANY($1::bigint[]))
+  AND (cardinality($2::text[]) = 0 OR j.user_name = ANY($2::text[]))
+  AND (cardinality($3::text[]) = 0 OR j.account = ANY($3::text[]))
+  AND ($4::timestamptz IS NULL OR j.submitted_at >= $4 OR r.ended_at >= $4 OR r.ended_at IS NULL)
+  AND ($5::timestamptz IS NULL OR j.submitted_at <= $5)
+ORDER BY j.job_id DESC
+LIMIT $6
+"""
+
+_ATTEMPTS = """
+SELECT a.job_id, a.attempt,
+       extract(epoch FROM a.created_at)::float8 AS allocated,
+       extract(epoch FROM a.released_at)::float8 AS released,
+       (SELECT count(*) FROM allocation_gpus g WHERE g.alloc_id = a.alloc_id) AS gpus,
+       (SELECT coalesce(array_agg(n.node ORDER BY n.rank), '{}') FROM allocation_nodes n
+         WHERE n.alloc_id = a.alloc_id) AS nodes,
+       (SELECT extract(epoch FROM min(t.started_at))::float8 FROM attempts t
+         WHERE t.job_id = a.job_id AND t.attempt = a.attempt) AS started,
+       (SELECT extract(epoch FROM max(t.ended_at))::float8 FROM attempts t
+         WHERE t.job_id = a.job_id AND t.attempt = a.attempt) AS ended
+FROM allocations a WHERE a.job_id = ANY($1::bigint[])
+"""
+
+_CHARGES = """
+SELECT job_id, attempt, charged, billed, gpu_model FROM usage_charges
+WHERE job_id = ANY($1::bigint[])
+"""
+
+
+def _ts(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
+
+
+async def acct_records(
+    conn: Conn,
+    *,
+    job_ids: Sequence[int] = (),
+    users: Sequence[str] = (),
+    accounts: Sequence[str] = (),
+    since: float | None = None,
+    until: float | None = None,
+    limit: int = 1000,
+) -> tuple[list[dict[str, object]], list[dict[str, object]], list[dict[str, object]]]:
+    """Raw job, allocation-attempt and charge rows for `muster acct`, newest job first."""
+    jobs = await conn.fetch(
+        _JOBS, list(job_ids), list(users), list(accounts), _ts(since), _ts(until), limit
+    )
+    ids = [r["job_id"] for r in jobs]
+    attempts = await conn.fetch(_ATTEMPTS, ids)
+    charges = await conn.fetch(_CHARGES, ids)
+    return [dict(r) for r in jobs], [dict(r) for r in attempts], [dict(r) for r in charges]
