@@ -134,6 +134,11 @@ class NodeRegistered(Event, frozen=True, tag="node.registered"):
     gpus: tuple[GpuSlot, ...]
     topology: tuple[str, ...] = ()
     boot_id: str = ""
+    # The probe's health check at (re)registration; None from probes that run none.
+    check_passed: bool | None = None
+    check_problems: tuple[str, ...] = ()
+    unhealthy_gpus: tuple[int, ...] = ()
+    reset_pending: tuple[int, ...] = ()  # healthy GPUs a reset would remap rows on
 
 
 class GpuXidObserved(Event, frozen=True, tag="gpu.xid_observed"):

@@ -1,11 +1,19 @@
-"""Health monitor shell (cluster side): turns what node probes report into node state
-and the events the placer and launcher act on.
+"""Health monitor shell (cluster side): feeds what node probes report to the pure node
+state machine (`monitor_core.step`) and applies its decisions.
 
-- `gpu.xid_observed` -> classify (catalog) -> GPU/node state + `node.fault`
-- `node.registered` -> a (re)booted node passes its check -> UP + `node.recovered`,
-  unless it failed too often recently (flap damping: an operator must resume it)
-- heartbeats (core NATS) -> a node silent past the timeout is DOWN + `node.down`
-- `node.drain_requested` -> DRAINING / UP on resume
+Every input is one transaction: lock the nodes it concerns, rebuild their
+`NodeHealth` from the `nodes` and `gpus` tables (`repo.load_health`), step the core,
+write the result back and put the events the transitions owe in the outbox:
+
+- `gpu.xid_observed` -> classify (catalog) -> `FaultSeen` -> `node.fault`
+- `node.registered` -> `Heartbeat` (the boot) + `CheckPassed` / `CheckFailed` (the
+  probe's health check) -> `node.recovered` when policy lets the node back
+- heartbeats (core NATS, kept in memory) + a periodic `Tick` -> `node.down`; a
+  draining node with no live allocation -> `Idle` -> DRAINED
+- `node.drain_requested` -> `OperatorDrain` / `OperatorResume`
+
+State is in the database, not here (level-triggered), so a restarted monitor resumes
+where the last one stopped; it only waits one timeout before declaring silent nodes down.
 """
 
 from __future__ import annotations
@@ -13,16 +21,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
 
 from nats.aio.msg import Msg
 
 from services.health import repo
 from services.health.catalog import classify
+from services.health.monitor_core import (
+    AnyObservation,
+    CheckFailed,
+    CheckPassed,
+    ClusterHealth,
+    FaultSeen,
+    HealthPolicy,
+    Heartbeat,
+    Idle,
+    NodeHealth,
+    NodeState,
+    OperatorDrain,
+    OperatorResume,
+    Tick,
+    Transition,
+    TransitionKind,
+    step,
+)
 from shared.api import HEARTBEAT_PREFIX
 from shared.db import Conn, inbox_first_time, outbox_add
 from shared.events import (
     AnyEvent,
+    Event,
     GpuXidObserved,
     NodeDown,
     NodeDrainRequested,
@@ -36,32 +63,39 @@ from shared.runtime import ServiceContext, every, until_stopped
 log = logging.getLogger(__name__)
 
 SUBJECTS = ("muster.node.registered", "muster.gpu.xid_observed", "muster.node.drain_requested")
-OUT_OF_SERVICE = ("DOWN", "FAILED")
-FLAP_LIMIT = 3  # faults within FLAP_WINDOW_S keep a node out until an operator resumes it
-FLAP_WINDOW_S = 3600.0
+CONSUMER = "health"
+Clock = Callable[[], float]
 
 
 class Monitor:
-    def __init__(self, ctx: ServiceContext) -> None:
+    def __init__(
+        self, ctx: ServiceContext, policy: HealthPolicy | None = None, clock: Clock = time.time
+    ) -> None:
         self.ctx = ctx
-        self.timeout_s = ctx.settings.heartbeat_timeout_s
-        self.last_seen: dict[str, float] = {}
-        self.started = time.monotonic()
-        self.faults: dict[str, list[float]] = {}
+        self.policy = policy or HealthPolicy(heartbeat_timeout_s=ctx.settings.heartbeat_timeout_s)
+        self.clock = clock  # wall clock: persisted times must survive a restart
+        self.started = clock()
+        self.heard: dict[str, tuple[float, str]] = {}  # node -> (when, boot) since the last tick
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self.ctx.bus.nc.subscribe(HEARTBEAT_PREFIX + "*", cb=self._on_heartbeat)
-        await until_stopped(stop, self._consume, self._liveness, self.ctx.relay.run)
+        sub = await self.ctx.bus.nc.subscribe(HEARTBEAT_PREFIX + "*", cb=self._on_heartbeat)
+        try:
+            await until_stopped(stop, self._consume, self._liveness, self.ctx.relay.run)
+        finally:
+            await sub.unsubscribe()
 
     async def _consume(self, stop: asyncio.Event) -> None:
-        await self.ctx.bus.consume("health", SUBJECTS, self.handle, stop)
+        await self.ctx.bus.consume(CONSUMER, SUBJECTS, self.handle, stop)
 
     async def _on_heartbeat(self, msg: Msg) -> None:
-        self.last_seen[msg.subject.removeprefix(HEARTBEAT_PREFIX)] = time.monotonic()
+        node = msg.subject.removeprefix(HEARTBEAT_PREFIX)
+        self.heard[node] = (self.clock(), msg.data.decode(errors="replace"))
+
+    # --- events ---------------------------------------------------------------------
 
     async def handle(self, event: AnyEvent) -> None:
         async with self.ctx.pool.acquire() as conn, conn.transaction():
-            if not await inbox_first_time(conn, "health", event.event_id):
+            if not await inbox_first_time(conn, CONSUMER, event.event_id):
                 return
             match event:
                 case NodeRegistered():
@@ -69,114 +103,159 @@ class Monitor:
                 case GpuXidObserved():
                     await self._xid(conn, event)
                 case NodeDrainRequested():
-                    await self._drain(conn, event)
+                    await self._operator(conn, event)
                 case _:
                     return
         self.ctx.relay.kick()
 
     async def _registered(self, conn: Conn, reg: NodeRegistered) -> None:
-        self.last_seen[reg.node] = time.monotonic()
-        row = await repo.node_row(conn, reg.node)
-        state, reason, events = "UP", "", []
-        if row is not None:
-            state, reason = row["state"], row["reason"]
-            if state in OUT_OF_SERVICE and row["boot_id"] != reg.boot_id:
-                if self._flapping(reg.node):
-                    reason = f"{reason}; flapping: stays out until an operator resumes it"
-                else:
-                    state, reason = "UP", "passed health check after reboot"
-                    events.append(NodeRecovered(node=reg.node, reason=reason))
-            elif state == "DOWN" and row["boot_id"] == reg.boot_id:
-                state, reason = "UP", "heartbeats resumed"
-                events.append(NodeRecovered(node=reg.node, reason=reason))
-        await repo.upsert_registration(conn, reg, state, reason)
-        await outbox_add(conn, *events)
-        log.info("node registered", extra=kv(node=reg.node, state=state))
+        passed = reg.check_passed is not False  # a probe without a check: as before
+        await repo.upsert_inventory(conn, reg, prune=passed)
+        check: AnyObservation = (
+            CheckPassed(node=reg.node, boot_id=reg.boot_id, reset_pending=reg.reset_pending)
+            if passed
+            else CheckFailed(
+                node=reg.node, problems=reg.check_problems, unhealthy_gpus=reg.unhealthy_gpus
+            )
+        )
+        await repo.record_check(
+            conn,
+            reg.node,
+            {"passed": passed, "problems": list(reg.check_problems), "boot_id": reg.boot_id},
+        )
+        boot = Heartbeat(node=reg.node, boot_id=reg.boot_id)
+        await self.decide(conn, [reg.node], [boot, check], self.clock())
+        log.info("node registered", extra=kv(node=reg.node, boot=reg.boot_id, check=passed))
 
     async def _xid(self, conn: Conn, obs: GpuXidObserved) -> None:
         verdict = classify(obs.xid, obs.recovery_action)
-        row = await repo.node_row(conn, obs.node)
-        if row is None:
+        seen = FaultSeen(node=obs.node, gpu=obs.gpu, classification=verdict)
+        if not await self.decide(conn, [obs.node], [seen], self.clock(), xid=obs):
             log.warning("xid from an unknown node", extra=kv(node=obs.node))
-            return
-        job_id = await repo.job_on_gpu(conn, obs.node, obs.gpu)
-        fault = {
-            "gpu": obs.gpu,
-            "xid": obs.xid,
-            "class": str(verdict.fault_class),
-            "action": str(verdict.action),
-            "at": obs.occurred_at.isoformat(),
-            "description": verdict.description,
-        }
-        await repo.record_fault(conn, obs.node, obs.gpu, obs.xid, fault, not verdict.excludes_gpu)
-        if verdict.excludes_node and row["state"] not in OUT_OF_SERVICE:
-            self.faults.setdefault(obs.node, []).append(time.monotonic())
-            reason = f"xid {obs.xid} on gpu {obs.gpu}: {verdict.description}"
-            await repo.set_state(conn, obs.node, "FAILED", reason)
-        elif verdict.excludes_gpu and row["state"] == "UP":
-            reason = f"gpu {obs.gpu} needs a reset (xid {obs.xid})"
-            await repo.set_state(conn, obs.node, "DRAINING", reason)
-        await outbox_add(
-            conn,
-            NodeFault(
-                node=obs.node,
-                gpu=obs.gpu,
-                xid=obs.xid,
-                fault_class=str(verdict.fault_class),
-                action=str(verdict.job_action if not verdict.node_fault else verdict.action),
-                severity=str(verdict.severity),
-                excludes_node=verdict.excludes_node,
-                affects_job=verdict.affects_job,
-                job_id=job_id,
-            ),
+
+    async def _operator(self, conn: Conn, req: NodeDrainRequested) -> None:
+        op: AnyObservation = (
+            OperatorResume(node=req.node, by=req.by, reason=req.reason)
+            if req.resume
+            else OperatorDrain(node=req.node, by=req.by, reason=req.reason)
         )
-        log.warning("fault", extra=kv(node=obs.node, gpu=obs.gpu, xid=obs.xid, job=job_id))
+        await self.decide(conn, [req.node], [op], self.clock())
 
-    def _flapping(self, node: str) -> bool:
-        now = time.monotonic()
-        recent = [t for t in self.faults.get(node, []) if now - t < FLAP_WINDOW_S]
-        self.faults[node] = recent
-        return len(recent) >= FLAP_LIMIT
-
-    async def _drain(self, conn: Conn, req: NodeDrainRequested) -> None:
-        row = await repo.node_row(conn, req.node)
-        if row is None:
-            return
-        if req.resume:
-            self.faults.pop(req.node, None)
-            await repo.set_state(conn, req.node, "UP", f"resumed by {req.by}: {req.reason}")
-            if row["state"] != "UP":
-                await outbox_add(conn, NodeRecovered(node=req.node, reason=req.reason))
-            return
-        busy = await repo.node_busy(conn, req.node)
-        state = "DRAINING" if busy else "DRAINED"
-        await repo.set_state(conn, req.node, state, f"drained by {req.by}: {req.reason}")
+    # --- liveness -------------------------------------------------------------------
 
     async def _liveness(self, stop: asyncio.Event) -> None:
-        await every(min(1.0, self.timeout_s / 4), stop, self.check_liveness)
+        await every(min(1.0, self.policy.heartbeat_timeout_s / 4), stop, self.check_liveness)
 
     async def check_liveness(self) -> None:
-        """Mark silent nodes DOWN; finish drains; persist heartbeats."""
-        now = time.monotonic()
-        grace = now - self.started < self.timeout_s  # a restarted monitor hears first
-        events: list[NodeDown] = []
+        """Apply the heartbeats heard since the last pass, finish idle drains, and mark
+        nodes silent past the timeout DOWN (not before one timeout after our start: a
+        restarted monitor hears first)."""
+        heard, self.heard = self.heard, {}
+        now = self.clock()
         async with self.ctx.pool.acquire() as conn, conn.transaction():
-            wall = datetime.now(UTC)
-            seen = [(n, wall) for n, t in self.last_seen.items() if now - t < self.timeout_s]
-            await repo.touch_heartbeats(conn, seen)
-            for row in await repo.live_nodes(conn):
-                name = row["name"]
-                last = self.last_seen.get(name)
-                silent = (last is None and not grace) or (
-                    last is not None and now - last > self.timeout_s
-                )
-                if silent:
-                    reason = f"no heartbeat for more than {self.timeout_s:.0f}s"
-                    await repo.set_state(conn, name, "DOWN", reason)
-                    events.append(NodeDown(node=name, reason=reason))
-                elif row["state"] == "DRAINING" and not await repo.node_busy(conn, name):
-                    await repo.set_state(conn, name, "DRAINED", "drained: no jobs left")
-            await outbox_add(conn, *events)
-        if events:
+            nodes = await repo.load_health(conn)
+            obs: list[AnyObservation] = [
+                Heartbeat(node=name, boot_id=boot, running=nodes[name].running)
+                for name, (_, boot) in sorted(heard.items())
+                if name in nodes
+            ]
+            obs += [
+                Idle(node=n.name)
+                for n in nodes.values()
+                if n.state is NodeState.DRAINING and n.running == 0 and n.name not in heard
+            ]
+            if now - self.started >= self.policy.heartbeat_timeout_s:
+                obs.append(Tick())
+            out = await self.decide(conn, None, obs, now, loaded=nodes, heard=heard)
+        if out:
             self.ctx.relay.kick()
-            log.warning("nodes down", extra=kv(nodes=[e.node for e in events]))
+
+    # --- the step -------------------------------------------------------------------
+
+    async def decide(
+        self,
+        conn: Conn,
+        names: Sequence[str] | None,
+        observations: Sequence[AnyObservation],
+        now: float,
+        *,
+        xid: GpuXidObserved | None = None,
+        loaded: dict[str, NodeHealth] | None = None,
+        heard: dict[str, tuple[float, str]] | None = None,
+    ) -> tuple[Transition, ...]:
+        """Step the core over `observations` for the known nodes among `names`; persist
+        the nodes that changed and queue the events the transitions owe."""
+        before = loaded if loaded is not None else await repo.load_health(conn, names)
+        if not before:
+            return ()
+        state = ClusterHealth(policy=self.policy, nodes=dict(before))
+        out: list[Transition] = []
+        for o in observations:
+            if not isinstance(o, Tick) and o.node not in before:
+                continue  # never invent a node the tables do not have
+            at = (heard or {}).get(o.node, (now, ""))[0] if isinstance(o, Heartbeat) else now
+            state, transitions = step(state, o, at)
+            out.extend(transitions)
+        changed = [n for name, n in state.nodes.items() if before.get(name) != n]
+        await repo.save_health(conn, changed)
+        await outbox_add(conn, *[await self._event(conn, t, xid) for t in out if _owes(t)])
+        for t in out:
+            log.log(
+                logging.WARNING if t.kind is not TransitionKind.NODE_RECOVERED else logging.INFO,
+                "node %s",
+                t.kind,
+                extra=kv(node=t.node, was=t.from_state, now=t.to_state, reason=t.reason),
+            )
+        return tuple(out)
+
+    async def _event(self, conn: Conn, t: Transition, xid: GpuXidObserved | None) -> Event:
+        match t.kind:
+            case TransitionKind.NODE_DOWN:
+                return NodeDown(node=t.node, reason=t.reason)
+            case TransitionKind.NODE_RECOVERED:
+                return NodeRecovered(node=t.node, reason=t.reason)
+        c = t.classification
+        if c is None:  # a failed health check
+            await repo.record_fault(conn, t.node, {"class": "health_check", "reason": t.reason})
+            return NodeFault(
+                node=t.node,
+                gpu=None,
+                xid=None,
+                fault_class="health_check",
+                action="drain_node",
+                severity="error",
+                excludes_node=True,
+                affects_job=False,
+            )
+        job_id = None if t.gpu is None else await repo.job_on_gpu(conn, t.node, t.gpu)
+        fault = {
+            "gpu": t.gpu,
+            "xid": c.xid,
+            "class": str(c.fault_class),
+            "action": str(c.action),
+            "at": (xid.occurred_at.isoformat() if xid else None),
+            "source": (xid.source if xid else None),
+            "description": c.description,
+            "state": str(t.to_state),
+        }
+        await repo.record_fault(conn, t.node, fault)
+        return NodeFault(
+            node=t.node,
+            gpu=t.gpu,
+            xid=c.xid,
+            fault_class=str(c.fault_class),
+            action=str(c.job_action if not c.node_fault else c.action),
+            severity=str(c.severity),
+            excludes_node=c.excludes_node,
+            affects_job=c.affects_job,
+            job_id=job_id,
+        )
+
+
+def _owes(t: Transition) -> bool:
+    """Which transitions the placer and launcher hear about (the rest are state only)."""
+    return t.kind in (
+        TransitionKind.NODE_FAULT,
+        TransitionKind.NODE_DOWN,
+        TransitionKind.NODE_RECOVERED,
+    )

@@ -184,7 +184,7 @@ def step(state: ClusterHealth, obs: AnyObservation, now: float) -> Result:
         case OperatorDrain():
             new, out = _operator_drain(node, obs, now)
         case OperatorResume():
-            new, out = _operator_resume(node, obs, now)
+            new, out = _operator_resume(node, obs, now, p)
     nodes = dict(state.nodes)
     nodes[new.name] = new
     return ClusterHealth(policy=p, nodes=nodes), tuple(out)
@@ -272,14 +272,16 @@ def _gpu_fault(
 
 def _check_passed(node: NodeHealth, chk: CheckPassed, now: float, p: HealthPolicy) -> _NodeResult:
     boot = chk.boot_id or node.boot_id
+    node = _set(node, boot_id=boot, last_heartbeat=now)
+    if node.recovery is Recovery.REBOOT and boot and boot == node.fault_boot_id:
+        return node, []  # a check from the boot that needed rebooting proves nothing
     gpus = tuple(
         GpuHealth(index=g.index, reset_pending=g.index in chk.reset_pending, last_xid=g.last_xid)
         for g in node.gpus
     )
-    node = _set(node, boot_id=boot, gpus=gpus, last_heartbeat=now)
-    if node.recovery is Recovery.REBOOT and boot and boot == node.fault_boot_id:
-        return node, []  # a check from the boot that needed rebooting proves nothing
-    node = _set(node, recovery=Recovery.NONE, fault_boot_id="")
+    node = _set(node, recovery=Recovery.NONE, fault_boot_id="", gpus=gpus)
+    if node.state is NodeState.DOWN and node.held:
+        return _settle(node, now, "")  # alive again, but held: FAILED, not DOWN
     if node.state is NodeState.UP or node.held or not p.auto_return:
         return node, []
     return _settle(node, now, "health check passed")
@@ -323,7 +325,9 @@ def _operator_drain(node: NodeHealth, op: OperatorDrain, now: float) -> _NodeRes
     ]
 
 
-def _operator_resume(node: NodeHealth, op: OperatorResume, now: float) -> _NodeResult:
+def _operator_resume(
+    node: NodeHealth, op: OperatorResume, now: float, p: HealthPolicy
+) -> _NodeResult:
     reason = f"resumed by {op.by}" + (f": {op.reason}" if op.reason else "")
     gpus = tuple(msgspec.structs.replace(g, healthy=True) for g in node.gpus)
     node = _set(
@@ -335,7 +339,8 @@ def _operator_resume(node: NodeHealth, op: OperatorResume, now: float) -> _NodeR
         fault_boot_id="",
         gpus=gpus,
     )
-    if node.state is NodeState.DOWN:
+    heard = node.last_heartbeat is not None and now - node.last_heartbeat <= p.heartbeat_timeout_s
+    if node.state is NodeState.DOWN and not heard:
         return _set(node, reason=reason + " (still no heartbeat)"), []
     return _settle(node, now, reason)
 

@@ -1,86 +1,161 @@
 """Health SQL: the monitor owns `nodes` and `gpus`. Each function runs inside the
-caller's transaction."""
+caller's transaction.
+
+The monitor's state machine (`monitor_core.NodeHealth`) lives in these two tables, so
+`load_health` rebuilds it and `save_health` writes it back; times are epoch seconds in
+the core and `timestamptz` here.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 
 import asyncpg
 
+from services.health.monitor_core import GpuHealth, NodeHealth, NodeState, Recovery
 from shared.db import Conn
 from shared.events import NodeRegistered
 
 
-async def node_row(conn: Conn, node: str) -> asyncpg.Record | None:
-    return await conn.fetchrow("SELECT * FROM nodes WHERE name = $1 FOR UPDATE", node)
+def _epoch(at: datetime | None) -> float | None:
+    return None if at is None else at.timestamp()
 
 
-async def upsert_registration(conn: Conn, reg: NodeRegistered, state: str, reason: str) -> None:
-    await conn.execute(
-        "INSERT INTO nodes(name, address, state, reason, topology, boot_id, last_heartbeat)"
-        " VALUES ($1, $2, $3, $4, $5, $6, now()) ON CONFLICT (name) DO UPDATE SET"
-        " address = $2, state = $3, reason = $4, topology = $5, boot_id = $6,"
-        " last_heartbeat = now(), updated_at = now()",
-        reg.node,
-        reg.address,
-        state,
-        reason,
-        list(reg.topology),
-        reg.boot_id,
+def _stamp(at: float | None) -> datetime | None:
+    return None if at is None else datetime.fromtimestamp(at, UTC)
+
+
+def _state(raw: str) -> NodeState:
+    try:
+        return NodeState(raw)
+    except ValueError:
+        return NodeState.DOWN
+
+
+async def load_health(conn: Conn, names: Sequence[str] | None = None) -> dict[str, NodeHealth]:
+    """The named nodes (all when None), locked for this transaction, with their GPUs and
+    how many jobs run on each (from the placer's live allocations)."""
+    rows = await conn.fetch(
+        "SELECT * FROM nodes WHERE $1::text[] IS NULL OR name = ANY($1::text[])"
+        " ORDER BY name FOR UPDATE",
+        None if names is None else list(names),
     )
-    await conn.execute(
-        "DELETE FROM gpus WHERE node = $1 AND NOT (idx = ANY($2::int[]))",
-        reg.node,
-        [g.index for g in reg.gpus],
+    if not rows:
+        return {}
+    found = [r["name"] for r in rows]
+    gpus = await conn.fetch(
+        "SELECT node, idx, healthy, reset_pending, last_xid FROM gpus"
+        " WHERE node = ANY($1::text[]) ORDER BY node, idx",
+        found,
+    )
+    busy = await conn.fetch(
+        "SELECT node, count(*)::int AS n FROM allocation_nodes"
+        " WHERE live AND node = ANY($1::text[]) GROUP BY node",
+        found,
+    )
+    running: dict[str, int] = {r["node"]: r["n"] for r in busy}
+    by_node: dict[str, list[GpuHealth]] = {}
+    for g in gpus:
+        by_node.setdefault(g["node"], []).append(
+            GpuHealth(
+                index=g["idx"],
+                healthy=g["healthy"],
+                reset_pending=g["reset_pending"],
+                last_xid=g["last_xid"],
+            )
+        )
+    return {r["name"]: _node(r, tuple(by_node.get(r["name"], ())), running) for r in rows}
+
+
+def _node(r: asyncpg.Record, gpus: tuple[GpuHealth, ...], running: dict[str, int]) -> NodeHealth:
+    return NodeHealth(
+        name=r["name"],
+        state=_state(r["state"]),
+        reason=r["reason"],
+        since=r["state_since"].timestamp(),
+        last_heartbeat=_epoch(r["last_heartbeat"]),
+        boot_id=r["boot_id"],
+        fault_boot_id=r["fault_boot_id"],
+        recovery=Recovery(r["recovery"]),
+        operator_drain=r["operator_drain"],
+        held=r["held"],
+        failures=tuple(r["failures"]),
+        running=running.get(r["name"], 0),
+        gpus=gpus,
+    )
+
+
+async def save_health(conn: Conn, nodes: Iterable[NodeHealth]) -> None:
+    """Write back what the core decided. A heartbeat time only moves forward."""
+    nodes = list(nodes)
+    await conn.executemany(
+        "UPDATE nodes SET state = $2, reason = $3, state_since = $4, boot_id = $5,"
+        " last_heartbeat = GREATEST(last_heartbeat, $6), recovery = $7, fault_boot_id = $8,"
+        " operator_drain = $9, held = $10, failures = $11, updated_at = now()"
+        " WHERE name = $1",
+        [
+            (
+                n.name,
+                str(n.state),
+                n.reason,
+                _stamp(n.since),
+                n.boot_id,
+                _stamp(n.last_heartbeat),
+                str(n.recovery),
+                n.fault_boot_id,
+                n.operator_drain,
+                n.held,
+                list(n.failures),
+            )
+            for n in nodes
+        ],
     )
     await conn.executemany(
-        "INSERT INTO gpus(node, idx, uuid, pci, model, memory_mib, locality, healthy)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, true) ON CONFLICT (node, idx) DO UPDATE SET"
-        " uuid = $3, pci = $4, model = $5, memory_mib = $6, locality = $7, healthy = true",
+        "UPDATE gpus SET healthy = $3, reset_pending = $4, last_xid = $5"
+        " WHERE node = $1 AND idx = $2",
+        [(n.name, g.index, g.healthy, g.reset_pending, g.last_xid) for n in nodes for g in n.gpus],
+    )
+
+
+async def upsert_inventory(conn: Conn, reg: NodeRegistered, *, prune: bool) -> None:
+    """Record a node and its GPUs as it announces them. New rows start UP and healthy;
+    health of known rows is the state machine's. `prune` drops GPUs no longer present
+    (only after a passing check, so a GPU that fell off stays visible as unhealthy)."""
+    await conn.execute(
+        "INSERT INTO nodes(name, address, topology) VALUES ($1, $2, $3)"
+        " ON CONFLICT (name) DO UPDATE SET address = $2, topology = $3, updated_at = now()",
+        reg.node,
+        reg.address,
+        list(reg.topology),
+    )
+    if prune:
+        await conn.execute(
+            "DELETE FROM gpus WHERE node = $1 AND NOT (idx = ANY($2::int[]))",
+            reg.node,
+            [g.index for g in reg.gpus],
+        )
+    await conn.executemany(
+        "INSERT INTO gpus(node, idx, uuid, pci, model, memory_mib, locality)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (node, idx) DO UPDATE SET"
+        " uuid = $3, pci = $4, model = $5, memory_mib = $6, locality = $7",
         [(reg.node, g.index, g.uuid, g.pci, g.model, g.memory_mib, g.locality) for g in reg.gpus],
     )
 
 
-async def set_state(conn: Conn, node: str, state: str, reason: str) -> None:
+async def record_check(conn: Conn, node: str, check: Mapping[str, object]) -> None:
     await conn.execute(
-        "UPDATE nodes SET state = $2, reason = $3, updated_at = now() WHERE name = $1",
-        node,
-        state,
-        reason,
+        "UPDATE nodes SET last_check = $2::jsonb WHERE name = $1", node, json.dumps(check)
     )
 
 
-async def record_fault(
-    conn: Conn, node: str, gpu: int, xid: int, fault: dict[str, object], gpu_healthy: bool
-) -> None:
+async def record_fault(conn: Conn, node: str, fault: Mapping[str, object]) -> None:
     await conn.execute(
         "UPDATE nodes SET last_fault = $2::jsonb, fault_count = fault_count + 1,"
         " updated_at = now() WHERE name = $1",
         node,
         json.dumps(fault),
-    )
-    await conn.execute(
-        "UPDATE gpus SET last_xid = $3, healthy = healthy AND $4 WHERE node = $1 AND idx = $2",
-        node,
-        gpu,
-        xid,
-        gpu_healthy,
-    )
-
-
-async def touch_heartbeats(conn: Conn, seen: Iterable[tuple[str, datetime]]) -> None:
-    await conn.executemany(
-        "UPDATE nodes SET last_heartbeat = $2 WHERE name = $1 AND"
-        " (last_heartbeat IS NULL OR last_heartbeat < $2)",
-        list(seen),
-    )
-
-
-async def live_nodes(conn: Conn) -> list[asyncpg.Record]:
-    return await conn.fetch(
-        "SELECT name, state, last_heartbeat FROM nodes WHERE state IN ('UP', 'DRAINING', 'DRAINED')"
     )
 
 
@@ -92,10 +167,3 @@ async def job_on_gpu(conn: Conn, node: str, gpu: int) -> int | None:
         gpu,
     )
     return job_id
-
-
-async def node_busy(conn: Conn, node: str) -> bool:
-    busy = await conn.fetchval(
-        "SELECT true FROM allocation_nodes WHERE node = $1 AND live LIMIT 1", node
-    )
-    return bool(busy)

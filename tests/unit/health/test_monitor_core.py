@@ -260,6 +260,34 @@ CASES: dict[str, Case] = {
         DOWN,
         [],
     ),
+    "an operator resume of a DOWN node that heartbeats again returns it": (
+        [(0, hb()), (11, Tick()), (12, hb(boot="b2")), (13, RESUME)],
+        P,
+        UP,
+        [(K.NODE_RECOVERED, DOWN, UP)],
+    ),
+    "a held node back from a new boot passes its check but stays FAILED": (
+        [
+            (0, hb(running=0)),
+            (1, xid(119)),
+            (2, check()),
+            (3, xid(119)),
+            (4, check()),
+            (5, hb()),
+            (16, Tick()),
+            (17, hb(boot="b2")),
+            (18, check("b2")),
+        ],
+        P,
+        FAILED,
+        [(K.NODE_HELD, DOWN, FAILED)],
+    ),
+    "a check from the boot that needed rebooting leaves its GPU unhealthy": (
+        [(0, hb()), (1, xid(79, gpu=2)), (2, check("b1"))],
+        P,
+        FAILED,
+        [],
+    ),
     "a failed check takes an UP node out": (
         [
             (0, hb()),
@@ -391,3 +419,10 @@ def test_any_sequence_keeps_the_state_machine_consistent(
         if node is not None and node.state is UP:
             # UP only when nothing is owed: not held, not drained by an operator, no reboot due
             assert not node.held and not node.operator_drain and node.recovery is Recovery.NONE
+
+
+def test_a_check_from_the_faulty_boot_keeps_the_gpu_out() -> None:
+    state, _ = run([(0, hb()), (1, xid(79, gpu=2)), (2, check("b1"))], P)
+    assert healthy_gpus(state.nodes["n1"]) == (0, 1, 3)
+    state, _ = step(state, check("b2"), 3)
+    assert healthy_gpus(state.nodes["n1"]) == (0, 1, 2, 3)
