@@ -159,9 +159,11 @@ class FairShare:
             gpus = await repo.cluster_gpus(conn)
             calc = FairShareCalculator(self.cluster.tree, self.config.share_options)
             calc.update(by_assoc=usage)
-            out: dict[int, PriorityBreakdown] = {}
+            # every newcomer first: adding one changes everyone's rank out of N
             for job in pending:
                 calc.ensure(job.spec.account, job.spec.user)
+            out: dict[int, PriorityBreakdown] = {}
+            for job in pending:
                 fs = calc.factor(job.spec.account, job.spec.user)
                 eligible = max(job.submitted_at, job.spec.begin_at or 0.0)
                 inp = job_factors_input(job.spec, fs, cluster_gpus=gpus, now=now)

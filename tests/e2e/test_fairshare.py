@@ -151,6 +151,21 @@ async def test_pending_jobs_of_the_account_under_its_share_rank_first(
     assert rows[light]["total"] == got[light].total
 
 
+async def test_a_newcomer_outranks_everyone_in_the_same_pass(
+    ctx: ServiceContext, db: asyncpg.Connection
+) -> None:
+    light = await seed_job(db, "dave", "prod")
+    newcomer = await seed_job(db, "zoe", "startup")  # an account not configured, no usage
+    fs = FairShare(ctx, FairShareConfig(), CLUSTER, clock=lambda: T0)
+    await fs.handle(tick(901, 10.0, user="dave"))
+
+    got = await fs.recompute(T0)
+
+    assert got[newcomer].factors.fairshare == 1.0
+    assert got[light].factors.fairshare < 1.0  # ranked among three, not two
+    assert got[newcomer].total > got[light].total
+
+
 async def test_share_and_acct_answer_over_nats_in_their_queue_group(
     ctx: ServiceContext, db: asyncpg.Connection, nats_url: str
 ) -> None:
