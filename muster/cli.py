@@ -25,6 +25,8 @@ from shared.api import (
     Ok,
     QueueReply,
     QueueRequest,
+    ReloadReply,
+    Request,
     ShowJobReply,
     ShowJobRequest,
     SubmitReply,
@@ -123,8 +125,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     try:
         reply = asyncio.run(call(nats_url(args.state), "submit", req, SubmitReply))
     except ApiRefused as err:
-        print(f"muster submit: {err}", file=sys.stderr)
-        return 1
+        return _refused("submit", err)
     for warning in reply.warnings:
         print(f"muster submit: warning: {warning}", file=sys.stderr)
     if args.json:
@@ -170,13 +171,35 @@ LONG_WITH_VALUE = {
 }  # fmt: skip
 
 
+def _refused(verb: str, err: ApiRefused) -> int:
+    print(f"muster {verb}: {err}", file=sys.stderr)
+    for detail in err.details:
+        if detail != str(err):
+            print(f"  {detail}", file=sys.stderr)
+    if err.code == "unknown_user":
+        print(
+            "  (on the local cluster, act as one of deploy/local/cluster.toml's users, "
+            "e.g. MUSTER_USER=alice)",
+            file=sys.stderr,
+        )
+    return 1
+
+
+def _csv(values: list[str] | None) -> tuple[str, ...]:
+    """`-u a,b -u c` -> (a, b, c), as squeue takes lists."""
+    return tuple(v for item in values or () for v in item.split(",") if v)
+
+
 def cmd_queue(args: argparse.Namespace) -> int:
     req = QueueRequest(
         user=current_user(),
-        users=tuple(args.user or ()),
-        partitions=tuple(args.partition or ()),
-        states=tuple(s.upper() for s in (args.state_filter or ())),
+        users=_csv(args.user),
+        partitions=_csv(args.partition),
+        states=tuple(s.upper() for s in _csv(args.state_filter)),
         all_states=args.all,
+        job_refs=_csv(args.jobs),
+        accounts=_csv(args.account),
+        names=_csv(args.name),
     )
     reply = asyncio.run(call(nats_url(args.state), "queue", req, QueueReply))
     if args.json:
@@ -225,18 +248,14 @@ def cmd_queue(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    url = nats_url(args.state)
     try:
+        job_id = _one_job_id(url, args.job_id)
         reply = asyncio.run(
-            call(
-                nats_url(args.state),
-                "show",
-                ShowJobRequest(user=current_user(), job_id=args.job_id),
-                ShowJobReply,
-            )
+            call(url, "show", ShowJobRequest(user=current_user(), job_id=job_id), ShowJobReply)
         )
     except ApiRefused as err:
-        print(f"muster show: {err}", file=sys.stderr)
-        return 1
+        return _refused("show", err)
     if args.json:
         _print_json(reply)
         return 0
@@ -251,6 +270,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         f" TimeLimit={_hms(j.time_limit_s)} RunTime={_hms(j.elapsed_s)}"
     )
     print(f"   NodeList={','.join(j.nodelist) or '(null)'}")
+    if j.array_job_id is not None:
+        print(f"   ArrayJobId={j.array_job_id} ArrayTaskId={j.array_task_id}")
+    if reply.dependency:
+        print(f"   Dependency={reply.dependency}")
+    if reply.approval:
+        print(f"   Approval: {reply.approval}")
     if reply.why_pending:
         print(f"   Why pending: {reply.why_pending}")
     for a in reply.attempts:
@@ -262,14 +287,27 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_job_id(url: str, ref: str) -> int:
+    """`123` or `123_4` (an array task) -> the job id `show` takes."""
+    if ref.isdigit():
+        return int(ref)
+    req = QueueRequest(user=current_user(), job_refs=(ref,), all_states=True)
+    jobs = asyncio.run(call(url, "queue", req, QueueReply)).jobs
+    if len(jobs) != 1:
+        raise ApiRefused(f"{ref} names {len(jobs)} jobs; give one job id", "not_found", ())
+    return jobs[0].job_id
+
+
 def _selector(args: argparse.Namespace) -> JobSelector:
     return JobSelector(
         user=current_user(),
-        job_ids=tuple(args.job_ids),
+        job_refs=tuple(r for item in args.job_ids for r in item.split(",") if r),
         name=getattr(args, "name", None),
         owner=getattr(args, "owner", None),
         signal=getattr(args, "signal", None),
         reason=getattr(args, "reason", "") or "",
+        states=tuple(s.upper() for s in _csv(getattr(args, "state_filter", None))),
+        partition=getattr(args, "partition", None),
     )
 
 
@@ -278,12 +316,30 @@ def _job_action(verb: str) -> Any:
         try:
             reply = asyncio.run(call(nats_url(args.state), verb, _selector(args), Ok))
         except ApiRefused as err:
-            print(f"muster {verb}: {err}", file=sys.stderr)
-            return 1
+            return _refused(verb, err)
+        if args.json:
+            _print_json(reply)
+            return 0
         print(reply.message)
+        for why in reply.skipped:
+            print(f"  skipped: {why}")
         return 0
 
     return run
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    try:
+        reply = asyncio.run(
+            call(nats_url(args.state), "reload", Request(user=current_user()), ReloadReply)
+        )
+    except ApiRefused as err:
+        return _refused("reload", err)
+    if args.json:
+        _print_json(reply)
+    else:
+        print(f"{reply.message} (partitions: {', '.join(reply.partitions) or 'none'})")
+    return 0
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
@@ -316,8 +372,7 @@ def _node_action(verb: str) -> Any:
         try:
             reply = asyncio.run(call(nats_url(args.state), verb, req, Ok))
         except ApiRefused as err:
-            print(f"muster {verb}: {err}", file=sys.stderr)
-            return 1
+            return _refused(verb, err)
         print(reply.message)
         return 0
 
@@ -371,9 +426,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_submit)
 
     s = sub.add_parser("queue", help="list jobs (like squeue)")
-    s.add_argument("-u", "--user", action="append")
-    s.add_argument("-p", "--partition", action="append")
-    s.add_argument("-t", "--states", dest="state_filter", action="append")
+    s.add_argument("-u", "--user", action="append", help="users (comma list)")
+    s.add_argument("-p", "--partition", action="append", help="partitions (comma list)")
+    s.add_argument("-t", "--states", dest="state_filter", action="append", help="states")
+    s.add_argument("-j", "--jobs", action="append", help="job ids: 123, 123_4, 123_[1-3]")
+    s.add_argument("-A", "--account", action="append", help="accounts (comma list)")
+    s.add_argument("-n", "--name", action="append", help="job names (comma list)")
     s.add_argument("-a", "--all", action="store_true", help="include finished jobs")
     s.add_argument("--start", action="store_true", help="show estimated start times")
     s.add_argument("--json", action="store_true")
@@ -381,19 +439,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("show", help="show one job (like scontrol show job)")
     s.add_argument("what", choices=["job"])
-    s.add_argument("job_id", type=int)
+    s.add_argument("job_id", help="a job id, or ARRAY_TASK (123_4)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_show)
 
-    for verb in ("cancel", "hold", "release"):
-        s = sub.add_parser(verb, help=f"{verb} jobs")
-        s.add_argument("job_ids", type=int, nargs="*")
-        s.add_argument("-n", "--name")
-        s.add_argument("-u", "--user", dest="owner")
+    for verb, what in (
+        ("cancel", "cancel jobs, or signal running ones with -s (like scancel)"),
+        ("hold", "hold pending jobs"),
+        ("release", "release held jobs"),
+        ("approve", "approve jobs of a partition that requires it (operators)"),
+    ):
+        s = sub.add_parser(verb, help=what)
+        s.add_argument("job_ids", nargs="*", help="123, 123_4 (array task), 123_[1-3]")
+        s.add_argument("-n", "--name", help="jobs with this name")
+        s.add_argument("-u", "--user", dest="owner", help="jobs of this user")
+        s.add_argument("-t", "--states", dest="state_filter", action="append")
+        s.add_argument("-p", "--partition")
         s.add_argument("--reason")
+        s.add_argument("--json", action="store_true")
         if verb == "cancel":
-            s.add_argument("-s", "--signal")
+            s.add_argument("-s", "--signal", help="send this signal instead of cancelling")
         s.set_defaults(fn=_job_action(verb))
+    s = sub.add_parser("reload", help="re-read the cluster configuration (operators)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_reload)
 
     s = sub.add_parser("nodes", help="list nodes and GPU health")
     s.add_argument("--json", action="store_true")

@@ -18,6 +18,10 @@ from pathlib import Path
 from shared import embedded
 
 SERVICES = ("admission", "placer", "launcher", "health", "fairshare")
+# The policy `muster up` starts admission with, unless MUSTER_CLUSTER_CONFIG names another.
+DEFAULT_CLUSTER_CONFIG = (
+    Path(__file__).resolve().parent.parent / "deploy" / "local" / "cluster.toml"
+)
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,7 @@ def up(state_dir: Path, topology: Path, *, fast: bool = False) -> Cluster:
         db_url = embedded.create_database(pg.url, "muster")
         pids["server-postgres"] = pg.process.pid
     cluster = Cluster(state_dir, nats_url, db_url, pids)
+    os.environ.setdefault("MUSTER_CLUSTER_CONFIG", str(DEFAULT_CLUSTER_CONFIG))
     cluster.start_services()
     for node in nodes:
         cluster.start_node(node)

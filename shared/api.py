@@ -36,11 +36,21 @@ class SubmitReply(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class JobSelector(Request, frozen=True, kw_only=True):
+    """Which jobs a cancel, hold, release or approve acts on; the filters combine (AND).
+
+    `job_refs` are Slurm-style: `123` (a job, or every task of array 123), `123_4` (one
+    array task), `123_[1-3,7]` (several). With `signal` a cancel only signals the running
+    jobs it selects (scancel -s) and cancels nothing.
+    """
+
     job_ids: tuple[int, ...] = ()
     name: str | None = None
-    owner: str | None = None  # cancel every job of this user
+    owner: str | None = None  # every job of this user
     signal: str | None = None
     reason: str = ""
+    job_refs: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()  # e.g. ("PENDING",): only jobs in these states
+    partition: str | None = None
 
 
 class QueueRequest(Request, frozen=True, kw_only=True):
@@ -49,6 +59,9 @@ class QueueRequest(Request, frozen=True, kw_only=True):
     states: tuple[str, ...] = ()
     all_states: bool = False
     job_ids: tuple[int, ...] = ()
+    job_refs: tuple[str, ...] = ()  # as in JobSelector: 123, 123_4, 123_[1-3]
+    accounts: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
 
 
 class JobView(msgspec.Struct, frozen=True, kw_only=True):
@@ -103,6 +116,8 @@ class ShowJobReply(msgspec.Struct, frozen=True, kw_only=True):
     attempts: tuple[AttemptView, ...] = ()
     why_pending: str = ""
     priority: dict[str, float] = {}
+    dependency: str = ""  # the job's --dependency as given, e.g. "afterok:12:13"
+    approval: str = ""  # "", "awaiting operator approval" or "approved by NAME"
 
 
 class GpuView(msgspec.Struct, frozen=True, kw_only=True):
@@ -137,6 +152,16 @@ class NodeAction(Request, frozen=True, kw_only=True):
 class Ok(msgspec.Struct, frozen=True, kw_only=True):
     message: str = "ok"
     job_ids: tuple[int, ...] = ()
+    skipped: tuple[str, ...] = ()  # jobs selected but left alone, each with why
+
+
+class ReloadReply(msgspec.Struct, frozen=True, kw_only=True):
+    """`muster reload`: the configuration now in force (or why the file was refused)."""
+
+    message: str
+    path: str = ""
+    partitions: tuple[str, ...] = ()
+    changed: bool = False
 
 
 class ApiError(msgspec.Struct, frozen=True, kw_only=True):

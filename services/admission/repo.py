@@ -11,12 +11,26 @@ import msgspec
 from shared.db import Conn
 from shared.jobspec import JobSpec
 
+from .policy import NO_POLICY, JobPolicy
 
-async def insert_job(conn: Conn, spec: JobSpec) -> int:
+TERMINAL_STATES = [
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+]
+
+
+async def insert_job(conn: Conn, spec: JobSpec, policy: JobPolicy = NO_POLICY) -> int:
     job_id: int = await conn.fetchval(
         "INSERT INTO jobs(name, user_name, account, partition, qos, nodes_min, nodes_max,"
-        " gpus_per_node, time_limit_s, spec, held, array_job_id, array_task_id)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $12, $13) RETURNING job_id",
+        " gpus_per_node, time_limit_s, spec, held, array_job_id, array_task_id,"
+        " tier, preemptible, can_preempt, grace_s, min_runtime_s, needs_approval)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $12, $13,"
+        " $14, $15, $16, $17, $18, $19) RETURNING job_id",
         spec.name,
         spec.user,
         spec.account,
@@ -30,8 +44,39 @@ async def insert_job(conn: Conn, spec: JobSpec) -> int:
         spec.hold,
         spec.array_job_id,
         spec.array_task_id,
+        policy.tier,
+        policy.preemptible,
+        policy.can_preempt,
+        policy.grace_s,
+        policy.min_runtime_s,
+        policy.needs_approval,
     )
     return job_id
+
+
+async def submit_counts(conn: Conn, user: str, account: str, qos: str) -> tuple[int, int]:
+    """Unfinished jobs under `qos` of `user` and of `account`, serialised per QOS so two
+    concurrent submissions cannot both slip under a limit."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtext('admission.qos.' || $1))", qos)
+    row = await conn.fetchrow(
+        "SELECT count(*) FILTER (WHERE j.user_name = $1) AS u,"
+        " count(*) FILTER (WHERE j.account = $2) AS a"
+        " FROM jobs j LEFT JOIN job_runs r USING (job_id)"
+        " WHERE j.qos = $3 AND (j.user_name = $1 OR j.account = $2)"
+        " AND j.cancel_requested_at IS NULL"
+        " AND (r.state IS NULL OR NOT r.state = ANY($4::text[]))",
+        user,
+        account,
+        qos,
+        TERMINAL_STATES,
+    )
+    assert row is not None
+    return int(row["u"]), int(row["a"])
+
+
+async def existing_jobs(conn: Conn, job_ids: list[int]) -> set[int]:
+    rows = await conn.fetch("SELECT job_id FROM jobs WHERE job_id = ANY($1::bigint[])", job_ids)
+    return {r["job_id"] for r in rows}
 
 
 async def set_array_job(conn: Conn, job_id: int, spec: JobSpec) -> None:
@@ -45,7 +90,7 @@ async def set_array_job(conn: Conn, job_id: int, spec: JobSpec) -> None:
 
 async def node_shapes(conn: Conn) -> list[asyncpg.Record]:
     return await conn.fetch(
-        "SELECT n.name, n.state, count(g.idx) AS gpus FROM nodes n"
+        "SELECT n.name, n.state, count(g.idx) AS gpus, min(g.model) AS model FROM nodes n"
         " LEFT JOIN gpus g ON g.node = n.name GROUP BY n.name ORDER BY n.name"
     )
 
@@ -80,15 +125,33 @@ async def request_cancel(conn: Conn, job_id: int, reason: str) -> None:
     )
 
 
-async def set_held(conn: Conn, job_id: int, held: bool, reason: str) -> None:
+async def set_held(
+    conn: Conn, job_ids: list[int], held: bool, reason: str, by_operator: bool = False
+) -> None:
     await conn.execute(
-        "UPDATE jobs SET held = $2, hold_reason = $3 WHERE job_id = $1", job_id, held, reason
+        "UPDATE jobs SET held = $2, hold_reason = $3, held_by_operator = $4"
+        " WHERE job_id = ANY($1::bigint[])",
+        job_ids,
+        held,
+        reason if held else None,
+        by_operator and held,
+    )
+
+
+async def approve(conn: Conn, job_ids: list[int], by: str) -> None:
+    await conn.execute(
+        "UPDATE jobs SET approved_by = $2, approved_at = now()"
+        " WHERE job_id = ANY($1::bigint[]) AND needs_approval AND approved_at IS NULL",
+        job_ids,
+        by,
     )
 
 
 JOB_VIEW = """
 SELECT j.job_id, j.name, j.user_name, j.account, j.partition, j.qos, j.nodes_max,
        j.gpus_per_node, j.time_limit_s, j.held, j.array_job_id, j.array_task_id,
+       j.held_by_operator, j.hold_reason, j.needs_approval, j.approved_by,
+       j.approved_at IS NOT NULL AS approved,
        extract(epoch FROM j.submitted_at)::float8 AS submitted,
        j.cancel_requested_at, j.cancel_reason,
        r.state AS run_state, r.reason AS run_reason, r.nodes AS run_nodes, r.exit_code,
@@ -105,19 +168,55 @@ SELECT j.job_id, j.name, j.user_name, j.account, j.partition, j.qos, j.nodes_max
 """
 
 
+class Where:
+    """A WHERE clause built from optional filters, with numbered arguments."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.args: list[object] = []
+
+    def arg(self, value: object) -> str:
+        self.args.append(value)
+        return f"${len(self.args)}"
+
+    def add(self, sql: str) -> None:
+        self.parts.append(sql)
+
+    def sql(self) -> str:
+        return (" WHERE " + " AND ".join(self.parts)) if self.parts else ""
+
+
+def refs_clause(where: Where, refs: list[tuple[int, tuple[int, ...] | None]]) -> None:
+    """Jobs named by (job id, array tasks or None): a plain id is that job or every
+    task of the array it heads."""
+    plain = [job_id for job_id, tasks in refs if tasks is None]
+    ors = []
+    if plain:
+        ids = where.arg(plain)
+        ors.append(f"j.job_id = ANY({ids}::bigint[]) OR j.array_job_id = ANY({ids}::bigint[])")
+    for job_id, tasks in refs:
+        if tasks is not None:
+            ors.append(
+                f"(j.array_job_id = {where.arg(job_id)}"
+                f" AND j.array_task_id = ANY({where.arg(list(tasks))}::int[]))"
+            )
+    where.add("(" + " OR ".join(ors) + ")")
+
+
 async def job_rows(
     conn: Conn, job_ids: list[int] | None, users: list[str] | None
 ) -> list[asyncpg.Record]:
-    where = []
-    args: list[object] = []
+    where = Where()
     if job_ids:
-        args.append(job_ids)
-        where.append(f"j.job_id = ANY(${len(args)}::bigint[])")
+        where.add(f"j.job_id = ANY({where.arg(job_ids)}::bigint[])")
     if users:
-        args.append(users)
-        where.append(f"j.user_name = ANY(${len(args)}::text[])")
-    sql = JOB_VIEW + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY j.job_id"
-    return await conn.fetch(sql, *args)
+        where.add(f"j.user_name = ANY({where.arg(users)}::text[])")
+    return await select_rows(conn, where)
+
+
+async def select_rows(conn: Conn, where: Where, *, lock: bool = False) -> list[asyncpg.Record]:
+    sql = JOB_VIEW + where.sql() + " ORDER BY j.job_id" + (" FOR UPDATE OF j" if lock else "")
+    return await conn.fetch(sql, *where.args)
 
 
 async def job_spec(conn: Conn, job_id: int) -> dict[str, object] | None:

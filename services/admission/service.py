@@ -12,70 +12,145 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
+from nats.aio.msg import Msg
+from opentelemetry import trace
 
 from services.admission import repo
 from services.admission.arrays import parse_array
+from services.admission.authz import Action, authorize
+from services.admission.commands import JobCommands
+from services.admission.config import ClusterConfig, ConfigError
+from services.admission.config_source import ConfigSource
+from services.admission.errors_api import Refused
+from services.admission.policy import NO_POLICY, JobPolicy, job_policy
 from services.admission.sbatch import parse_submission
-from services.admission.views import job_view, node_views, why_pending
+from services.admission.validate import NodeShape, SubmitCounts, admit, shape, validate
+from services.admission.views import node_views
 from shared.api import (
     API_PREFIX,
     ApiError,
-    AttemptView,
     Envelope,
     JobSelector,
     NodeAction,
     NodesReply,
     Ok,
-    QueueReply,
     QueueRequest,
-    ShowJobReply,
+    ReloadReply,
+    Request,
     ShowJobRequest,
     SubmitReply,
     SubmitRequest,
 )
-from shared.db import Conn, outbox_add
-from shared.events import JobCancelRequested, JobSubmitted, NodeDrainRequested
+from shared.db import outbox_add
+from shared.events import JobSubmitted, NodeDrainRequested
 from shared.jobspec import JobSpec
 from shared.logs import kv
-from shared.runtime import ServiceContext, until_stopped
+from shared.runtime import ServiceContext, every, until_stopped
+from shared.telemetry import extract_context
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
 R = TypeVar("R", bound=msgspec.Struct)
 
+__all__ = ["Admission", "Refused"]
 
-class Refused(Exception):
-    """A request admission will not carry out; the message says what to change."""
+# Requests one replica works on at once; more wait in NATS's pending buffer.
+CONCURRENCY = 256
+SHAPES_TTL_S = 2.0
+CONFIG_CHECK_S = 2.0
 
-    def __init__(self, message: str, code: str = "invalid", details: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.error = ApiError(error=message, code=code, details=details)
+
+def _no_config(operators: frozenset[str]) -> ClusterConfig:
+    """Without a configuration file: no accounts, and these operators."""
+    return ClusterConfig(
+        default_partition="", default_qos="normal", partitions={}, qos={},
+        operators=tuple(sorted(operators)),
+    )  # fmt: skip
 
 
 class Admission:
     def __init__(
-        self, ctx: ServiceContext, operators: frozenset[str] = frozenset({"root"})
+        self,
+        ctx: ServiceContext,
+        operators: frozenset[str] = frozenset({"root"}),
+        config: ConfigSource | None = None,
     ) -> None:
         self.ctx = ctx
         self.operators = operators
+        self.source = config if config is not None else ConfigSource(ctx.settings.cluster_config)
+        self._fallback = _no_config(operators)
+        self.jobs = JobCommands(ctx, self.authz_config)
+        self._shapes: tuple[float, list[NodeShape]] = (0.0, [])
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(CONCURRENCY)
+
+    def authz_config(self) -> ClusterConfig:
+        return self.source.config or self._fallback
 
     async def run(self, stop: asyncio.Event) -> None:
         routes: dict[str, Callable[[bytes], Awaitable[msgspec.Struct]]] = {
             "submit": self._typed(SubmitRequest, self.submit),
-            "cancel": self._typed(JobSelector, self.cancel),
-            "hold": self._typed(JobSelector, self.hold),
-            "release": self._typed(JobSelector, self.release),
-            "queue": self._typed(QueueRequest, self.queue),
-            "show": self._typed(ShowJobRequest, self.show),
+            "cancel": self._typed(JobSelector, self.jobs.cancel),
+            "hold": self._typed(JobSelector, self.jobs.hold),
+            "release": self._typed(JobSelector, self.jobs.release),
+            "approve": self._typed(JobSelector, self.jobs.approve),
+            "queue": self._typed(QueueRequest, self.jobs.queue),
+            "show": self._typed(ShowJobRequest, self.jobs.show),
             "nodes": self._typed(QueueRequest, self.nodes),
             "drain": self._typed(NodeAction, self.drain),
             "resume": self._typed(NodeAction, self.resume),
         }
         for verb, route in routes.items():
-            await self.ctx.bus.serve(API_PREFIX + verb, "admission", self._wrap(route))
-        await until_stopped(stop, self.ctx.relay.run)
+            await self._serve(API_PREFIX + verb, "admission", route)
+        # Every replica reloads: no queue group, the first reply answers the caller.
+        await self._serve(API_PREFIX + "reload", "", self._typed(Request, self.reload))
+
+        async def watch(stop: asyncio.Event) -> None:
+            await every(CONFIG_CHECK_S, stop, self._check_config_file)
+
+        try:
+            await until_stopped(stop, self.ctx.relay.run, watch)
+        finally:
+            if self._inflight:
+                await asyncio.wait(self._inflight, timeout=self.ctx.settings.drain_timeout_s)
+
+    async def _check_config_file(self) -> None:
+        self.source.reload_if_changed()
+
+    async def _serve(
+        self, subject: str, queue: str, route: Callable[[bytes], Awaitable[msgspec.Struct]]
+    ) -> None:
+        """Each request in its own task (bounded), so one replica overlaps many round
+        trips to PostgreSQL instead of answering one request at a time."""
+        handler = self._wrap(route)
+
+        async def on_request(msg: Msg) -> None:
+            await self._slots.acquire()
+            task = asyncio.get_running_loop().create_task(self._answer(msg, handler))
+            self._inflight.add(task)
+            task.add_done_callback(self._done)
+
+        await self.ctx.bus.nc.subscribe(subject, queue=queue, cb=on_request)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        self._slots.release()
+
+    async def _answer(self, msg: Msg, handler: Callable[[bytes, str], Awaitable[bytes]]) -> None:
+        with tracer.start_as_current_span(
+            f"serve {msg.subject}",
+            context=extract_context(msg.headers),
+            kind=trace.SpanKind.SERVER,
+        ):
+            reply = await handler(msg.data, msg.subject)
+        if msg.reply:
+            try:
+                await msg.respond(reply)
+            except Exception as err:  # the caller's connection is gone; nothing to tell
+                log.warning("reply not sent", extra=kv(subject=msg.subject, error=repr(err)))
 
     def _typed(
         self, kind: type[R], fn: Callable[[R], Awaitable[msgspec.Struct]]
@@ -120,29 +195,67 @@ class Admission:
             now=time.time(),
         )
         if parsed.errors or parsed.spec is None:
-            details = tuple(str(e) for e in parsed.errors)
-            raise Refused("; ".join(details) or "the submission is invalid", "invalid", details)
-        spec = parsed.spec
-        async with self.ctx.pool.acquire() as conn:
-            self._check_cluster(spec, await repo.node_shapes(conn))
+            _refuse_all(tuple(str(e) for e in parsed.errors), "invalid")
+        assert parsed.spec is not None
+        config = self.source.config
+        shapes = await self._node_shapes()
+        if config is None:
+            spec, policy = parsed.spec, NO_POLICY
+            self._check_cluster(spec, shapes)
+        else:
+            spec = self._admit(parsed.spec, parsed.explicit, config, shapes, SubmitCounts())
+            policy = job_policy(spec, config)
+        if spec.dependencies:
+            await self._check_dependencies(spec)
         if req.dry_run or parsed.dry_run:
             return SubmitReply(warnings=parsed.warnings, spec=msgspec.to_builtins(spec))
-        ids = await self._persist(spec)
+        ids = await self._persist(spec, policy, config, shapes)
         self.ctx.relay.kick()
-        log.info("submitted", extra=kv(jobs=len(ids), first=ids[0], user=spec.user))
-        return SubmitReply(job_ids=tuple(ids), warnings=parsed.warnings)
+        log.debug("submitted", extra=kv(jobs=len(ids), first=ids[0], user=spec.user))
+        warnings = parsed.warnings
+        if policy.needs_approval:
+            warnings += (f"partition {spec.partition!r} needs an operator's approval; "
+                         "the job waits held until then",)  # fmt: skip
+        return SubmitReply(job_ids=tuple(ids), warnings=warnings)
 
-    def _check_cluster(self, spec: JobSpec, shapes: list[Any]) -> None:
+    def _admit(
+        self,
+        spec: JobSpec,
+        explicit: frozenset[str],
+        config: ClusterConfig,
+        shapes: list[NodeShape],
+        counts: SubmitCounts,
+    ) -> JobSpec:
+        admitted = admit(spec, explicit, config, shape(config, shapes), counts)
+        if admitted.spec is None:
+            _refuse_all(tuple(e.message for e in admitted.errors), admitted.errors[0].code)
+        assert admitted.spec is not None
+        return admitted.spec
+
+    async def _node_shapes(self) -> list[NodeShape]:
+        """Registered nodes, cached briefly: every submission checks against them."""
+        at, cached = self._shapes
+        if time.monotonic() - at < SHAPES_TTL_S and cached:
+            return cached
+        async with self.ctx.pool.acquire() as conn:
+            rows = await repo.node_shapes(conn)
+        shapes = [
+            NodeShape(name=r["name"], gpus=int(r["gpus"]), gpu_model=r["model"]) for r in rows
+        ]
+        self._shapes = (time.monotonic(), shapes)
+        return shapes
+
+    def _check_cluster(self, spec: JobSpec, shapes: list[NodeShape]) -> None:
         if not shapes:
             return  # no node registered yet: nothing to compare against
-        largest = max(int(s["gpus"]) for s in shapes)
+        largest = max(s.gpus for s in shapes)
         if spec.gpus_per_node > largest:
             raise Refused(
                 f"{spec.gpus_per_node} GPUs per node requested, but the largest node has "
                 f"{largest} GPUs; ask for --gpus-per-node={largest} or fewer and more nodes",
                 "too_large",
             )
-        fitting = sum(1 for s in shapes if int(s["gpus"]) >= spec.gpus_per_node)
+        fitting = sum(1 for s in shapes if s.gpus >= spec.gpus_per_node)
         if spec.nodes_min > fitting:
             raise Refused(
                 f"{spec.nodes_min} nodes requested, but only {fitting} nodes have "
@@ -150,7 +263,27 @@ class Admission:
                 "too_large",
             )
 
-    async def _persist(self, spec: JobSpec) -> list[int]:
+    async def _check_dependencies(self, spec: JobSpec) -> None:
+        wanted = sorted({j for d in spec.dependencies for j in d.job_ids})
+        if not wanted:
+            return
+        async with self.ctx.pool.acquire() as conn:
+            found = await repo.existing_jobs(conn, wanted)
+        missing = [j for j in wanted if j not in found]
+        if missing:
+            raise Refused(
+                f"--dependency names job(s) that do not exist: {', '.join(map(str, missing))}; "
+                "check the ids with `muster queue -a`",
+                "bad_dependency",
+            )
+
+    async def _persist(
+        self,
+        spec: JobSpec,
+        policy: JobPolicy,
+        config: ClusterConfig | None,
+        shapes: list[NodeShape],
+    ) -> list[int]:
         tasks: tuple[int | None, ...] = (None,)
         if spec.array_spec:
             try:
@@ -159,11 +292,25 @@ class Admission:
                 raise Refused(str(err)) from err
         ids: list[int] = []
         async with self.ctx.pool.acquire() as conn, conn.transaction():
+            qos = config.qos.get(spec.qos) if config else None
+            if (
+                config
+                and qos
+                and (
+                    qos.max_submitted_jobs_per_user is not None
+                    or qos.max_submitted_jobs_per_account is not None
+                )
+            ):
+                user, account = await repo.submit_counts(conn, spec.user, spec.account, spec.qos)
+                counts = SubmitCounts(user_jobs=user, account_jobs=account)
+                errors = validate(spec, config, shape(config, shapes), counts)
+                if errors:
+                    _refuse_all(tuple(e.message for e in errors), errors[0].code)
             for task in tasks:
                 task_spec = msgspec.structs.replace(spec, array_task_id=task)
                 if ids and task is not None:
                     task_spec = msgspec.structs.replace(task_spec, array_job_id=ids[0])
-                job_id = await repo.insert_job(conn, task_spec)
+                job_id = await repo.insert_job(conn, task_spec, policy)
                 if task is not None and not ids:
                     task_spec = msgspec.structs.replace(task_spec, array_job_id=job_id)
                     await repo.set_array_job(conn, job_id, task_spec)
@@ -179,108 +326,30 @@ class Admission:
             )
         return ids
 
-    # --- job actions ----------------------------------------------------------------
+    # --- configuration --------------------------------------------------------------
 
-    async def _authorized(self, conn: Conn, sel: JobSelector) -> list[int]:
-        job_ids = list(sel.job_ids)
-        if sel.name is not None or sel.owner is not None:
-            job_ids += await repo.select_jobs(conn, sel.name, sel.owner)
-        if not job_ids:
-            raise Refused("no job matches; give job ids, --name or --user", "not_found")
-        rows = await repo.owners(conn, job_ids)
-        found = {r["job_id"]: r for r in rows}
-        missing = [j for j in job_ids if j not in found]
-        if missing:
-            raise Refused(f"no such job: {', '.join(map(str, missing))}", "not_found")
-        for row in rows:
-            if row["user_name"] != sel.user and sel.user not in self.operators:
-                raise Refused(
-                    f"job {row['job_id']} belongs to {row['user_name']}; only its owner or an "
-                    "operator may act on it",
-                    "forbidden",
-                )
-        return sorted(found)
-
-    async def cancel(self, sel: JobSelector) -> Ok:
-        async with self.ctx.pool.acquire() as conn, conn.transaction():
-            ids = await self._authorized(conn, sel)
-            reason = sel.reason or f"cancelled by {sel.user}"
-            for job_id in ids:
-                await repo.request_cancel(conn, job_id, reason)
-            await outbox_add(
-                conn,
-                *(
-                    JobCancelRequested(job_id=j, by=sel.user, reason=reason, signal=sel.signal)
-                    for j in ids
-                ),
-            )
-        self.ctx.relay.kick()
-        return Ok(message=f"cancel requested for {len(ids)} job(s)", job_ids=tuple(ids))
-
-    async def hold(self, sel: JobSelector) -> Ok:
-        return await self._set_held(sel, True)
-
-    async def release(self, sel: JobSelector) -> Ok:
-        return await self._set_held(sel, False)
-
-    async def _set_held(self, sel: JobSelector, held: bool) -> Ok:
-        async with self.ctx.pool.acquire() as conn, conn.transaction():
-            ids = await self._authorized(conn, sel)
-            for job_id in ids:
-                await repo.set_held(conn, job_id, held, sel.reason or f"by {sel.user}")
-            if not held:  # a released job is news to the placer
-                wake = [JobSubmitted(job_id=j, user=sel.user, account="") for j in ids]
-                await outbox_add(conn, *wake)
-        self.ctx.relay.kick()
-        return Ok(message=f"{'held' if held else 'released'} {len(ids)} job(s)", job_ids=tuple(ids))
+    async def reload(self, req: Request) -> ReloadReply:
+        refused = authorize(Action.RELOAD_CONFIG, req.user, None, None, self.authz_config())
+        if refused is not None:
+            raise Refused(refused.message, "forbidden")
+        try:
+            changed, message = self.source.reload()
+        except ConfigError as err:
+            details = tuple(f"{p.key}: {p.message}" for p in err.problems)
+            raise Refused(
+                f"{self.source.path}: {len(details)} problem(s); the configuration in force "
+                "is unchanged", "invalid_config", details,
+            ) from err  # fmt: skip
+        except OSError as err:
+            raise Refused(
+                f"cannot read {self.source.path}: {err.strerror}", "invalid_config"
+            ) from err
+        parts = tuple(self.source.config.partitions) if self.source.config else ()
+        return ReloadReply(
+            message=message, path=self.source.path, partitions=parts, changed=changed
+        )
 
     # --- reads ----------------------------------------------------------------------
-
-    async def queue(self, req: QueueRequest) -> QueueReply:
-        async with self.ctx.pool.acquire() as conn:
-            rows = await repo.job_rows(conn, list(req.job_ids) or None, list(req.users) or None)
-        views = [job_view(r) for r in rows]
-        if req.partitions:
-            views = [v for v in views if v.partition in req.partitions]
-        if req.states:
-            views = [v for v in views if v.state in req.states]
-        elif not req.all_states and not req.job_ids:
-            views = [
-                v
-                for v in views
-                if v.state in ("PENDING", "CONFIGURING", "STARTING", "RUNNING", "COMPLETING")
-            ]
-        return QueueReply(jobs=tuple(views))
-
-    async def show(self, req: ShowJobRequest) -> ShowJobReply:
-        async with self.ctx.pool.acquire() as conn:
-            rows = await repo.job_rows(conn, [req.job_id], None)
-            if not rows:
-                raise Refused(f"no such job: {req.job_id}", "not_found")
-            spec = await repo.job_spec(conn, req.job_id) or {}
-            history = await repo.attempts(conn, req.job_id)
-        spec.pop("script", None) if spec.get(
-            "user"
-        ) != req.user and req.user not in self.operators else None
-        view = job_view(rows[0])
-        return ShowJobReply(
-            job=view,
-            spec=spec,
-            why_pending=why_pending(view),
-            attempts=tuple(
-                AttemptView(
-                    attempt=a["attempt"],
-                    seq=a["seq"],
-                    nodes=tuple(a["nodes"]),
-                    world_size=a["world_size"],
-                    reason=a["reason"],
-                    outcome=a["outcome"],
-                    started_at=float(a["started"]),
-                    ended_at=None if a["ended"] is None else float(a["ended"]),
-                )
-                for a in history
-            ),
-        )
 
     async def nodes(self, _req: QueueRequest) -> NodesReply:
         async with self.ctx.pool.acquire() as conn:
@@ -297,8 +366,10 @@ class Admission:
 
     async def _node_action(self, req: NodeAction, *, resume: bool) -> Ok:
         verb = "resume" if resume else "drain"
-        if req.user not in self.operators:
-            raise Refused(f"only operators may {verb} nodes; {req.user} is not one", "forbidden")
+        action = Action.RESUME if resume else Action.DRAIN
+        refused = authorize(action, req.user, None, None, self.authz_config())
+        if refused is not None:
+            raise Refused(refused.message, "forbidden")
         if not req.reason:
             raise Refused(f"say why: muster {verb} {req.node} --reason TEXT", "invalid")
         async with self.ctx.pool.acquire() as conn, conn.transaction():
@@ -312,3 +383,7 @@ class Admission:
             )
         self.ctx.relay.kick()
         return Ok(message=f"{verb} requested for {req.node}")
+
+
+def _refuse_all(messages: tuple[str, ...], code: str) -> None:
+    raise Refused("; ".join(messages) or "the submission is invalid", str(code), messages)

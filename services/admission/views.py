@@ -31,7 +31,10 @@ WHY = {
     "RESERVATION": "it would run into a reservation or maintenance window",
     "NODES_EXCLUDED": "the nodes it may use are excluded or unhealthy",
     "HELD": "it is held; `muster release` lets it run",
+    "HELD_ADMIN": "an operator held it; only an operator can release it",
+    "APPROVAL": "its partition needs an operator's approval first (`muster approve`)",
     "DEPENDENCY": "it waits for the jobs it depends on",
+    "BEGIN_TIME": "its --begin time has not come yet",
     "PREEMPTING": "lower-priority jobs are being preempted to make room",
     "BAD_CONSTRAINTS": "no node in the cluster could ever run it as asked",
 }
@@ -49,7 +52,9 @@ def job_state(row: Row) -> tuple[str, str]:
     if row["alloc_nodes"]:
         return "CONFIGURING", "allocated, starting workers"
     if row["held"]:
-        return "PENDING", "HELD"
+        return "PENDING", "HELD_ADMIN" if row["held_by_operator"] else "HELD"
+    if row["needs_approval"] and not row["approved"]:
+        return "PENDING", "APPROVAL"
     reason = row["wait_reason"] or "PRIORITY"
     if run == "REQUEUED":
         return "PENDING", f"{reason} (requeued: {row['run_reason']})"

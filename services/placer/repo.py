@@ -6,6 +6,7 @@ it reads the other services' tables to build its snapshot.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 import msgspec
@@ -180,7 +181,10 @@ async def load_pending(conn: Conn) -> list[tuple[JobRequest, int]]:
     rows = await conn.fetch(
         "SELECT j.job_id, j.spec, j.held, extract(epoch FROM j.submitted_at)::float8 AS submitted,"
         " coalesce(r.excluded_nodes, '{}') AS run_excluded,"
-        " (SELECT coalesce(max(attempt), 0) FROM allocations a WHERE a.job_id = j.job_id) AS last"
+        " (SELECT coalesce(max(attempt), 0) FROM allocations a WHERE a.job_id = j.job_id) AS last,"
+        # admission's policy columns (migration 0004)
+        " j.needs_approval AND j.approved_at IS NULL AS unapproved, j.tier, j.preemptible,"
+        " j.can_preempt, j.grace_s, j.min_runtime_s"
         " FROM jobs j LEFT JOIN job_runs r USING (job_id)"
         " WHERE j.cancel_requested_at IS NULL"
         " AND (r.state IS NULL OR r.state IN ('PENDING', 'REQUEUED'))"
@@ -188,14 +192,15 @@ async def load_pending(conn: Conn) -> list[tuple[JobRequest, int]]:
         "   WHERE a.job_id = j.job_id AND a.released_at IS NULL)"
         " ORDER BY j.job_id"
     )
-    out: list[tuple[JobRequest, int]] = []
-    for r in rows:
-        spec = msgspec.json.decode(r["spec"], type=JobSpec)
-        out.append((_request(r["job_id"], spec, r), r["last"] + 1))
-    return out
+    specs = [(r, msgspec.json.decode(r["spec"], type=JobSpec)) for r in rows]
+    blocked = await _blocked(conn, [(r["job_id"], spec) for r, spec in specs], time.time())
+    return [
+        (_request(r["job_id"], spec, r, blocked.get(r["job_id"])), r["last"] + 1)
+        for r, spec in specs
+    ]
 
 
-def _request(job_id: int, spec: JobSpec, row: object) -> JobRequest:
+def _request(job_id: int, spec: JobSpec, row: object, blocked_by: str | None = None) -> JobRequest:
     assert hasattr(row, "__getitem__")
     excluded = tuple(sorted({*spec.excluded_nodes, *row["run_excluded"]}))
     return JobRequest(
@@ -216,8 +221,143 @@ def _request(job_id: int, spec: JobSpec, row: object) -> JobRequest:
         time_limit_s=spec.time_limit_s,
         max_switches=spec.max_switches,
         switches_wait_s=spec.switches_wait_s,
-        held=bool(row["held"]) or spec.hold,
+        # a user's hold, or a partition's approval not yet given (admission's columns)
+        held=bool(row["held"]) or bool(row["unapproved"]),
+        blocked_by=blocked_by,
+        tier=row["tier"],
+        preemptible=row["preemptible"],
+        can_preempt=row["can_preempt"],
+        grace_s=row["grace_s"],
+        min_runtime_s=row["min_runtime_s"],
     )
+
+
+# --- what blocks a pending job besides resources (admission's side of load_pending):
+# --begin, --dependency and the array throttle %K. Slurm's wording in the reasons.
+
+
+async def _blocked(conn: Conn, jobs: list[tuple[int, JobSpec]], now: float) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for job_id, spec in jobs:
+        if spec.begin_at is not None and spec.begin_at > now:
+            when = datetime.fromtimestamp(spec.begin_at, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+            out[job_id] = f"BeginTime: not before {when} UTC"
+    waiting = [(j, s) for j, s in jobs if s.dependencies and j not in out]
+    if waiting:
+        deps = await _dependency_states(conn, waiting)
+        for job_id, spec in waiting:
+            why = _dependency_block(job_id, spec, deps, now)
+            if why is not None:
+                out[job_id] = why
+    await _throttle(conn, [(j, s) for j, s in jobs if s.array_max_running and j not in out], out)
+    return out
+
+
+class _Dep(msgspec.Struct, frozen=True):
+    states: dict[int, tuple[str | None, float | None]]  # job -> (end state, started)
+    tasks: dict[int, list[int]]  # array head -> its task jobs
+    first_live: dict[tuple[str, str], int]  # (user, name) -> earliest unfinished job
+
+
+async def _dependency_states(conn: Conn, jobs: list[tuple[int, JobSpec]]) -> _Dep:
+    ids = sorted({i for _, s in jobs for d in s.dependencies for i in d.job_ids})
+    rows = await conn.fetch(
+        "SELECT j.job_id, j.array_job_id, r.state, j.cancel_requested_at IS NOT NULL AS cxl,"
+        " extract(epoch FROM r.started_at)::float8 AS started"
+        " FROM jobs j LEFT JOIN job_runs r USING (job_id)"
+        " WHERE j.job_id = ANY($1::bigint[]) OR j.array_job_id = ANY($1::bigint[])",
+        ids,
+    )
+    states: dict[int, tuple[str | None, float | None]] = {}
+    tasks: dict[int, list[int]] = {}
+    for r in rows:
+        end = r["state"] if r["state"] in TERMINAL else None
+        if end is None and r["cxl"] and r["state"] in (None, "PENDING", "REQUEUED"):
+            end = "CANCELLED"
+        states[r["job_id"]] = (end, r["started"])
+        if r["array_job_id"] is not None:
+            tasks.setdefault(r["array_job_id"], []).append(r["job_id"])
+    pairs = sorted(
+        {(s.user, s.name) for _, s in jobs if any(d.kind == "singleton" for d in s.dependencies)}
+    )
+    first_live: dict[tuple[str, str], int] = {}
+    if pairs:
+        live = await conn.fetch(
+            "SELECT j.user_name, j.name, min(j.job_id) AS first FROM jobs j"
+            " LEFT JOIN job_runs r USING (job_id)"
+            " WHERE (j.user_name, j.name) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
+            " AND j.cancel_requested_at IS NULL AND (r.state IS NULL OR NOT r.state = ANY($3))"
+            " GROUP BY 1, 2",
+            [p[0] for p in pairs],
+            [p[1] for p in pairs],
+            list(TERMINAL),
+        )
+        first_live = {(r["user_name"], r["name"]): r["first"] for r in live}
+    return _Dep(states=states, tasks=tasks, first_live=first_live)
+
+
+def _dependency_block(job_id: int, spec: JobSpec, deps: _Dep, now: float) -> str | None:
+    """None when the dependencies hold; else why not (DependencyNeverSatisfied when one
+    can no longer hold: an afterok job failed, an afternotok job succeeded)."""
+    verdicts: list[tuple[str, str]] = []  # ("ok" | "wait" | "never", term)
+    for dep in spec.dependencies:
+        if dep.kind == "singleton":
+            first = deps.first_live.get((spec.user, spec.name), job_id)
+            verdicts.append(("ok" if first >= job_id else "wait", f"singleton (job {first})"))
+            continue
+        for dep_id in dep.job_ids:
+            members = deps.tasks.get(dep_id) or [dep_id]
+            known = [deps.states[m] for m in members if m in deps.states]
+            verdicts.append((_verdict(dep.kind, dep.delay_s, known, now), f"{dep.kind}:{dep_id}"))
+    kinds = [v for v, _ in verdicts]
+    if (spec.dependency_any and "ok" in kinds) or all(k == "ok" for k in kinds):
+        return None
+    if ("never" in kinds and not spec.dependency_any) or all(k == "never" for k in kinds):
+        never = ", ".join(t for v, t in verdicts if v == "never")
+        return f"DependencyNeverSatisfied: {never} can no longer be met"
+    return "Dependency: waiting for " + ", ".join(t for v, t in verdicts if v != "ok")
+
+
+def _verdict(
+    kind: str, delay_s: int, states: list[tuple[str | None, float | None]], now: float
+) -> str:
+    ends = [end for end, _ in states]
+    if kind == "after":
+        started = [
+            end is not None or (st is not None and st + delay_s <= now) for end, st in states
+        ]
+        return "ok" if all(started) else "wait"
+    if kind == "afterany":
+        return "ok" if all(e is not None for e in ends) else "wait"
+    if kind == "afterok":
+        if any(e is not None and e != "COMPLETED" for e in ends):
+            return "never"
+        return "ok" if all(e == "COMPLETED" for e in ends) else "wait"
+    if kind == "afternotok":
+        if any(e is None for e in ends):
+            return "wait"
+        return "ok" if any(e != "COMPLETED" for e in ends) else "never"
+    return "ok"  # an unknown kind never blocks (admission refuses them)
+
+
+async def _throttle(conn: Conn, tasks: list[tuple[int, JobSpec]], out: dict[int, str]) -> None:
+    """`--array=...%K`: at most K tasks of an array hold an allocation at once."""
+    if not tasks:
+        return
+    heads = sorted({s.array_job_id for _, s in tasks if s.array_job_id is not None})
+    rows = await conn.fetch(
+        "SELECT j.array_job_id, count(*) AS n FROM allocations a JOIN jobs j USING (job_id)"
+        " WHERE a.released_at IS NULL AND j.array_job_id = ANY($1::bigint[]) GROUP BY 1",
+        heads,
+    )
+    room = {r["array_job_id"]: r["n"] for r in rows}
+    for job_id, spec in sorted(tasks, key=lambda t: t[0]):
+        head, limit = spec.array_job_id, spec.array_max_running or 0
+        running = room.get(head, 0)
+        if running >= limit:
+            out[job_id] = f"JobArrayTaskLimit: {running} of at most {limit} tasks running"
+        else:
+            room[head] = running + 1  # this one may start: the next in line counts it
 
 
 async def insert_allocation(conn: Conn, start: Start, attempt: int, epoch: int) -> int:

@@ -1,0 +1,129 @@
+"""Pure: which of the selected jobs a cancel, signal, hold, release or approve acts on.
+
+The shell loads the selected jobs (locked) as `Target`s; `decide` returns the jobs to
+change, the ones left alone with why, or one refusal for the whole request: a command
+either does everything it may or, when any selected job is not the actor's to touch,
+nothing (as scancel refuses a job of someone else rather than half a list).
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from enum import StrEnum
+
+import msgspec
+
+from .authz import Action, authorize
+from .config import ClusterConfig
+
+LIVE = ("PENDING", "CONFIGURING", "STARTING", "RUNNING", "COMPLETING")
+RUNNING = ("STARTING", "RUNNING")
+
+
+class Verb(StrEnum):
+    CANCEL = "cancel"
+    SIGNAL = "signal"
+    HOLD = "hold"
+    RELEASE = "release"
+    APPROVE = "approve"
+
+
+_AUTHZ = {
+    Verb.CANCEL: Action.CANCEL,
+    Verb.SIGNAL: Action.SIGNAL,
+    Verb.HOLD: Action.HOLD,
+    Verb.RELEASE: Action.RELEASE,
+    Verb.APPROVE: Action.APPROVE,
+}
+
+
+class Target(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: int
+    owner: str
+    account: str
+    state: str  # as `muster queue` shows it
+    held: bool = False
+    held_by_operator: bool = False
+    needs_approval: bool = False
+    approved: bool = False
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
+    act_on: tuple[int, ...] = ()
+    skipped: tuple[str, ...] = ()
+    refusal: str | None = None
+    code: str = ""
+    operator_hold: tuple[int, ...] = ()  # for HOLD: jobs an operator holds for someone else
+
+
+def decide(verb: Verb, actor: str, targets: list[Target], config: ClusterConfig) -> Decision:
+    if not targets:
+        return Decision(refusal="no job matches the selection", code="not_found")
+    for t in targets:
+        refused = authorize(_AUTHZ[verb], actor, t.owner, t.account, config)
+        if refused is not None:
+            return Decision(refusal=f"job {t.job_id}: {refused.message}", code="forbidden")
+    act: list[int] = []
+    skipped: list[str] = []
+    for t in targets:
+        why = _why_not(verb, actor, t, config)
+        if why is None:
+            act.append(t.job_id)
+        elif why.startswith("!"):
+            return Decision(refusal=why[1:], code="forbidden")
+        else:
+            skipped.append(why)
+    if not act:
+        return Decision(refusal="; ".join(skipped), code="invalid_state", skipped=tuple(skipped))
+    ops = actor in config.operators
+    by_op = tuple(t.job_id for t in targets if t.job_id in act and ops and t.owner != actor)
+    return Decision(
+        act_on=tuple(act),
+        skipped=tuple(skipped),
+        operator_hold=by_op if verb is Verb.HOLD else (),
+    )
+
+
+def _why_not(verb: Verb, actor: str, t: Target, config: ClusterConfig) -> str | None:
+    """None when `verb` applies to `t`; a reason it is skipped; or '!reason' to refuse."""
+    job = f"job {t.job_id}"
+    if t.state not in LIVE:
+        return f"{job} already ended ({t.state})"
+    match verb:
+        case Verb.CANCEL:
+            return None
+        case Verb.SIGNAL:
+            return None if t.state in RUNNING else f"{job} is {t.state}, not running: no signal"
+        case Verb.HOLD:
+            if t.state != "PENDING":
+                return f"{job} is {t.state}; only pending jobs can be held"
+            return None
+        case Verb.RELEASE:
+            if t.state != "PENDING" or not t.held:
+                if t.needs_approval and not t.approved:
+                    return f"{job} is not held; it waits for an operator's approval"
+                return f"{job} is not held"
+            if t.held_by_operator and actor not in config.operators:
+                return f"!{job} was held by an operator; only an operator may release it"
+            return None
+        case Verb.APPROVE:
+            if not t.needs_approval:
+                return f"{job} needs no approval (its partition does not require it)"
+            if t.approved:
+                return f"{job} is already approved"
+            return None
+    return None  # pragma: no cover - every verb is matched
+
+
+def signal_name(text: str) -> str:
+    """`USR1`, `SIGUSR1`, `10` -> `SIGUSR1`; ValueError naming the accepted forms."""
+    raw = text.strip().upper()
+    try:
+        if raw.isdigit():
+            return _signal.Signals(int(raw)).name
+        name = raw if raw.startswith("SIG") else f"SIG{raw}"
+        return _signal.Signals[name].name
+    except (KeyError, ValueError):
+        raise ValueError(
+            f"unknown signal {text!r}; use a name such as USR1, TERM, INT or a number"
+        ) from None

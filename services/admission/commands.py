@@ -1,0 +1,301 @@
+"""Shell: the job commands (cancel, signal, hold, release, approve) and the reads
+(queue, show). Each command is one transaction: select and lock the jobs, `decide`
+(pure, actions.py), write and queue the events it owes (outbox)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from shared.api import (
+    AGENT_PREFIX,
+    AttemptView,
+    JobSelector,
+    Ok,
+    QueueReply,
+    QueueRequest,
+    ShowJobReply,
+    ShowJobRequest,
+    StopWorkers,
+)
+from shared.db import Conn, outbox_add
+from shared.events import JobCancelRequested, JobSubmitted
+from shared.jobspec import JobSpec
+from shared.logs import kv
+from shared.runtime import ServiceContext
+
+from . import repo
+from .actions import Decision, Target, Verb, decide, signal_name
+from .authz import Action, authorize
+from .config import ClusterConfig
+from .errors_api import Refused
+from .policy import dependency_text, parse_job_ref
+from .views import job_state, job_view, why_pending
+
+log = logging.getLogger(__name__)
+
+
+class JobCommands:
+    def __init__(self, ctx: ServiceContext, config: Callable[[], ClusterConfig]) -> None:
+        self.ctx = ctx
+        self.config = config
+
+    # --- selection ---------------------------------------------------------------------
+
+    def _where(self, sel: JobSelector) -> repo.Where:
+        where = repo.Where()
+        refs: list[tuple[int, tuple[int, ...] | None]] = [(j, None) for j in sel.job_ids]
+        for text in sel.job_refs:
+            try:
+                ref = parse_job_ref(text)
+            except ValueError as err:
+                raise Refused(str(err), "invalid") from err
+            refs.append((ref.job_id, ref.tasks))
+        if refs:
+            repo.refs_clause(where, refs)
+        if sel.name is not None:
+            where.add(f"j.name = {where.arg(sel.name)}")
+        if sel.owner is not None:
+            where.add(f"j.user_name = {where.arg(sel.owner)}")
+        if sel.partition is not None:
+            where.add(f"j.partition = {where.arg(sel.partition)}")
+        if not where.parts:
+            raise Refused("say which jobs: give job ids, --name or --user", "invalid")
+        if not refs:  # a name or user alone means their live jobs, as scancel -n/-u
+            where.add("j.cancel_requested_at IS NULL")
+            where.add(
+                "NOT EXISTS (SELECT 1 FROM job_runs t WHERE t.job_id = j.job_id"
+                f" AND t.state = ANY({where.arg(repo.TERMINAL_STATES)}::text[]))"
+            )
+        return where
+
+    async def _targets(self, conn: Conn, sel: JobSelector) -> tuple[list[Target], dict[int, Any]]:
+        rows = await repo.select_rows(conn, self._where(sel), lock=True)
+        targets, by_id = [], {}
+        states = {s.upper() for s in sel.states}
+        for row in rows:
+            state, _ = job_state(row)
+            if states and state not in states:
+                continue
+            by_id[row["job_id"]] = row
+            targets.append(
+                Target(
+                    job_id=row["job_id"],
+                    owner=row["user_name"],
+                    account=row["account"],
+                    state=state,
+                    held=row["held"],
+                    held_by_operator=row["held_by_operator"],
+                    needs_approval=row["needs_approval"],
+                    approved=row["approved"],
+                )
+            )
+        return targets, by_id
+
+    async def _decided(
+        self, conn: Conn, verb: Verb, sel: JobSelector
+    ) -> tuple[Decision, dict[int, Any]]:
+        targets, rows = await self._targets(conn, sel)
+        decision = decide(verb, sel.user, targets, self.config())
+        if decision.refusal is not None:
+            details = decision.skipped or (decision.refusal,)
+            raise Refused(decision.refusal, decision.code, details)
+        return decision, rows
+
+    # --- commands ----------------------------------------------------------------------
+
+    async def cancel(self, sel: JobSelector) -> Ok:
+        if sel.signal:
+            return await self.signal(sel)
+        reason = sel.reason or f"cancelled by {sel.user}"
+        async with self.ctx.pool.acquire() as conn, conn.transaction():
+            decision, _ = await self._decided(conn, Verb.CANCEL, sel)
+            for job_id in decision.act_on:
+                await repo.request_cancel(conn, job_id, reason)
+            await outbox_add(
+                conn,
+                *(
+                    JobCancelRequested(job_id=j, by=sel.user, reason=reason)
+                    for j in decision.act_on
+                ),
+            )
+        self.ctx.relay.kick()
+        log.info("cancel", extra=kv(by=sel.user, jobs=len(decision.act_on)))
+        return _ok(f"cancel requested for {len(decision.act_on)} job(s)", decision)
+
+    async def signal(self, sel: JobSelector) -> Ok:
+        try:
+            name = signal_name(sel.signal or "")
+        except ValueError as err:
+            raise Refused(str(err), "invalid") from err
+        async with self.ctx.pool.acquire() as conn, conn.transaction():
+            decision, rows = await self._decided(conn, Verb.SIGNAL, sel)
+        sends = [
+            self._signal_node(job_id, node, name)
+            for job_id in decision.act_on
+            for node in rows[job_id]["run_nodes"] or ()
+        ]
+        failed = [f for f in await asyncio.gather(*sends) if f]
+        message = f"sent {name} to {len(decision.act_on)} job(s)"
+        return Ok(
+            message=message + (f"; not delivered: {', '.join(failed)}" if failed else ""),
+            job_ids=decision.act_on,
+            skipped=decision.skipped,
+        )
+
+    async def _signal_node(self, job_id: int, node: str, name: str) -> str:
+        req = StopWorkers(job_id=job_id, signal=name, wait=False)
+        try:
+            await self.ctx.bus.request(
+                f"{AGENT_PREFIX}{node}.stop", msgspec.json.encode(req), timeout=5
+            )
+        except Exception as err:  # an agent gone is reported, not fatal to the others
+            log.warning("signal not delivered", extra=kv(job=job_id, node=node, error=repr(err)))
+            return f"job {job_id} on {node}"
+        return ""
+
+    async def hold(self, sel: JobSelector) -> Ok:
+        reason = sel.reason or f"held by {sel.user}"
+        async with self.ctx.pool.acquire() as conn, conn.transaction():
+            decision, _ = await self._decided(conn, Verb.HOLD, sel)
+            ops = set(decision.operator_hold)
+            mine = [j for j in decision.act_on if j not in ops]
+            if mine:
+                await repo.set_held(conn, mine, True, reason)
+            if ops:
+                await repo.set_held(conn, sorted(ops), True, reason, by_operator=True)
+        return _ok(f"held {len(decision.act_on)} job(s)", decision)
+
+    async def release(self, sel: JobSelector) -> Ok:
+        async with self.ctx.pool.acquire() as conn, conn.transaction():
+            decision, rows = await self._decided(conn, Verb.RELEASE, sel)
+            await repo.set_held(conn, list(decision.act_on), False, "")
+            await _wake(conn, decision.act_on, rows)
+        self.ctx.relay.kick()
+        waiting = [
+            j for j in decision.act_on if rows[j]["needs_approval"] and not rows[j]["approved"]
+        ]
+        note = (
+            f"; still awaiting operator approval: {', '.join(map(str, waiting))}" if waiting else ""
+        )
+        return _ok(f"released {len(decision.act_on)} job(s){note}", decision)
+
+    async def approve(self, sel: JobSelector) -> Ok:
+        async with self.ctx.pool.acquire() as conn, conn.transaction():
+            decision, rows = await self._decided(conn, Verb.APPROVE, sel)
+            await repo.approve(conn, list(decision.act_on), sel.user)
+            await _wake(conn, decision.act_on, rows)
+        self.ctx.relay.kick()
+        held = [j for j in decision.act_on if rows[j]["held"]]
+        note = f"; still held by a user hold: {', '.join(map(str, held))}" if held else ""
+        return _ok(f"approved {len(decision.act_on)} job(s){note}", decision)
+
+    # --- reads -------------------------------------------------------------------------
+
+    async def queue(self, req: QueueRequest) -> QueueReply:
+        where = repo.Where()
+        refs: list[tuple[int, tuple[int, ...] | None]] = [(j, None) for j in req.job_ids]
+        for text in req.job_refs:
+            try:
+                ref = parse_job_ref(text)
+            except ValueError as err:
+                raise Refused(str(err), "invalid") from err
+            refs.append((ref.job_id, ref.tasks))
+        if refs:
+            repo.refs_clause(where, refs)
+        for column, values in (
+            ("user_name", req.users),
+            ("partition", req.partitions),
+            ("account", req.accounts),
+            ("name", req.names),
+        ):
+            if values:
+                where.add(f"j.{column} = ANY({where.arg(list(values))}::text[])")
+        async with self.ctx.pool.acquire() as conn:
+            rows = await repo.select_rows(conn, where)
+        views = [job_view(r) for r in rows]
+        if req.states:
+            wanted = {s.upper() for s in req.states}
+            views = [v for v in views if v.state in wanted]
+        elif not req.all_states and not refs:
+            views = [v for v in views if v.state in ("PENDING", "CONFIGURING", *_ACTIVE)]
+        return QueueReply(jobs=tuple(views))
+
+    async def show(self, req: ShowJobRequest) -> ShowJobReply:
+        async with self.ctx.pool.acquire() as conn:
+            rows = await repo.job_rows(conn, [req.job_id], None)
+            if not rows:
+                raise Refused(f"no such job: {req.job_id}", "not_found")
+            spec = await repo.job_spec(conn, req.job_id) or {}
+            history = await repo.attempts(conn, req.job_id)
+        row = rows[0]
+        owner_side = authorize(
+            Action.MODIFY, req.user, row["user_name"], row["account"], self.config()
+        )
+        if owner_side is not None:
+            spec.pop("script", None)  # the script is its owner's (and their admins') only
+        view = job_view(row)
+        approval = ""
+        if row["needs_approval"]:
+            approval = (
+                f"approved by {row['approved_by']}"
+                if row["approved"]
+                else "awaiting operator approval"
+            )
+        return ShowJobReply(
+            job=view,
+            spec=spec,
+            why_pending=why_pending(view),
+            dependency=_dependency_of(spec),
+            approval=approval,
+            attempts=tuple(_attempt(a) for a in history),
+        )
+
+
+_ACTIVE = ("STARTING", "RUNNING", "COMPLETING")
+
+
+def _ok(message: str, decision: Decision) -> Ok:
+    return Ok(message=message, job_ids=decision.act_on, skipped=decision.skipped)
+
+
+async def _wake(conn: Conn, job_ids: tuple[int, ...], rows: dict[int, Any]) -> None:
+    """A released or approved job is news to the placer."""
+    await outbox_add(
+        conn,
+        *(
+            JobSubmitted(
+                job_id=j,
+                user=rows[j]["user_name"],
+                account=rows[j]["account"],
+                partition=rows[j]["partition"],
+            )
+            for j in job_ids
+        ),
+    )
+
+
+def _dependency_of(spec: dict[str, Any]) -> str:
+    if not spec.get("dependencies"):
+        return ""
+    try:
+        return dependency_text(msgspec.convert(spec, JobSpec))
+    except msgspec.ValidationError:
+        return ""
+
+
+def _attempt(a: Any) -> AttemptView:
+    return AttemptView(
+        attempt=a["attempt"],
+        seq=a["seq"],
+        nodes=tuple(a["nodes"]),
+        world_size=a["world_size"],
+        reason=a["reason"],
+        outcome=a["outcome"],
+        started_at=float(a["started"]),
+        ended_at=None if a["ended"] is None else float(a["ended"]),
+    )

@@ -1,0 +1,356 @@
+"""Admission's shell on real NATS and PostgreSQL: the service runs in-process with the
+local cluster's configuration against four registered 4-GPU nodes; every command and
+every refusal goes through a real request-reply round trip."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import msgspec
+import pytest
+
+from muster.client import ApiRefused, call
+from services.admission.service import Admission
+from shared.api import (
+    JobSelector,
+    NodeAction,
+    Ok,
+    QueueReply,
+    QueueRequest,
+    ReloadReply,
+    Request,
+    ShowJobReply,
+    ShowJobRequest,
+    SubmitReply,
+    SubmitRequest,
+)
+from shared.runtime import service_context
+from shared.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = "#!/bin/bash\nsleep 1\n"
+
+
+class Api:
+    def __init__(self, url: str, config: Path) -> None:
+        self.url = url
+        self.config = config
+
+    async def submit(self, user: str, *argv: str, script: str = SCRIPT) -> SubmitReply:
+        req = SubmitRequest(user=user, argv=argv, script=script, script_path="job.sh")
+        return await call(self.url, "submit", req, SubmitReply)
+
+    async def act(self, verb: str, user: str, *refs: str, **kw: object) -> Ok:
+        return await call(self.url, verb, JobSelector(user=user, job_refs=refs, **kw), Ok)
+
+    async def queue(self, user: str = "alice", **kw: object) -> QueueReply:
+        return await call(self.url, "queue", QueueRequest(user=user, **kw), QueueReply)
+
+    async def show(self, job_id: int, user: str = "alice") -> ShowJobReply:
+        req = ShowJobRequest(user=user, job_id=job_id)
+        return await call(self.url, "show", req, ShowJobReply)
+
+    async def state(self, job_id: int) -> tuple[str, str]:
+        job = (await self.queue(job_refs=(str(job_id),))).jobs[0]
+        return job.state, job.reason
+
+
+async def _register_nodes(db: asyncpg.Connection) -> None:
+    for i in range(1, 5):
+        await db.execute("INSERT INTO nodes(name) VALUES ($1)", f"node{i:02d}")
+        await db.executemany(
+            "INSERT INTO gpus(node, idx, model) VALUES ($1, $2, 'SIM-H100')",
+            [(f"node{i:02d}", g) for g in range(4)],
+        )
+
+
+@pytest.fixture
+async def api(
+    nats_url: str, database_url: str, db: asyncpg.Connection, tmp_path: Path
+) -> AsyncIterator[Api]:
+    await _register_nodes(db)
+    config = tmp_path / "cluster.toml"
+    shutil.copy(REPO / "deploy" / "local" / "cluster.toml", config)
+    settings = Settings(
+        nats_url=nats_url,
+        database_url=database_url,
+        cluster_config=str(config),
+        service_name="admission",
+    )
+    stop = asyncio.Event()
+    async with service_context(settings) as ctx:
+        task = asyncio.create_task(Admission(ctx).run(stop))
+        client = Api(nats_url, config)
+        for _ in range(50):
+            try:
+                await call(nats_url, "queue", QueueRequest(user="x"), QueueReply, timeout=1)
+                break
+            except Exception:
+                await asyncio.sleep(0.1)
+        yield client
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def _refused(coro: object) -> ApiRefused:
+    with pytest.raises(ApiRefused) as info:
+        await coro  # type: ignore[misc]
+    return info.value
+
+
+# --- submit ----------------------------------------------------------------------------
+
+
+async def test_an_accepted_job_gets_the_configured_defaults_and_its_event_is_published(
+    api: Api, db: asyncpg.Connection
+) -> None:
+    reply = await api.submit("alice", "--gpus-per-node=2")
+    (job_id,) = reply.job_ids
+    row = await db.fetchrow("SELECT * FROM jobs WHERE job_id = $1", job_id)
+    assert (row["partition"], row["account"], row["qos"], row["time_limit_s"]) == (
+        "normal",
+        "research",
+        "normal",
+        3600,
+    )
+    assert (row["tier"], row["preemptible"], row["grace_s"], row["min_runtime_s"]) == (
+        10,
+        True,
+        120,
+        600,
+    )
+    published = await _wait_published(db)
+    assert published == 1
+
+
+async def _wait_published(db: asyncpg.Connection) -> int:
+    for _ in range(50):
+        n = await db.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+        if n:
+            return int(n)
+        await asyncio.sleep(0.1)
+    return 0
+
+
+REFUSALS = {
+    "an unknown partition names the partitions": (
+        "alice",
+        ("-p", "gpu"),
+        "partitions: debug, normal, large, inference",
+    ),
+    "a time over the partition's maximum names it": (
+        "alice",
+        ("-p", "debug", "-t", "2:00:00"),
+        "30:00",
+    ),
+    "an account the partition does not allow": (
+        "alice",
+        ("-p", "inference"),
+        "allowed accounts: prod",
+    ),
+    "a user with no account on the cluster": ("mallory", (), "has no account"),
+    "an account the user is not in": ("alice", ("-A", "prod"), "your accounts: research"),
+    "more GPUs per node than any node has": ("alice", ("--gpus-per-node=8",), "has 4 GPU"),
+    "more nodes than the partition has": ("alice", ("-N", "5"), "4 node(s)"),
+    "a QOS that does not exist": ("alice", ("-q", "gold"), "QOS defined: high, normal, low"),
+    "a negative nice from a non-operator": ("alice", ("--nice=-5",), "only an operator"),
+    "a dependency on a job that does not exist": ("alice", ("-d", "afterok:999999"), "999999"),
+    "an unparseable option": ("alice", ("--frobnicate",), "frobnicate"),
+}
+
+
+@pytest.mark.parametrize(("user", "argv", "says"), REFUSALS.values(), ids=REFUSALS.keys())
+async def test_a_refused_submission_says_why_and_leaves_no_trace(
+    api: Api, db: asyncpg.Connection, user: str, argv: tuple[str, ...], says: str
+) -> None:
+    err = await _refused(api.submit(user, *argv))
+    assert says in str(err)
+    assert await db.fetchval("SELECT count(*) FROM jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM outbox") == 0
+
+
+async def test_the_submit_limit_counts_queued_jobs_and_array_tasks(api: Api) -> None:
+    text = api.config.read_text().replace(
+        "max_submitted_jobs_per_user = 500", "max_submitted_jobs_per_user = 3"
+    )
+    api.config.write_text(text)
+    await call(api.url, "reload", Request(user="root"), ReloadReply)
+    await api.submit("alice", "--array=0-1")
+    err = await _refused(api.submit("alice", "--array=0-1"))
+    assert "already has 2 job(s)" in str(err) and "limit of 3" in str(err)
+    assert (await api.submit("alice")).job_ids
+
+
+# --- approval, hold, release ------------------------------------------------------------
+
+
+async def test_a_job_needing_approval_waits_until_an_operator_approves_it(api: Api) -> None:
+    reply = await api.submit("alice", "-p", "large")
+    assert any("approval" in w for w in reply.warnings)
+    job = str(reply.job_ids[0])
+    assert await api.state(int(job)) == ("PENDING", "APPROVAL")
+    assert "approval" in (await api.show(int(job))).why_pending
+
+    err = await _refused(api.act("release", "alice", job))
+    assert "waits for an operator's approval" in str(err)
+    err = await _refused(api.act("approve", "carol", job))
+    assert err.code == "forbidden" and "only an operator" in str(err)
+
+    ok = await api.act("approve", "root", job)
+    assert ok.job_ids == (int(job),)
+    assert (await api.show(int(job))).approval == "approved by root"
+    err = await _refused(api.act("approve", "root", job))
+    assert "already approved" in str(err)
+
+
+async def test_a_user_hold_is_lifted_by_its_owner_but_an_operator_hold_only_by_an_operator(
+    api: Api,
+) -> None:
+    job = str((await api.submit("alice")).job_ids[0])
+    await api.act("hold", "alice", job)
+    assert await api.state(int(job)) == ("PENDING", "HELD")
+    await api.act("release", "alice", job)
+    assert (await api.state(int(job)))[1] != "HELD"
+
+    await api.act("hold", "root", job, reason="maintenance")
+    assert await api.state(int(job)) == ("PENDING", "HELD_ADMIN")
+    err = await _refused(api.act("release", "alice", job))
+    assert "only an operator may release it" in str(err)
+    await api.act("release", "root", job)
+    err = await _refused(api.act("release", "alice", job))
+    assert "is not held" in str(err)
+
+
+async def test_a_job_submitted_held_is_released_by_its_owner(api: Api) -> None:
+    job = (await api.submit("alice", "-H")).job_ids[0]
+    assert await api.state(job) == ("PENDING", "HELD")
+    await api.act("release", "alice", str(job))
+    assert await api.state(job) != ("PENDING", "HELD")
+
+
+# --- cancel -----------------------------------------------------------------------------
+
+
+async def test_cancel_by_id_array_task_name_and_user(api: Api) -> None:
+    single = (await api.submit("alice")).job_ids[0]
+    array = (await api.submit("alice", "--array=0-4")).job_ids
+    named = (await api.submit("bob", "-J", "sweep")).job_ids[0]
+    other = (await api.submit("bob", "-J", "keep")).job_ids[0]
+
+    assert (await api.act("cancel", "alice", str(single))).job_ids == (single,)
+    ok = await api.act("cancel", "alice", f"{array[0]}_3")
+    assert ok.job_ids == (array[3],)
+    ok = await api.act("cancel", "alice", f"{array[0]}_[0-1]")
+    assert ok.job_ids == array[:2]
+    ok = await api.act("cancel", "bob", name="sweep")
+    assert ok.job_ids == (named,)
+    ok = await api.act("cancel", "alice", owner="alice")  # what is left of alice's array
+    assert ok.job_ids == (array[2], array[4])
+    states = {j.job_id: j.state for j in (await api.queue(all_states=True)).jobs}
+    assert states[other] == "PENDING"
+    assert all(states[j] == "CANCELLED" for j in (single, named, *array))
+
+    err = await _refused(api.act("cancel", "alice", str(single)))
+    assert "already ended (CANCELLED)" in str(err)
+
+
+CANCEL_REFUSALS = {
+    "another user's job": ("bob", "'bob' may not cancel a job of 'alice'"),
+    "a coordinator of another account": ("dave", "only its owner, a coordinator"),
+}
+
+
+@pytest.mark.parametrize(("actor", "says"), CANCEL_REFUSALS.values(), ids=CANCEL_REFUSALS.keys())
+async def test_cancelling_a_job_that_is_not_yours_is_refused_with_who_may(
+    api: Api, actor: str, says: str
+) -> None:
+    job = str((await api.submit("alice")).job_ids[0])
+    err = await _refused(api.act("cancel", actor, job))
+    assert err.code == "forbidden"
+    assert says in str(err)
+
+
+async def test_a_coordinator_and_an_operator_may_cancel_a_job_of_their_account(api: Api) -> None:
+    a = (await api.submit("alice")).job_ids[0]
+    b = (await api.submit("alice")).job_ids[0]
+    assert (await api.act("cancel", "carol", str(a))).job_ids == (a,)
+    assert (await api.act("cancel", "root", str(b))).job_ids == (b,)
+
+
+async def test_cancel_refusals_for_bad_selections(api: Api) -> None:
+    assert "not a job id" in str(await _refused(api.act("cancel", "alice", "12x")))
+    assert "no job matches" in str(await _refused(api.act("cancel", "alice", "424242")))
+    assert "say which jobs" in str(await _refused(api.act("cancel", "alice")))
+    job = str((await api.submit("alice")).job_ids[0])
+    err = await _refused(api.act("cancel", "alice", job, signal="USR1"))
+    assert "not running: no signal" in str(err)
+    err = await _refused(api.act("cancel", "alice", job, signal="NOPE"))
+    assert "unknown signal" in str(err)
+
+
+# --- reads ------------------------------------------------------------------------------
+
+
+async def test_queue_filters_by_user_partition_and_state(api: Api) -> None:
+    a = (await api.submit("alice")).job_ids[0]
+    b = (await api.submit("bob", "-p", "debug")).job_ids[0]
+    c = (await api.submit("alice", "-H")).job_ids[0]
+    ids = lambda r: [j.job_id for j in r.jobs]  # noqa: E731
+    assert ids(await api.queue(users=("alice",))) == [a, c]
+    assert ids(await api.queue(partitions=("debug",))) == [b]
+    await api.act("cancel", "alice", str(a))
+    assert ids(await api.queue()) == [b, c]
+    assert ids(await api.queue(states=("CANCELLED",))) == [a]
+    raw = msgspec.to_builtins((await api.queue()).jobs[0])
+    assert {"job_id", "state", "reason", "partition", "estimated_start", "array_task_id"} <= set(
+        raw
+    )
+
+
+async def test_show_hides_the_script_from_others_and_says_why_a_job_waits(api: Api) -> None:
+    first = (await api.submit("alice")).job_ids[0]
+    job = (await api.submit("alice", "-H", "-d", f"afterok:{first}")).job_ids[0]
+    mine = await api.show(job, "alice")
+    assert mine.spec["script"] == SCRIPT
+    assert mine.dependency == f"afterok:{first}"
+    assert mine.why_pending.startswith("HELD: it is held")
+    assert "script" not in (await api.show(job, "dave")).spec
+    assert "script" in (await api.show(job, "carol")).spec  # coordinator of research
+    assert "no such job" in str(await _refused(api.show(987654)))
+
+
+# --- operators --------------------------------------------------------------------------
+
+
+async def test_reload_is_for_operators_and_a_bad_file_keeps_the_old_configuration(
+    api: Api,
+) -> None:
+    err = await _refused(call(api.url, "reload", Request(user="alice"), ReloadReply))
+    assert err.code == "forbidden" and "only an operator" in str(err)
+
+    good = api.config.read_text()
+    api.config.write_text(good.replace('max_time = "30:00"', 'max_tme = "30:00"'))
+    err = await _refused(call(api.url, "reload", Request(user="root"), ReloadReply))
+    assert "unchanged" in str(err) and any("max_tme" in d for d in err.details)
+    assert (await api.submit("alice", "-p", "debug")).job_ids  # old config still in force
+
+    api.config.write_text(good + '\n[partitions.extra]\nnodes = ["gpu"]\n')
+    reply = await call(api.url, "reload", Request(user="root"), ReloadReply)
+    assert reply.changed and "extra" in reply.partitions
+    assert (await api.submit("alice", "-p", "extra")).job_ids
+
+
+async def test_drain_is_for_operators_and_names_the_nodes(api: Api) -> None:
+    req = NodeAction(user="alice", node="node01", reason="fan")
+    err = await _refused(call(api.url, "drain", req, Ok))
+    assert "only an operator may drain" in str(err)
+    req = NodeAction(user="root", node="node99", reason="fan")
+    err = await _refused(call(api.url, "drain", req, Ok))
+    assert "nodes are: node01" in str(err)
+    assert "say why" in str(
+        await _refused(call(api.url, "drain", NodeAction(user="root", node="node01"), Ok))
+    )
