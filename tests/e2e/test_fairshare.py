@@ -3,8 +3,11 @@ redelivered or killed, decay, priorities for the placer, and the share/acct API.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import io
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,12 +16,14 @@ import asyncpg
 import msgspec
 import pytest
 
+from muster.cli_accounting import register
 from muster.client import call
 from muster.cluster import Cluster
 from services.fairshare.api import AcctReply, AcctRequest, ShareReply, ShareRequest
 from services.fairshare.cluster import ClusterView
 from services.fairshare.config import FairShareConfig
 from services.fairshare.decay import HALF_LIFE_DEFAULT_S, ResetPeriod
+from services.fairshare.render import SHARE_COLUMNS
 from services.fairshare.service import FairShare
 from services.fairshare.tree import Account, AccountTree, UserAssoc
 from shared.events import JobFinished, JobRequeued, UsageTicked
@@ -166,8 +171,21 @@ async def test_a_newcomer_outranks_everyone_in_the_same_pass(
     assert got[newcomer].total > got[light].total
 
 
+def cli(state: Path, url: str, *argv: str) -> str:
+    """Run a `muster share`/`muster acct` command line; its stdout."""
+    (state / "cluster.json").write_text(json.dumps({"nats_url": url}))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--state", default=str(state))
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert args.fn(args) == 0
+    return out.getvalue()
+
+
 async def test_share_and_acct_answer_over_nats_in_their_queue_group(
-    ctx: ServiceContext, db: asyncpg.Connection, nats_url: str
+    ctx: ServiceContext, db: asyncpg.Connection, nats_url: str, tmp_path: Path
 ) -> None:
     job = await seed_job(db, "alice", "research")
     fs = FairShare(ctx, FairShareConfig(), CLUSTER)
@@ -199,6 +217,15 @@ async def test_share_and_acct_answer_over_nats_in_their_queue_group(
         assert acct.rows[0].state == "PENDING"  # no launcher ran it in this test
         filtered = await call(nats_url, "acct", AcctRequest(user="a", users=("bob",)), AcctReply)
         assert filtered.rows == ()
+
+        text = await asyncio.to_thread(cli, tmp_path, nats_url, "share", "-A", "research")
+        assert text.splitlines()[0].split() == list(SHARE_COLUMNS)
+        assert [line.split()[:2] for line in text.splitlines()[3:]] == [
+            ["research", "70"],
+            ["research", "alice"],
+        ]
+        raw = await asyncio.to_thread(cli, tmp_path, nats_url, "acct", "-j", str(job), "--json")
+        assert msgspec.json.decode(raw)["rows"][0]["gpu_seconds"] == 50.0
     finally:
         stop.set()
         await asyncio.wait_for(task, 20)

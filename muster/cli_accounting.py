@@ -1,0 +1,113 @@
+"""Shell: `muster share` (like sshare) and `muster acct` (like sacct), answered by the
+fairshare service over NATS. `muster.cli` calls `register(subparsers)`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import nats.errors
+
+from muster.client import ApiRefused, call, current_user, nats_url
+from services.fairshare.api import (
+    ACCT_VERB,
+    SHARE_VERB,
+    AcctReply,
+    AcctRequest,
+    ShareReply,
+    ShareRequest,
+)
+from services.fairshare.render import render_acct, render_share_table
+
+
+def _names(values: list[str] | None) -> tuple[str, ...]:
+    """`-u a,b -u c` -> ("a", "b", "c")."""
+    return tuple(n for v in values or () for n in v.split(",") if n)
+
+
+def parse_when(text: str) -> float:
+    """Epoch seconds from `2027-01-15`, `2027-01-15T08:00[:00]` (UTC unless an offset
+    is given) or a plain number of epoch seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time; write 2027-01-15, 2027-01-15T08:00 or epoch seconds"
+        ) from err
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _request(verb: str, req: msgspec.Struct, kind: type[Any], state: str | None) -> Any:
+    try:
+        return asyncio.run(call(nats_url(state), verb, req, kind))
+    except ApiRefused as err:
+        print(f"muster {verb}: {err}", file=sys.stderr)
+        return None
+    except (TimeoutError, nats.errors.NoRespondersError):
+        print(f"muster {verb}: no reply; is the fairshare service running?", file=sys.stderr)
+        return None
+
+
+def cmd_share(args: argparse.Namespace) -> int:
+    req = ShareRequest(user=current_user(), accounts=_names(args.account), users=_names(args.user))
+    reply = _request(SHARE_VERB, req, ShareReply, args.state)
+    if reply is None:
+        return 1
+    if args.json:
+        print(msgspec.json.format(msgspec.json.encode(reply).decode(), indent=2))
+        return 0
+    print(render_share_table(reply.rows))
+    return 0
+
+
+def cmd_acct(args: argparse.Namespace) -> int:
+    req = AcctRequest(
+        user=current_user(),
+        job_ids=tuple(int(j) for j in _names(args.jobs)),
+        users=_names(args.user),
+        accounts=_names(args.account),
+        states=tuple(s.upper() for s in _names(args.state_filter)),
+        since=args.starttime,
+        until=args.endtime,
+        attempts=not args.allocations,
+        limit=args.limit,
+    )
+    reply = _request(ACCT_VERB, req, AcctReply, args.state)
+    if reply is None:
+        return 1
+    if args.json:
+        print(msgspec.json.format(msgspec.json.encode(reply).decode(), indent=2))
+        return 0
+    print(render_acct(reply.rows))
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add `share` and `acct` to the `muster` parser's subcommands."""
+    s = sub.add_parser("share", help="fair share per account and user (like sshare -l)")
+    s.add_argument("-A", "--account", action="append", help="only these accounts (a,b)")
+    s.add_argument("-u", "--user", action="append", help="only these users (a,b)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_share)
+
+    s = sub.add_parser("acct", help="job accounting records (like sacct)")
+    s.add_argument("-j", "--jobs", action="append", help="job ids (12,13)")
+    s.add_argument("-u", "--user", action="append", help="users (a,b)")
+    s.add_argument("-A", "--account", action="append", help="accounts (a,b)")
+    s.add_argument("-s", "--state", dest="state_filter", action="append", help="states")
+    s.add_argument("-S", "--starttime", type=parse_when, help="running or ended since")
+    s.add_argument("-E", "--endtime", type=parse_when, help="submitted before")
+    s.add_argument("-X", "--allocations", action="store_true", help="one line per job, no attempts")
+    s.add_argument("--limit", type=int, default=1000)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_acct)
