@@ -142,9 +142,11 @@ class NodeExecutor:
         current = self.running.get(req.job_id)
         if current is None:
             return msgspec.json.encode(AgentReply(ok=True, message="not running"))
-        sig = _signal.Signals[req.signal] if req.signal.startswith("SIG") else _signal.SIGTERM
+        # `B:SIGUSR1` (from `--signal=B:USR1`): the job's script only, not its group.
+        leader_only, _, name = req.signal.rpartition(":")
+        sig = _signal.Signals[name] if name.startswith("SIG") else _signal.SIGTERM
         if not req.wait:
-            current.worker.signal(sig)
+            current.worker.signal(sig, leader_only=leader_only == "B")
             return msgspec.json.encode(AgentReply(ok=True, message=f"sent {sig.name}"))
         if sig == _signal.SIGTERM:
             await current.worker.terminate(req.grace_s)

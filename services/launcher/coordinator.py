@@ -1,29 +1,34 @@
 """Job coordinator shell (cluster side): turns allocations into running gangs and keeps
-them running through faults.
+them running through faults. Every decision is `coordinator_core.decide`'s.
+
+One path for every event and timer: event in -> one transaction (inbox, lock the run,
+load the core's state, `decide`, write the new state, the attempt history and the events
+owed to the outbox) -> after the commit, the decision's actions on the node agents
+(stop, signal, start the next generation, then end the run). Those actions run in order
+per job, on a chain, so a later decision's stop never overtakes an earlier start.
 
 - `job.allocated` -> start workers on every node, or on none (gang)
-- `worker.exited` -> all 0: COMPLETED; any other: stop the rest, FAILED
-- `node.fault` / `node.down` -> elastic job: stop all, restart on the survivors with the
-  new world size (shrink); fixed-size job: stop all, requeue with the node excluded
-- `job.cancel_requested`, `job.preempt_requested`, time limits -> stop, then the end state
-  once every worker is gone (COMPLETING until then, so the GPUs stay held)
-- usage ticks while running, so long jobs are charged as they run
+- `worker.exited`, `node.fault`, `node.down`, `job.cancel_requested`,
+  `job.preempt_requested`, the settle / `--signal` / time-limit timers -> the core
+- a run that ends after its workers are stopped stays COMPLETING (GPUs held) until they
+  are gone; usage ticks while running, so long jobs are charged as they run
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import sys
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import msgspec
 
+from services.launcher import coordinator_core as core
 from services.launcher import repo
-from services.launcher.env import build_env, place_worker
 from services.launcher.executor import free_port
-from services.launcher.torchrun import worker_argv
-from shared.api import AGENT_PREFIX, AgentReply, StopWorkers, WorkerSpec
+from services.launcher.exitstatus import ExitStatus
+from services.launcher.gang import Agents, Generation
 from shared.db import Conn, inbox_first_time, outbox_add
 from shared.events import (
     AnyEvent,
@@ -56,17 +61,32 @@ SUBJECTS = (
     "muster.node.down",
 )
 CONSUMER = "launcher"
+LIVE = ("STARTING", "RUNNING")
+_CORE_DECODER = msgspec.json.Decoder(core.JobRun)
+Choose = Callable[[core.JobRun, float], core.AnyObservation | None]
 
 
-def now_utc() -> datetime:
-    return datetime.now(UTC)
+class Effects(msgspec.Struct, kw_only=True):
+    """What a committed decision still owes the node agents, in this order."""
+
+    spec: JobSpec
+    job_id: int
+    signal: core.SignalWorkers | None = None
+    stops: list[core.StopWorkers] = []
+    start: Generation | None = None
+    start_delay_s: float = 0.0
+    end_delay_s: float | None = None  # set: end the COMPLETING run after the stops
 
 
 class Coordinator:
-    def __init__(self, ctx: ServiceContext) -> None:
+    def __init__(self, ctx: ServiceContext, config: core.CoordinatorConfig) -> None:
         self.ctx = ctx
         self.settings = ctx.settings
-        self._background: set[asyncio.Task[None]] = set()
+        self.config = config
+        self.agents = Agents(ctx.bus)
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._chains: dict[int, asyncio.Task[None]] = {}
+        self._timer_wake = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.reconcile()
@@ -80,366 +100,370 @@ class Coordinator:
             case JobAllocated():
                 await self.allocated(event)
             case WorkerExited():
-                await self.worker_exited(event)
+                status = ExitStatus(
+                    exit_code=event.exit_code, signal=event.signal, oom_killed=event.oom_killed
+                )
+                obs = core.WorkerExited(
+                    node=event.node,
+                    attempt=event.generation,
+                    status=status,
+                    spawn_failed=event.spawn_failed,
+                )
+                await self.observe(event.job_id, _always(obs), event)
             case NodeFault() if event.affects_job or event.excludes_node:
-                await self.node_lost(event.node, event, fatal_to_node=event.excludes_node)
+                await self.node_lost(event)
             case NodeDown():
-                await self.node_lost(event.node, event, fatal_to_node=True)
+                await self.node_lost(event)
             case JobCancelRequested():
-                await self.stop_job(event, event.job_id, "CANCELLED", event.reason)
+                await self.cancel(event)
             case JobPreemptRequested():
-                reason = f"preempted by job {event.for_job_id}"
-                await self.stop_job(event, event.job_id, "REQUEUED", reason, grace=event.grace_s)
+                await self.observe(
+                    event.job_id, _always(core.Preempt(grace_s=event.grace_s)), event
+                )
             case _:
                 return
 
-    # --- start ----------------------------------------------------------------------
+    # --- events -> observations ----------------------------------------------------
 
     async def allocated(self, ev: JobAllocated) -> None:
         gpus = {g.node: list(g.gpus) for g in ev.grants}
-        async with self.ctx.pool.acquire() as conn, conn.transaction():
-            if not await inbox_first_time(conn, CONSUMER, ev.event_id):
-                return
-            loaded = await repo.load_spec(conn, ev.job_id)
-            if loaded is None:
-                return
-            spec, cancelled = loaded
-            current = await repo.lock_run(conn, ev.job_id)
-            if (
-                current is not None
-                and current.attempt >= ev.attempt
-                and current.state != "REQUEUED"
-            ):
-                return
-            if cancelled:
-                await repo.finish_unstarted(conn, ev.job_id, "CANCELLED", "cancelled", now_utc())
-                await outbox_add(
-                    conn, self._finished(spec, ev.job_id, ev.attempt, "CANCELLED", 0.0)
-                )
-                return
-            excluded = current.excluded if current else ()
-            run = await repo.start_run(conn, ev.job_id, ev.attempt, gpus, excluded)
-            run = msgspec.structs.replace(
-                run, restart_count=current.restart_count if current else 0
-            )
-        self.ctx.relay.kick()
-        await self.launch(spec, run)
+        async with self._lock(ev.job_id):
+            async with self.ctx.pool.acquire() as conn, conn.transaction():
+                if not await inbox_first_time(conn, CONSUMER, ev.event_id):
+                    return
+                loaded = await repo.load_spec(conn, ev.job_id)
+                if loaded is None:
+                    return
+                spec, cancelled = loaded
+                current = await repo.lock_run(conn, ev.job_id)
+                if current is not None and (
+                    current.attempt >= ev.attempt and current.state != "REQUEUED"
+                ):
+                    return
+                if cancelled:
+                    await self._end_unstarted(conn, spec, ev.job_id, "cancelled")
+                    return
+                gen = await self._start_run(conn, spec, ev, gpus, current)
+            self.ctx.relay.kick()
+            self._enqueue(Effects(spec=spec, job_id=ev.job_id, start=gen))
 
-    async def launch(self, spec: JobSpec, run: repo.Run) -> None:
-        """Start one generation of workers on every node of `run`, or on none."""
-        async with self.ctx.pool.acquire() as conn:
-            addresses = await repo.node_addresses(conn, list(run.nodes))
-        nodes = list(run.nodes)
-        master = addresses.get(nodes[0], "127.0.0.1")
-        port = free_port()
-        specs = [self._worker(spec, run, node, nodes, master, port) for node in nodes]
-        replies = await asyncio.gather(
-            *(self._agent(n, "start", s) for n, s in zip(nodes, specs, strict=True))
-        )
-        failed = [n for n, r in zip(nodes, replies, strict=True) if not r.ok]
-        async with self.ctx.pool.acquire() as conn, conn.transaction():
-            current = await repo.lock_run(conn, run.job_id)
-            if current is None or (current.attempt, current.restart_count) != (
-                run.attempt,
-                run.restart_count,
-            ):
-                return  # superseded while starting
-            if failed:
-                await self._gang_failed(conn, spec, current, failed, replies)
-            else:
-                await repo.mark_running(conn, current, now_utc())
-                await outbox_add(
-                    conn,
-                    JobStarted(
-                        job_id=run.job_id,
-                        attempt=run.attempt,
-                        nodes=run.nodes,
-                        world_size=len(nodes),
-                    ),
-                )
-        self.ctx.relay.kick()
-        if failed:
-            await self._stop_everywhere(run.job_id, [n for n in nodes if n not in failed], 2.0)
-        log.info(
-            "launched", extra=kv(job=run.job_id, nodes=nodes, gen=run.restart_count, failed=failed)
-        )
-
-    async def _gang_failed(
-        self, conn: Conn, spec: JobSpec, run: repo.Run, failed: list[str], replies: list[AgentReply]
-    ) -> None:
-        why = "; ".join(r.message for r in replies if not r.ok)
-        reason = f"could not start on {','.join(failed)}: {why}"
-        await self._end(conn, spec, run, "REQUEUED", reason, exclude=tuple(failed))
-
-    def _worker(
-        self, spec: JobSpec, run: repo.Run, node: str, nodes: list[str], master: str, port: int
-    ) -> WorkerSpec:
-        placement = place_worker(
-            spec,
-            job_id=run.job_id,
-            attempt=run.attempt,
-            restart_count=run.restart_count,
-            node=node,
-            nodelist=nodes,
-            gpus=run.gpus.get(node, []),
-            master_port=port,
-        )
-        placement = msgspec.structs.replace(
-            placement,
-            master_addr=master,
-            rdzv_endpoint=f"{master}:{port}",
-            rdzv_id=f"{run.job_id}-{run.attempt}-{run.restart_count}",
-        )
-        runnable = msgspec.structs.replace(spec, script="{spool}/" + spec.script_name)
-        out = expand_output(spec.output or "muster-%j.out", spec, run.job_id, node)
-        err = expand_output(spec.error or spec.output or "muster-%j.out", spec, run.job_id, node)
-        return WorkerSpec(
-            job_id=run.job_id,
-            attempt=run.attempt,
-            generation=run.restart_count,
-            argv=tuple(worker_argv(runnable, placement, sys.executable)),
-            env=build_env(spec, placement, _base_env()),
-            workdir=spec.workdir,
-            stdout=out,
-            stderr=err,
-            run_as=None if spec.user == _agent_user() else spec.user,
-            script=spec.script,
-            script_name=spec.script_name,
-        )
-
-    # --- exits ----------------------------------------------------------------------
-
-    async def worker_exited(self, ev: WorkerExited) -> None:
-        to_stop: list[str] = []
-        async with self.ctx.pool.acquire() as conn, conn.transaction():
-            if not await inbox_first_time(conn, CONSUMER, ev.event_id):
-                return
-            run = await repo.lock_run(conn, ev.job_id)
-            if run is None or (run.attempt, run.restart_count) != (ev.attempt, ev.generation):
-                return  # an older generation: already handled when it was replaced
-            if run.state not in ("RUNNING", "COMPLETING", "STARTING"):
-                return
-            exits = await repo.record_exit(
-                conn, ev.job_id, ev.attempt, ev.generation, ev.node, ev.exit_code, ev.signal
-            )
-            done = {r["node"] for r in exits}
-            bad = [r for r in exits if r["exit_code"] != 0]
-            all_done = set(run.nodes) <= done
-            loaded = await repo.load_spec(conn, ev.job_id)
-            assert loaded is not None
-            spec = loaded[0]
-            if run.state == "COMPLETING":
-                if all_done:
-                    await self._end(conn, spec, run, run.stopping_to or "FAILED", "")
-            elif bad and run.state == "RUNNING":
-                first = bad[0]
-                code, sig = first["exit_code"], first["signal"]
-                reason = f"node {first['node']} exited with " + (
-                    f"signal {sig}" if sig else f"code {code}"
-                )
-                if ev.oom_killed:
-                    reason = f"node {ev.node} ran out of memory"
-                if all_done:
-                    await self._end(conn, spec, run, "FAILED", reason, exit_code=code, signal=sig)
-                else:
-                    await repo.begin_stopping(conn, run.job_id, "FAILED", reason)
-                    to_stop = [n for n in run.nodes if n not in done]
-            elif all_done:
-                await self._end(conn, spec, run, "COMPLETED", "", exit_code=0)
-        self.ctx.relay.kick()
-        if to_stop:
-            self._spawn(self._stop_everywhere(ev.job_id, to_stop, self.settings.kill_wait_s))
-
-    # --- faults ---------------------------------------------------------------------
-
-    async def node_lost(self, node: str, ev: Event, *, fatal_to_node: bool) -> None:
-        async with self.ctx.pool.acquire() as conn:
-            if not await inbox_first_time(conn, CONSUMER, ev.event_id):
-                return
-            jobs = await repo.runs_on_node(conn, node)
-        if isinstance(ev, NodeFault) and ev.job_id is not None and not fatal_to_node:
-            jobs = [j for j in jobs if j == ev.job_id]
-        await asyncio.gather(*(self._recover(job_id, node, ev, fatal_to_node) for job_id in jobs))
-
-    async def _recover(self, job_id: int, node: str, ev: Event, fatal_to_node: bool) -> None:
-        xid = f"xid {ev.xid} " if isinstance(ev, NodeFault) else ""
-        reason = f"{xid}on {node}" if isinstance(ev, NodeFault) else f"node {node} down"
-        async with self.ctx.pool.acquire() as conn:
-            run = await repo.lock_run(conn, job_id)
-            loaded = await repo.load_spec(conn, job_id)
-        if run is None or loaded is None or run.state not in ("RUNNING", "STARTING"):
-            return
-        spec = loaded[0]
-        # Stop first, everywhere: the survivors must not keep a dead peer's collective.
-        await self._stop_everywhere(job_id, list(run.nodes), self.settings.fault_kill_wait_s)
-        survivors = {n: g for n, g in run.gpus.items() if n != node}
-        restart: repo.Run | None = None
-        async with self.ctx.pool.acquire() as conn, conn.transaction():
-            current = await repo.lock_run(conn, job_id)
-            if current is None or (current.attempt, current.restart_count) != (
-                run.attempt,
-                run.restart_count,
-            ):
-                return
-            if not fatal_to_node:
-                await self._end(conn, spec, current, "FAILED", f"application error: {reason}")
-            elif run.restart_count >= self.settings.restart_limit:
-                await self._end(
-                    conn, spec, current, "NODE_FAIL", f"{reason}; restart limit reached"
-                )
-            elif spec.nodes_min < spec.nodes_max and len(survivors) >= spec.nodes_min:
-                restart = await repo.reshape(
-                    conn, current, survivors, f"shrink: {reason}", now_utc()
-                )
-                await outbox_add(
-                    conn,
-                    JobReconfigured(
-                        job_id=job_id,
-                        attempt=run.attempt,
-                        grants=tuple(Grant(node=n, gpus=tuple(g)) for n, g in survivors.items()),
-                        dropped_nodes=(node,),
-                        world_size=len(survivors),
-                        reason=reason,
-                    ),
-                )
-            else:
-                await self._end(conn, spec, current, "REQUEUED", reason, exclude=(node,))
-        self.ctx.relay.kick()
-        if restart is not None:
-            await self.launch(spec, restart)
-
-    # --- stopping -------------------------------------------------------------------
-
-    async def stop_job(
-        self, ev: Event, job_id: int, to_state: str, reason: str, grace: float | None = None
-    ) -> None:
-        nodes: list[str] = []
-        async with self.ctx.pool.acquire() as conn, conn.transaction():
-            if not await inbox_first_time(conn, CONSUMER, ev.event_id):
-                return
-            run = await repo.lock_run(conn, job_id)
-            loaded = await repo.load_spec(conn, job_id)
-            if loaded is None:
-                return
-            spec = loaded[0]
-            if run is None or run.state in ("PENDING",):
-                if to_state == "CANCELLED":
-                    await repo.finish_unstarted(conn, job_id, "CANCELLED", reason, now_utc())
-                    await outbox_add(conn, self._finished(spec, job_id, 0, "CANCELLED", 0.0))
-            elif run.state == "REQUEUED" and to_state == "CANCELLED":
-                await self._end(conn, spec, run, "CANCELLED", reason)
-            elif run.state in ("RUNNING", "STARTING"):
-                if to_state == "REQUEUED" and not spec.requeue:
-                    to_state = "PREEMPTED"
-                await repo.begin_stopping(conn, job_id, to_state, reason)
-                nodes = list(run.nodes)
-        self.ctx.relay.kick()
-        if nodes:
-            wait = self.settings.kill_wait_s if grace is None else float(grace)
-            self._spawn(self._stop_everywhere(job_id, nodes, wait))
-
-    async def _stop_everywhere(self, job_id: int, nodes: list[str], grace_s: float) -> None:
-        req = StopWorkers(job_id=job_id, grace_s=grace_s)
-        await asyncio.gather(*(self._agent(n, "stop", req, timeout=grace_s + 5) for n in nodes))
-
-    async def _end(
+    async def _start_run(
         self,
         conn: Conn,
         spec: JobSpec,
-        run: repo.Run,
-        state: str,
-        reason: str,
-        *,
-        exit_code: int | None = None,
-        signal: int | None = None,
-        exclude: tuple[str, ...] = (),
-    ) -> None:
-        now = now_utc()
-        used = await repo.finish(
-            conn, run, state, reason, now, exit_code=exit_code, signal=signal, exclude=exclude
+        ev: JobAllocated,
+        gpus: dict[str, list[int]],
+        current: repo.Run | None,
+    ) -> Generation:
+        count = current.restart_count if current else 0
+        excluded = current.excluded if current else ()
+        requeued = current is not None and current.state == "REQUEUED"
+        reason = f"after requeue: {current.reason}" if current and requeued else ""
+        row = await repo.start_run(
+            conn,
+            (ev.job_id, ev.attempt),
+            gpus,
+            restart_count=count,
+            excluded=excluded,
+            reason=reason,
         )
-        model = await repo.gpu_model(conn, list(run.nodes))
-        event: Event
-        if state == "REQUEUED":
-            event = JobRequeued(
-                job_id=run.job_id,
-                attempt=run.attempt,
-                reason=reason,
-                excluded_nodes=exclude,
-                restart_count=run.restart_count + 1,
-                gpu_seconds=used,
-                user=spec.user,
-                account=spec.account,
-            )
-            tick = UsageTicked(
-                job_id=run.job_id,
-                attempt=run.attempt,
-                user=spec.user,
-                account=spec.account,
-                gpu_model=model,
-                gpu_seconds_total=used,
-            )
-            await outbox_add(conn, event, tick)
-        else:
-            await outbox_add(
-                conn,
-                msgspec.structs.replace(
-                    self._finished(spec, run.job_id, run.attempt, state, used),
-                    reason=reason,
-                    exit_code=exit_code,
-                    signal=signal,
-                    gpu_model=model,
-                    started_at=run.started_at,
-                    ended_at=now,
-                ),
-            )
-        log.info("job ended", extra=kv(job=run.job_id, state=state, reason=reason))
-
-    def _finished(
-        self, spec: JobSpec, job_id: int, attempt: int, state: str, used: float
-    ) -> JobFinished:
-        return JobFinished(
-            job_id=job_id,
-            attempt=attempt,
-            state=state,
-            user=spec.user,
-            account=spec.account,
-            gpu_seconds=used,
+        state = core.start_run(
+            spec, job_id=ev.job_id, nodes=row.nodes, now=time.time(), attempt=count,
+            restart_count=count, excluded_nodes=excluded,
+        )  # fmt: skip
+        before = _load_core(current, spec)
+        if before is not None:  # the restart limit spans requeues
+            state = msgspec.structs.replace(state, fault_restarts=before.fault_restarts)
+        await self._save_core(conn, state)
+        return Generation(
+            job_id=ev.job_id, attempt=ev.attempt, restart_count=count, nodes=row.nodes, gpus=gpus
         )
 
-    # --- timers ---------------------------------------------------------------------
-
-    async def _timers(self, stop: asyncio.Event) -> None:
-        await every(1.0, stop, self.check_timers)
-
-    async def check_timers(self) -> None:
+    async def node_lost(self, ev: NodeFault | NodeDown) -> None:
         async with self.ctx.pool.acquire() as conn:
-            overdue = await repo.overdue(conn)
-            stuck = await repo.stuck_stopping(conn, self.settings.kill_wait_s + 15)
-        for job_id in overdue:
-            await self._time_out(job_id)
-        for job_id in stuck:
-            await self._force_end(job_id)
+            jobs = await repo.runs_on_node(conn, ev.node)
+        obs: core.AnyObservation
+        if isinstance(ev, NodeFault):
+            if ev.job_id is not None and not ev.excludes_node:
+                jobs = [j for j in jobs if j == ev.job_id]
+            why = f"xid {ev.xid} ({ev.fault_class})" if ev.xid is not None else ev.fault_class
+            obs = core.NodeFault(node=ev.node, reason=why, excludes_node=ev.excludes_node)
+        else:
+            obs = core.NodeDown(node=ev.node, reason=ev.reason)
+        await asyncio.gather(*(self.observe(job, _always(obs), ev) for job in jobs))
 
-    async def _time_out(self, job_id: int) -> None:
+    async def cancel(self, ev: JobCancelRequested) -> None:
+        if ev.signal:  # `muster cancel --signal`: signal the workers, cancel nothing
+            await self._signal_only(ev)
+            return
+        async with self._lock(ev.job_id):
+            fx: Effects | None = None
+            async with self.ctx.pool.acquire() as conn, conn.transaction():
+                if not await inbox_first_time(conn, CONSUMER, ev.event_id):
+                    return
+                run = await repo.lock_run(conn, ev.job_id)
+                loaded = await repo.load_spec(conn, ev.job_id)
+                if loaded is None:
+                    return
+                spec = loaded[0]
+                if run is None or run.state == "PENDING":
+                    await self._end_unstarted(conn, spec, ev.job_id, ev.reason)
+                elif run.state == "REQUEUED":
+                    await self._end(conn, spec, run, _ending(run, "CANCELLED", ev.reason))
+                elif run.state in LIVE:
+                    fx = await self._decide(conn, spec, run, _always(core.Cancel(reason=ev.reason)))
+            self.ctx.relay.kick()
+            if fx is not None:
+                self._enqueue(fx)
+
+    async def _signal_only(self, ev: JobCancelRequested) -> None:
+        sig = core.parse_signal(ev.signal or "")
+        async with self.ctx.pool.acquire() as conn:
+            run = await repo.lock_run(conn, ev.job_id)
+        if sig is not None and run is not None and run.state in LIVE:
+            await self.agents.signal(ev.job_id, run.nodes, sig, leader_only=False)
+
+    # --- one decision ----------------------------------------------------------------
+
+    async def observe(self, job_id: int, choose: Choose, event: Event | None = None) -> None:
+        """Event (or timer) in -> one transaction -> core -> state + outbox -> effects."""
+        async with self._lock(job_id):
+            async with self.ctx.pool.acquire() as conn, conn.transaction():
+                if event is not None and not await inbox_first_time(
+                    conn, f"{CONSUMER}:{job_id}", event.event_id
+                ):
+                    return
+                if isinstance(event, WorkerExited):
+                    await repo.record_exit(
+                        conn, job_id, event.attempt, event.generation, event.node,
+                        event.exit_code, event.signal,
+                    )  # fmt: skip
+                run = await repo.lock_run(conn, job_id)
+                loaded = await repo.load_spec(conn, job_id)
+                if run is None or loaded is None or run.state not in LIVE:
+                    return
+                fx = await self._decide(conn, loaded[0], run, choose)
+            self.ctx.relay.kick()
+            if fx is not None:
+                self._enqueue(fx)
+
+    async def _decide(
+        self, conn: Conn, spec: JobSpec, run: repo.Run, choose: Choose
+    ) -> Effects | None:
+        before = _load_core(run, spec)
+        now = time.time()
+        obs = None if before is None else choose(before, now)
+        if before is None or obs is None:
+            return None
+        decision = core.decide(before, obs, self.config, now)
+        if decision.verdict is core.Verdict.IGNORE:
+            return None
+        log.debug("decided", extra=kv(job=run.job_id, obs=type(obs).__name__, v=decision.verdict))
+        return await self._apply(conn, spec, run, before, decision)
+
+    async def _apply(
+        self, conn: Conn, spec: JobSpec, run: repo.Run, before: core.JobRun, decision: core.Decision
+    ) -> Effects:
+        """Write what the decision makes true; return what it owes the agents."""
+        after = decision.run
+        for rec in after.history[len(before.history) :]:
+            closed = (rec.nodes, rec.world_size, _at(rec.started_at), _at(rec.ended_at))
+            outcome = f"{rec.verdict}: {rec.reason}"
+            await repo.close_attempt(conn, (run.job_id, run.attempt), rec.attempt, closed, outcome)
+        fx = Effects(spec=spec, job_id=run.job_id)
+        for action in decision.actions:
+            match action:
+                case core.SignalWorkers():
+                    fx.signal = action
+                case core.StopWorkers():
+                    fx.stops.append(action)
+                case core.StartAttempt():
+                    fx.start = await self._restart(conn, run, action, decision)
+                    fx.start_delay_s = action.delay_s
+                case core.Requeue() | core.Finish():
+                    end = _decided_ending(action, after)
+                    if any(s.nodes for s in fx.stops):
+                        await repo.begin_stopping(conn, run.job_id, end)
+                        fx.end_delay_s = action.delay_s if isinstance(action, core.Requeue) else 0
+                    else:
+                        await self._end(conn, spec, run, end)
+                case core.RequestSpares():  # replace_with_spare is off: no placer protocol
+                    log.warning("spares are not supported", extra=kv(job=run.job_id))
+        await self._save_core(conn, after)
+        return fx
+
+    async def _restart(
+        self, conn: Conn, run: repo.Run, start: core.StartAttempt, decision: core.Decision
+    ) -> Generation:
+        """The next generation on `start.nodes` (shrink): the placer frees the rest."""
+        gpus = {n: run.gpus[n] for n in start.nodes if n in run.gpus}
+        why = decision.run.history[-1].reason if decision.run.history else ""
+        reason = f"{decision.verdict}: {why}"
+        await repo.reshape(
+            conn, run, gpus, restart_count=start.restart_count, world_size=len(gpus),
+            reason=reason, now=_at(time.time()),
+        )  # fmt: skip
+        dropped = tuple(n for n in run.nodes if n not in gpus)
+        await outbox_add(
+            conn,
+            JobReconfigured(
+                job_id=run.job_id,
+                attempt=run.attempt,
+                grants=tuple(Grant(node=n, gpus=tuple(g)) for n, g in gpus.items()),
+                dropped_nodes=dropped,
+                world_size=len(gpus),
+                reason=why,
+            ),
+        )
+        return Generation(
+            job_id=run.job_id, attempt=run.attempt, restart_count=start.restart_count,
+            nodes=tuple(gpus), gpus=gpus,
+        )  # fmt: skip
+
+    async def _save_core(self, conn: Conn, state: core.JobRun) -> None:
+        due = _due_at(state)
+        await repo.save_core(conn, state.job_id, msgspec.json.encode(state), due)
+        if due is not None:
+            delay = max(0.0, due - time.time())
+            asyncio.get_running_loop().call_later(delay, self._timer_wake.set)
+
+    # --- effects on the agents, in order per job -------------------------------------
+
+    def _enqueue(self, fx: Effects) -> None:
+        previous = self._chains.get(fx.job_id)
+        task = asyncio.create_task(self._carry_out(fx, previous))
+        self._chains[fx.job_id] = task
+
+        def done(t: asyncio.Task[None]) -> None:
+            if self._chains.get(fx.job_id) is t:
+                del self._chains[fx.job_id]
+            if not t.cancelled() and t.exception() is not None:
+                log.error("job effects failed", extra=kv(job=fx.job_id, error=repr(t.exception())))
+
+        task.add_done_callback(done)
+
+    async def _carry_out(self, fx: Effects, previous: asyncio.Task[None] | None) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        if fx.signal is not None:
+            s = fx.signal
+            await self.agents.signal(fx.job_id, s.nodes, s.signal, leader_only=s.leader_only)
+        await asyncio.gather(*(self.agents.stop(fx.job_id, s.nodes, s.grace_s) for s in fx.stops))
+        if fx.start is not None:
+            if fx.start_delay_s > 0:
+                await asyncio.sleep(fx.start_delay_s)
+            await self.launch(fx.spec, fx.start)
+        if fx.end_delay_s is not None:
+            if fx.end_delay_s > 0:  # a requeue's backoff: the GPUs stay held meanwhile
+                await asyncio.sleep(fx.end_delay_s)
+            await self._end_stopped(fx.job_id)
+
+    async def launch(self, spec: JobSpec, gen: Generation) -> None:
+        """Start one generation on every node of `gen`, or on none (the core stops the
+        ones that started and requeues)."""
+        async with self.ctx.pool.acquire() as conn:
+            addresses = await repo.node_addresses(conn, list(gen.nodes))
+        master = addresses.get(gen.nodes[0], "127.0.0.1")
+        replies = await self.agents.start(spec, gen, master, free_port())
+        failed = {n: r.message for n, r in replies.items() if not r.ok}
+        if failed:
+            obs = core.StartFailed(
+                attempt=gen.restart_count, nodes=tuple(failed), reason="; ".join(failed.values())
+            )
+            await self.observe(gen.job_id, _always(obs))
+            return
         async with self.ctx.pool.acquire() as conn, conn.transaction():
-            run = await repo.lock_run(conn, job_id)
-            if run is None or run.state != "RUNNING":
+            current = await repo.lock_run(conn, gen.job_id)
+            if current is None or current.state != "STARTING":
+                return  # superseded while starting: a later decision stops these
+            if (current.attempt, current.restart_count) != (gen.attempt, gen.restart_count):
                 return
-            await repo.begin_stopping(conn, job_id, "TIMEOUT", "time limit reached")
-        self._spawn(self._stop_everywhere(job_id, list(run.nodes), self.settings.kill_wait_s))
+            await repo.mark_running(conn, current, _at(time.time()))
+            started = JobStarted(
+                job_id=gen.job_id, attempt=gen.attempt, nodes=gen.nodes, world_size=len(gen.nodes)
+            )
+            await outbox_add(conn, started)
+        self.ctx.relay.kick()
+        log.info("launched", extra=kv(job=gen.job_id, nodes=gen.nodes, gen=gen.restart_count))
 
-    async def _force_end(self, job_id: int) -> None:
-        """A stop whose workers never reported (their node died): end it anyway."""
+    async def _end_stopped(self, job_id: int) -> None:
+        """The workers of a COMPLETING run are gone (or their node is): end it."""
         async with self.ctx.pool.acquire() as conn, conn.transaction():
             run = await repo.lock_run(conn, job_id)
             loaded = await repo.load_spec(conn, job_id)
             if run is None or loaded is None or run.state != "COMPLETING":
                 return
-            await self._end(
-                conn, loaded[0], run, run.stopping_to or "FAILED", "workers lost while stopping"
-            )
+            await self._end(conn, loaded[0], run, repo.ending_of(run))
         self.ctx.relay.kick()
+
+    # --- endings ---------------------------------------------------------------------
+
+    async def _end(self, conn: Conn, spec: JobSpec, run: repo.Run, end: repo.Ending) -> None:
+        now = datetime.now(UTC)
+        used = await repo.finish(conn, run, end, now)
+        model = await repo.gpu_model(conn, list(run.nodes))
+        if end.state == "REQUEUED":
+            requeued = JobRequeued(
+                job_id=run.job_id, attempt=run.attempt, reason=end.reason,
+                excluded_nodes=end.excluded, restart_count=end.restart_count, gpu_seconds=used,
+                user=spec.user, account=spec.account,
+            )  # fmt: skip
+            tick = UsageTicked(
+                job_id=run.job_id, attempt=run.attempt, user=spec.user, account=spec.account,
+                gpu_model=model, gpu_seconds_total=used,
+            )  # fmt: skip
+            await outbox_add(conn, requeued, tick)
+        else:
+            finished = JobFinished(
+                job_id=run.job_id, attempt=run.attempt, state=end.state, user=spec.user,
+                account=spec.account, reason=end.reason, exit_code=end.exit_code,
+                signal=end.signal, gpu_seconds=used, gpu_model=model,
+                started_at=run.started_at, ended_at=now,
+            )  # fmt: skip
+            await outbox_add(conn, finished)
+        log.info("job ended", extra=kv(job=run.job_id, state=end.state, reason=end.reason))
+
+    async def _end_unstarted(self, conn: Conn, spec: JobSpec, job_id: int, reason: str) -> None:
+        await repo.finish_unstarted(conn, job_id, "CANCELLED", reason, datetime.now(UTC))
+        finished = JobFinished(
+            job_id=job_id, attempt=0, state="CANCELLED", user=spec.user, account=spec.account,
+            reason=reason,
+        )  # fmt: skip
+        await outbox_add(conn, finished)
+
+    # --- timers, usage, reconcile ----------------------------------------------------
+
+    async def _timers(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self._timer_wake.clear()
+            wait_s = 1.0
+            try:
+                wait_s = await self.check_timers()
+            except (TimeoutError, OSError, RuntimeError) as err:
+                log.warning("timer pass failed", extra=kv(error=repr(err)))
+            waits = [
+                asyncio.ensure_future(self._timer_wake.wait()),
+                asyncio.ensure_future(stop.wait()),
+            ]
+            _, pending = await asyncio.wait(
+                waits, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in pending:
+                task.cancel()
+
+    async def check_timers(self) -> float:
+        """Deliver the due timers; returns how long until the next one (at most 1 s)."""
+        async with self.ctx.pool.acquire() as conn:
+            due, later = await repo.due(conn)
+            stuck = await repo.stuck_stopping(conn, self._stuck_after_s())
+        await asyncio.gather(*(self.observe(job_id, _due_observation) for job_id in due))
+        for job_id in stuck:
+            if job_id not in self._chains:  # not still stopping in this process
+                await self._end_stopped(job_id)
+        return 1.0 if later is None else min(1.0, max(0.01, later - time.time()))
+
+    def _stuck_after_s(self) -> float:
+        return self.config.kill_wait_s + self.config.backoff_max_s + 15.0
 
     async def _ticks(self, stop: asyncio.Event) -> None:
         await every(self.settings.usage_tick_s, stop, self.tick_usage)
@@ -447,7 +471,7 @@ class Coordinator:
     async def tick_usage(self) -> None:
         """Charge running jobs as they run; fairshare takes differences, so a repeated
         or reordered tick is harmless."""
-        now = now_utc()
+        now = datetime.now(UTC)
         async with self.ctx.pool.acquire() as conn, conn.transaction():
             runs = [r for r in await repo.active_runs(conn) if r.state == "RUNNING"]
             ticks = []
@@ -469,68 +493,83 @@ class Coordinator:
         if ticks:
             self.ctx.relay.kick()
 
-    # --- plumbing -------------------------------------------------------------------
-
     async def reconcile(self) -> None:
-        """On start: relaunch generations whose start was interrupted (STARTING); the
-        agents treat a repeated start of the same generation as done."""
+        """On start: relaunch generations whose start was interrupted (the agents treat a
+        repeated start of the same generation as done) and finish interrupted stops."""
         async with self.ctx.pool.acquire() as conn:
-            runs = [r for r in await repo.active_runs(conn) if r.state == "STARTING"]
+            runs = [r for r in await repo.active_runs(conn) if r.state != "RUNNING"]
             specs = {r.job_id: await repo.load_spec(conn, r.job_id) for r in runs}
         for run in runs:
             loaded = specs[run.job_id]
-            if loaded is not None:
-                self._spawn(self.launch(loaded[0], run))
+            if loaded is None:
+                continue
+            fx = Effects(spec=loaded[0], job_id=run.job_id)
+            if run.state == "STARTING":
+                fx.start = Generation(
+                    job_id=run.job_id, attempt=run.attempt, restart_count=run.restart_count,
+                    nodes=run.nodes, gpus=run.gpus,
+                )  # fmt: skip
+            else:
+                fx.stops = [core.StopWorkers(nodes=run.nodes, grace_s=self.config.kill_wait_s)]
+                fx.end_delay_s = 0.0
+            self._enqueue(fx)
 
-    async def _agent(
-        self, node: str, verb: str, body: msgspec.Struct, timeout: float = 5.0
-    ) -> AgentReply:
-        try:
-            raw = await self.ctx.bus.request(
-                f"{AGENT_PREFIX}{node}.{verb}", msgspec.json.encode(body), timeout=timeout
-            )
-        except (TimeoutError, OSError) as err:
-            return AgentReply(ok=False, message=f"node {node} did not answer: {err!r}")
-        except Exception as err:  # nats errors (no responders, timeout) are not OSErrors
-            return AgentReply(ok=False, message=f"node {node}: {type(err).__name__}")
-        return msgspec.json.decode(raw, type=AgentReply)
-
-    def _spawn(self, coro: object) -> None:
-        assert asyncio.iscoroutine(coro)
-        task = asyncio.create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    def _lock(self, job_id: int) -> asyncio.Lock:
+        if len(self._locks) > 10_000:  # forget idle jobs' locks
+            self._locks = {j: k for j, k in self._locks.items() if k.locked()}
+        return self._locks.setdefault(job_id, asyncio.Lock())
 
 
-def expand_output(pattern: str, spec: JobSpec, job_id: int, node: str) -> str:
-    """`%j %x %u %N %A %a %%` in an output path, as sbatch expands them."""
-    values = {
-        "j": str(job_id),
-        "x": spec.name,
-        "u": spec.user,
-        "N": node,
-        "A": str(spec.array_job_id or job_id),
-        "a": str(spec.array_task_id if spec.array_task_id is not None else 4294967294),
-        "%": "%",
-    }
-    out, i = [], 0
-    while i < len(pattern):
-        if pattern[i] == "%" and i + 1 < len(pattern) and pattern[i + 1] in values:
-            out.append(values[pattern[i + 1]])
-            i += 2
-        else:
-            out.append(pattern[i])
-            i += 1
-    return "".join(out)
+# --- pure helpers ----------------------------------------------------------------------
 
 
-def _base_env() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
+def _always(obs: core.AnyObservation) -> Choose:
+    return lambda _run, _now: obs
 
 
-def _agent_user() -> str:
-    import getpass
+def _due_observation(run: core.JobRun, now: float) -> core.AnyObservation | None:
+    """The timer of `run` that is due, the most consequential first."""
+    t = core.timers(run)
+    if t.settle_at is not None and t.settle_at <= now:
+        return core.SettleElapsed()
+    if t.limit_at <= now:
+        return core.TimeLimitReached()
+    if t.signal_at is not None and t.signal_at <= now:
+        return core.SignalDue()
+    return None
 
-    return getpass.getuser()
+
+def _due_at(run: core.JobRun) -> float | None:
+    if run.phase in (core.Phase.ENDED, core.Phase.AWAITING_SPARE):
+        return None
+    t = core.timers(run)
+    signal_at = t.signal_at if core.parse_signal(run.spec.signal or "") is not None else None
+    return min(x for x in (signal_at, t.limit_at, t.settle_at) if x is not None)
+
+
+def _load_core(run: repo.Run | None, spec: JobSpec) -> core.JobRun | None:
+    if run is None or run.core is None:
+        return None
+    return msgspec.structs.replace(_CORE_DECODER.decode(run.core), spec=spec)
+
+
+def _decided_ending(action: core.Requeue | core.Finish, after: core.JobRun) -> repo.Ending:
+    if isinstance(action, core.Requeue):
+        return repo.Ending(
+            state="REQUEUED", reason=action.reason, restart_count=action.restart_count,
+            excluded=action.excluded_nodes,
+        )  # fmt: skip
+    return repo.Ending(
+        state=str(action.state), reason=action.reason, exit_code=action.exit_code,
+        signal=action.signal, restart_count=after.restart_count, excluded=after.excluded_nodes,
+    )  # fmt: skip
+
+
+def _ending(run: repo.Run, state: str, reason: str) -> repo.Ending:
+    return repo.Ending(
+        state=state, reason=reason, restart_count=run.restart_count, excluded=run.excluded
+    )
+
+
+def _at(epoch_s: float) -> datetime:
+    return datetime.fromtimestamp(epoch_s, UTC)

@@ -16,6 +16,8 @@ Rules (docs/launching.md has the long form):
   fault restarts are limited (`max_restarts`) and delayed by exponential backoff;
 - time limit -> TIMEOUT (SIGTERM, SIGKILL after `kill_wait_s`); `--signal=SIG@secs`
   sends SIG that long before the limit (see `timers`);
+- gang start: a node that cannot start its worker -> stop the ones that did, REQUEUE
+  with that node excluded (counted like a fault);
 - preemption: SIGTERM, SIGKILL after the grace, REQUEUE (same id, restart_count + 1),
   or PREEMPTED when the job may not be requeued; cancel -> CANCELLED.
 """
@@ -164,6 +166,14 @@ class Cancel(Observation, frozen=True, tag="cancel"):
     reason: str = "cancelled by user"
 
 
+class StartFailed(Observation, frozen=True, tag="start_failed"):
+    """Some nodes could not start `attempt`'s workers: the gang did not start."""
+
+    attempt: int
+    nodes: tuple[str, ...]
+    reason: str
+
+
 class SparesGranted(Observation, frozen=True, tag="spares_granted"):
     nodes: tuple[str, ...]
 
@@ -187,6 +197,7 @@ AnyObservation = (
     | TimeLimitReached
     | Preempt
     | Cancel
+    | StartFailed
     | SparesGranted
     | SparesDenied
     | NodesAvailable
@@ -357,6 +368,8 @@ class _Decider:
                 return self.finish(Verdict.CANCEL, JobState.CANCELLED, obs.reason)
             case Preempt():
                 return self.preempt(obs)
+            case StartFailed():
+                return self.start_failed(obs)
         return self.ignore()
 
     def ignore(self) -> Decision:
@@ -539,6 +552,23 @@ class _Decider:
         )  # fmt: skip
         actions = (*_stop(self.live, obs.grace_s), requeue)
         return Decision(verdict=Verdict.REQUEUE, run=new, actions=actions)
+
+    def start_failed(self, obs: StartFailed) -> Decision:
+        """No partial start: stop the nodes that did start, requeue without the others
+        (counted and backed off like a fault), or NODE_FAIL at the restart limit."""
+        run = self.run
+        if obs.attempt != run.attempt or not self.running:
+            return self.ignore()
+        started = tuple(n for n in self.live if n not in obs.nodes)
+        excluded = run.excluded_nodes
+        for node in obs.nodes:
+            excluded = _excluding(excluded, node)
+        self.run = run = msgspec.structs.replace(run, excluded_nodes=excluded)
+        reason = f"could not start on {','.join(obs.nodes)}: {obs.reason}"
+        if run.fault_restarts >= self.config.max_restarts:
+            reason = f"{reason}; restart limit of {self.config.max_restarts} reached"
+            return self.finish(Verdict.FAIL, JobState.NODE_FAIL, reason, stop=started)
+        return self.requeue(reason, stop=started)
 
     def signal_due(self) -> Decision:
         """`--signal=[B:]SIG@secs`: once, to the workers still running."""

@@ -36,7 +36,12 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     gpu_seconds: float
     segment_start: datetime | None
     segment_gpus: int
+    world_size: int = 0
+    reason: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
     stopping_to: str | None = None
+    core: bytes | None = None  # the coordinator core's JobRun, msgspec JSON
 
     def used_gpu_seconds(self, now: datetime) -> float:
         """Charged so far: closed segments plus the running one."""
@@ -60,7 +65,12 @@ def _run(row: asyncpg.Record) -> Run:
         gpu_seconds=row["gpu_seconds"],
         segment_start=row["segment_start"],
         segment_gpus=row["segment_gpus"],
+        world_size=row["world_size"],
+        reason=row["reason"],
+        exit_code=row["exit_code"],
+        signal=row["signal"],
         stopping_to=row["stopping_to"],
+        core=None if row["core"] is None else row["core"].encode(),
     )
 
 
@@ -93,13 +103,22 @@ async def gpu_model(conn: Conn, nodes: list[str]) -> str:
 
 
 async def start_run(
-    conn: Conn, job_id: int, attempt: int, gpus: dict[str, list[int]], excluded: tuple[str, ...]
+    conn: Conn,
+    run_id: tuple[int, int],
+    gpus: dict[str, list[int]],
+    *,
+    restart_count: int,
+    excluded: tuple[str, ...],
+    reason: str,
 ) -> Run:
+    """A new allocation's run: STARTING on `gpus` (node-rank order)."""
+    job_id, attempt = run_id
     row = await conn.fetchrow(
-        "INSERT INTO job_runs(job_id, state, attempt, nodes, gpus, excluded_nodes, world_size)"
-        " VALUES ($1, 'STARTING', $2, $3, $4::jsonb, $5, $6)"
+        "INSERT INTO job_runs(job_id, state, attempt, nodes, gpus, excluded_nodes, world_size,"
+        " restart_count, reason) VALUES ($1, 'STARTING', $2, $3, $4::jsonb, $5, $6, $7, $8)"
         " ON CONFLICT (job_id) DO UPDATE SET state = 'STARTING', attempt = $2, nodes = $3,"
-        " gpus = $4::jsonb, world_size = $6, reason = '', stopping_to = NULL, updated_at = now()"
+        " gpus = $4::jsonb, excluded_nodes = $5, world_size = $6, restart_count = $7,"
+        " reason = $8, stopping_to = NULL, exit_code = NULL, signal = NULL, updated_at = now()"
         " RETURNING *",
         job_id,
         attempt,
@@ -107,12 +126,25 @@ async def start_run(
         json.dumps(gpus),
         list(excluded),
         len(gpus),
+        restart_count,
+        reason,
     )
     assert row is not None
     return _run(row)
 
 
+async def save_core(conn: Conn, job_id: int, core: bytes, due_at: float | None) -> None:
+    """The coordinator core's state of the run and when its next timer is due."""
+    await conn.execute(
+        "UPDATE job_runs SET core = $2::jsonb, due_at = to_timestamp($3) WHERE job_id = $1",
+        job_id,
+        core.decode(),
+        due_at,
+    )
+
+
 async def mark_running(conn: Conn, run: Run, now: datetime) -> None:
+    """Every node started its worker: RUNNING, charged from now, one `attempts` row."""
     gpus = sum(len(g) for g in run.gpus.values())
     await conn.execute(
         "UPDATE job_runs SET state = 'RUNNING', started_at = coalesce(started_at, $2),"
@@ -128,26 +160,33 @@ async def mark_running(conn: Conn, run: Run, now: datetime) -> None:
         run.attempt,
         run.restart_count,
         list(run.nodes),
-        len(run.nodes),
-        "start" if run.restart_count == 0 else "restart",
+        run.world_size,
+        run.reason or "start",
         now,
     )
 
 
 async def reshape(
-    conn: Conn, run: Run, gpus: dict[str, list[int]], reason: str, now: datetime
+    conn: Conn,
+    run: Run,
+    gpus: dict[str, list[int]],
+    *,
+    restart_count: int,
+    world_size: int,
+    reason: str,
+    now: datetime,
 ) -> Run:
-    """Close the running segment and continue on `gpus` with the next generation."""
+    """Close the running segment and continue on `gpus` with generation `restart_count`."""
     used = run.used_gpu_seconds(now)
-    await _close_attempt(conn, run, reason, now)
     row = await conn.fetchrow(
-        "UPDATE job_runs SET restart_count = restart_count + 1, nodes = $2, gpus = $3::jsonb,"
-        " world_size = $4, gpu_seconds = $5, segment_start = NULL, segment_gpus = 0,"
-        " state = 'STARTING', reason = $6, updated_at = now() WHERE job_id = $1 RETURNING *",
+        "UPDATE job_runs SET restart_count = $2, nodes = $3, gpus = $4::jsonb,"
+        " world_size = $5, gpu_seconds = $6, segment_start = NULL, segment_gpus = 0,"
+        " state = 'STARTING', reason = $7, updated_at = now() WHERE job_id = $1 RETURNING *",
         run.job_id,
+        restart_count,
         list(gpus),
         json.dumps(gpus),
-        len(gpus),
+        world_size,
         used,
         reason,
     )
@@ -155,38 +194,65 @@ async def reshape(
     return _run(row)
 
 
-async def finish(
-    conn: Conn,
-    run: Run,
-    state: str,
-    reason: str,
-    now: datetime,
-    *,
-    exit_code: int | None = None,
-    signal: int | None = None,
-    exclude: tuple[str, ...] = (),
-) -> float:
+class Ending(msgspec.Struct, frozen=True, kw_only=True):
+    """How a run ends: a terminal state, or REQUEUED with the core's counts."""
+
+    state: str
+    reason: str
+    exit_code: int | None = None
+    signal: int | None = None
+    restart_count: int
+    excluded: tuple[str, ...]
+
+
+async def begin_stopping(conn: Conn, job_id: int, end: Ending) -> None:
+    """COMPLETING: the GPUs stay held until the workers are gone, then `end` applies."""
+    await conn.execute(
+        "UPDATE job_runs SET state = 'COMPLETING', stopping_to = $2, reason = $3,"
+        " exit_code = $4, signal = $5, restart_count = $6, excluded_nodes = $7,"
+        " stopping_since = now(), due_at = NULL, updated_at = now() WHERE job_id = $1",
+        job_id,
+        end.state,
+        end.reason,
+        end.exit_code,
+        end.signal,
+        end.restart_count,
+        list(end.excluded),
+    )
+
+
+def ending_of(run: Run) -> Ending:
+    """The end a COMPLETING run was stopping towards."""
+    return Ending(
+        state=run.stopping_to or "FAILED",
+        reason=run.reason,
+        exit_code=run.exit_code,
+        signal=run.signal,
+        restart_count=run.restart_count,
+        excluded=run.excluded,
+    )
+
+
+async def finish(conn: Conn, run: Run, end: Ending, now: datetime) -> float:
     """End the run (terminal, or REQUEUED); returns the GPU-seconds it used in total."""
     used = run.used_gpu_seconds(now)
-    await _close_attempt(conn, run, reason, now)
-    requeue = state == "REQUEUED"
+    requeue = end.state == "REQUEUED"
     await conn.execute(
         "UPDATE job_runs SET state = $2, reason = $3, exit_code = $4, signal = $5,"
         " gpu_seconds = $6, segment_start = NULL, segment_gpus = 0,"
         " ended_at = CASE WHEN $7 THEN NULL ELSE $8::timestamptz END,"
-        " restart_count = restart_count + CASE WHEN $7 THEN 1 ELSE 0 END,"
-        " excluded_nodes = coalesce((SELECT array_agg(DISTINCT n)"
-        "   FROM unnest(excluded_nodes || $9::text[]) n), '{}'),"
+        " restart_count = $9, excluded_nodes = $10, stopping_to = NULL, due_at = NULL,"
         " updated_at = now() WHERE job_id = $1",
         run.job_id,
-        state,
-        reason,
-        exit_code,
-        signal,
+        end.state,
+        end.reason,
+        end.exit_code,
+        end.signal,
         used,
         requeue,
         now,
-        list(exclude),
+        end.restart_count,
+        list(end.excluded),
     )
     return used
 
@@ -203,15 +269,29 @@ async def finish_unstarted(conn: Conn, job_id: int, state: str, reason: str, now
     )
 
 
-async def _close_attempt(conn: Conn, run: Run, outcome: str, now: datetime) -> None:
+async def close_attempt(
+    conn: Conn,
+    run_id: tuple[int, int],
+    seq: int,
+    closed: tuple[tuple[str, ...], int, datetime, datetime],
+    outcome: str,
+) -> None:
+    """Record how generation `seq` of allocation `run_id` ended; a generation that never
+    ran (its gang did not start) gets its row here, so the history shows it too."""
+    nodes, world_size, started_at, ended_at = closed
     await conn.execute(
-        "UPDATE attempts SET outcome = $4, ended_at = $5"
-        " WHERE job_id = $1 AND attempt = $2 AND seq = $3 AND ended_at IS NULL",
-        run.job_id,
-        run.attempt,
-        run.restart_count,
+        "INSERT INTO attempts(job_id, attempt, seq, nodes, world_size, reason, outcome,"
+        " started_at, ended_at) VALUES ($1, $2, $3, $4, $5, 'start', $6, $7, $8)"
+        " ON CONFLICT (job_id, attempt, seq) DO UPDATE SET outcome = $6, ended_at = $8"
+        " WHERE attempts.ended_at IS NULL",
+        run_id[0],
+        run_id[1],
+        seq,
+        list(nodes),
+        world_size,
         outcome,
-        now,
+        started_at,
+        ended_at,
     )
 
 
@@ -258,22 +338,16 @@ async def active_runs(conn: Conn) -> list[Run]:
     return [_run(r) for r in rows]
 
 
-async def overdue(conn: Conn) -> list[int]:
+async def due(conn: Conn) -> tuple[list[int], float | None]:
+    """Runs whose next timer (settle, --signal, time limit) is due, and when the next
+    one after those is due (epoch seconds)."""
     rows = await conn.fetch(
-        "SELECT r.job_id FROM job_runs r JOIN jobs j USING (job_id) WHERE r.state = 'RUNNING'"
-        " AND r.started_at + make_interval(secs => j.time_limit_s) < now()"
+        "SELECT job_id, extract(epoch FROM due_at)::float8 AS at, due_at <= now() AS now"
+        " FROM job_runs WHERE due_at IS NOT NULL AND state = ANY($1::text[])",
+        ["STARTING", "RUNNING"],
     )
-    return [r["job_id"] for r in rows]
-
-
-async def begin_stopping(conn: Conn, job_id: int, to_state: str, reason: str) -> None:
-    await conn.execute(
-        "UPDATE job_runs SET state = 'COMPLETING', stopping_to = $2, reason = $3,"
-        " stopping_since = now(), updated_at = now() WHERE job_id = $1",
-        job_id,
-        to_state,
-        reason,
-    )
+    later = [r["at"] for r in rows if not r["now"]]
+    return [r["job_id"] for r in rows if r["now"]], min(later, default=None)
 
 
 async def stuck_stopping(conn: Conn, after_s: float) -> list[int]:

@@ -1,0 +1,136 @@
+"""Shell: the coordinator's side of the node agents. Builds each node's `WorkerSpec`
+and starts, stops and signals a job's workers on its nodes over NATS request-reply.
+
+Every call returns the agents' answers as values (an unreachable node is an answer
+that says so); nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import os
+import signal as _signal
+import sys
+
+import msgspec
+
+from services.launcher.env import build_env, place_worker
+from services.launcher.torchrun import worker_argv
+from shared.api import AGENT_PREFIX, AgentReply, StopWorkers, WorkerSpec
+from shared.bus import Bus
+from shared.jobspec import JobSpec
+
+
+class Generation(msgspec.Struct, frozen=True, kw_only=True):
+    """One start of a job's workers: allocation `attempt`, generation `restart_count`."""
+
+    job_id: int
+    attempt: int
+    restart_count: int
+    nodes: tuple[str, ...]  # node-rank order
+    gpus: dict[str, list[int]]
+
+
+class Agents:
+    def __init__(self, bus: Bus, *, request_timeout_s: float = 5.0) -> None:
+        self.bus = bus
+        self.timeout_s = request_timeout_s
+
+    async def start(
+        self, spec: JobSpec, gen: Generation, master: str, port: int
+    ) -> dict[str, AgentReply]:
+        """Start the generation on every node at once; each node's answer."""
+        nodes = list(gen.nodes)
+        specs = [worker_spec(spec, gen, node, master, port) for node in nodes]
+        replies = await asyncio.gather(
+            *(self.call(n, "start", s) for n, s in zip(nodes, specs, strict=True))
+        )
+        return dict(zip(nodes, replies, strict=True))
+
+    async def stop(self, job_id: int, nodes: tuple[str, ...], grace_s: float) -> None:
+        """SIGTERM, SIGKILL after `grace_s`; returns once every node answered (or not)."""
+        req = StopWorkers(job_id=job_id, grace_s=grace_s)
+        timeout = grace_s + 10.0
+        await asyncio.gather(*(self.call(n, "stop", req, timeout=timeout) for n in nodes))
+
+    async def signal(
+        self, job_id: int, nodes: tuple[str, ...], sig: int, *, leader_only: bool
+    ) -> None:
+        """Send `sig` without waiting; `leader_only` (`--signal=B:`) names it `B:SIG...`."""
+        name = _signal.Signals(sig).name
+        req = StopWorkers(job_id=job_id, signal=f"B:{name}" if leader_only else name, wait=False)
+        await asyncio.gather(*(self.call(n, "stop", req) for n in nodes))
+
+    async def call(
+        self, node: str, verb: str, body: msgspec.Struct, timeout: float | None = None
+    ) -> AgentReply:
+        try:
+            raw = await self.bus.request(
+                f"{AGENT_PREFIX}{node}.{verb}",
+                msgspec.json.encode(body),
+                timeout=timeout or self.timeout_s,
+            )
+        except (TimeoutError, OSError) as err:
+            return AgentReply(ok=False, message=f"node {node} did not answer: {err!r}")
+        except Exception as err:  # nats errors (no responders, timeout) are not OSErrors
+            return AgentReply(ok=False, message=f"node {node} did not answer: {type(err).__name__}")
+        return msgspec.json.decode(raw, type=AgentReply)
+
+
+def worker_spec(spec: JobSpec, gen: Generation, node: str, master: str, port: int) -> WorkerSpec:
+    """What `node`'s agent starts for this generation."""
+    placement = place_worker(
+        spec,
+        job_id=gen.job_id,
+        attempt=gen.attempt,
+        restart_count=gen.restart_count,
+        node=node,
+        nodelist=list(gen.nodes),
+        gpus=gen.gpus.get(node, []),
+        master_port=port,
+    )
+    placement = msgspec.structs.replace(
+        placement,
+        master_addr=master,
+        rdzv_endpoint=f"{master}:{port}",
+        rdzv_id=f"{gen.job_id}-{gen.attempt}-{gen.restart_count}",
+    )
+    runnable = msgspec.structs.replace(spec, script="{spool}/" + spec.script_name)
+    out = expand_output(spec.output or "muster-%j.out", spec, gen.job_id, node)
+    err = expand_output(spec.error or spec.output or "muster-%j.out", spec, gen.job_id, node)
+    return WorkerSpec(
+        job_id=gen.job_id,
+        attempt=gen.attempt,
+        generation=gen.restart_count,
+        argv=tuple(worker_argv(runnable, placement, sys.executable)),
+        env=build_env(spec, placement, dict(os.environ)),
+        workdir=spec.workdir,
+        stdout=out,
+        stderr=err,
+        run_as=None if spec.user == getpass.getuser() else spec.user,
+        script=spec.script,
+        script_name=spec.script_name,
+    )
+
+
+def expand_output(pattern: str, spec: JobSpec, job_id: int, node: str) -> str:
+    """`%j %x %u %N %A %a %%` in an output path, as sbatch expands them."""
+    values = {
+        "j": str(job_id),
+        "x": spec.name,
+        "u": spec.user,
+        "N": node,
+        "A": str(spec.array_job_id or job_id),
+        "a": str(spec.array_task_id if spec.array_task_id is not None else 4294967294),
+        "%": "%",
+    }
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern[i] == "%" and i + 1 < len(pattern) and pattern[i + 1] in values:
+            out.append(values[pattern[i + 1]])
+            i += 2
+        else:
+            out.append(pattern[i])
+            i += 1
+    return "".join(out)
