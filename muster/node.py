@@ -54,6 +54,8 @@ def main() -> None:
                 address=settings.node_address,
                 topology=tuple(p for p in settings.topology.split("/") if p),
                 heartbeat_s=settings.heartbeat_interval_s,
+                kmsg_path=settings.kmsg_path,
+                expected_gpus=settings.gpus if settings.gpu_backend == "sim" else None,
             )
             await probe.run(stop)
             await executor.shutdown(settings.fault_kill_wait_s)

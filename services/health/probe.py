@@ -1,9 +1,21 @@
-"""Node probe shell: reads the node's GPUs through a `GpuBackend` (NVML or simulated),
-registers the node, sends heartbeats, and reports every XID it sees.
+"""Node probe shell: reads the node's GPUs through a `GpuBackend` (NVML or simulated)
+and the kernel log, registers the node with the result of a health check, sends
+heartbeats, and reports every fault it sees once.
 
-`wait_events` blocks, so it runs in a dedicated thread and hands events to the event
-loop; the loop never blocks on the GPU. Classification happens cluster-side (monitor),
-so a probe only reports what it saw.
+Three sources feed one queue of `probe_core.Sighting`s:
+
+- NVML events: `wait_events` blocks, so one dedicated thread waits on it (and, for the
+  simulated backend, also drains its simulated /dev/kmsg, `take_kernel_lines`);
+- the kernel log (`kmsg_path`: /dev/kmsg or a file), followed by `kmsg.KernelLogFollower`
+  in its own thread; NVRM Xid lines are parsed (`xid.parse_xid_line`) and their PCI
+  address mapped to a GPU index by integers (`probe_core.pci_index`);
+- counters, polled every `poll_s` off the loop (`probe_core.counter_sightings`).
+
+`probe_core.dedupe` lets the first sighting of a (GPU, XID) through at once, whichever
+source wins, and drops the others. The loop never blocks on the GPU: backend calls run
+in threads. Classification happens cluster-side (monitor), so a probe only reports what
+it saw. After a (simulated) reset or reboot the probe runs `check_health` and registers
+again with the result, which is what lets the monitor put the node back.
 """
 
 from __future__ import annotations
@@ -12,17 +24,37 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 import uuid
+from collections.abc import Callable
 
 import msgspec
 
-from services.health.gpu import GpuBackend, GpuEvent
+from services.health.gpu import GpuBackend, GpuCounters, PciAddress
+from services.health.kmsg import KernelLogFollower
+from services.health.probe_core import (
+    CheckPolicy,
+    CheckResult,
+    Dedupe,
+    Sighting,
+    check_health,
+    counter_sightings,
+    dedupe,
+    from_event,
+    from_record,
+    pci_index,
+)
+from services.health.xid import parse_xid_line
 from shared.api import AGENT_PREFIX, HEARTBEAT_PREFIX, AgentReply, InjectFault
 from shared.bus import Bus
 from shared.events import GpuSlot, GpuXidObserved, NodeRegistered
 from shared.logs import kv
+from shared.runtime import every
 
 log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+WAIT_MS = 200  # keep short: closing an NVML backend waits for a blocked wait to return
 
 
 class NodeProbe:
@@ -35,6 +67,12 @@ class NodeProbe:
         address: str,
         topology: tuple[str, ...],
         heartbeat_s: float,
+        poll_s: float | None = None,
+        kmsg_path: str = "",
+        expected_gpus: int | None = None,
+        dedupe_window_s: float = 5.0,
+        check_policy: CheckPolicy | None = None,
+        clock: Clock = time.monotonic,
     ) -> None:
         self.bus = bus
         self.backend = backend
@@ -42,25 +80,63 @@ class NodeProbe:
         self.address = address
         self.topology = topology
         self.heartbeat_s = heartbeat_s
+        self.poll_s = poll_s if poll_s is not None else heartbeat_s
+        self.kmsg_path = kmsg_path
+        self.expected_gpus = expected_gpus
+        self.check_policy = check_policy or CheckPolicy()
+        self.clock = clock
         self.boot_id = uuid.uuid4().hex
-        self._queue: asyncio.Queue[GpuEvent] = asyncio.Queue()
-        self._reader: threading.Thread | None = None
-        self._stop_reader = threading.Event()
+        self._window_s = dedupe_window_s
+        self._dedupe = Dedupe(window_s=dedupe_window_s)
+        self._by_pci: dict[PciAddress, int] = {}
+        self._counters: tuple[GpuCounters, ...] = ()
+        self._queue: asyncio.Queue[Sighting] = asyncio.Queue()
+        self._stop_threads = threading.Event()
+        self.reported: list[GpuXidObserved] = []  # the last few, for tests and debugging
 
     async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        first = await asyncio.to_thread(self.backend.inventory)
+        # Built once and kept: a GPU that falls off the bus still logs lines.
+        self._by_pci = pci_index(first)
+        if self.expected_gpus is None:
+            self.expected_gpus = len(first)
+        self._counters = await asyncio.to_thread(self.backend.counters)
         await self.register()
-        await self.bus.serve(f"{AGENT_PREFIX}{self.node}.inject", self.node, self._on_inject)
-        await self.bus.serve(f"{AGENT_PREFIX}{self.node}.reboot", self.node, self._on_reboot)
-        self._start_reader(asyncio.get_running_loop())
+        for verb, handler in (
+            ("inject", self._on_inject),
+            ("reboot", self._on_reboot),
+            ("reset", self._on_reset),
+        ):
+            await self.bus.serve(f"{AGENT_PREFIX}{self.node}.{verb}", self.node, handler)
+        self._start_reader(loop)
+        follower = None
+        if self.kmsg_path:
+            follower = KernelLogFollower(self.kmsg_path, lambda line: self._from_line(loop, line))
+            follower.start()
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._heartbeats(stop))
                 group.create_task(self._report(stop))
+                group.create_task(every(self.poll_s, stop, self.poll_counters))
         finally:
-            self._stop_reader.set()
+            self._stop_threads.set()
+            if follower is not None:
+                follower.stop()
 
-    async def register(self) -> None:
-        gpus = tuple(
+    # --- registration and the health check ------------------------------------------
+
+    async def check(self) -> tuple[tuple[GpuSlot, ...], CheckResult]:
+        inventory, counters = await asyncio.to_thread(
+            lambda: (self.backend.inventory(), self.backend.counters())
+        )
+        expected = self.expected_gpus if self.expected_gpus is not None else len(inventory)
+        result = check_health(expected, inventory, counters, self.check_policy)
+        missing = set(range(expected)) - {g.index for g in inventory}
+        if missing:
+            bad = tuple(sorted({*result.unhealthy_gpus, *missing}))
+            result = msgspec.structs.replace(result, unhealthy_gpus=bad)
+        slots = tuple(
             GpuSlot(
                 index=g.index,
                 uuid=g.uuid,
@@ -69,26 +145,97 @@ class NodeProbe:
                 memory_mib=g.memory_mib,
                 locality=g.locality,
             )
-            for g in self.backend.inventory()
+            for g in inventory
         )
+        return slots, result
+
+    async def register(self) -> CheckResult:
+        gpus, result = await self.check()
         event = NodeRegistered(
             node=self.node,
             address=self.address,
             gpus=gpus,
             topology=self.topology,
             boot_id=self.boot_id,
+            check_passed=result.passed,
+            check_problems=result.problems,
+            unhealthy_gpus=result.unhealthy_gpus,
+            reset_pending=result.reset_pending,
         )
         await self.bus.publish(event)
-        log.info("registered", extra=kv(node=self.node, gpus=len(gpus), boot=self.boot_id))
+        log.info(
+            "registered",
+            extra=kv(node=self.node, gpus=len(gpus), boot=self.boot_id, check=result.passed),
+        )
+        if not result.passed:
+            log.warning("health check failed", extra=kv(node=self.node, problems=result.problems))
+        return result
+
+    # --- sources --------------------------------------------------------------------
 
     def _start_reader(self, loop: asyncio.AbstractEventLoop) -> None:
-        def read() -> None:
-            while not self._stop_reader.is_set():
-                for event in self.backend.wait_events(200):
-                    loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        take_lines: Callable[[], list[str]] | None = getattr(
+            self.backend, "take_kernel_lines", None
+        )
 
-        self._reader = threading.Thread(target=read, name=f"probe-{self.node}", daemon=True)
-        self._reader.start()
+        def read() -> None:
+            while not self._stop_threads.is_set():
+                events = self.backend.wait_events(WAIT_MS)
+                at = self.clock()
+                for event in events:
+                    loop.call_soon_threadsafe(self._queue.put_nowait, from_event(event, at))
+                for line in take_lines() if take_lines is not None else ():
+                    self._from_line(loop, line)
+
+        threading.Thread(target=read, name=f"probe-{self.node}", daemon=True).start()
+
+    def _from_line(self, loop: asyncio.AbstractEventLoop, line: str) -> None:
+        """Called from a reader thread: parse one kernel line, queue its Xid if any."""
+        record = parse_xid_line(line)
+        if record is not None:
+            sighting = from_record(record, self._by_pci, self.clock())
+            loop.call_soon_threadsafe(self._queue.put_nowait, sighting)
+
+    async def poll_counters(self) -> None:
+        after = await asyncio.to_thread(self.backend.counters)
+        for sighting in counter_sightings(self._counters, after, self.clock()):
+            self._queue.put_nowait(sighting)
+        self._counters = after
+
+    # --- reporting ------------------------------------------------------------------
+
+    async def _report(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                sighting = await asyncio.wait_for(self._queue.get(), timeout=0.5)
+            except TimeoutError:
+                continue
+            await self.report(sighting)
+
+    async def report(self, sighting: Sighting) -> GpuXidObserved | None:
+        """Publish a sighting unless it repeats one already reported."""
+        self._dedupe, passed = dedupe(self._dedupe, sighting)
+        if passed is None:
+            log.debug("repeat", extra=kv(gpu=sighting.gpu, xid=sighting.xid, src=sighting.source))
+            return None
+        if passed.gpu is None:
+            log.warning("xid on a PCI device that is not one of our GPUs", extra=kv(pci=passed.pci))
+            return None
+        observed = GpuXidObserved(
+            node=self.node,
+            gpu=passed.gpu,
+            xid=passed.xid,
+            source=str(passed.source),
+            pid=passed.pid,
+            recovery_action=passed.recovery_action,
+            message=passed.message,
+        )
+        log.warning(
+            "xid", extra=kv(node=self.node, gpu=passed.gpu, xid=passed.xid, src=passed.source)
+        )
+        await self.bus.publish(observed)
+        self.reported = [*self.reported[-31:], observed]
+        return observed
 
     async def _heartbeats(self, stop: asyncio.Event) -> None:
         subject = HEARTBEAT_PREFIX + self.node
@@ -98,44 +245,51 @@ class NodeProbe:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.heartbeat_s)
 
-    async def _report(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                event = await asyncio.wait_for(self._queue.get(), timeout=0.5)
-            except TimeoutError:
-                continue
-            observed = GpuXidObserved(
-                node=self.node,
-                gpu=event.index,
-                xid=event.xid,
-                source="nvml",
-                recovery_action=event.recovery_action,
-                message=str(event.kind),
-            )
-            log.warning("xid", extra=kv(node=self.node, gpu=event.index, xid=event.xid))
-            await self.bus.publish(observed)
+    # --- agent requests (simulated GPUs) --------------------------------------------
 
     async def _on_inject(self, payload: bytes, _subject: str) -> bytes:
         """Fault injection enters at the GPU, so it travels the real probe path."""
         req = msgspec.json.decode(payload, type=InjectFault)
         inject = getattr(self.backend, "inject_xid", None)
         if inject is None:
-            return msgspec.json.encode(AgentReply(ok=False, message="this node has real GPUs"))
+            return _reply(False, "this node has real GPUs")
         try:
             if req.lose_gpu:
                 self.backend.lose_gpu(req.gpu)  # type: ignore[attr-defined]
             else:
                 inject(req.gpu, req.xid, req.recovery_action)
         except (ValueError, IndexError, KeyError) as err:
-            return msgspec.json.encode(AgentReply(ok=False, message=str(err)))
-        return msgspec.json.encode(AgentReply(ok=True, message=f"xid {req.xid} on gpu {req.gpu}"))
+            return _reply(False, str(err))
+        return _reply(True, f"xid {req.xid} on gpu {req.gpu}")
 
     async def _on_reboot(self, _payload: bytes, _subject: str) -> bytes:
-        """Simulated reboot: GPUs reset, a new boot id, registration again."""
+        """Simulated reboot: GPUs reset, a new boot id, a health check, registration."""
         reboot = getattr(self.backend, "reboot", None)
         if reboot is None:
-            return msgspec.json.encode(AgentReply(ok=False, message="this node has real GPUs"))
-        reboot()
+            return _reply(False, "this node has real GPUs")
+        await asyncio.to_thread(reboot)
         self.boot_id = uuid.uuid4().hex
-        await self.register()
-        return msgspec.json.encode(AgentReply(ok=True, message="rebooted"))
+        return await self._recheck("rebooted")
+
+    async def _on_reset(self, payload: bytes, _subject: str) -> bytes:
+        """Simulated GPU reset (same boot), then a health check and registration."""
+        req = msgspec.json.decode(payload, type=InjectFault)
+        reset = getattr(self.backend, "reset", None)
+        if reset is None:
+            return _reply(False, "this node has real GPUs")
+        try:
+            await asyncio.to_thread(reset, req.gpu)
+        except (ValueError, IndexError) as err:
+            return _reply(False, str(err))
+        return await self._recheck(f"gpu {req.gpu} reset")
+
+    async def _recheck(self, what: str) -> bytes:
+        self._dedupe = Dedupe(window_s=self._window_s)  # a healed GPU may fail again
+        self._counters = await asyncio.to_thread(self.backend.counters)
+        result = await self.register()
+        verdict = "check passed" if result.passed else "check failed: " + "; ".join(result.problems)
+        return _reply(True, f"{what}; {verdict}")
+
+
+def _reply(ok: bool, message: str) -> bytes:
+    return msgspec.json.encode(AgentReply(ok=ok, message=message))
