@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from muster import cluster as local
+from muster.cli_accounting import register as register_accounting
 from muster.client import ApiRefused, agent, call, current_user, nats_url
 from shared.api import (
     AgentReply,
@@ -483,6 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sim", help="replay a trace through the scheduler core", add_help=False)
     s.add_argument("rest", nargs=argparse.REMAINDER)
     s.set_defaults(fn=cmd_sim)
+    register_accounting(sub)
     return p
 
 
