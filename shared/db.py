@@ -14,7 +14,7 @@ import json
 import logging
 import uuid
 from importlib import resources
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import asyncpg
 
@@ -116,17 +116,26 @@ class Relay:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.sweep_s)
 
     async def publish_batch(self) -> int:
+        """Publish up to `batch` rows at once (JetStream acks awaited together), then mark
+        them published in one statement. A failed publish leaves its whole batch to the
+        next pass; re-publishes are dropped by `Nats-Msg-Id`."""
         async with self.pool.acquire() as conn, conn.transaction():
             rows = await conn.fetch(
                 "SELECT id, event_id, subject, payload, headers FROM outbox"
                 " WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
                 self.batch,
             )
-            for row in rows:
-                headers: dict[str, Any] = json.loads(row["headers"]) if row["headers"] else {}
-                await self.bus.publish_raw(
-                    row["subject"], bytes(row["payload"]), str(row["event_id"]), headers
+            await asyncio.gather(
+                *(
+                    self.bus.publish_raw(
+                        row["subject"],
+                        bytes(row["payload"]),
+                        str(row["event_id"]),
+                        json.loads(row["headers"]) if row["headers"] else {},
+                    )
+                    for row in rows
                 )
+            )
             if rows:
                 await conn.execute(
                     "UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[])",

@@ -21,6 +21,7 @@ from opentelemetry import trace
 from services.admission import repo
 from services.admission.arrays import parse_array
 from services.admission.authz import Action, authorize
+from services.admission.batch import JobBatcher
 from services.admission.commands import JobCommands
 from services.admission.config import ClusterConfig, ConfigError
 from services.admission.config_source import ConfigSource
@@ -83,6 +84,7 @@ class Admission:
         self.source = config if config is not None else ConfigSource(ctx.settings.cluster_config)
         self._fallback = _no_config(operators)
         self.jobs = JobCommands(ctx, self.authz_config)
+        self.batcher = JobBatcher(ctx.pool)
         self._shapes: tuple[float, list[NodeShape]] = (0.0, [])
         self._inflight: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(CONCURRENCY)
@@ -284,6 +286,13 @@ class Admission:
         config: ClusterConfig | None,
         shapes: list[NodeShape],
     ) -> list[int]:
+        qos = config.qos.get(spec.qos) if config else None
+        limited = qos is not None and (
+            qos.max_submitted_jobs_per_user is not None
+            or qos.max_submitted_jobs_per_account is not None
+        )
+        if not spec.array_spec and not limited:
+            return [await self.batcher.insert(spec, policy)]  # group commit
         tasks: tuple[int | None, ...] = (None,)
         if spec.array_spec:
             try:

@@ -354,3 +354,15 @@ async def test_drain_is_for_operators_and_names_the_nodes(api: Api) -> None:
     assert "say why" in str(
         await _refused(call(api.url, "drain", NodeAction(user="root", node="node01"), Ok))
     )
+
+
+async def test_concurrent_submissions_are_committed_together_each_with_its_event(
+    api: Api, db: asyncpg.Connection
+) -> None:
+    replies = await asyncio.gather(*(api.submit(("alice", "bob")[i % 2]) for i in range(200)))
+    ids = sorted(j for r in replies for j in r.job_ids)
+    assert len(set(ids)) == 200
+    stored = await db.fetch("SELECT job_id, user_name, spec FROM jobs ORDER BY job_id")
+    assert [r["job_id"] for r in stored] == ids
+    events = await db.fetchval("SELECT count(DISTINCT event_id) FROM outbox")
+    assert events == 200

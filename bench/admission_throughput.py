@@ -1,0 +1,226 @@
+"""Admission throughput: sustained accepted submissions per second, end to end.
+
+Starts embedded NATS and PostgreSQL, four registered 4-GPU nodes (rows, no agents: only
+admission is measured) and `--replicas` admission processes validating against the
+local cluster's configuration. `--clients` concurrent clients (spread over
+`--connections` NATS connections in `--client-procs` processes) submit a one-line job
+for `--seconds`. A submission counts once its reply said accepted; the run ends when
+every accepted job's `job.submitted` event is in JetStream. The figure is
+
+    accepted / (last event published - first request sent)
+
+so it includes parse, validation against the configuration and the nodes, the commit
+(job row + outbox, one transaction) and the relay's publish.
+
+    .venv/bin/python bench/admission_throughput.py [--replicas 2] [--seconds 10]
+
+The local configuration's per-user submit limits (500 queued jobs) would refuse most of
+a benchmark's jobs, so they are lifted here; with a limit set, admission counts the
+user's queued jobs in the same transaction (one more query per submission).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import asyncpg
+import msgspec
+import nats
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from muster.cluster import Cluster
+from shared import embedded
+from shared.api import API_PREFIX, Envelope, QueueReply, QueueRequest, SubmitRequest
+from shared.bus import STREAM
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = "#!/bin/bash\n#SBATCH --gpus-per-node=1\ntrue\n"
+USERS = ("alice", "bob", "carol", "dave")
+
+
+def bench_config(folder: Path) -> Path:
+    text = (REPO / "deploy" / "local" / "cluster.toml").read_text()
+    text = re.sub(r"(?m)^max_submitted_jobs_per_\w+ = \d+\n", "", text)
+    path = folder / "cluster.toml"
+    path.write_text(text)
+    return path
+
+
+async def register_nodes(db_url: str) -> None:
+    db = await asyncpg.connect(db_url)
+    try:
+        for _ in range(100):  # admission creates the tables as it starts
+            try:
+                await db.fetchval("SELECT count(*) FROM gpus")
+                break
+            except asyncpg.UndefinedTableError:
+                await asyncio.sleep(0.1)
+        for i in range(1, 5):
+            await db.execute("INSERT INTO nodes(name) VALUES ($1)", f"node{i:02d}")
+            await db.executemany(
+                "INSERT INTO gpus(node, idx, model) VALUES ($1, $2, 'SIM-H100')",
+                [(f"node{i:02d}", g) for g in range(4)],
+            )
+    finally:
+        await db.close()
+
+
+async def wait_ready(url: str, replicas: int) -> None:
+    nc = await nats.connect(url)
+    try:
+        for _ in range(300):
+            try:
+                raw = await nc.request(
+                    API_PREFIX + "queue",
+                    msgspec.json.encode(QueueRequest(user="x", job_ids=(0,))),
+                    timeout=1,
+                )
+                msgspec.json.decode(raw.data, type=Envelope)
+                break
+            except Exception:
+                await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0 + 0.3 * replicas)  # every replica subscribed
+    finally:
+        await nc.close()
+    _ = QueueReply
+
+
+async def client_proc(url: str, clients: int, connections: int, seconds: float) -> dict[str, int]:
+    conns = [await nats.connect(url) for _ in range(connections)]
+    payloads = [
+        msgspec.json.encode(SubmitRequest(user=u, script=SCRIPT, script_path="job.sh"))
+        for u in USERS
+    ]
+    accepted = refused = errors = 0
+    deadline = time.monotonic() + seconds
+
+    async def one(i: int) -> None:
+        nonlocal accepted, refused, errors
+        nc = conns[i % len(conns)]
+        payload = payloads[i % len(payloads)]
+        while time.monotonic() < deadline:
+            try:
+                msg = await nc.request(API_PREFIX + "submit", payload, timeout=10)
+            except Exception:
+                errors += 1
+                continue
+            env = msgspec.json.decode(msg.data, type=Envelope)
+            if env.error is None:
+                accepted += 1
+            else:
+                refused += 1
+
+    await asyncio.gather(*(one(i) for i in range(clients)))
+    for nc in conns:
+        await nc.close()
+    return {"accepted": accepted, "refused": refused, "errors": errors}
+
+
+def _client_main(url: str, clients: int, connections: int, seconds: float, out: mp.Queue) -> None:
+    import uvloop
+
+    out.put(uvloop.run(client_proc(url, clients, connections, seconds)))
+
+
+async def drained(url: str, db_url: str, accepted: int) -> tuple[float, int, int]:
+    """Wait until the outbox is empty; (last publish epoch, events in JetStream, jobs)."""
+    db = await asyncpg.connect(db_url)
+    nc = await nats.connect(url)
+    try:
+        for _ in range(2400):  # two minutes at most
+            if not await db.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NULL"):
+                break
+            await asyncio.sleep(0.05)
+        last = await db.fetchval("SELECT extract(epoch FROM max(published_at))::float8 FROM outbox")
+        jobs = await db.fetchval("SELECT count(*) FROM jobs")
+        info = await nc.jetstream().stream_info(STREAM, subjects_filter="muster.job.submitted")
+        return float(last), int(info.state.messages), int(jobs)
+    finally:
+        await db.close()
+        await nc.close()
+
+
+def run(args: argparse.Namespace) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="muster-bench-") as tmp:
+        state = Path(tmp)
+        state.chmod(0o755)
+        config = bench_config(state)
+        nats_server = embedded.start_nats(state)
+        pg = embedded.start_postgres(state, fast=True)
+        os.environ.update(MUSTER_LOG_LEVEL="WARNING", MUSTER_CLUSTER_CONFIG=str(config))
+        cluster = Cluster(state, nats_server.url, embedded.create_database(pg.url, "muster"))
+        try:
+            for i in range(args.replicas):
+                key = "admission" if i == 0 else f"admission-{i}"
+                cluster.spawn(key, "services.admission", MUSTER_INSTANCE=str(i))
+            asyncio.run(register_nodes(cluster.database_url))
+            asyncio.run(wait_ready(cluster.nats_url, args.replicas))
+            out: mp.Queue = mp.Queue()
+            per = max(1, args.clients // args.client_procs)
+            procs = [
+                mp.Process(
+                    target=_client_main,
+                    args=(cluster.nats_url, per, args.connections, args.seconds, out),
+                )
+                for _ in range(args.client_procs)
+            ]
+            t0 = time.time()
+            for p in procs:
+                p.start()
+            results = [out.get(timeout=args.seconds + 120) for _ in procs]
+            for p in procs:
+                p.join()
+            accepted = sum(r["accepted"] for r in results)
+            last, events, jobs = asyncio.run(
+                drained(cluster.nats_url, cluster.database_url, accepted)
+            )
+        finally:
+            cluster.stop_all()
+            nats_server.stop()
+            pg.stop()
+    elapsed = last - t0
+    return {
+        "bench": "admission_throughput",
+        "replicas": args.replicas,
+        "clients": per * args.client_procs,
+        "seconds": args.seconds,
+        "accepted": accepted,
+        "refused": sum(r["refused"] for r in results),
+        "errors": sum(r["errors"] for r in results),
+        "jobs_committed": jobs,
+        "events_in_jetstream": events,
+        "elapsed_to_last_publish_s": round(elapsed, 3),
+        "accepted_per_s": round(accepted / elapsed, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--clients", type=int, default=256)
+    parser.add_argument("--connections", type=int, default=4)
+    parser.add_argument("--client-procs", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    result = run(args)
+    print(
+        f"admission: {result['accepted_per_s']} accepted submissions/s end to end "
+        f"({result['accepted']} jobs in {result['elapsed_to_last_publish_s']} s, "
+        f"{args.replicas} replica(s), {result['clients']} clients; "
+        f"{result['events_in_jetstream']} events in JetStream)"
+    )
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

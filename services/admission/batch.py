@@ -1,0 +1,113 @@
+"""Shell: group commit of accepted single jobs.
+
+Concurrent submissions queue their job here; a flusher writes everything queued in one
+transaction (job rows and their `job.submitted` outbox rows together, so the outbox
+guarantee holds per job) and resolves each waiter with its job id. While one
+transaction is in flight the next batch gathers, so under load a replica commits
+hundreds of jobs per round trip instead of one; alone, a job waits for no one.
+A failed transaction fails every job of its batch (none of them was stored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import msgspec
+
+from shared.db import Pool
+from shared.events import JobSubmitted, encode, subject_of
+from shared.jobspec import JobSpec
+from shared.telemetry import current_headers
+
+from .policy import JobPolicy
+
+MAX_BATCH = 500
+MAX_INFLIGHT = 4
+
+_INSERT_JOBS = """
+INSERT INTO jobs(job_id, name, user_name, account, partition, qos, nodes_min, nodes_max,
+                 gpus_per_node, time_limit_s, spec, held, tier, preemptible, can_preempt,
+                 grace_s, min_runtime_s, needs_approval)
+SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],
+                     $6::text[], $7::int[], $8::int[], $9::int[], $10::int[], $11::jsonb[],
+                     $12::bool[], $13::int[], $14::bool[], $15::bool[], $16::int[], $17::int[],
+                     $18::bool[])
+"""
+_INSERT_OUTBOX = """
+INSERT INTO outbox(event_id, subject, payload, headers)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::jsonb[])
+"""
+
+_Item = tuple[JobSpec, JobPolicy, "asyncio.Future[int]"]
+
+
+class JobBatcher:
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self._queue: list[_Item] = []
+        self._flushers = 0
+
+    async def insert(self, spec: JobSpec, policy: JobPolicy) -> int:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._queue.append((spec, policy, future))
+        if self._flushers < MAX_INFLIGHT:
+            self._flushers += 1
+            asyncio.get_running_loop().create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+                try:
+                    ids = await self._write([(s, p) for s, p, _ in batch])
+                except Exception as err:
+                    for _, _, future in batch:
+                        if not future.done():
+                            future.set_exception(err)
+                    continue
+                for (_, _, future), job_id in zip(batch, ids, strict=True):
+                    if not future.done():
+                        future.set_result(job_id)
+        finally:
+            self._flushers -= 1
+
+    async def _write(self, jobs: list[tuple[JobSpec, JobPolicy]]) -> list[int]:
+        headers = json.dumps(current_headers())
+        async with self.pool.acquire() as conn, conn.transaction():
+            ids: list[int] = [
+                r[0]
+                for r in await conn.fetch(
+                    "SELECT nextval('jobs_job_id_seq') FROM generate_series(1, $1)", len(jobs)
+                )
+            ]
+            cols: list[list[object]] = [[] for _ in range(18)]
+            events = []
+            for job_id, (spec, policy) in zip(ids, jobs, strict=True):
+                row = (
+                    job_id, spec.name, spec.user, spec.account, spec.partition, spec.qos,
+                    spec.nodes_min, spec.nodes_max, spec.gpus_per_node, spec.time_limit_s,
+                    msgspec.json.encode(spec).decode(), spec.hold, policy.tier,
+                    policy.preemptible, policy.can_preempt, policy.grace_s,
+                    policy.min_runtime_s, policy.needs_approval,
+                )  # fmt: skip
+                for col, value in zip(cols, row, strict=True):
+                    col.append(value)
+                events.append(
+                    JobSubmitted(
+                        job_id=job_id,
+                        user=spec.user,
+                        account=spec.account,
+                        partition=spec.partition,
+                    )
+                )
+            await conn.execute(_INSERT_JOBS, *cols)
+            await conn.execute(
+                _INSERT_OUTBOX,
+                [e.event_id for e in events],
+                [subject_of(e) for e in events],
+                [encode(e) for e in events],
+                [headers] * len(events),
+            )
+        return ids
