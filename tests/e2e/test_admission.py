@@ -1,0 +1,109 @@
+"""End to end on a local cluster (every service and node agent a process) with the local
+cluster's configuration: array jobs with a throttle, dependencies, approval."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from muster.client import call
+from muster.cluster import DEFAULT_CLUSTER_CONFIG, SERVICES, Cluster
+from shared.api import JobSelector, Ok, ShowJobReply, ShowJobRequest
+from tests.support.cluster import eventually, job_state, make_cluster, nodes, nodes_up, submit
+
+pytestmark = pytest.mark.slow
+
+QUICK = "#!/bin/bash\nsleep 1\n"
+FAILS = "#!/bin/bash\nexit 3\n"
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection):
+    c = make_cluster(tmp_path / "state", nats_url, database_url)
+    for name in SERVICES:
+        extra = (
+            {"MUSTER_CLUSTER_CONFIG": str(DEFAULT_CLUSTER_CONFIG)} if name == "admission" else {}
+        )
+        c.spawn(name, f"services.{name}", **extra)
+    for node in nodes(4):
+        c.start_node(node)
+    await nodes_up(db, 4)
+    yield c
+    c.stop_all(timeout=10)
+
+
+async def test_an_array_with_a_throttle_runs_every_task_never_more_than_k_at_once(
+    cluster: Cluster, db: asyncpg.Connection
+) -> None:
+    reply = await submit(
+        cluster.nats_url, QUICK, ("--array=0-5%2", "--gpus-per-node=1"), user="root"
+    )
+    ids = list(reply.job_ids)
+    assert len(ids) == 6
+    peak = 0
+    for _ in range(300):
+        live = await db.fetchval(
+            "SELECT count(*) FROM allocations WHERE released_at IS NULL"
+            " AND job_id = ANY($1::bigint[])",
+            ids,
+        )
+        peak = max(peak, live)
+        done = await db.fetchval(
+            "SELECT count(*) FROM job_runs WHERE state = 'COMPLETED'"
+            " AND job_id = ANY($1::bigint[])",
+            ids,
+        )
+        if done == 6:
+            break
+        await asyncio.sleep(0.1)
+    assert done == 6
+    assert peak == 2
+
+
+async def test_dependencies_order_jobs_and_an_unmeetable_one_says_so(
+    cluster: Cluster, db: asyncpg.Connection
+) -> None:
+    url = cluster.nats_url
+    first = (await submit(url, QUICK, (), user="root")).job_ids[0]
+    bad = (await submit(url, FAILS, (), user="root")).job_ids[0]
+    after_ok = (await submit(url, QUICK, (f"-d afterok:{first}",), user="root")).job_ids[0]
+    after_any = (await submit(url, QUICK, (f"--dependency=afterany:{bad}",), user="root")).job_ids[
+        0
+    ]
+    either = (
+        await submit(url, QUICK, (f"-d afterok:{bad}?afterok:{first}",), user="root")
+    ).job_ids[0]
+    never = (await submit(url, QUICK, (f"-d afterok:{bad}",), user="root")).job_ids[0]
+
+    for job in (after_ok, after_any, either):
+        await eventually(lambda j=job: job_state(db, j), lambda s: s == "COMPLETED", 60, f"{job}")
+    order = await db.fetchrow(
+        "SELECT (SELECT ended_at FROM job_runs WHERE job_id = $1) AS a_end,"
+        " (SELECT started_at FROM job_runs WHERE job_id = $2) AS b_start",
+        first,
+        after_ok,
+    )
+    assert order["b_start"] >= order["a_end"]
+
+    show = await eventually(
+        lambda: call(url, "show", ShowJobRequest(user="root", job_id=never), ShowJobReply),
+        lambda r: "DependencyNeverSatisfied" in r.job.detail,
+        30,
+        "never-satisfied reason",
+    )
+    assert show.job.state == "PENDING" and show.why_pending.startswith("DEPENDENCY")
+    assert await job_state(db, never) is None  # never started
+
+
+async def test_a_job_needing_approval_runs_only_after_an_operator_approves_it(
+    cluster: Cluster, db: asyncpg.Connection
+) -> None:
+    url = cluster.nats_url
+    job = (await submit(url, QUICK, ("-p", "large"), user="root")).job_ids[0]
+    await asyncio.sleep(2.0)  # several placer cycles
+    assert await job_state(db, job) is None
+    await call(url, "approve", JobSelector(user="root", job_refs=(str(job),)), Ok)
+    await eventually(lambda: job_state(db, job), lambda s: s == "COMPLETED", 60, "approved job")
