@@ -12,7 +12,7 @@ every accepted job's `job.submitted` event is in JetStream. The figure is
 so it includes parse, validation against the configuration and the nodes, the commit
 (job row + outbox, one transaction) and the relay's publish.
 
-    .venv/bin/python bench/admission_throughput.py [--replicas 2] [--seconds 10]
+    .venv/bin/python bench/admission_throughput.py [--replicas 1] [--seconds 10]
 
 The local configuration's per-user submit limits (500 queued jobs) would refuse most of
 a benchmark's jobs, so they are lifted here; with a limit set, admission counts the
@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--clients", type=int, default=256)
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--client-procs", type=int, default=1)
