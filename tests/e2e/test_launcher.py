@@ -1,0 +1,309 @@
+"""End to end, on real NATS, PostgreSQL and processes: the launcher's time limits,
+`--signal`, preemption, gang-start failure, cancel of a forking script and run-as."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import msgspec
+import nats
+import pytest
+
+from muster.client import agent, call
+from muster.cluster import Cluster
+from services.health.probe import NodeProbe
+from services.health.sim_backend import SimulatedGpuBackend
+from shared.api import AgentReply, JobSelector, Ok, StopWorkers
+from shared.bus import Bus
+from shared.events import JobPreemptRequested, encode, subject_of
+from tests.support.cluster import eventually, job_state, make_cluster, nodes, nodes_up, submit
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+KILL_WAIT_S = 3.0  # MUSTER_KILL_WAIT_S in tests/support/cluster.py FAST
+
+STUBBORN = """#!/bin/bash
+trap 'echo "got TERM at $(date +%s.%N) restart=$MUSTER_RESTART_COUNT"' TERM
+trap 'echo "got USR1 at $(date +%s.%N)"' USR1
+echo "start at $(date +%s.%N) restart=$MUSTER_RESTART_COUNT"
+while true; do sleep 0.1; done
+"""
+
+
+@pytest.fixture
+async def cluster(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> AsyncIterator[Cluster]:
+    c = make_cluster(tmp_path / "state", nats_url, database_url)
+    c.start_services()
+    for node in nodes(2):
+        c.start_node(node)
+    await nodes_up(db, 2)
+    yield c
+    c.stop_all(timeout=10)
+
+
+async def run_row(db: asyncpg.Connection, job_id: int) -> asyncpg.Record | None:
+    return await db.fetchrow(
+        "SELECT state, reason, nodes, restart_count, excluded_nodes,"
+        " extract(epoch FROM started_at)::float8 AS started,"
+        " extract(epoch FROM ended_at)::float8 AS ended FROM job_runs WHERE job_id = $1",
+        job_id,
+    )
+
+
+async def text_of(path: Path) -> str:
+    return await asyncio.to_thread(lambda: path.read_text() if path.exists() else "")
+
+
+def stamp(text: str, word: str) -> float:
+    """The time printed on the first `word ... at <epoch>` line."""
+    line = next(ln for ln in text.splitlines() if ln.startswith(word))
+    return float(line.split(" at ")[1].split()[0])
+
+
+async def test_the_time_limit_sends_sigterm_then_sigkill_after_the_kill_wait_and_ends_in_timeout(
+    cluster: Cluster, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    reply = await submit(cluster.nats_url, STUBBORN, ("--time=0:03",), workdir=str(tmp_path))
+    job_id = reply.job_ids[0]
+    out = tmp_path / f"muster-{job_id}.out"
+
+    row = await eventually(
+        lambda: run_row(db, job_id), lambda r: r is not None and r["state"] == "TIMEOUT", 40
+    )
+    assert row is not None
+    text = out.read_text()
+    started, termed = stamp(text, "start"), stamp(text, "got TERM")
+    assert 2.5 <= termed - started <= 5.0, text  # SIGTERM at the 3 s limit
+    # It ignored SIGTERM, so only the SIGKILL after MUSTER_KILL_WAIT_S ended it.
+    assert row["ended"] - termed >= KILL_WAIT_S - 0.5
+    assert "time limit" in row["reason"]
+
+
+async def test_signal_is_delivered_that_long_before_the_time_limit(
+    cluster: Cluster, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    argv = ("--time=0:06", "--signal=USR1@4")
+    reply = await submit(cluster.nats_url, STUBBORN, argv, workdir=str(tmp_path))
+    job_id = reply.job_ids[0]
+    out = tmp_path / f"muster-{job_id}.out"
+
+    await eventually(lambda: job_state(db, job_id), lambda s: s == "TIMEOUT", 40, "timeout")
+    text = out.read_text()
+    started, usr1, termed = stamp(text, "start"), stamp(text, "got USR1"), stamp(text, "got TERM")
+    assert 1.5 <= usr1 - started <= 3.5, text  # 6 s limit - 4 s
+    assert 3.0 <= termed - usr1 <= 5.0, text
+
+
+async def preempt(url: str, job_id: int, grace_s: int) -> None:
+    """What the placer emits for a victim (published as the outbox relay would)."""
+    nc = await nats.connect(url)
+    try:
+        ev = JobPreemptRequested(job_id=job_id, for_job_id=0, grace_s=grace_s, epoch=0)
+        await nc.jetstream().publish(
+            subject_of(ev), encode(ev), headers={"Nats-Msg-Id": str(ev.event_id)}
+        )
+    finally:
+        await nc.close()
+
+
+async def test_a_preempted_job_gets_sigterm_and_its_grace_then_is_requeued_with_the_same_id(
+    cluster: Cluster, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    reply = await submit(cluster.nats_url, STUBBORN, ("--gpus-per-node=4",), workdir=str(tmp_path))
+    job_id = reply.job_ids[0]
+    out = tmp_path / f"muster-{job_id}.out"
+    await eventually(lambda: text_of(out), lambda t: "start" in t, 30, "running")
+
+    await preempt(cluster.nats_url, job_id, grace_s=2)
+
+    text = await eventually(lambda: text_of(out), lambda t: "restart=1" in t, 40, "restarted")
+    row = await run_row(db, job_id)
+    assert row is not None and row["restart_count"] == 1
+    termed = stamp(text, "got TERM")
+    restarted = float(text.split("start at ")[2].split()[0])
+    assert restarted - termed >= 2.0 - 0.2, text  # the grace was given before the kill
+    assert "got TERM at" in text and "restart=0" in text
+    history = await db.fetch(
+        "SELECT seq, outcome FROM attempts WHERE job_id = $1 ORDER BY attempt, seq", job_id
+    )
+    assert [h["seq"] for h in history] == [0, 1]
+    assert "preempted" in history[0]["outcome"]
+
+
+async def test_a_preempted_job_that_may_not_be_requeued_ends_preempted(
+    cluster: Cluster, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    reply = await submit(cluster.nats_url, STUBBORN, ("--no-requeue",), workdir=str(tmp_path))
+    job_id = reply.job_ids[0]
+    await eventually(lambda: job_state(db, job_id), lambda s: s == "RUNNING", 30, "running")
+
+    await preempt(cluster.nats_url, job_id, grace_s=1)
+
+    await eventually(lambda: job_state(db, job_id), lambda s: s == "PREEMPTED", 30, "preempted")
+
+
+@contextlib.asynccontextmanager
+async def ghost_node(url: str, name: str) -> AsyncIterator[None]:
+    """A node whose health probe registers and heartbeats but whose agent is not running."""
+    bus = await Bus.connect(url, name=f"ghost-{name}")
+    await bus.ensure_streams()
+    backend = SimulatedGpuBackend(name, gpu_count=4, model="SIM-H100")
+    probe = NodeProbe(
+        bus, backend, node=name, address="127.0.0.1", topology=("spine0", "leaf1"),
+        heartbeat_s=1.0, expected_gpus=4,
+    )  # fmt: skip
+    stop = asyncio.Event()
+    task = asyncio.create_task(probe.run(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        backend.close()
+        await bus.close()
+
+
+async def test_a_gang_that_cannot_start_on_one_node_is_requeued_without_it_and_leaves_no_worker(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    c = make_cluster(tmp_path / "state", nats_url, database_url)
+    c.start_services()
+    c.start_node(nodes(1)[0])
+    try:
+        await nodes_up(db, 1)
+        async with ghost_node(nats_url, "ghost"):
+            await nodes_up(db, 2)
+            argv = ("--nodes=2", "--gpus-per-node=4")
+            reply = await submit(nats_url, STUBBORN, argv, workdir=str(tmp_path))
+            job_id = reply.job_ids[0]
+
+            row = await eventually(
+                lambda: run_row(db, job_id),
+                lambda r: r is not None and r["state"] == "REQUEUED",
+                30,
+                "requeued",
+            )
+            assert row is not None
+            assert row["excluded_nodes"] == ["ghost"] and row["restart_count"] == 1
+            assert "could not start on ghost" in row["reason"]
+            # The worker that did start on node01 was stopped: no partial gang remains.
+            status = await eventually(
+                lambda: _agent_status(nats_url, "node01"), lambda r: not r.workers, 15
+            )
+            assert status.workers == ()
+            assert not _processes_of_job(job_id)
+            outcome = await db.fetchval("SELECT outcome FROM attempts WHERE job_id = $1", job_id)
+            assert "could not start on ghost" in outcome
+    finally:
+        c.stop_all(timeout=10)
+
+
+async def _agent_status(url: str, node: str) -> AgentReply:
+    raw = await agent(url, node, "status", StopWorkers(job_id=0))
+    return msgspec.json.decode(raw, type=AgentReply)
+
+
+def _processes_of_job(job_id: int) -> list[int]:
+    """Live processes whose environment names this job."""
+    found = []
+    needle = f"MUSTER_JOB_ID={job_id}\0".encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{name}/environ").read_bytes()
+            state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in env and state not in ("Z", "X"):
+            found.append(int(name))
+    return found
+
+
+async def test_cancel_leaves_no_child_or_grandchild_of_a_forking_script_alive(
+    cluster: Cluster, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    script = (REPO / "examples" / "forker.sh").read_text()
+    reply = await submit(
+        cluster.nats_url, script, (), workdir=str(tmp_path), args=("3", "--stubborn")
+    )
+    job_id = reply.job_ids[0]
+    out = tmp_path / f"muster-{job_id}.out"
+    text = await eventually(lambda: text_of(out), lambda t: "ready" in t, 30, "forker ready")
+    await eventually(
+        lambda: text_of(out), lambda t: t.count("grandchild") == 3, 10, "grandchildren"
+    )
+    text = out.read_text()
+    pids = [
+        int(ln.split()[-1]) for ln in text.splitlines() if ln.split()[0] in ("child", "grandchild")
+    ]
+    pids.append(int(next(ln for ln in text.splitlines() if ln.startswith("forker")).split()[1]))
+    assert len(pids) == 7 and all(_alive(p) for p in pids)
+
+    await call(cluster.nats_url, "cancel", JobSelector(user="root", job_ids=(job_id,)), Ok)
+
+    await eventually(lambda: job_state(db, job_id), lambda s: s == "CANCELLED", 30, "cancelled")
+    alive = [p for p in pids if _alive(p)]
+    assert alive == []
+    assert not _processes_of_job(job_id)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+RUN_AS = "musterjob"
+
+
+def _user_and_workdir(user: str) -> Path:
+    """Create `user` on this machine if needed, and a folder it may write."""
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", user], check=True)
+    workdir = Path(tempfile.mkdtemp(prefix="muster-runas-", dir="/tmp"))
+    workdir.chmod(0o777)
+    return workdir
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+async def test_a_job_runs_as_the_submitting_user(
+    nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    workdir = await asyncio.to_thread(_user_and_workdir, RUN_AS)
+    # The agents' spool must be reachable by the job's user, as /var/lib/muster would be
+    # (pytest's own temporary folders are private to root).
+    state = await asyncio.to_thread(tempfile.mkdtemp, prefix="muster-state-", dir="/tmp")
+    await asyncio.to_thread(os.chmod, state, 0o755)
+    c = make_cluster(Path(state), nats_url, database_url)
+    c.start_services()
+    c.start_node(nodes(1)[0])
+    try:
+        await nodes_up(db, 1)
+        script = '#!/bin/bash\necho "user=$(id -un) USER=$USER"\n'
+        reply = await submit(nats_url, script, (), workdir=str(workdir), user=RUN_AS)
+        job_id = reply.job_ids[0]
+
+        await eventually(lambda: job_state(db, job_id), lambda s: s == "COMPLETED", 30, "done")
+        out = workdir / f"muster-{job_id}.out"
+        assert (await text_of(out)).split() == [f"user={RUN_AS}", f"USER={RUN_AS}"]
+    finally:
+        c.stop_all(timeout=10)
+        await asyncio.to_thread(shutil.rmtree, state, True)
+        await asyncio.to_thread(shutil.rmtree, workdir, True)
