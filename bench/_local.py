@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -24,6 +26,8 @@ FAST = {
 @contextlib.contextmanager
 def local_cluster(node_count: int, gpus: int = 4, **env: str) -> Iterator[Cluster]:
     os.environ.update(FAST | env)
+    # A benchmark stopped by SIGTERM (e.g. `timeout`) still stops its cluster.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="muster-bench-") as tmp:
         state = Path(tmp)
         state.chmod(0o755)
