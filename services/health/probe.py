@@ -102,7 +102,7 @@ class NodeProbe:
         if self.expected_gpus is None:
             self.expected_gpus = len(first)
         self._counters = await asyncio.to_thread(self.backend.counters)
-        await self.register()
+        # Listen first, then announce: a registered node answers its agent requests.
         for verb, handler in (
             ("inject", self._on_inject),
             ("reboot", self._on_reboot),
@@ -115,6 +115,7 @@ class NodeProbe:
             follower = KernelLogFollower(self.kmsg_path, lambda line: self._from_line(loop, line))
             follower.start()
         try:
+            await self.register()
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._heartbeats(stop))
                 group.create_task(self._report(stop))
