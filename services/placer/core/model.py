@@ -146,6 +146,8 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True):
     preemption: bool = True
     max_preemptors: int = 32  # jobs per pass that may search for victims
     max_switch_wait_s: int = 300  # --switches=K without @T waits this long (as Slurm)
+    booking_window_s: int = 86_400  # bookings further ahead are estimates only, hold
+    # nothing (Slurm bf_window): far-off promises would idle GPUs for days
 
 
 class Waiting(StrEnum):

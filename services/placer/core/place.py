@@ -287,6 +287,8 @@ class Prepared:
         if found is None:
             return None
         at, view, released = found
+        if at > self.now + self.config.booking_window_s:
+            return at
         # GPUs busy now first: a booking that holds free GPUs idles them until `at`
         busy_then = CandidateView(ix, {i: m & ~ix.free[i] for i, m in released.items()}, shape.g)
         chosen = select_gang(ix, busy_then, shape.nmin, shape.nmin, shape.g, None)
