@@ -227,3 +227,14 @@ def test_down_nodes_in_a_topology_are_not_used() -> None:
     down = (msgspec.structs.replace(nodes[0], state=NodeState.DOWN), nodes[1])
     result = run([job(1, 0, 10, 2)], down, "muster")
     assert result.never_started == 1
+
+
+def test_the_shipped_fat_tree_and_a_plot(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[3] / "sim/topologies/fat_tree_64.toml"
+    nodes = load_topology(example)
+    assert len(nodes) == 64 and {n.topology[0] for n in nodes} == {"spine0", "spine1"}
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "jobs.csv"
+    path.write_text(TRACES["csv"][0])
+    assert main([str(path), "--topology", str(example), "--plot", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out/policies.png").exists()
