@@ -35,6 +35,7 @@ from services.launcher.coordinator_core import (
     SparesDenied,
     SparesGranted,
     StartAttempt,
+    StartFailed,
     StopWorkers,
     TimeLimitReached,
     Verdict,
@@ -107,6 +108,7 @@ R_SIGNAL = running(job(signal="USR1", signal_before_s=120))
 R_SPARE = decide(R, NodeFault(node="b", reason="xid 79"), CFG, T0 + 10).run
 LOST_B = "node b lost: xid 79"
 EXIT_1 = "worker on b ended with exit 1"
+NO_START_B = "could not start on b: no responders"
 # A worker failed a moment ago; is a node fault on its way?
 R_SETTLING = decide(R, exited("b", 1), CFG, T0 + 5).run
 R_SETTLING_ELASTIC = decide(R_ELASTIC, exited("b", 1), CFG, T0 + 5).run
@@ -256,6 +258,24 @@ FAULT_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decision
              StartAttempt(attempt=1, nodes=("a", "c", "d", "e"), restart_count=1, delay_s=0.0),
              closed="growing to 4 nodes", attempt=1, nodes=("a", "c", "d", "e"),
              started_at=NOW, restart_count=1),
+    ),
+    "a gang that did not start on one node stops the others and requeues without it": (
+        R, StartFailed(attempt=0, nodes=("b",), reason="no responders"), CFG,
+        then(R, Verdict.REQUEUE, StopWorkers(nodes=("a", "c"), grace_s=GRACE),
+             Requeue(restart_count=1, excluded_nodes=("b",), delay_s=0.0, reason=NO_START_B),
+             closed=NO_START_B, phase=Phase.ENDED, restart_count=1, fault_restarts=1,
+             excluded_nodes=("b",)),
+    ),
+    "a gang start failure at the restart limit ends NODE_FAIL": (
+        running(fault_restarts=3), StartFailed(attempt=0, nodes=("b",), reason="no responders"),
+        CFG,
+        ended(running(fault_restarts=3), Verdict.FAIL, JobState.NODE_FAIL,
+              f"{NO_START_B}; restart limit of 3 reached",
+              StopWorkers(nodes=("a", "c"), grace_s=KILL), excluded_nodes=("b",)),
+    ),
+    "a start failure of an earlier attempt is ignored": (
+        running(attempt=2), StartFailed(attempt=1, nodes=("b",), reason="x"), CFG,
+        then(running(attempt=2), Verdict.IGNORE),
     ),
     "a fixed-size job does not grow": (
         R, NodesAvailable(nodes=("d",)), CFG, then(R, Verdict.IGNORE),
