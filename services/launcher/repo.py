@@ -118,7 +118,9 @@ async def start_run(
         " restart_count, reason) VALUES ($1, 'STARTING', $2, $3, $4::jsonb, $5, $6, $7, $8)"
         " ON CONFLICT (job_id) DO UPDATE SET state = 'STARTING', attempt = $2, nodes = $3,"
         " gpus = $4::jsonb, excluded_nodes = $5, world_size = $6, restart_count = $7,"
-        " reason = $8, stopping_to = NULL, exit_code = NULL, signal = NULL, updated_at = now()"
+        " reason = $8, stopping_to = NULL, exit_code = NULL, signal = NULL,"
+        # Usage is per allocation attempt: the last attempt was settled under its own key.
+        " gpu_seconds = 0, segment_start = NULL, segment_gpus = 0, updated_at = now()"
         " RETURNING *",
         job_id,
         attempt,
