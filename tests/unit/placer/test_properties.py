@@ -11,9 +11,13 @@ from hypothesis import strategies as st
 from services.placer.core import (
     Grant,
     JobRequest,
+    Limit,
+    Limits,
     Node,
     NodeState,
     Plan,
+    Recurrence,
+    Reservation,
     Running,
     Snapshot,
     Waiting,
@@ -40,6 +44,7 @@ def worlds(draw: st.DrawFn, *, extras: bool = True) -> tuple[Snapshot, list[JobR
                 gpus,
                 state=rng.choice(STATES) if extras else NodeState.UP,
                 topology=(f"spine{i // 4}", f"leaf{i // 2}"),
+                block=rng.choice([None, f"nvl{i // 3}"]) if extras else None,
                 groups=rng.choice([1, 2]),
                 unhealthy=unhealthy,
             )
@@ -65,7 +70,22 @@ def worlds(draw: st.DrawFn, *, extras: bool = True) -> tuple[Snapshot, list[JobR
             )
         )
     pending = [_request(j, rng, nodes, extras) for j in range(1, rng.randint(1, 12))]
-    return Snapshot(nodes=tuple(nodes), running=tuple(running)), pending
+    extra: dict[str, Any] = {}
+    if extras and rng.random() < 0.3:
+        extra["reservations"] = (
+            Reservation(
+                name="r",
+                start=T0 + rng.choice([-600, 600, 5000]),
+                duration_s=3600,
+                nodes=tuple(n.name for n in nodes if rng.random() < 0.4),
+                gpus=rng.choice([0, 0, 8]),
+                accounts=rng.choice([(), ("default",)]),
+                recurrence=rng.choice(list(Recurrence)),
+            ),
+        )
+    if extras and rng.random() < 0.3:
+        extra["limits"] = Limits(user_default=Limit(max_gpus=rng.randint(1, 16), max_jobs=3))
+    return Snapshot(nodes=tuple(nodes), running=tuple(running), **extra), pending
 
 
 def _request(job_id: int, rng: random.Random, nodes: list[Node], extras: bool) -> JobRequest:
