@@ -62,3 +62,13 @@ def check(limits: Limits, usage: Usage, job: JobRequest, gpus: int) -> tuple[Wai
         if max_jobs is not None and usage.jobs.get(key, 0) + 1 > max_jobs:
             return job_reason, f"{usage.jobs.get(key, 0)} jobs running, cap {max_jobs}"
     return None
+
+
+def headroom(limits: Limits, usage: Usage, job: JobRequest) -> int | None:
+    """GPUs the job may still take under its tightest GPU cap (None: uncapped)."""
+    rooms = [
+        max_gpus - usage.gpus.get(key, 0)
+        for key, max_gpus, _, _, _ in _rules(limits, job)
+        if max_gpus is not None
+    ]
+    return min(rooms) if rooms else None

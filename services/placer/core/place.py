@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from services.placer.core.calendar import Window, inside, off_limits, windows
 from services.placer.core.index import ROOT, ClusterIndex, Pool
-from services.placer.core.limits import Usage, check
+from services.placer.core.limits import Usage, check, headroom
 from services.placer.core.model import (
     Grant,
     JobRequest,
@@ -119,9 +119,11 @@ class Prepared:
         if self.config.strict_order and self.blocked_by is not None:
             return self._wait(job, Waiting.PRIORITY, f"in order behind job {self.blocked_by}")
         shape = shape_of(job, self.ix)
-        over = check(self.snapshot.limits, self.usage, job, shape.gpus) if self.limited else None
-        if over is not None:
-            return self._wait(job, over[0], over[1])
+        if self.limited:
+            over = check(self.snapshot.limits, self.usage, job, shape.gpus)
+            if over is not None:
+                return self._wait(job, over[0], over[1])
+            shape = _within_limits(shape, headroom(self.snapshot.limits, self.usage, job))
         if self.tested >= self.config.max_job_test:
             return self._wait(job, Waiting.NOT_TESTED, "beyond max_job_test this pass")
         self.tested += 1
@@ -330,6 +332,13 @@ class Prepared:
                 )
         names = ", ".join(str(v.job_id) for v in victims)
         return self._wait(job, Waiting.PREEMPTING, f"waiting for {names} to exit", self.now + grace)
+
+
+def _within_limits(shape: Shape, room: int | None) -> Shape:
+    """An elastic gang grows only as far as the tightest GPU cap allows."""
+    if room is None or shape.g <= 0 or shape.total is not None:
+        return shape
+    return shape._replace(nmax=max(shape.nmin, min(shape.nmax, room // shape.g)))
 
 
 def _filters(job: JobRequest) -> bool:

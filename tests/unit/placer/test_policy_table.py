@@ -305,3 +305,9 @@ def test_jobs_beyond_max_job_test_are_not_tested() -> None:
     assert plan.waits == (
         Wait(job_id=2, reason=Waiting.NOT_TESTED, detail="beyond max_job_test this pass"),
     )
+
+
+def test_an_elastic_gang_grows_only_as_far_as_the_user_cap() -> None:
+    snap = snapshot(*NODES32[:4], limits=Limits(user_default=Limit(max_gpus=16)))
+    plan = place(snap, [gang(1, nodes=(1, 4), gpus_per_node=8)], now=T0)
+    assert [len(s.grants) for s in plan.starts] == [2]
