@@ -80,7 +80,11 @@ class Prepared:
             end = max(now, r.started_at + r.time_limit_s)
             if r.preempted_by is not None:
                 end = min(end, now + r.grace_s)
-            picks = [(ix.id_of[g.node], ix.mask_of(ix.id_of[g.node], g.gpus)) for g in r.grants]
+            picks = [
+                (ix.id_of[g.node], ix.mask_of(ix.id_of[g.node], g.gpus))
+                for g in r.grants
+                if g.node in ix.id_of  # a node gone from the snapshot holds nothing
+            ]
             self.future.add(end, picks, r.job_id)
         self.windows: list[Window] = windows(ix, snapshot.reservations, now)
         self.bookings: list[Booking] = []

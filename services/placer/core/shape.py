@@ -48,6 +48,8 @@ def precheck(ix: ClusterIndex, job: JobRequest) -> tuple[Waiting, str] | None:
         return Waiting.DEPENDENCY, job.blocked_by
     if job.nodes_min < 1 or job.nodes_min > job.nodes_max or job.gpus_per_node < 0:
         return Waiting.BAD_CONSTRAINTS, "nodes must be 1 <= min <= max, GPUs >= 0"
+    if job.time_limit_s < 1 or (job.gpus_total is not None and job.gpus_total < 0):
+        return Waiting.BAD_CONSTRAINTS, "time limit must be >= 1 s and a GPU total >= 0"
     pool = ix.pool(job.partition, job.gpu_model)
     if pool.size == 0:
         model = f" with {job.gpu_model} GPUs" if job.gpu_model else ""

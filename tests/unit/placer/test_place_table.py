@@ -273,3 +273,9 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
 @pytest.mark.parametrize(("snap", "pending", "want"), CASES.values(), ids=CASES.keys())
 def test_place(snap: Snapshot, pending: list[JobRequest], want: Plan) -> None:
     assert place(snap, pending, now=T0) == want
+
+
+def test_a_running_job_on_a_node_gone_from_the_snapshot_is_ignored() -> None:
+    snap = snapshot(node("a"), running=(running(9, whole("gone"), grant("a", 0)),))
+    plan = place(snap, [gang(1, gpus_per_node=8)], now=T0)
+    assert plan.waits == (Wait(job_id=1, reason=Waiting.RESOURCES, estimated_start=T0 + H),)
