@@ -28,7 +28,14 @@ OPENB_NODES = "openb_node_list_gpu_node.csv"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="muster sim", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="muster sim",
+        description=__doc__.splitlines()[0],
+        epilog="csv format: a header, then submit_time,duration_s,nodes,gpus_per_node,user,"
+        "account[,time_limit_s] (seconds). Topology files: see sim/cluster.py and "
+        "sim/topologies/. Without --topology or --nodes: openb uses the node list beside "
+        "the pod list, others 64 nodes.",
+    )
     p.add_argument("trace", type=Path, help="trace file")
     p.add_argument("--format", choices=FORMATS, default="csv", help="trace format")
     where = p.add_mutually_exclusive_group()
