@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import json
 import os
+import time
 from pathlib import Path
 from typing import TypeVar
 
 import msgspec
 import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
 
 from shared.api import API_PREFIX, Envelope
 
 T = TypeVar("T")
+NO_RESPONDERS_WAIT_S = 15.0
 
 
 class ApiRefused(Exception):
@@ -41,13 +47,31 @@ async def call(
 ) -> T:
     nc = await nats.connect(url, connect_timeout=5)
     try:
-        msg = await nc.request(API_PREFIX + verb, msgspec.json.encode(request), timeout=timeout)
+        msg = await _request(nc, API_PREFIX + verb, msgspec.json.encode(request), timeout)
     finally:
         await nc.close()
     env = msgspec.json.decode(msg.data, type=Envelope)
     if env.error is not None:
         raise ApiRefused(env.error.error, env.error.code, env.error.details)
     return msgspec.json.decode(env.ok, type=reply)
+
+
+async def _request(nc: Client, subject: str, payload: bytes, timeout: float) -> Msg:
+    """A request that waits out a cluster still starting: with no service subscribed
+    yet, retry for up to NO_RESPONDERS_WAIT_S before saying so."""
+    deadline = time.monotonic() + NO_RESPONDERS_WAIT_S
+    while True:
+        try:
+            return await nc.request(subject, payload, timeout=timeout)
+        except NoRespondersError as err:
+            if time.monotonic() > deadline:
+                service = "fairshare" if subject.endswith((".share", ".acct")) else "admission"
+                raise ApiRefused(
+                    f"no {service} service answers on {subject}; is the cluster up?",
+                    "unavailable",
+                    (),
+                ) from err
+            await asyncio.sleep(0.2)
 
 
 async def agent(
