@@ -12,6 +12,17 @@ from typing import Annotated, NewType
 import msgspec
 
 JobId = NewType("JobId", int)
+
+# States a job never leaves (Slurm's names). A REQUEUED job is pending again.
+TERMINAL_STATES = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+)
 NodeName = NewType("NodeName", str)
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 import msgspec
 from nats.aio.msg import Msg
@@ -32,8 +31,6 @@ from services.admission.validate import NodeShape, SubmitCounts, admit, shape, v
 from services.admission.views import node_views
 from shared.api import (
     API_PREFIX,
-    ApiError,
-    Envelope,
     JobSelector,
     NodeAction,
     NodesReply,
@@ -45,6 +42,7 @@ from shared.api import (
     SubmitReply,
     SubmitRequest,
 )
+from shared.apiserve import enveloped, typed
 from shared.db import outbox_add
 from shared.events import JobSubmitted, NodeDrainRequested
 from shared.jobspec import JobSpec
@@ -54,7 +52,6 @@ from shared.telemetry import extract_context
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
-R = TypeVar("R", bound=msgspec.Struct)
 
 __all__ = ["Admission", "Refused"]
 
@@ -94,21 +91,21 @@ class Admission:
 
     async def run(self, stop: asyncio.Event) -> None:
         routes: dict[str, Callable[[bytes], Awaitable[msgspec.Struct]]] = {
-            "submit": self._typed(SubmitRequest, self.submit),
-            "cancel": self._typed(JobSelector, self.jobs.cancel),
-            "hold": self._typed(JobSelector, self.jobs.hold),
-            "release": self._typed(JobSelector, self.jobs.release),
-            "approve": self._typed(JobSelector, self.jobs.approve),
-            "queue": self._typed(QueueRequest, self.jobs.queue),
-            "show": self._typed(ShowJobRequest, self.jobs.show),
-            "nodes": self._typed(QueueRequest, self.nodes),
-            "drain": self._typed(NodeAction, self.drain),
-            "resume": self._typed(NodeAction, self.resume),
+            "submit": typed(SubmitRequest, self.submit),
+            "cancel": typed(JobSelector, self.jobs.cancel),
+            "hold": typed(JobSelector, self.jobs.hold),
+            "release": typed(JobSelector, self.jobs.release),
+            "approve": typed(JobSelector, self.jobs.approve),
+            "queue": typed(QueueRequest, self.jobs.queue),
+            "show": typed(ShowJobRequest, self.jobs.show),
+            "nodes": typed(QueueRequest, self.nodes),
+            "drain": typed(NodeAction, self.drain),
+            "resume": typed(NodeAction, self.resume),
         }
         for verb, route in routes.items():
             await self._serve(API_PREFIX + verb, "admission", route)
         # Every replica reloads: no queue group, the first reply answers the caller.
-        await self._serve(API_PREFIX + "reload", "", self._typed(Request, self.reload))
+        await self._serve(API_PREFIX + "reload", "", typed(Request, self.reload))
 
         async def watch(stop: asyncio.Event) -> None:
             await every(CONFIG_CHECK_S, stop, self._check_config_file)
@@ -127,7 +124,7 @@ class Admission:
     ) -> None:
         """Each request in its own task (bounded), so one replica overlaps many round
         trips to PostgreSQL instead of answering one request at a time."""
-        handler = self._wrap(route)
+        handler = enveloped(route)
 
         async def on_request(msg: Msg) -> None:
             await self._slots.acquire()
@@ -153,36 +150,6 @@ class Admission:
                 await msg.respond(reply)
             except Exception as err:  # the caller's connection is gone; nothing to tell
                 log.warning("reply not sent", extra=kv(subject=msg.subject, error=repr(err)))
-
-    def _typed(
-        self, kind: type[R], fn: Callable[[R], Awaitable[msgspec.Struct]]
-    ) -> Callable[[bytes], Awaitable[msgspec.Struct]]:
-        async def call(payload: bytes) -> msgspec.Struct:
-            try:
-                req = msgspec.json.decode(payload, type=kind)
-            except (msgspec.DecodeError, msgspec.ValidationError) as err:
-                raise Refused(f"malformed request: {err}", "malformed") from err
-            return await fn(req)
-
-        return call
-
-    def _wrap(
-        self, route: Callable[[bytes], Awaitable[msgspec.Struct]]
-    ) -> Callable[[bytes, str], Awaitable[bytes]]:
-        async def handler(payload: bytes, subject: str) -> bytes:
-            try:
-                result = await route(payload)
-            except Refused as err:
-                return msgspec.json.encode(Envelope(error=err.error))
-            except Exception as err:
-                log.exception("request failed", extra=kv(subject=subject))
-                error = ApiError(
-                    error=f"internal error: {type(err).__name__}: {err}", code="internal"
-                )
-                return msgspec.json.encode(Envelope(error=error))
-            return msgspec.json.encode(Envelope(ok=msgspec.Raw(msgspec.json.encode(result))))
-
-        return handler
 
     # --- submit ---------------------------------------------------------------------
 

@@ -8,21 +8,14 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from shared.api import GpuView, JobView, NodeView
+from shared.jobspec import TERMINAL_STATES
 
 
 class Row(Protocol):
     def __getitem__(self, key: str, /) -> Any: ...
 
 
-TERMINAL = (
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "OUT_OF_MEMORY",
-    "PREEMPTED",
-)
+TERMINAL = TERMINAL_STATES
 
 WHY = {
     "PRIORITY": "jobs of higher priority are ahead of it for the resources it needs",

@@ -23,7 +23,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 import msgspec
 
@@ -45,24 +44,18 @@ from services.fairshare.config import FairShareConfig
 from services.fairshare.core import ShareRow
 from services.fairshare.decay import decay_factor, period_start, reset_due
 from services.fairshare.priority import PriorityBreakdown, PriorityWeights, priority
-from shared.api import API_PREFIX, ApiError, Envelope
+from shared.api import API_PREFIX
+from shared.apiserve import enveloped, typed
 from shared.db import Conn, inbox_first_time
 from shared.events import AnyEvent, JobFinished, JobRequeued, UsageTicked
 from shared.logs import kv
 from shared.runtime import ServiceContext, every, until_stopped
 
 log = logging.getLogger(__name__)
-R = TypeVar("R", bound=msgspec.Struct)
 
 SUBJECTS = ("muster.job.finished", "muster.job.requeued", "muster.usage.ticked")
 CONSUMER = "fairshare"
 MIN_RECOMPUTE_GAP_S = 1.0  # a burst of ticks triggers one recompute, not one each
-
-
-class Malformed(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.error = ApiError(error=message, code="malformed")
 
 
 class FairShare:
@@ -180,23 +173,11 @@ class FairShare:
 
     async def serve_api(self) -> None:
         routes: dict[str, Callable[[bytes], Awaitable[msgspec.Struct]]] = {
-            SHARE_VERB: self._typed(ShareRequest, self.share),
-            ACCT_VERB: self._typed(AcctRequest, self.acct),
+            SHARE_VERB: typed(ShareRequest, self.share),
+            ACCT_VERB: typed(AcctRequest, self.acct),
         }
         for verb, route in routes.items():
-            await self.ctx.bus.serve(API_PREFIX + verb, QUEUE_GROUP, _wrap(route))
-
-    def _typed(
-        self, kind: type[R], fn: Callable[[R], Awaitable[msgspec.Struct]]
-    ) -> Callable[[bytes], Awaitable[msgspec.Struct]]:
-        async def call(payload: bytes) -> msgspec.Struct:
-            try:
-                req = msgspec.json.decode(payload, type=kind)
-            except (msgspec.DecodeError, msgspec.ValidationError) as err:
-                raise Malformed(f"malformed request: {err}") from err
-            return await fn(req)
-
-        return call
+            await self.ctx.bus.serve(API_PREFIX + verb, QUEUE_GROUP, enveloped(route))
 
     async def share(self, req: ShareRequest) -> ShareReply:
         now = self.clock()
@@ -259,20 +240,3 @@ def _with_cluster_priorities(weights: PriorityWeights, cluster: ClusterView) -> 
         qos_priorities=weights.qos_priorities or cluster.qos_priorities,
         partition_priorities=weights.partition_priorities or cluster.partition_priorities,
     )
-
-
-def _wrap(
-    route: Callable[[bytes], Awaitable[msgspec.Struct]],
-) -> Callable[[bytes, str], Awaitable[bytes]]:
-    async def handler(payload: bytes, subject: str) -> bytes:
-        try:
-            result = await route(payload)
-        except Malformed as err:
-            return msgspec.json.encode(Envelope(error=err.error))
-        except Exception as err:
-            log.exception("request failed", extra=kv(subject=subject))
-            error = ApiError(error=f"internal error: {type(err).__name__}: {err}", code="internal")
-            return msgspec.json.encode(Envelope(error=error))
-        return msgspec.json.encode(Envelope(ok=msgspec.Raw(msgspec.json.encode(result))))
-
-    return handler

@@ -10,17 +10,9 @@ import asyncpg
 import msgspec
 
 from shared.db import Conn
-from shared.jobspec import JobSpec
+from shared.jobspec import TERMINAL_STATES, JobSpec
 
-TERMINAL = (
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "OUT_OF_MEMORY",
-    "PREEMPTED",
-)
+TERMINAL = TERMINAL_STATES
 ACTIVE = ("STARTING", "RUNNING", "COMPLETING")
 
 

@@ -13,17 +13,9 @@ import msgspec
 
 from services.placer.core import Gpu, Grant, JobRequest, Node, NodeState, Running, Start, Wait
 from shared.db import Conn
-from shared.jobspec import JobSpec
+from shared.jobspec import TERMINAL_STATES, JobSpec
 
-TERMINAL = (
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "PREEMPTED",
-    "OUT_OF_MEMORY",
-)
+TERMINAL = TERMINAL_STATES
 
 
 async def acquire_lease(conn: Conn, holder: str, ttl_s: float) -> int | None:
