@@ -8,6 +8,7 @@ import json
 import asyncpg
 import msgspec
 
+from services.admission.config import ClusterConfig
 from shared.db import Conn
 from shared.jobspec import JobSpec
 
@@ -245,3 +246,33 @@ async def nodes_view(conn: Conn) -> tuple[list[asyncpg.Record], list[asyncpg.Rec
         " LEFT JOIN allocations a ON a.alloc_id = ag.alloc_id ORDER BY g.node, g.idx"
     )
     return nodes, gpus
+
+
+async def publish_policy(conn: Conn, config: ClusterConfig | None) -> None:
+    """Write the placement policy of `config` for the placer: partitions' nodes and
+    tiers, and the running limits of each QOS. No config: no policy rows."""
+    await conn.execute("DELETE FROM partition_policy")
+    await conn.execute("DELETE FROM qos_limits")
+    if config is None:
+        return
+    await conn.executemany(
+        "INSERT INTO partition_policy(partition, nodes, tier) VALUES ($1, $2, $3)",
+        [
+            (name, None if p.node_names is None else list(p.node_names), p.priority_tier)
+            for name, p in config.partitions.items()
+        ],
+    )
+    await conn.executemany(
+        "INSERT INTO qos_limits(qos, max_gpus_per_user, max_jobs_per_user,"
+        " max_gpus_per_account, max_jobs_per_account) VALUES ($1, $2, $3, $4, $5)",
+        [
+            (
+                name,
+                q.max_gpus_per_user,
+                q.max_running_jobs_per_user,
+                q.max_gpus_per_account,
+                q.max_running_jobs_per_account,
+            )
+            for name, q in config.qos.items()
+        ],
+    )

@@ -79,6 +79,7 @@ class Admission:
         self.ctx = ctx
         self.operators = operators
         self.source = config if config is not None else ConfigSource(ctx.settings.cluster_config)
+        self._published: ClusterConfig | None = None
         self._fallback = _no_config(operators)
         self.jobs = JobCommands(ctx, self.authz_config)
         self.batcher = JobBatcher(ctx.pool)
@@ -102,6 +103,7 @@ class Admission:
             "drain": typed(NodeAction, self.drain),
             "resume": typed(NodeAction, self.resume),
         }
+        await self._publish_policy()
         for verb, route in routes.items():
             await self._serve(API_PREFIX + verb, "admission", route)
         # Every replica reloads: no queue group, the first reply answers the caller.
@@ -118,6 +120,15 @@ class Admission:
 
     async def _check_config_file(self) -> None:
         self.source.reload_if_changed()
+        if self.source.config is not self._published:
+            await self._publish_policy()
+
+    async def _publish_policy(self) -> None:
+        """The placer schedules by the policy in force: partitions' nodes, QOS limits."""
+        config = self.source.config
+        async with self.ctx.pool.acquire() as conn, conn.transaction():
+            await repo.publish_policy(conn, config)
+        self._published = config
 
     async def _serve(
         self, subject: str, queue: str, route: Callable[[bytes], Awaitable[msgspec.Struct]]
@@ -320,6 +331,8 @@ class Admission:
             raise Refused(
                 f"cannot read {self.source.path}: {err.strerror}", "invalid_config"
             ) from err
+        if changed:
+            await self._publish_policy()
         parts = tuple(self.source.config.partitions) if self.source.config else ()
         return ReloadReply(
             message=message, path=self.source.path, partitions=parts, changed=changed

@@ -9,9 +9,21 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
+import asyncpg
 import msgspec
 
-from services.placer.core import Gpu, Grant, JobRequest, Node, NodeState, Running, Start, Wait
+from services.placer.core import (
+    Gpu,
+    Grant,
+    JobRequest,
+    Limits,
+    Node,
+    NodeState,
+    QosLimit,
+    Running,
+    Start,
+    Wait,
+)
 from shared.db import Conn
 from shared.jobspec import TERMINAL_STATES, JobSpec
 
@@ -101,6 +113,9 @@ async def release_dropped_nodes(conn: Conn) -> int:
 
 
 async def load_nodes(conn: Conn) -> tuple[Node, ...]:
+    """Nodes with their GPUs and, when a cluster config is in force, the partitions
+    each serves (a node no partition names serves none)."""
+    policy = await conn.fetch("SELECT partition, nodes FROM partition_policy ORDER BY partition")
     rows = await conn.fetch(
         "SELECT n.name, n.state, n.topology,"
         f" {_gpu_column('idx', 'idx')}, {_gpu_column('model', 'model')},"
@@ -113,6 +128,7 @@ async def load_nodes(conn: Conn) -> tuple[Node, ...]:
             name=r["name"],
             state=_node_state(r["state"]),
             topology=tuple(r["topology"]),
+            partitions=_partitions_of(r["name"], policy),
             gpus=tuple(
                 Gpu(index=i, model=m, memory_mib=mem, locality=loc, healthy=ok)
                 for i, m, mem, loc, ok in zip(
@@ -121,6 +137,32 @@ async def load_nodes(conn: Conn) -> tuple[Node, ...]:
             ),
         )
         for r in rows
+    )
+
+
+NO_PARTITION = ("(none)",)  # the core reads an empty tuple as "every partition"
+
+
+def _partitions_of(node: str, policy: list[asyncpg.Record]) -> tuple[str, ...]:
+    if not policy:
+        return ()
+    parts = tuple(p["partition"] for p in policy if p["nodes"] is None or node in p["nodes"])
+    return parts or NO_PARTITION
+
+
+async def load_limits(conn: Conn) -> Limits:
+    """Running limits per QOS, as admission published them from the cluster config."""
+    rows = await conn.fetch("SELECT * FROM qos_limits")
+    return Limits(
+        qos={
+            r["qos"]: QosLimit(
+                max_gpus_per_user=r["max_gpus_per_user"],
+                max_jobs_per_user=r["max_jobs_per_user"],
+                max_gpus_per_account=r["max_gpus_per_account"],
+                max_jobs_per_account=r["max_jobs_per_account"],
+            )
+            for r in rows
+        }
     )
 
 
@@ -142,7 +184,9 @@ def _node_state(raw: str) -> NodeState:
 async def load_running(conn: Conn) -> tuple[Running, ...]:
     rows = await conn.fetch(
         "SELECT a.alloc_id, a.job_id, a.created_at, j.user_name, j.account, j.partition, j.qos,"
-        " j.time_limit_s, r.started_at,"
+        " j.time_limit_s, r.started_at, j.tier, j.preemptible, j.grace_s, j.min_runtime_s,"
+        " (SELECT p.for_job_id FROM preemptions p WHERE p.victim_alloc_id = a.alloc_id)"
+        "   AS preempted_by,"
         " array_agg(n.node ORDER BY n.rank) AS nodes, array_agg(array_to_string(n.gpus, ',')"
         "   ORDER BY n.rank) AS gpus"
         " FROM allocations a JOIN jobs j USING (job_id)"
@@ -159,6 +203,11 @@ async def load_running(conn: Conn) -> tuple[Running, ...]:
             qos=r["qos"],
             started_at=(r["started_at"] or r["created_at"]).timestamp(),
             time_limit_s=r["time_limit_s"],
+            tier=r["tier"],
+            preemptible=r["preemptible"],
+            grace_s=r["grace_s"],
+            min_runtime_s=r["min_runtime_s"],
+            preempted_by=r["preempted_by"],
             grants=tuple(
                 Grant(node=node, gpus=tuple(int(g) for g in gpus.split(",") if g))
                 for node, gpus in zip(r["nodes"], r["gpus"], strict=True)
@@ -414,3 +463,18 @@ async def load_priorities(conn: Conn) -> dict[int, float]:
     """Multifactor priority of pending jobs, as the fairshare service last computed it."""
     rows = await conn.fetch("SELECT job_id, total FROM job_priorities")
     return {r["job_id"]: float(r["total"]) for r in rows}
+
+
+async def record_preemption(conn: Conn, victim_job_id: int, for_job_id: int, epoch: int) -> bool:
+    """Note that the victim's live allocation is being preempted; False when it was
+    already asked (the launcher is giving it its grace time)."""
+    row = await conn.fetchval(
+        "INSERT INTO preemptions(victim_alloc_id, victim_job_id, for_job_id, epoch)"
+        " SELECT alloc_id, job_id, $2, $3 FROM allocations"
+        " WHERE job_id = $1 AND released_at IS NULL"
+        " ON CONFLICT DO NOTHING RETURNING true",
+        victim_job_id,
+        for_job_id,
+        epoch,
+    )
+    return bool(row)

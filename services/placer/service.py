@@ -101,7 +101,9 @@ class Placer:
                 await repo.release_finished(conn)
                 await repo.release_dropped_nodes(conn)
                 snapshot = Snapshot(
-                    nodes=await repo.load_nodes(conn), running=await repo.load_running(conn)
+                    nodes=await repo.load_nodes(conn),
+                    running=await repo.load_running(conn),
+                    limits=await repo.load_limits(conn),
                 )
                 pending = await repo.load_pending(conn)
                 # fair share: rank by the fairshare service's multifactor priorities
@@ -128,6 +130,10 @@ class Placer:
                         )
                     )
                 for pre in plan.preemptions:
+                    if not await repo.record_preemption(
+                        conn, pre.victim_job_id, pre.for_job_id, epoch
+                    ):
+                        continue
                     events.append(
                         JobPreemptRequested(
                             job_id=pre.victim_job_id,

@@ -12,7 +12,7 @@ W = Waiting
 
 
 class Usage:
-    """Running GPUs and jobs per user, account, QOS and (QOS, user)."""
+    """Running GPUs and jobs per user, account, QOS, (QOS, user) and (QOS, account)."""
 
     def __init__(self) -> None:
         self.gpus: dict[tuple[str, str], int] = {}
@@ -26,7 +26,8 @@ class Usage:
         return usage
 
     def add(self, user: str, account: str, qos: str, gpus: int) -> None:
-        for key in (("u", user), ("a", account), ("q", qos), ("qu", f"{qos}\0{user}")):
+        keys = (("u", user), ("a", account), ("q", qos), ("qu", f"{qos}\0{user}"))
+        for key in (*keys, ("qa", f"{qos}\0{account}")):
             self.gpus[key] = self.gpus.get(key, 0) + gpus
             self.jobs[key] = self.jobs.get(key, 0) + 1
 
@@ -50,6 +51,9 @@ def _rules(limits: Limits, job: JobRequest) -> list[Rule]:
         per_user = (qos.max_gpus_per_user, qos.max_jobs_per_user)
         reasons = (W.QOS_MAX_GPUS_PER_USER, W.QOS_MAX_JOBS_PER_USER)
         rules.append((("qu", f"{job.qos}\0{job.user}"), *per_user, *reasons))
+        per_account = (qos.max_gpus_per_account, qos.max_jobs_per_account)
+        reasons = (W.QOS_MAX_GPUS_PER_ACCOUNT, W.QOS_MAX_JOBS_PER_ACCOUNT)
+        rules.append((("qa", f"{job.qos}\0{job.account}"), *per_account, *reasons))
     return rules
 
 

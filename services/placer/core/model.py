@@ -119,6 +119,8 @@ class QosLimit(msgspec.Struct, frozen=True, kw_only=True):
     max_jobs: int | None = None
     max_gpus_per_user: int | None = None
     max_jobs_per_user: int | None = None
+    max_gpus_per_account: int | None = None  # each account's jobs under this QOS
+    max_jobs_per_account: int | None = None
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
@@ -167,6 +169,8 @@ class Waiting(StrEnum):
     QOS_MAX_JOBS = "QOS_MAX_JOBS"
     QOS_MAX_GPUS_PER_USER = "QOS_MAX_GPUS_PER_USER"
     QOS_MAX_JOBS_PER_USER = "QOS_MAX_JOBS_PER_USER"
+    QOS_MAX_GPUS_PER_ACCOUNT = "QOS_MAX_GPUS_PER_ACCOUNT"
+    QOS_MAX_JOBS_PER_ACCOUNT = "QOS_MAX_JOBS_PER_ACCOUNT"
     PARTITION_DOWN = "PARTITION_DOWN"
     BAD_CONSTRAINTS = "BAD_CONSTRAINTS"  # no node could ever run it as asked
     NOT_TESTED = "NOT_TESTED"  # beyond max_job_test this pass

@@ -256,6 +256,27 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
             ),
         ),
     ),
+    "a QOS caps each account's GPUs: a second account's job still starts": (
+        snapshot(
+            node("a", 4),
+            running=(running(9, grant("a", 0, 1), user="bob", account="ml", qos="normal"),),
+            limits=Limits(qos={"normal": QosLimit(max_gpus_per_account=2)}),
+        ),
+        [
+            gang(1, gpus_per_node=1, user="carol", account="ml", qos="normal"),
+            gang(2, gpus_per_node=1, user="dave", account="prod", qos="normal"),
+        ],
+        Plan(
+            starts=(Start(job_id=2, grants=(Grant(node="a", gpus=(2,)),), why=ONE_NODE),),
+            waits=(
+                Wait(
+                    job_id=1,
+                    reason=Waiting.QOS_MAX_GPUS_PER_ACCOUNT,
+                    detail="2 GPUs running + 1 asked > 2",
+                ),
+            ),
+        ),
+    ),
 }
 
 

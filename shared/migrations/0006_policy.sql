@@ -1,0 +1,16 @@
+-- Admission publishes the placement policy of the cluster configuration here on every
+-- load and reload (it owns these tables); the placer reads them in its cycle.
+
+CREATE TABLE partition_policy (
+    partition text PRIMARY KEY,
+    nodes     text[],          -- NULL: every node
+    tier      int NOT NULL DEFAULT 0
+);
+
+CREATE TABLE qos_limits (
+    qos                  text PRIMARY KEY,
+    max_gpus_per_user    int,
+    max_jobs_per_user    int,
+    max_gpus_per_account int,
+    max_jobs_per_account int
+);

@@ -1,0 +1,9 @@
+-- Placer: the preemptions it asked for, one per victim allocation, so a victim in its
+-- grace time is neither asked twice nor counted as free capacity for another job.
+CREATE TABLE preemptions (
+    victim_alloc_id bigint PRIMARY KEY REFERENCES allocations (alloc_id),
+    victim_job_id   bigint NOT NULL,
+    for_job_id      bigint NOT NULL,
+    epoch           bigint NOT NULL,
+    requested_at    timestamptz NOT NULL DEFAULT now()
+);

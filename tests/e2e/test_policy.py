@@ -1,0 +1,161 @@
+"""End to end: the cluster configuration reaches the placer — partitions' node sets,
+QOS running limits, and preemption of a lower tier with its grace time."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from muster.cluster import Cluster
+from tests.support.cluster import eventually, job_state, make_cluster, nodes, nodes_up, submit
+
+pytestmark = pytest.mark.slow
+
+CONFIG = """
+[cluster]
+name = "policy-test"
+default_partition = "normal"
+default_qos = "normal"
+
+[partitions.normal]
+nodes = ["node[01-02]"]
+default_time = "1:00:00"
+max_time = "2:00:00"
+priority_tier = 10
+preempt_mode = "requeue"
+grace_time = "2"
+
+[partitions.small]
+nodes = ["node01"]
+default_time = "10:00"
+max_time = "1:00:00"
+priority_tier = 10
+
+[partitions.inference]
+nodes = ["node[01-02]"]
+default_time = "1:00:00"
+max_time = "2:00:00"
+priority_tier = 50
+preempt_mode = "off"
+can_preempt = ["normal"]
+
+[qos.normal]
+max_gpus_per_user = 4
+min_runtime = "0"
+
+[qos.wide]
+min_runtime = "0"
+
+[accounts.root]
+shares = 1
+
+[accounts.research]
+parent = "root"
+shares = 1
+
+[users.root]
+accounts = ["research"]
+
+[roles]
+operators = ["root"]
+"""
+
+SLEEP = "#!/bin/bash\nsleep 120\n"
+
+
+@pytest.fixture
+async def cluster(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> AsyncIterator[Cluster]:
+    config = tmp_path / "cluster.toml"
+    config.write_text(CONFIG)
+    os.environ["MUSTER_CLUSTER_CONFIG"] = str(config)
+    try:
+        c = make_cluster(tmp_path / "state", nats_url, database_url)
+        c.start_services()
+        for node in nodes(2):
+            c.start_node(node)
+    finally:
+        del os.environ["MUSTER_CLUSTER_CONFIG"]
+    await nodes_up(db, 2)
+    await eventually(
+        lambda: db.fetchval("SELECT count(*) FROM partition_policy"), lambda n: n == 3, 20, "policy"
+    )
+    yield c
+    c.stop_all(timeout=10)
+
+
+async def _wait_reason(db: asyncpg.Connection, job_id: int) -> str:
+    reason: str = await eventually(
+        lambda: db.fetchval("SELECT reason FROM pending_reasons WHERE job_id = $1", job_id),
+        lambda r: r is not None,
+        20,
+        f"a pending reason for job {job_id}",
+    )
+    return reason
+
+
+async def test_a_partition_runs_only_on_its_nodes(cluster: Cluster, db: asyncpg.Connection) -> None:
+    ids = []
+    for _ in range(2):
+        reply = await submit(
+            cluster.nats_url, SLEEP, ("-p", "small", "-q", "wide", "--gpus-per-node=2")
+        )
+        ids += reply.job_ids
+    for job_id in ids:
+        await eventually(lambda j=job_id: job_state(db, j), lambda s: s == "RUNNING", 30, "running")
+    used = await db.fetch(
+        "SELECT DISTINCT n.node FROM allocation_nodes n JOIN allocations a USING (alloc_id)"
+        " WHERE a.job_id = ANY($1::bigint[])",
+        ids,
+    )
+    assert [r["node"] for r in used] == ["node01"]
+    third = (
+        await submit(cluster.nats_url, SLEEP, ("-p", "small", "-q", "wide", "--gpus-per-node=2"))
+    ).job_ids
+    assert await _wait_reason(db, third[0]) == "RESOURCES"  # node02 is free, but not small's
+
+
+async def test_a_qos_gpu_limit_per_user_holds_the_next_job_back(
+    cluster: Cluster, db: asyncpg.Connection
+) -> None:
+    first = (await submit(cluster.nats_url, SLEEP, ("--gpus-per-node=4",))).job_ids[0]
+    await eventually(lambda: job_state(db, first), lambda s: s == "RUNNING", 30, "first runs")
+    second = (await submit(cluster.nats_url, SLEEP, ("--gpus-per-node=4",))).job_ids[0]
+    assert await _wait_reason(db, second) == "QOS_MAX_GPUS_PER_USER"
+    wide = (await submit(cluster.nats_url, SLEEP, ("--gpus-per-node=4", "-q", "wide"))).job_ids
+    await eventually(lambda: job_state(db, wide[0]), lambda s: s == "RUNNING", 30, "other QOS")
+
+
+async def test_a_higher_tier_preempts_a_lower_one_after_its_grace_and_requeues_it(
+    cluster: Cluster, db: asyncpg.Connection
+) -> None:
+    low = []
+    for qos in ("normal", "wide"):  # two users' worth of GPUs: the cluster is full
+        reply = await submit(cluster.nats_url, SLEEP, ("--gpus-per-node=4", "-q", qos))
+        low += reply.job_ids
+    for job_id in low:
+        await eventually(lambda j=job_id: job_state(db, j), lambda s: s == "RUNNING", 30, "low")
+    high = await submit(
+        cluster.nats_url, SLEEP, ("-p", "inference", "-q", "wide", "--gpus-per-node=4")
+    )
+    high_id = high.job_ids[0]
+
+    await eventually(lambda: job_state(db, high_id), lambda s: s == "RUNNING", 60, "preemptor")
+    victims = await db.fetch(
+        "SELECT victim_job_id, for_job_id FROM preemptions WHERE for_job_id = $1", high_id
+    )
+    assert len(victims) == 1
+    victim = victims[0]["victim_job_id"]
+    row = await db.fetchrow("SELECT state, restart_count FROM job_runs WHERE job_id = $1", victim)
+    assert row["state"] in ("REQUEUED", "STARTING", "RUNNING") and row["restart_count"] == 1
+    history = await db.fetch(
+        "SELECT outcome, extract(epoch FROM ended_at - started_at) AS ran FROM attempts"
+        " WHERE job_id = $1 ORDER BY attempt, seq",
+        victim,
+    )
+    assert "preempt" in (history[0]["outcome"] or "")
