@@ -279,6 +279,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"   Approval: {reply.approval}")
     if reply.why_pending:
         print(f"   Why pending: {reply.why_pending}")
+    if reply.priority:
+        parts = " ".join(f"{k}={v:.0f}" for k, v in sorted(reply.priority.items()) if k != "total")
+        print(f"   Priority={reply.priority.get('total', 0):.0f} ({parts})")
     for a in reply.attempts:
         ended = f"{a.ended_at - a.started_at:.1f}s" if a.ended_at else "running"
         print(

@@ -232,6 +232,7 @@ class JobCommands:
                 raise Refused(f"no such job: {req.job_id}", "not_found")
             spec = await repo.job_spec(conn, req.job_id) or {}
             history = await repo.attempts(conn, req.job_id)
+            priority = await repo.job_priority(conn, req.job_id)
         row = rows[0]
         owner_side = authorize(
             Action.MODIFY, req.user, row["user_name"], row["account"], self.config()
@@ -253,6 +254,7 @@ class JobCommands:
             dependency=_dependency_of(spec),
             approval=approval,
             attempts=tuple(_attempt(a) for a in history),
+            priority=priority,
         )
 
 

@@ -276,3 +276,13 @@ async def publish_policy(conn: Conn, config: ClusterConfig | None) -> None:
             for name, q in config.qos.items()
         ],
     )
+
+
+async def job_priority(conn: Conn, job_id: int) -> dict[str, float]:
+    """The job's multifactor priority and its weighted parts, as fairshare last ranked
+    it (pending jobs only; empty once it runs)."""
+    raw = await conn.fetchval("SELECT factors FROM job_priorities WHERE job_id = $1", job_id)
+    if raw is None:
+        return {}
+    parts = json.loads(raw)
+    return {k: float(v) for k, v in parts.items() if isinstance(v, int | float)}

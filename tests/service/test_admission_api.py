@@ -366,3 +366,40 @@ async def test_concurrent_submissions_are_committed_together_each_with_its_event
     assert [r["job_id"] for r in stored] == ids
     events = await db.fetchval("SELECT count(DISTINCT event_id) FROM outbox")
     assert events == 200
+
+
+async def test_show_prints_the_priority_factors_fairshare_ranked_the_job_with(
+    api: Api, db: asyncpg.Connection
+) -> None:
+    job = (await api.submit("alice", "-H")).job_ids[0]
+    assert (await api.show(job)).priority == {}  # not ranked yet
+    factors = (
+        '{"total": 5100.0, "age": 100.0, "fairshare": 5000.0, "jobsize": 0.0,'
+        ' "partition": 0.0, "qos": 0.0, "nice": 0.0, "factors": {"age": 0.1}}'
+    )
+    await db.execute(
+        "INSERT INTO job_priorities(job_id, total, factors) VALUES ($1, 5100, $2::jsonb)",
+        job,
+        factors,
+    )
+    shown = (await api.show(job)).priority
+    assert shown == {
+        "total": 5100.0,
+        "age": 100.0,
+        "fairshare": 5000.0,
+        "jobsize": 0.0,
+        "partition": 0.0,
+        "qos": 0.0,
+        "nice": 0.0,
+    }
+
+
+async def test_the_placement_policy_of_the_config_is_published_for_the_placer(
+    api: Api, db: asyncpg.Connection
+) -> None:
+    parts = {r["partition"]: r for r in await db.fetch("SELECT * FROM partition_policy")}
+    assert set(parts) == {"debug", "normal", "large", "inference"}
+    assert parts["debug"]["nodes"] == ["node04"] and parts["debug"]["tier"] == 100
+    limits = {r["qos"]: r for r in await db.fetch("SELECT * FROM qos_limits")}
+    assert limits["normal"]["max_gpus_per_user"] == 16
+    assert limits["normal"]["max_jobs_per_user"] == 50
