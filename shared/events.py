@@ -105,6 +105,25 @@ class JobReconfigured(Event, frozen=True, tag="job.reconfigured"):
     reason: str
 
 
+class JobSparesRequested(Event, frozen=True, tag="job.spares_requested"):
+    """A fixed-size job lost nodes: it keeps `keep` and asks for `count` more nearby."""
+
+    job_id: int
+    attempt: int
+    count: int
+    keep: tuple[str, ...]
+    exclude: tuple[str, ...] = ()
+
+
+class JobSparesAnswered(Event, frozen=True, tag="job.spares_answered"):
+    """The placer's answer: the spares added to the job's allocation, or none."""
+
+    job_id: int
+    attempt: int
+    grants: tuple[Grant, ...] = ()
+    reason: str = ""
+
+
 class UsageTicked(Event, frozen=True, tag="usage.ticked"):
     """Cumulative GPU-seconds of one attempt so far; charging takes the difference."""
 
@@ -202,6 +221,8 @@ AnyEvent = (
     | JobFinished
     | JobRequeued
     | JobReconfigured
+    | JobSparesRequested
+    | JobSparesAnswered
     | UsageTicked
     | NodeRegistered
     | GpuXidObserved

@@ -41,6 +41,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     kill_wait_s: float = 30.0
     fault_kill_wait_s: float = 2.0
     restart_limit: int = 3
+    replace_with_spare: bool = True  # fixed-size job on a fault: a spare first, else requeue
     usage_tick_s: float = 30.0
     node: str = ""
     gpus: int = 4

@@ -30,7 +30,7 @@ def coordinator_config(settings: Settings, env: Mapping[str, str]) -> Coordinato
         max_restarts=settings.restart_limit,
         kill_wait_s=settings.kill_wait_s,
         restart_grace_s=settings.fault_kill_wait_s,
-        replace_with_spare=False,  # the placer has no spare protocol yet: requeue instead
+        replace_with_spare=settings.replace_with_spare,
         failure_settle_s=number("MUSTER_FAILURE_SETTLE_S", defaults.failure_settle_s),
         backoff_base_s=number("MUSTER_RESTART_BACKOFF_S", defaults.backoff_base_s),
         backoff_max_s=number("MUSTER_RESTART_BACKOFF_MAX_S", defaults.backoff_max_s),

@@ -40,6 +40,8 @@ from shared.events import (
     JobPreemptRequested,
     JobReconfigured,
     JobRequeued,
+    JobSparesAnswered,
+    JobSparesRequested,
     JobStarted,
     NodeDown,
     NodeFault,
@@ -59,6 +61,7 @@ SUBJECTS = (
     "muster.worker.exited",
     "muster.node.fault",
     "muster.node.down",
+    "muster.job.spares_answered",
 )
 CONSUMER = "launcher"
 LIVE = ("STARTING", "RUNNING")
@@ -116,6 +119,12 @@ class Coordinator:
                 await self.node_lost(event)
             case JobCancelRequested():
                 await self.cancel(event)
+            case JobSparesAnswered():
+                nodes = tuple(g.node for g in event.grants)
+                answer: core.AnyObservation = (
+                    core.SparesGranted(nodes=nodes) if nodes else core.SparesDenied()
+                )
+                await self.observe(event.job_id, _always(answer), event)
             case JobPreemptRequested():
                 await self.observe(
                     event.job_id, _always(core.Preempt(grace_s=event.grace_s)), event
@@ -238,6 +247,8 @@ class Coordinator:
                         conn, job_id, event.attempt, event.generation, event.node,
                         event.exit_code, event.signal,
                     )  # fmt: skip
+                if isinstance(event, JobSparesAnswered) and event.grants:
+                    await repo.add_gpus(conn, job_id, {g.node: list(g.gpus) for g in event.grants})
                 run = await repo.lock_run(conn, job_id)
                 loaded = await repo.load_spec(conn, job_id)
                 if run is None or loaded is None or run.state not in LIVE:
@@ -287,8 +298,15 @@ class Coordinator:
                         fx.end_delay_s = action.delay_s if isinstance(action, core.Requeue) else 0
                     else:
                         await self._end(conn, spec, run, end)
-                case core.RequestSpares():  # replace_with_spare is off: no placer protocol
-                    log.warning("spares are not supported", extra=kv(job=run.job_id))
+                case core.RequestSpares():  # the placer answers with job.spares_answered
+                    ask = JobSparesRequested(
+                        job_id=run.job_id,
+                        attempt=run.attempt,
+                        count=action.count,
+                        keep=action.keep,
+                        exclude=action.exclude,
+                    )
+                    await outbox_add(conn, ask)
         await self._save_core(conn, after)
         return fx
 

@@ -351,3 +351,13 @@ async def stuck_stopping(conn: Conn, after_s: float) -> list[int]:
         after_s,
     )
     return [r["job_id"] for r in rows]
+
+
+async def add_gpus(conn: Conn, job_id: int, grants: dict[str, list[int]]) -> None:
+    """Spares the placer added to the job's allocation, so the next generation can use
+    their GPUs (the nodes themselves join when the generation starts)."""
+    await conn.execute(
+        "UPDATE job_runs SET gpus = gpus || $2::jsonb, updated_at = now() WHERE job_id = $1",
+        job_id,
+        json.dumps(grants),
+    )

@@ -95,10 +95,17 @@ async def release_finished(conn: Conn) -> int:
 
 
 async def release_dropped_nodes(conn: Conn) -> int:
-    """Give back the nodes an elastic job no longer runs on after a shrink."""
+    """Give back the nodes an elastic job no longer runs on after a shrink. A granted
+    spare is kept until the job's run lists it (its restart onto the spare)."""
+    await conn.execute(
+        "UPDATE allocation_nodes n SET spare_pending = false FROM allocations a, job_runs r"
+        " WHERE n.alloc_id = a.alloc_id AND n.spare_pending AND r.job_id = a.job_id"
+        " AND n.node = ANY(r.nodes)"
+    )
     rows = await conn.fetch(
         "UPDATE allocation_nodes n SET live = false FROM allocations a, job_runs r"
         " WHERE n.alloc_id = a.alloc_id AND a.released_at IS NULL AND n.live"
+        " AND NOT n.spare_pending"
         " AND r.job_id = a.job_id AND r.attempt = a.attempt AND r.state = 'RUNNING'"
         " AND cardinality(r.nodes) > 0 AND NOT (n.node = ANY(r.nodes))"
         " RETURNING n.alloc_id, n.node",
@@ -478,3 +485,58 @@ async def record_preemption(conn: Conn, victim_job_id: int, for_job_id: int, epo
         epoch,
     )
     return bool(row)
+
+
+class LiveAllocation(msgspec.Struct, frozen=True, kw_only=True):
+    alloc_id: int
+    attempt: int
+    nodes: tuple[str, ...]
+    spec: JobSpec
+
+
+async def live_allocation(conn: Conn, job_id: int) -> LiveAllocation | None:
+    row = await conn.fetchrow(
+        "SELECT a.alloc_id, a.attempt, j.spec,"
+        " array(SELECT n.node FROM allocation_nodes n WHERE n.alloc_id = a.alloc_id AND n.live"
+        "   ORDER BY n.rank) AS nodes"
+        " FROM allocations a JOIN jobs j USING (job_id)"
+        " WHERE a.job_id = $1 AND a.released_at IS NULL",
+        job_id,
+    )
+    if row is None:
+        return None
+    return LiveAllocation(
+        alloc_id=row["alloc_id"],
+        attempt=row["attempt"],
+        nodes=tuple(row["nodes"]),
+        spec=msgspec.json.decode(row["spec"], type=JobSpec),
+    )
+
+
+async def swap_nodes(
+    conn: Conn, alloc_id: int, drop: tuple[str, ...], add: tuple[Grant, ...]
+) -> None:
+    """Replace lost nodes of a live allocation with spares; the unique index on live
+    GPUs still refuses any GPU held twice."""
+    await conn.execute(
+        "UPDATE allocation_nodes SET live = false WHERE alloc_id = $1 AND node = ANY($2::text[])",
+        alloc_id,
+        list(drop),
+    )
+    await conn.execute(
+        "UPDATE allocation_gpus SET live = false WHERE alloc_id = $1 AND node = ANY($2::text[])",
+        alloc_id,
+        list(drop),
+    )
+    top = await conn.fetchval(
+        "SELECT coalesce(max(rank), -1) FROM allocation_nodes WHERE alloc_id = $1", alloc_id
+    )
+    await conn.executemany(
+        "INSERT INTO allocation_nodes(alloc_id, node, rank, gpus, spare_pending)"
+        " VALUES ($1, $2, $3, $4, true)",
+        [(alloc_id, g.node, top + 1 + i, list(g.gpus)) for i, g in enumerate(add)],
+    )
+    await conn.executemany(
+        "INSERT INTO allocation_gpus(alloc_id, node, gpu) VALUES ($1, $2, $3)",
+        [(alloc_id, g.node, gpu) for g in add for gpu in g.gpus],
+    )

@@ -17,9 +17,16 @@ import msgspec
 from opentelemetry import trace
 
 from services.placer import repo
-from services.placer.core import Plan, PolicyConfig, Snapshot, place
-from shared.db import outbox_add
-from shared.events import AnyEvent, Grant, JobAllocated, JobPreemptRequested
+from services.placer.core import JobRequest, Plan, PolicyConfig, Snapshot, place, place_spares
+from shared.db import inbox_first_time, outbox_add
+from shared.events import (
+    AnyEvent,
+    Grant,
+    JobAllocated,
+    JobPreemptRequested,
+    JobSparesAnswered,
+    JobSparesRequested,
+)
 from shared.logs import kv
 from shared.runtime import ServiceContext, every, until_stopped
 
@@ -32,6 +39,7 @@ SUBJECTS = (
     "muster.job.requeued",
     "muster.job.reconfigured",
     "muster.job.cancel_requested",
+    "muster.job.spares_requested",
     "muster.node.>",
 )
 
@@ -54,8 +62,39 @@ class Placer:
         await self.ctx.bus.consume("placer", SUBJECTS, self.handle, stop)
 
     async def handle(self, event: AnyEvent) -> None:
-        """Every event the placer hears is a reason to look again; state is in the DB."""
+        """Every event the placer hears is a reason to look again; state is in the DB.
+        A request for spares is answered at once (the job is stopped, waiting)."""
+        if isinstance(event, JobSparesRequested):
+            await self.grant_spares(event)
         self._wake.set()
+
+    async def grant_spares(self, ask: JobSparesRequested) -> None:
+        epoch = self.epoch
+        if epoch is None:
+            raise NotLeading("spares are granted by the leading placer")
+        answer = JobSparesAnswered(job_id=ask.job_id, attempt=ask.attempt, reason="no free node")
+        async with self.ctx.pool.acquire() as conn, conn.transaction():
+            if not await inbox_first_time(conn, "placer", ask.event_id):
+                return
+            if not await repo.lock_lease(conn, self.holder, epoch):
+                raise NotLeading("lost the lease while granting spares")
+            alloc = await repo.live_allocation(conn, ask.job_id)
+            if alloc is not None and alloc.attempt == ask.attempt:
+                snapshot = Snapshot(
+                    nodes=await repo.load_nodes(conn), running=await repo.load_running(conn)
+                )
+                start = place_spares(snapshot, _spare_gang(ask, alloc), ask.keep, time.time())
+                if start is not None:
+                    drop = tuple(n for n in alloc.nodes if n not in ask.keep)
+                    await repo.swap_nodes(conn, alloc.alloc_id, drop, start.grants)
+                    grants = tuple(Grant(node=g.node, gpus=g.gpus) for g in start.grants)
+                    answer = msgspec.structs.replace(answer, grants=grants, reason=start.why)
+            await outbox_add(conn, answer)
+        self.ctx.relay.kick()
+        log.info(
+            "spares",
+            extra=kv(job=ask.job_id, granted=[g.node for g in answer.grants], keep=ask.keep),
+        )
 
     async def _lease_loop(self, stop: asyncio.Event) -> None:
         ttl = self.ctx.settings.lease_ttl_s
@@ -165,3 +204,26 @@ class Placer:
             ),
         )
         return plan
+
+
+class NotLeading(RuntimeError):
+    """Only the lease holder places; the bus redelivers the request to try again."""
+
+
+def _spare_gang(ask: JobSparesRequested, alloc: repo.LiveAllocation) -> JobRequest:
+    spec = alloc.spec
+    return JobRequest(
+        job_id=ask.job_id,
+        user=spec.user,
+        account=spec.account,
+        partition=spec.partition,
+        qos=spec.qos,
+        submitted_at=0.0,
+        nodes_min=ask.count,
+        nodes_max=ask.count,
+        gpus_per_node=spec.gpus_per_node,
+        gpu_model=spec.gpu_model,
+        exclusive=spec.exclusive,
+        excluded_nodes=tuple(sorted({*spec.excluded_nodes, *ask.exclude, *alloc.nodes})),
+        time_limit_s=spec.time_limit_s,
+    )

@@ -7,3 +7,7 @@ CREATE TABLE preemptions (
     epoch           bigint NOT NULL,
     requested_at    timestamptz NOT NULL DEFAULT now()
 );
+
+-- A spare node the placer granted a fixed-size job after a fault: it stays allocated
+-- while the launcher restarts the job onto it, until the job's run lists it.
+ALTER TABLE allocation_nodes ADD COLUMN spare_pending boolean NOT NULL DEFAULT false;

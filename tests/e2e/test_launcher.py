@@ -25,7 +25,15 @@ from services.health.sim_backend import SimulatedGpuBackend
 from shared.api import AgentReply, JobSelector, Ok, StopWorkers
 from shared.bus import Bus
 from shared.events import JobPreemptRequested, encode, subject_of
-from tests.support.cluster import eventually, job_state, make_cluster, nodes, nodes_up, submit
+from tests.support.cluster import (
+    eventually,
+    inject,
+    job_state,
+    make_cluster,
+    nodes,
+    nodes_up,
+    submit,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -307,3 +315,45 @@ async def test_a_job_runs_as_the_submitting_user(
         c.stop_all(timeout=10)
         await asyncio.to_thread(shutil.rmtree, state, True)
         await asyncio.to_thread(shutil.rmtree, workdir, True)
+
+
+async def test_a_fixed_size_job_gets_a_spare_near_its_nodes_after_an_xid_79(
+    nats_url: str, database_url: str, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    c = make_cluster(tmp_path / "state", nats_url, database_url)
+    c.start_services()
+    for node in nodes(4):  # node01, node03 under leaf1; node02, node04 under leaf2
+        c.start_node(node)
+    try:
+        await nodes_up(db, 4)
+        script = '#!/bin/bash\necho "gen=$MUSTER_RESTART_COUNT node=$MUSTER_NODE"\nsleep 60\n'
+        reply = await submit(
+            nats_url, script, ("--nodes=2", "--gpus-per-node=4", "-w", "node01,node02"),
+            workdir=str(tmp_path),
+        )  # fmt: skip
+        job_id = reply.job_ids[0]
+        await eventually(lambda: job_state(db, job_id), lambda s: s == "RUNNING", 30, "running")
+        await inject(nats_url, "node01", 79)
+
+        row = await eventually(
+            lambda: db.fetchrow(
+                "SELECT state, nodes, restart_count FROM job_runs WHERE job_id = $1", job_id
+            ),
+            lambda r: r["restart_count"] == 1 and r["state"] == "RUNNING",
+            30,
+            "restart on a spare",
+        )
+        assert sorted(row["nodes"]) == ["node02", "node03"]  # node03: node01's leaf
+        live = await db.fetch(
+            "SELECT n.node FROM allocation_nodes n JOIN allocations a USING (alloc_id)"
+            " WHERE a.job_id = $1 AND n.live ORDER BY n.node",
+            job_id,
+        )
+        assert [r["node"] for r in live] == ["node02", "node03"]
+        assert await db.fetchval("SELECT count(*) FROM allocations WHERE job_id = $1", job_id) == 1
+        history = await db.fetch(
+            "SELECT outcome FROM attempts WHERE job_id = $1 ORDER BY attempt, seq", job_id
+        )
+        assert "replace" in (history[0]["outcome"] or "")
+    finally:
+        c.stop_all(timeout=10)

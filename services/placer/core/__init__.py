@@ -21,6 +21,7 @@ from services.placer.core.model import (
     Waiting,
 )
 from services.placer.core.place import Prepared, order_key, place, prepare
+from services.placer.core.spares import place_spares
 
 __all__ = [
     "Gpu",
@@ -44,5 +45,6 @@ __all__ = [
     "Waiting",
     "order_key",
     "place",
+    "place_spares",
     "prepare",
 ]
