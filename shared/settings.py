@@ -42,6 +42,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     fault_kill_wait_s: float = 2.0
     restart_limit: int = 3
     replace_with_spare: bool = True  # fixed-size job on a fault: a spare first, else requeue
+    grow_back: bool = False  # elastic jobs grow back to their maximum when nodes return
     usage_tick_s: float = 30.0
     node: str = ""
     gpus: int = 4

@@ -45,6 +45,7 @@ from shared.events import (
     JobStarted,
     NodeDown,
     NodeFault,
+    NodeRecovered,
     UsageTicked,
     WorkerExited,
 )
@@ -62,6 +63,7 @@ SUBJECTS = (
     "muster.node.fault",
     "muster.node.down",
     "muster.job.spares_answered",
+    "muster.node.recovered",
 )
 CONSUMER = "launcher"
 LIVE = ("STARTING", "RUNNING")
@@ -120,11 +122,9 @@ class Coordinator:
             case JobCancelRequested():
                 await self.cancel(event)
             case JobSparesAnswered():
-                nodes = tuple(g.node for g in event.grants)
-                answer: core.AnyObservation = (
-                    core.SparesGranted(nodes=nodes) if nodes else core.SparesDenied()
-                )
-                await self.observe(event.job_id, _always(answer), event)
+                await self.observe(event.job_id, _answer(event), event)
+            case NodeRecovered() if self.settings.grow_back:
+                await self.offer_growth()
             case JobPreemptRequested():
                 await self.observe(
                     event.job_id, _always(core.Preempt(grace_s=event.grace_s)), event
@@ -200,6 +200,23 @@ class Coordinator:
         else:
             obs = core.NodeDown(node=ev.node, reason=ev.reason)
         await asyncio.gather(*(self.observe(job, _always(obs), ev) for job in jobs))
+
+    async def offer_growth(self) -> None:
+        """A node came back: elastic jobs below their maximum ask the placer for room
+        (MUSTER_GROW_BACK; a grow restarts the job at its next checkpoint)."""
+        async with self.ctx.pool.acquire() as conn, conn.transaction():
+            asks = [
+                JobSparesRequested(
+                    job_id=run.job_id,
+                    attempt=run.attempt,
+                    count=spec.nodes_max - len(run.nodes),
+                    keep=run.nodes,
+                )
+                for run, spec in await repo.shrunk_elastic_runs(conn)
+            ]
+            await outbox_add(conn, *asks)
+        if asks:
+            self.ctx.relay.kick()
 
     async def cancel(self, ev: JobCancelRequested) -> None:
         if ev.signal:  # `muster cancel --signal`: signal the workers, cancel nothing
@@ -545,9 +562,24 @@ def _always(obs: core.AnyObservation) -> Choose:
     return lambda _run, _now: obs
 
 
+def _answer(ev: JobSparesAnswered) -> Choose:
+    """The placer's answer is spares for a job waiting on them, or room to grow back
+    for a running elastic job."""
+    nodes = tuple(g.node for g in ev.grants)
+
+    def choose(run: core.JobRun, _now: float) -> core.AnyObservation:
+        if run.phase is core.Phase.AWAITING_SPARE:
+            return core.SparesGranted(nodes=nodes) if nodes else core.SparesDenied()
+        return core.NodesAvailable(nodes=nodes)
+
+    return choose
+
+
 def _due_observation(run: core.JobRun, now: float) -> core.AnyObservation | None:
     """The timer of `run` that is due, the most consequential first."""
     t = core.timers(run)
+    if t.spare_deadline is not None and t.spare_deadline <= now:
+        return core.SparesDenied()
     if t.settle_at is not None and t.settle_at <= now:
         return core.SettleElapsed()
     if t.limit_at <= now:
@@ -558,9 +590,11 @@ def _due_observation(run: core.JobRun, now: float) -> core.AnyObservation | None
 
 
 def _due_at(run: core.JobRun) -> float | None:
-    if run.phase in (core.Phase.ENDED, core.Phase.AWAITING_SPARE):
+    if run.phase is core.Phase.ENDED:
         return None
     t = core.timers(run)
+    if run.phase is core.Phase.AWAITING_SPARE:
+        return t.spare_deadline
     signal_at = t.signal_at if core.parse_signal(run.spec.signal or "") is not None else None
     return min(x for x in (signal_at, t.limit_at, t.settle_at) if x is not None)
 

@@ -32,6 +32,10 @@ import msgspec
 from services.launcher.exitstatus import ExitStatus
 from shared.jobspec import JobSpec
 
+# The placer answers a request for spares at once; without an answer by then (no placer
+# leads, the request was dead-lettered) the job is requeued instead of waiting forever.
+SPARE_WAIT_S = 30.0
+
 
 class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_restarts: int = 3  # fault-driven restarts/requeues; preemption does not count
@@ -118,6 +122,7 @@ class JobRun(msgspec.Struct, frozen=True, kw_only=True):
     signal_sent: bool = False
     phase: Phase = Phase.RUNNING
     spare_keep: tuple[str, ...] = ()  # survivors while awaiting spares
+    spare_asked_at: float | None = None  # when the placer was asked (it answers at once)
     pending_failure: PendingFailure | None = None  # while SETTLING
     final_state: JobState | None = None
     history: tuple[AttemptRecord, ...] = ()
@@ -267,6 +272,7 @@ class Timers(msgspec.Struct, frozen=True, kw_only=True):
     signal_at: float | None
     limit_at: float
     settle_at: float | None = None
+    spare_deadline: float | None = None  # no answer by then: treated as denied
 
 
 def start_run(
@@ -286,7 +292,11 @@ def timers(run: JobRun) -> Timers:
     signal_at = limit_at - run.spec.signal_before_s if wants_signal else None
     failure = run.pending_failure
     settle_at = failure.settle_at if failure and run.phase is Phase.SETTLING else None
-    return Timers(signal_at=signal_at, limit_at=limit_at, settle_at=settle_at)
+    asked = run.spare_asked_at if run.phase is Phase.AWAITING_SPARE else None
+    spare_deadline = None if asked is None else asked + SPARE_WAIT_S
+    return Timers(
+        signal_at=signal_at, limit_at=limit_at, settle_at=settle_at, spare_deadline=spare_deadline
+    )
 
 
 def parse_signal(name: str) -> int | None:
@@ -472,7 +482,7 @@ class _Decider:
         wanted = spec.nodes_min if _elastic(spec) else spec.nodes_max
         new = msgspec.structs.replace(
             self.run, phase=Phase.AWAITING_SPARE, spare_keep=keep, excluded_nodes=excluded,
-            pending_failure=None,
+            pending_failure=None, spare_asked_at=self.now,
         )  # fmt: skip
         ask = RequestSpares(count=max(1, wanted - len(keep)), keep=keep, exclude=excluded)
         stopping = _stop(stop, self.config.restart_grace_s)
@@ -490,7 +500,9 @@ class _Decider:
     def nodes_available(self, obs: NodesAvailable) -> Decision:
         run = self.run
         room = run.spec.nodes_max - len(run.nodes)
-        extra = [n for n in obs.nodes if n not in run.nodes and n not in run.excluded_nodes]
+        # The placer granted these under the job's exclusions; a node excluded after a
+        # fault that has since passed its health check is welcome back.
+        extra = [n for n in obs.nodes if n not in run.nodes]
         if not self.running or not _elastic(run.spec) or room <= 0 or not extra:
             return self.ignore()
         nodes = (*run.nodes, *extra[:room])
@@ -506,7 +518,8 @@ class _Decider:
         new = msgspec.structs.replace(
             run, attempt=run.attempt + 1, nodes=nodes, started_at=self.now + delay,
             restart_count=run.restart_count + 1, fault_restarts=run.fault_restarts + int(fault),
-            done_nodes=(), phase=Phase.RUNNING, spare_keep=(), pending_failure=None,
+            done_nodes=(), phase=Phase.RUNNING, spare_keep=(), spare_asked_at=None,
+            pending_failure=None,
             history=self.history(verdict, reason),
         )  # fmt: skip
         start = StartAttempt(

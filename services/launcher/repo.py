@@ -361,3 +361,13 @@ async def add_gpus(conn: Conn, job_id: int, grants: dict[str, list[int]]) -> Non
         job_id,
         json.dumps(grants),
     )
+
+
+async def shrunk_elastic_runs(conn: Conn) -> list[tuple[Run, JobSpec]]:
+    """Running elastic jobs on fewer nodes than their maximum."""
+    rows = await conn.fetch(
+        "SELECT r.*, j.spec AS job_spec FROM job_runs r JOIN jobs j USING (job_id)"
+        " WHERE r.state = 'RUNNING' AND cardinality(r.nodes) < j.nodes_max"
+        " AND j.nodes_min < j.nodes_max"
+    )
+    return [(_run(r), msgspec.json.decode(r["job_spec"], type=JobSpec)) for r in rows]

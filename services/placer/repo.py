@@ -105,7 +105,7 @@ async def release_dropped_nodes(conn: Conn) -> int:
     rows = await conn.fetch(
         "UPDATE allocation_nodes n SET live = false FROM allocations a, job_runs r"
         " WHERE n.alloc_id = a.alloc_id AND a.released_at IS NULL AND n.live"
-        " AND NOT n.spare_pending"
+        " AND (NOT n.spare_pending OR n.added_at < now() - interval '60 seconds')"
         " AND r.job_id = a.job_id AND r.attempt = a.attempt AND r.state = 'RUNNING'"
         " AND cardinality(r.nodes) > 0 AND NOT (n.node = ANY(r.nodes))"
         " RETURNING n.alloc_id, n.node",
@@ -533,10 +533,13 @@ async def swap_nodes(
     )
     await conn.executemany(
         "INSERT INTO allocation_nodes(alloc_id, node, rank, gpus, spare_pending)"
-        " VALUES ($1, $2, $3, $4, true)",
+        " VALUES ($1, $2, $3, $4, true) ON CONFLICT (alloc_id, node) DO UPDATE SET"
+        " live = true, rank = excluded.rank, gpus = excluded.gpus, spare_pending = true,"
+        " added_at = now()",
         [(alloc_id, g.node, top + 1 + i, list(g.gpus)) for i, g in enumerate(add)],
     )
     await conn.executemany(
-        "INSERT INTO allocation_gpus(alloc_id, node, gpu) VALUES ($1, $2, $3)",
+        "INSERT INTO allocation_gpus(alloc_id, node, gpu) VALUES ($1, $2, $3)"
+        " ON CONFLICT (alloc_id, node, gpu) DO UPDATE SET live = true",
         [(alloc_id, g.node, gpu) for g in add for gpu in g.gpus],
     )

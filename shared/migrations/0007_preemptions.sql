@@ -10,4 +10,8 @@ CREATE TABLE preemptions (
 
 -- A spare node the placer granted a fixed-size job after a fault: it stays allocated
 -- while the launcher restarts the job onto it, until the job's run lists it.
-ALTER TABLE allocation_nodes ADD COLUMN spare_pending boolean NOT NULL DEFAULT false;
+-- One the job never took up (it ended, or did not want it any more) goes back after a
+-- minute.
+ALTER TABLE allocation_nodes
+    ADD COLUMN spare_pending boolean NOT NULL DEFAULT false,
+    ADD COLUMN added_at timestamptz NOT NULL DEFAULT now();

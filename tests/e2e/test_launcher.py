@@ -357,3 +357,47 @@ async def test_a_fixed_size_job_gets_a_spare_near_its_nodes_after_an_xid_79(
         assert "replace" in (history[0]["outcome"] or "")
     finally:
         c.stop_all(timeout=10)
+
+
+async def test_an_elastic_job_grows_back_when_its_lost_node_returns(
+    nats_url: str, database_url: str, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    os.environ["MUSTER_GROW_BACK"] = "true"
+    try:
+        c = make_cluster(tmp_path / "state", nats_url, database_url)
+        c.start_services()
+        for node in nodes(3):
+            c.start_node(node)
+    finally:
+        del os.environ["MUSTER_GROW_BACK"]
+    try:
+        await nodes_up(db, 3)
+        script = '#!/bin/bash\necho "gen=$MUSTER_RESTART_COUNT world=$WORLD_SIZE"\nsleep 60\n'
+        reply = await submit(
+            nats_url, script, ("--nodes=2:3", "--gpus-per-node=4"), workdir=str(tmp_path)
+        )
+        job_id = reply.job_ids[0]
+        await eventually(lambda: job_state(db, job_id), lambda s: s == "RUNNING", 30, "running")
+        await inject(nats_url, "node02", 79)
+        await eventually(
+            lambda: db.fetchval("SELECT nodes FROM job_runs WHERE job_id = $1", job_id),
+            lambda n: n is not None and len(n) == 2 and "node02" not in n,
+            30,
+            "shrunk to 2",
+        )
+        await agent(nats_url, "node02", "reboot", StopWorkers(job_id=0))
+
+        row = await eventually(
+            lambda: db.fetchrow(
+                "SELECT state, nodes, restart_count FROM job_runs WHERE job_id = $1", job_id
+            ),
+            lambda r: len(r["nodes"]) == 3 and r["state"] == "RUNNING",
+            40,
+            "grown back to 3",
+        )
+        assert sorted(row["nodes"]) == ["node01", "node02", "node03"]
+        assert row["restart_count"] == 2
+        log = (tmp_path / f"muster-{job_id}.out").read_text()
+        assert "gen=2 world=3" in log
+    finally:
+        c.stop_all(timeout=10)

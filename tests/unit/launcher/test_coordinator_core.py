@@ -197,13 +197,15 @@ FAULT_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decision
         R_ELASTIC_AT_MIN, NodeFault(node="b", reason="xid 79"), CFG,
         then(R_ELASTIC_AT_MIN, Verdict.REPLACE, StopWorkers(nodes=("a", "b"), grace_s=GRACE),
              RequestSpares(count=1, keep=("a",), exclude=("b",)), closed=LOST_B,
-             phase=Phase.AWAITING_SPARE, spare_keep=("a",), excluded_nodes=("b",)),
+             phase=Phase.AWAITING_SPARE, spare_keep=("a",), excluded_nodes=("b",),
+             spare_asked_at=NOW),
     ),
     "a fixed-size job asks the placer for a spare": (
         R, NodeFault(node="b", reason="xid 79"), CFG,
         then(R, Verdict.REPLACE, StopWorkers(nodes=ABC, grace_s=GRACE),
              RequestSpares(count=1, keep=("a", "c"), exclude=("b",)), closed=LOST_B,
-             phase=Phase.AWAITING_SPARE, spare_keep=("a", "c"), excluded_nodes=("b",)),
+             phase=Phase.AWAITING_SPARE, spare_keep=("a", "c"), excluded_nodes=("b",),
+             spare_asked_at=NOW),
     ),
     "without spares a fixed-size job is requeued with the bad node excluded": (
         R, NodeFault(node="b", reason="xid 79"), NO_SPARES,
@@ -236,7 +238,7 @@ FAULT_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decision
         then(R_SPARE, Verdict.RESTART,
              StartAttempt(attempt=1, nodes=("a", "c", "d"), restart_count=1, delay_s=0.0),
              attempt=1, nodes=("a", "c", "d"), started_at=NOW, restart_count=1,
-             fault_restarts=1, phase=Phase.RUNNING, spare_keep=()),
+             fault_restarts=1, phase=Phase.RUNNING, spare_keep=(), spare_asked_at=None),
     ),
     "no spare requeues the job, the bad node still excluded": (
         R_SPARE, SparesDenied(), CFG,
@@ -248,15 +250,15 @@ FAULT_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decision
     "losing another node while waiting for a spare asks for one more": (
         R_SPARE, NodeDown(node="a"), CFG,
         then(R_SPARE, Verdict.REPLACE, RequestSpares(count=2, keep=("c",), exclude=("b", "a")),
-             spare_keep=("c",), excluded_nodes=("b", "a")),
+             spare_keep=("c",), excluded_nodes=("b", "a"), spare_asked_at=NOW),
     ),
-    "an elastic job grows back when nodes come free, without backoff": (
+    "an elastic job grows back onto what the placer offers, a recovered node included": (
         running(ELASTIC, nodes=("a", "c"), excluded_nodes=("b",)),
         NodesAvailable(nodes=("b", "d", "e", "f")), CFG,
         then(running(ELASTIC, nodes=("a", "c"), excluded_nodes=("b",)), Verdict.GROW,
              StopWorkers(nodes=("a", "c"), grace_s=GRACE),
-             StartAttempt(attempt=1, nodes=("a", "c", "d", "e"), restart_count=1, delay_s=0.0),
-             closed="growing to 4 nodes", attempt=1, nodes=("a", "c", "d", "e"),
+             StartAttempt(attempt=1, nodes=("a", "c", "b", "d"), restart_count=1, delay_s=0.0),
+             closed="growing to 4 nodes", attempt=1, nodes=("a", "c", "b", "d"),
              started_at=NOW, restart_count=1),
     ),
     "a gang that did not start on one node stops the others and requeues without it": (
@@ -392,3 +394,11 @@ def test_parse_signal_takes_names_with_or_without_sig_and_numbers() -> None:
     assert [parse_signal(s) for s in ("USR1", "sigterm", "10", "NOPE", "")] == [
         10, 15, 10, None, None,
     ]  # fmt: skip
+
+
+def test_a_request_for_spares_unanswered_for_spare_wait_s_is_due_as_denied() -> None:
+    from services.launcher.coordinator_core import SPARE_WAIT_S, SparesDenied, timers
+
+    assert timers(R_SPARE).spare_deadline == T0 + 10 + SPARE_WAIT_S
+    denied = decide(R_SPARE, SparesDenied(), CFG, T0 + 10 + SPARE_WAIT_S)
+    assert denied.verdict is Verdict.REQUEUE
