@@ -16,6 +16,7 @@ import msgspec
 from . import config_read as r
 from .config_check import check_references
 from .config_read import ConfigProblem
+from .config_reservations import ReservationConfig, reservation
 from .hostlist import expand
 
 
@@ -92,6 +93,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     users: dict[str, User] = {}
     operators: tuple[str, ...] = ()
     billing: Billing = Billing()
+    reservations: dict[str, ReservationConfig] = {}
 
     def ancestors(self, account: str) -> tuple[str, ...]:
         """The account and its parents up to the root."""
@@ -112,7 +114,17 @@ class ConfigError(Exception):
         super().__init__(f"invalid cluster configuration ({len(problems)} problem(s)):\n{lines}")
 
 
-TOP_KEYS = ("cluster", "node_sets", "partitions", "qos", "accounts", "users", "roles", "billing")
+TOP_KEYS = (
+    "cluster",
+    "node_sets",
+    "partitions",
+    "qos",
+    "accounts",
+    "users",
+    "roles",
+    "billing",
+    "reservations",
+)
 
 
 def load_config(text: str) -> ClusterConfig:
@@ -138,6 +150,12 @@ def load_config(text: str) -> ClusterConfig:
     users = {name: _user(name, body, p) for name, body in r.named_tables(doc, "users", p).items()}
     roles = r.fields(r.table(doc, "roles", p), "roles", r.ROLES, p)
     billing = _billing(r.table(doc, "billing", p), p)
+    windows = r.named_tables(doc, "reservations", p).items()
+    reservations = {
+        name: res
+        for name, body in windows
+        if (res := reservation(name, body, node_sets, p)) is not None
+    }
     if not partitions:
         p.add("partitions", "define at least one partition, e.g. [partitions.normal]")
     config = ClusterConfig(
@@ -154,6 +172,7 @@ def load_config(text: str) -> ClusterConfig:
         users=users,
         operators=tuple(roles.get("operators", ())),
         billing=billing,
+        reservations=reservations,
     )
     check_references(config, p)
     if p.items:

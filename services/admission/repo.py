@@ -250,11 +250,29 @@ async def nodes_view(conn: Conn) -> tuple[list[asyncpg.Record], list[asyncpg.Rec
 
 async def publish_policy(conn: Conn, config: ClusterConfig | None) -> None:
     """Write the placement policy of `config` for the placer: partitions' nodes and
-    tiers, and the running limits of each QOS. No config: no policy rows."""
+    tiers, the running limits of each QOS, and reservations. No config: no rows."""
     await conn.execute("DELETE FROM partition_policy")
     await conn.execute("DELETE FROM qos_limits")
+    await conn.execute("DELETE FROM reservations")
     if config is None:
         return
+    await conn.executemany(
+        "INSERT INTO reservations(name, start_at, duration_s, nodes, gpus, accounts,"
+        " recurrence, maintenance) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        [
+            (
+                w.name,
+                w.start,
+                w.duration_s,
+                list(w.nodes),
+                w.gpus,
+                list(w.accounts),
+                w.recurrence,
+                w.maintenance,
+            )
+            for w in config.reservations.values()
+        ],
+    )
     await conn.executemany(
         "INSERT INTO partition_policy(partition, nodes, tier) VALUES ($1, $2, $3)",
         [

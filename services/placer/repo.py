@@ -20,6 +20,8 @@ from services.placer.core import (
     Node,
     NodeState,
     QosLimit,
+    Recurrence,
+    Reservation,
     Running,
     Start,
     Wait,
@@ -155,6 +157,24 @@ def _partitions_of(node: str, policy: list[asyncpg.Record]) -> tuple[str, ...]:
         return ()
     parts = tuple(p["partition"] for p in policy if p["nodes"] is None or node in p["nodes"])
     return parts or NO_PARTITION
+
+
+async def load_reservations(conn: Conn) -> tuple[Reservation, ...]:
+    """Advance reservations and maintenance windows, as admission published them."""
+    rows = await conn.fetch("SELECT * FROM reservations ORDER BY name")
+    return tuple(
+        Reservation(
+            name=r["name"],
+            start=r["start_at"],
+            duration_s=r["duration_s"],
+            nodes=tuple(r["nodes"]),
+            gpus=r["gpus"],
+            accounts=tuple(r["accounts"]),
+            recurrence=Recurrence(r["recurrence"].upper()),
+            maintenance=r["maintenance"],
+        )
+        for r in rows
+    )
 
 
 async def load_limits(conn: Conn) -> Limits:

@@ -143,6 +143,7 @@ class Placer:
                     nodes=await repo.load_nodes(conn),
                     running=await repo.load_running(conn),
                     limits=await repo.load_limits(conn),
+                    reservations=await repo.load_reservations(conn),
                 )
                 pending = await repo.load_pending(conn)
                 # fair share: rank by the fairshare service's multifactor priorities

@@ -14,3 +14,15 @@ CREATE TABLE qos_limits (
     max_gpus_per_account int,
     max_jobs_per_account int
 );
+
+-- Advance reservations and maintenance windows ([reservations.NAME] in the config).
+CREATE TABLE reservations (
+    name        text PRIMARY KEY,
+    start_at    double precision NOT NULL,  -- epoch seconds
+    duration_s  int NOT NULL,
+    nodes       text[] NOT NULL DEFAULT '{}',
+    gpus        int NOT NULL DEFAULT 0,
+    accounts    text[] NOT NULL DEFAULT '{}',
+    recurrence  text NOT NULL DEFAULT 'none',
+    maintenance boolean NOT NULL DEFAULT false
+);

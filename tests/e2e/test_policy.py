@@ -3,8 +3,11 @@ QOS running limits, and preemption of a lower tier with its grace time."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import asyncpg
@@ -71,8 +74,16 @@ SLEEP = "#!/bin/bash\nsleep 120\n"
 async def cluster(
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> AsyncIterator[Cluster]:
+    async with _cluster(CONFIG, tmp_path, nats_url, database_url, db) as c:
+        yield c
+
+
+@contextlib.asynccontextmanager
+async def _cluster(
+    text: str, tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> AsyncIterator[Cluster]:
     config = tmp_path / "cluster.toml"
-    config.write_text(CONFIG)
+    config.write_text(text)
     os.environ["MUSTER_CLUSTER_CONFIG"] = str(config)
     try:
         c = make_cluster(tmp_path / "state", nats_url, database_url)
@@ -85,8 +96,10 @@ async def cluster(
     await eventually(
         lambda: db.fetchval("SELECT count(*) FROM partition_policy"), lambda n: n == 3, 20, "policy"
     )
-    yield c
-    c.stop_all(timeout=10)
+    try:
+        yield c
+    finally:
+        c.stop_all(timeout=10)
 
 
 async def _wait_reason(db: asyncpg.Connection, job_id: int) -> str:
@@ -159,3 +172,25 @@ async def test_a_higher_tier_preempts_a_lower_one_after_its_grace_and_requeues_i
         victim,
     )
     assert "preempt" in (history[0]["outcome"] or "")
+
+
+async def test_a_job_that_would_run_into_a_maintenance_window_waits_and_a_short_one_runs(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    start = datetime.fromtimestamp(time.time() + 600, UTC).isoformat()
+    window = f"""
+[reservations.maintenance]
+start = "{start}"
+duration = "1:00:00"
+maintenance = true
+"""
+    async with _cluster(CONFIG + window, tmp_path, nats_url, database_url, db) as c:
+        await eventually(
+            lambda: db.fetchval("SELECT count(*) FROM reservations"), lambda n: n == 1, 20, "rsv"
+        )
+        long = (await submit(c.nats_url, SLEEP, ("--time=30", "-q", "wide"))).job_ids[0]
+        short = (await submit(c.nats_url, SLEEP, ("--time=5", "-q", "wide"))).job_ids[0]
+        await eventually(lambda: job_state(db, short), lambda s: s == "RUNNING", 30, "short")
+        assert await _wait_reason(db, long) == "RESERVATION"
+        detail = await db.fetchval("SELECT detail FROM pending_reasons WHERE job_id = $1", long)
+        assert "maintenance" in detail

@@ -156,6 +156,21 @@ MISTAKES = {
     ),
     "operators as a number": (MINIMAL + "[roles]\noperators = 3\n", "roles.operators", "list"),
     "no partition at all": ("[cluster]\nname = 'x'\n", "partitions", "at least one partition"),
+    "a reservation with a start that is no date": (
+        MINIMAL + "[reservations.r]\nstart = 'monday'\nduration = '1:00:00'\nmaintenance = true\n",
+        "reservations.r.start",
+        "write e.g. 2026-12-01T08:00:00Z",
+    ),
+    "a reservation nobody may use that is not maintenance": (
+        MINIMAL + "[reservations.r]\nstart = 2026-12-01T08:00:00Z\nduration = '1:00:00'\n",
+        "reservations.r.accounts",
+        "name the accounts that may run inside, or set maintenance",
+    ),
+    "a reservation without a duration": (
+        MINIMAL + "[reservations.r]\nstart = 2026-12-01T08:00:00Z\nmaintenance = true\n",
+        "reservations.r.duration",
+        "a reservation needs duration",
+    ),
 }
 
 
@@ -175,3 +190,30 @@ def test_every_problem_is_reported_at_once() -> None:
     ]
     with pytest.raises(ConfigError, match=r"3 problem\(s\)"):
         load_config(text)
+
+
+def test_a_weekly_maintenance_window_and_an_account_reservation_load() -> None:
+    config = load_config(
+        MINIMAL
+        + """
+[reservations.patch]
+start = 2026-12-01T02:00:00Z
+duration = "2:00:00"
+recurrence = "weekly"
+maintenance = true
+
+[reservations.llm]
+start = "2026-12-02T08:00:00+01:00"
+duration = "1-00:00:00"
+nodes = ["node[01-02]"]
+accounts = ["research"]
+"""
+    )
+    patch, llm = config.reservations["patch"], config.reservations["llm"]
+    assert (patch.start, patch.duration_s, patch.recurrence) == (1796090400.0, 7200, "weekly")
+    assert patch.maintenance and patch.nodes == ()
+    assert (llm.start, llm.nodes, llm.accounts) == (
+        1796194800.0,
+        ("node01", "node02"),
+        ("research",),
+    )
