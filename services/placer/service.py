@@ -17,7 +17,15 @@ import msgspec
 from opentelemetry import trace
 
 from services.placer import repo
-from services.placer.core import JobRequest, Plan, PolicyConfig, Snapshot, place, place_spares
+from services.placer.core import (
+    JobRequest,
+    Plan,
+    PolicyConfig,
+    Snapshot,
+    Wait,
+    place,
+    place_spares,
+)
 from shared.db import inbox_first_time, outbox_add
 from shared.events import (
     AnyEvent,
@@ -52,6 +60,7 @@ class Placer:
         self.epoch: int | None = None
         self.cycles = 0
         self._wake = asyncio.Event()
+        self._reasons: dict[int, Wait] = {}  # pending reasons as last written
 
     async def run(self, stop: asyncio.Event) -> None:
         await until_stopped(
@@ -112,6 +121,7 @@ class Placer:
             epoch = await repo.acquire_lease(conn, self.holder, ttl)
             if epoch is not None:
                 self.epoch = epoch
+                self._reasons = {}  # another leader may have written since
                 log.info("leading", extra=kv(holder=self.holder, epoch=epoch))
                 self._wake.set()
 
@@ -183,13 +193,17 @@ class Placer:
                         )
                     )
                 await outbox_add(conn, *events)
-                await repo.write_waits(conn, plan.waits)
+                # Only what changed since this leader last wrote: 50,000 waiting jobs
+                # must not mean 50,000 row writes a second.
+                changed = tuple(w for w in plan.waits if self._reasons.get(w.job_id) != w)
+                await repo.write_waits(conn, changed)
                 duration = time.perf_counter() - t0
                 self.cycles += 1
                 if plan.starts:
                     await repo.record_cycle(
                         conn, epoch, self.cycles, started, duration, len(plan.starts), len(pending)
                     )
+            self._reasons = {w.job_id: w for w in plan.waits}  # committed: what the table says
             span.set_attribute("placer.placed", len(plan.starts))
             span.set_attribute("placer.pending", len(pending))
         if events:
