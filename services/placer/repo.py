@@ -248,7 +248,7 @@ async def load_pending(conn: Conn) -> list[tuple[JobRequest, int]]:
     """Jobs waiting for an allocation, with the attempt number their next one gets."""
     rows = await conn.fetch(
         "SELECT j.job_id, j.spec, j.held, extract(epoch FROM j.submitted_at)::float8 AS submitted,"
-        " coalesce(r.excluded_nodes, '{}') AS run_excluded,"
+        " coalesce(r.excluded_nodes, '{}') AS run_excluded, r.state = 'REQUEUED' AS requeued,"
         " (SELECT coalesce(max(attempt), 0) FROM allocations a WHERE a.job_id = j.job_id) AS last,"
         # admission's policy columns (migration 0004)
         " j.needs_approval AND j.approved_at IS NULL AS unapproved, j.tier, j.preemptible,"
@@ -291,6 +291,7 @@ def _request(job_id: int, spec: JobSpec, row: object, blocked_by: str | None = N
         switches_wait_s=spec.switches_wait_s,
         # a user's hold, or a partition's approval not yet given (admission's columns)
         held=bool(row["held"]) or bool(row["unapproved"]),
+        requeued=bool(row["requeued"]),
         blocked_by=blocked_by,
         tier=row["tier"],
         preemptible=row["preemptible"],

@@ -88,6 +88,7 @@ class JobRequest(msgspec.Struct, frozen=True, kw_only=True):
     grace_s: int = 0  # grace this job gets if it is itself preempted later
     min_runtime_s: int = 0
     reservation: str | None = None  # run inside this advance reservation only
+    requeued: bool = False  # back in the queue after a fault or preemption: head of its priority
 
 
 class Recurrence(StrEnum):

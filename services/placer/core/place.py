@@ -46,9 +46,11 @@ DEFAULT_POLICY = PolicyConfig()
 NO_LIMITS = Limits()
 
 
-def order_key(job: JobRequest) -> tuple[int, float, float, int]:
-    """Tier first, then priority (both high first), then submit time, then id."""
-    return (-job.tier, -job.priority, job.submitted_at, job.job_id)
+def order_key(job: JobRequest) -> tuple[int, float, bool, float, int]:
+    """Tier first, then priority (both high first), then requeued jobs (a fault or a
+    preemption put them back: they go to the head of their priority), then submit time,
+    then id."""
+    return (-job.tier, -job.priority, not job.requeued, job.submitted_at, job.job_id)
 
 
 def place(

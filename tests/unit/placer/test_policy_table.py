@@ -256,6 +256,17 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
             ),
         ),
     ),
+    "a requeued job goes to the head of its priority, ahead of older jobs": (
+        snapshot(node("a", 4)),
+        [
+            gang(1, gpus_per_node=4, user="carol"),
+            gang(2, gpus_per_node=4, user="dave", requeued=True),
+        ],
+        Plan(
+            starts=(Start(job_id=2, grants=(Grant(node="a", gpus=(0, 1, 2, 3)),), why=ONE_NODE),),
+            waits=(Wait(job_id=1, reason=Waiting.RESOURCES, estimated_start=T0 + 3600),),
+        ),
+    ),
     "a QOS caps each account's GPUs: a second account's job still starts": (
         snapshot(
             node("a", 4),
