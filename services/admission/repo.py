@@ -274,9 +274,15 @@ async def publish_policy(conn: Conn, config: ClusterConfig | None) -> None:
         ],
     )
     await conn.executemany(
-        "INSERT INTO partition_policy(partition, nodes, tier) VALUES ($1, $2, $3)",
+        "INSERT INTO partition_policy(partition, nodes, tier, reserved_gpus)"
+        " VALUES ($1, $2, $3, $4)",
         [
-            (name, None if p.node_names is None else list(p.node_names), p.priority_tier)
+            (
+                name,
+                None if p.node_names is None else list(p.node_names),
+                p.priority_tier,
+                p.reserved_gpus,
+            )
             for name, p in config.partitions.items()
         ],
     )

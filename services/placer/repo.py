@@ -177,6 +177,14 @@ async def load_reservations(conn: Conn) -> tuple[Reservation, ...]:
     )
 
 
+async def load_kept(conn: Conn) -> dict[str, int]:
+    """GPUs each partition keeps for its own jobs (`reserved_gpus` in the config)."""
+    rows = await conn.fetch(
+        "SELECT partition, reserved_gpus FROM partition_policy WHERE reserved_gpus > 0"
+    )
+    return {r["partition"]: r["reserved_gpus"] for r in rows}
+
+
 async def load_limits(conn: Conn) -> Limits:
     """Running limits per QOS, as admission published them from the cluster config."""
     rows = await conn.fetch("SELECT * FROM qos_limits")

@@ -23,7 +23,7 @@ from services.placer.core import (
     PolicyConfig,
     Snapshot,
     Wait,
-    place,
+    place_keeping,
     place_spares,
 )
 from shared.db import inbox_first_time, outbox_add
@@ -163,7 +163,9 @@ class Placer:
                     for req, a in pending
                 ]
                 attempts = {req.job_id: attempt for req, attempt in pending}
-                plan = place(snapshot, [req for req, _ in pending], time.time(), self.policy)
+                kept = await repo.load_kept(conn)
+                requests = [req for req, _ in pending]
+                plan = place_keeping(snapshot, requests, time.time(), kept, self.policy)
                 events: list[JobAllocated | JobPreemptRequested] = []
                 for start in plan.starts:
                     attempt = attempts[start.job_id]

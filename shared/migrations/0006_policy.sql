@@ -4,7 +4,8 @@
 CREATE TABLE partition_policy (
     partition text PRIMARY KEY,
     nodes     text[],          -- NULL: every node
-    tier      int NOT NULL DEFAULT 0
+    tier      int NOT NULL DEFAULT 0,
+    reserved_gpus int NOT NULL DEFAULT 0  -- GPUs on its nodes kept for its jobs alone
 );
 
 CREATE TABLE qos_limits (

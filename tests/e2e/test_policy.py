@@ -80,7 +80,12 @@ async def cluster(
 
 @contextlib.asynccontextmanager
 async def _cluster(
-    text: str, tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+    text: str,
+    tmp_path: Path,
+    nats_url: str,
+    database_url: str,
+    db: asyncpg.Connection,
+    partitions: int = 3,
 ) -> AsyncIterator[Cluster]:
     config = tmp_path / "cluster.toml"
     config.write_text(text)
@@ -94,7 +99,10 @@ async def _cluster(
         del os.environ["MUSTER_CLUSTER_CONFIG"]
     await nodes_up(db, 2)
     await eventually(
-        lambda: db.fetchval("SELECT count(*) FROM partition_policy"), lambda n: n == 3, 20, "policy"
+        lambda: db.fetchval("SELECT count(*) FROM partition_policy"),
+        lambda n: n == partitions,
+        20,
+        "policy",
     )
     try:
         yield c
@@ -194,3 +202,35 @@ maintenance = true
         assert await _wait_reason(db, long) == "RESERVATION"
         detail = await db.fetchval("SELECT detail FROM pending_reasons WHERE job_id = $1", long)
         assert "maintenance" in detail
+
+
+DEBUG = """
+[partitions.debug]
+nodes = ["node02"]
+default_time = "10:00"
+max_time = "30:00"
+priority_tier = 100
+reserved_gpus = 2
+"""
+
+
+async def test_gpus_kept_for_debug_stay_free_for_a_debug_job(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    async with _cluster(CONFIG + DEBUG, tmp_path, nats_url, database_url, db, partitions=4) as c:
+        big = []
+        for _ in range(2):
+            reply = await submit(c.nats_url, SLEEP, ("--gpus-per-node=4", "-q", "wide"))
+            big += reply.job_ids
+        await eventually(lambda: job_state(db, big[0]), lambda s: s == "RUNNING", 30, "first")
+        assert await _wait_reason(db, big[1]) == "RESOURCES"  # node02 keeps 2 of its 4
+        debug = await submit(c.nats_url, SLEEP, ("-p", "debug", "--gpus-per-node=2"))
+        job = debug.job_ids[0]
+        await eventually(lambda: job_state(db, job), lambda s: s == "RUNNING", 30, "debug runs")
+        node = await db.fetchval(
+            "SELECT n.node FROM allocation_nodes n JOIN allocations a USING (alloc_id)"
+            " WHERE a.job_id = $1",
+            job,
+        )
+        assert node == "node02"
+        assert await job_state(db, big[1]) is None  # still waiting: debug's GPUs are kept

@@ -1,5 +1,6 @@
 """Pure core of the placer: snapshot in, plan out (no I/O, no clock, no randomness)."""
 
+from services.placer.core.kept import place_keeping
 from services.placer.core.model import (
     Gpu,
     Grant,
@@ -45,6 +46,7 @@ __all__ = [
     "Waiting",
     "order_key",
     "place",
+    "place_keeping",
     "place_spares",
     "prepare",
 ]
