@@ -81,6 +81,9 @@ class Cluster:
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
+        # A local cluster runs your jobs as you, even when you are root (a container);
+        # a real node agent refuses root jobs unless MUSTER_ALLOW_ROOT_JOBS says so.
+        env.setdefault("MUSTER_ALLOW_ROOT_JOBS", "true")
         env.update(
             MUSTER_NATS_URL=self.nats_url,
             MUSTER_DATABASE_URL=self.database_url,

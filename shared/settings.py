@@ -52,7 +52,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     kmsg_path: str = ""
     gpu_backend: str = "sim"  # sim | nvml
     cluster_config: str = ""
-    allow_root_jobs: bool = True
+    allow_root_jobs: bool = False  # a node agent never runs a job as root unless told
     sim_script: str = ""
 
     @classmethod
