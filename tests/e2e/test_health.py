@@ -124,7 +124,7 @@ async def test_a_killed_node_agent_is_down_within_the_timeout_and_its_job_moves(
     await eventually(lambda: node_state(db, victim), lambda s: s == "DOWN", timeout=30, what="DOWN")
     # Timeout after the last heartbeat (sent at most one interval before the kill),
     # plus one liveness pass of timeout / 4.
-    assert time.monotonic() - killed_at < TIMEOUT_S + TIMEOUT_S / 4 + 1.0
+    assert time.monotonic() - killed_at < TIMEOUT_S + TIMEOUT_S / 4 + 3.0  # + a busy machine
     await eventually(
         lambda: db.fetchrow("SELECT state, nodes FROM job_runs WHERE job_id = $1", job_id),
         lambda r: r["state"] == "RUNNING" and victim not in r["nodes"],
