@@ -11,7 +11,13 @@ import asyncpg
 import pytest
 
 from muster.cluster import SERVICES, Cluster
-from tests.support.cluster import eventually, kill9, make_cluster, nodes, nodes_up, submit
+from tests.support.cluster import (
+    eventually,
+    kill9,
+    nodes,
+    running_cluster,
+    submit,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -20,13 +26,8 @@ JOB = "#!/bin/bash\nsleep 1.5\n"
 
 @pytest.fixture
 async def cluster(tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection):
-    c = make_cluster(tmp_path / "state", nats_url, database_url)
-    c.start_services()
-    for node in nodes(3):
-        c.start_node(node)
-    await nodes_up(db, 3)
-    yield c
-    c.stop_all(timeout=10)
+    async with running_cluster(tmp_path / "state", nats_url, database_url, db, nodes(3)) as c:
+        yield c
 
 
 async def test_killing_each_service_mid_run_loses_and_repeats_nothing(

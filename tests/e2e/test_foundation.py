@@ -16,10 +16,9 @@ from tests.support.cluster import (
     inject,
     job_state,
     kill9,
-    make_cluster,
     nodes,
-    nodes_up,
     run_cli,
+    running_cluster,
     submit,
 )
 
@@ -35,13 +34,8 @@ sleep 0.5
 
 @pytest.fixture
 async def cluster(tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection):
-    c = make_cluster(tmp_path / "state", nats_url, database_url)
-    c.start_services()
-    for node in nodes(4):
-        c.start_node(node)
-    await nodes_up(db, 4)
-    yield c
-    c.stop_all(timeout=10)
+    async with running_cluster(tmp_path / "state", nats_url, database_url, db, nodes(4)) as c:
+        yield c
 
 
 async def test_a_two_node_job_runs_real_workers_with_the_right_environment(

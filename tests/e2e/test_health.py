@@ -21,9 +21,8 @@ from tests.support.cluster import (
     inject,
     job_state,
     kill9,
-    make_cluster,
     nodes,
-    nodes_up,
+    running_cluster,
     submit,
 )
 
@@ -36,13 +35,8 @@ TIMEOUT_S = float(FAST["MUSTER_HEARTBEAT_TIMEOUT_S"])
 
 @pytest.fixture
 async def cluster(tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection):
-    c = make_cluster(tmp_path / "state", nats_url, database_url)
-    c.start_services()
-    for node in NODES:
-        c.start_node(node)
-    await nodes_up(db, len(NODES))
-    yield c
-    c.stop_all(timeout=10)
+    async with running_cluster(tmp_path / "state", nats_url, database_url, db, list(NODES)) as c:
+        yield c
 
 
 async def node_state(db: asyncpg.Connection, node: str) -> str:

@@ -32,6 +32,7 @@ from tests.support.cluster import (
     make_cluster,
     nodes,
     nodes_up,
+    running_cluster,
     submit,
 )
 
@@ -52,13 +53,8 @@ while true; do sleep 0.1; done
 async def cluster(
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> AsyncIterator[Cluster]:
-    c = make_cluster(tmp_path / "state", nats_url, database_url)
-    c.start_services()
-    for node in nodes(2):
-        c.start_node(node)
-    await nodes_up(db, 2)
-    yield c
-    c.stop_all(timeout=10)
+    async with running_cluster(tmp_path / "state", nats_url, database_url, db, nodes(2)) as c:
+        yield c
 
 
 async def run_row(db: asyncpg.Connection, job_id: int) -> asyncpg.Record | None:
@@ -323,12 +319,8 @@ async def test_a_job_runs_as_the_submitting_user(
 async def test_a_fixed_size_job_gets_a_spare_near_its_nodes_after_an_xid_79(
     nats_url: str, database_url: str, db: asyncpg.Connection, tmp_path: Path
 ) -> None:
-    c = make_cluster(tmp_path / "state", nats_url, database_url)
-    c.start_services()
-    for node in nodes(4):  # node01, node03 under leaf1; node02, node04 under leaf2
-        c.start_node(node)
-    try:
-        await nodes_up(db, 4)
+    # node01, node03 under leaf1; node02, node04 under leaf2
+    async with running_cluster(tmp_path / "state", nats_url, database_url, db, nodes(4)):
         script = '#!/bin/bash\necho "gen=$MUSTER_RESTART_COUNT node=$MUSTER_NODE"\nsleep 60\n'
         reply = await submit(
             nats_url, script, ("--nodes=2", "--gpus-per-node=4", "-w", "node01,node02"),
@@ -358,23 +350,14 @@ async def test_a_fixed_size_job_gets_a_spare_near_its_nodes_after_an_xid_79(
             "SELECT outcome FROM attempts WHERE job_id = $1 ORDER BY attempt, seq", job_id
         )
         assert "replace" in (history[0]["outcome"] or "")
-    finally:
-        c.stop_all(timeout=10)
 
 
 async def test_an_elastic_job_grows_back_when_its_lost_node_returns(
     nats_url: str, database_url: str, db: asyncpg.Connection, tmp_path: Path
 ) -> None:
-    os.environ["MUSTER_GROW_BACK"] = "true"
-    try:
-        c = make_cluster(tmp_path / "state", nats_url, database_url)
-        c.start_services()
-        for node in nodes(3):
-            c.start_node(node)
-    finally:
-        del os.environ["MUSTER_GROW_BACK"]
-    try:
-        await nodes_up(db, 3)
+    async with running_cluster(
+        tmp_path / "state", nats_url, database_url, db, nodes(3), MUSTER_GROW_BACK="true"
+    ):
         script = '#!/bin/bash\necho "gen=$MUSTER_RESTART_COUNT world=$WORLD_SIZE"\nsleep 60\n'
         reply = await submit(
             nats_url, script, ("--nodes=2:3", "--gpus-per-node=4"), workdir=str(tmp_path)
@@ -402,5 +385,3 @@ async def test_an_elastic_job_grows_back_when_its_lost_node_returns(
         assert row["restart_count"] == 2
         log = (tmp_path / f"muster-{job_id}.out").read_text()
         assert "gen=2 world=3" in log
-    finally:
-        c.stop_all(timeout=10)

@@ -4,7 +4,6 @@ QOS running limits, and preemption of a lower tier with its grace time."""
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -14,7 +13,7 @@ import asyncpg
 import pytest
 
 from muster.cluster import Cluster
-from tests.support.cluster import eventually, job_state, make_cluster, nodes, nodes_up, submit
+from tests.support.cluster import eventually, job_state, nodes, running_cluster, submit
 
 pytestmark = pytest.mark.slow
 
@@ -89,25 +88,17 @@ async def _cluster(
 ) -> AsyncIterator[Cluster]:
     config = tmp_path / "cluster.toml"
     config.write_text(text)
-    os.environ["MUSTER_CLUSTER_CONFIG"] = str(config)
-    try:
-        c = make_cluster(tmp_path / "state", nats_url, database_url)
-        c.start_services()
-        for node in nodes(2):
-            c.start_node(node)
-    finally:
-        del os.environ["MUSTER_CLUSTER_CONFIG"]
-    await nodes_up(db, 2)
-    await eventually(
-        lambda: db.fetchval("SELECT count(*) FROM partition_policy"),
-        lambda n: n == partitions,
-        20,
-        "policy",
-    )
-    try:
+    async with running_cluster(
+        tmp_path / "state", nats_url, database_url, db, nodes(2),
+        MUSTER_CLUSTER_CONFIG=str(config),
+    ) as c:  # fmt: skip
+        await eventually(
+            lambda: db.fetchval("SELECT count(*) FROM partition_policy"),
+            lambda n: n == partitions,
+            20,
+            "policy",
+        )
         yield c
-    finally:
-        c.stop_all(timeout=10)
 
 
 async def _wait_reason(db: asyncpg.Connection, job_id: int) -> str:

@@ -16,9 +16,8 @@ from tests.support.cluster import (
     eventually,
     inject,
     job_state,
-    make_cluster,
     nodes,
-    nodes_up,
+    running_cluster,
     submit,
 )
 
@@ -30,13 +29,10 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_elastic.py"
 
 @pytest.fixture
 async def cluster(tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection):
-    c = make_cluster(tmp_path / "state", nats_url, database_url)
-    c.start_services()
-    for node in nodes(3, gpus=1):
-        c.start_node(node)
-    await nodes_up(db, 3)
-    yield c
-    c.stop_all(timeout=10)
+    async with running_cluster(
+        tmp_path / "state", nats_url, database_url, db, nodes(3, gpus=1)
+    ) as c:
+        yield c
 
 
 async def test_xid_79_shrinks_a_torch_job_which_resumes_from_its_checkpoint(

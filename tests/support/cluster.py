@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -38,6 +38,37 @@ def make_cluster(state: Path, nats_url: str, database_url: str) -> Cluster:
     os.environ.update(FAST)
     os.environ.setdefault("PYTHONPATH", str(REPO))
     return Cluster(state, nats_url, database_url)
+
+
+@contextlib.asynccontextmanager
+async def running_cluster(
+    state: Path,
+    nats_url: str,
+    database_url: str,
+    db: asyncpg.Connection,
+    node_defs: list[NodeDef],
+    **env: str,
+) -> AsyncIterator[Cluster]:
+    """Every service and `node_defs` as real processes, with `env` set for them; all
+    stopped on the way out, a failing start included."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        c = make_cluster(state, nats_url, database_url)
+        c.start_services()
+        for node in node_defs:
+            c.start_node(node)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    try:
+        await nodes_up(db, len(node_defs))
+        yield c
+    finally:
+        c.stop_all(timeout=10)
 
 
 def nodes(count: int, gpus: int = 4, leaves: int = 2) -> list[NodeDef]:
