@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
+import msgspec
 from nats.aio.msg import Msg
 
 from services.health import repo
@@ -45,7 +46,7 @@ from services.health.monitor_core import (
     TransitionKind,
     step,
 )
-from shared.api import HEARTBEAT_PREFIX
+from shared.api import AGENT_PREFIX, HEARTBEAT_PREFIX, AgentReply, InjectFault
 from shared.db import Conn, inbox_first_time, outbox_add
 from shared.events import (
     AnyEvent,
@@ -76,6 +77,8 @@ class Monitor:
         self.clock = clock  # wall clock: persisted times must survive a restart
         self.started = clock()
         self.heard: dict[str, tuple[float, str]] = {}  # node -> (when, boot) since the last tick
+        self._resets: list[tuple[str, tuple[int, ...]]] = []  # drained nodes' GPUs to reset
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
         sub = await self.ctx.bus.nc.subscribe(HEARTBEAT_PREFIX + "*", cb=self._on_heartbeat)
@@ -107,6 +110,7 @@ class Monitor:
                 case _:
                     return
         self.ctx.relay.kick()
+        self._reset_drained()
 
     async def _registered(self, conn: Conn, reg: NodeRegistered) -> None:
         passed = reg.check_passed is not False  # a probe without a check: as before
@@ -169,6 +173,31 @@ class Monitor:
             out = await self.decide(conn, None, obs, now, loaded=nodes, heard=heard)
         if out:
             self.ctx.relay.kick()
+        self._reset_drained()
+
+    def _reset_drained(self) -> None:
+        """A node drained for a GPU reset gets it: the probe resets the GPUs, checks the
+        node and registers again, which returns it to service when the check passes. A
+        node whose GPUs cannot be reset remotely (real NVML here) stays DRAINED for an
+        operator."""
+        resets, self._resets = self._resets, []
+        for node, gpus in resets:
+            task = asyncio.create_task(self._reset(node, gpus))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _reset(self, node: str, gpus: tuple[int, ...]) -> None:
+        for gpu in gpus:
+            subject = f"{AGENT_PREFIX}{node}.reset"
+            try:
+                raw = await self.ctx.bus.request(
+                    subject, msgspec.json.encode(InjectFault(gpu=gpu)), timeout=30.0
+                )
+            except Exception as err:  # the node may be gone again: an operator decides
+                log.warning("gpu reset not done", extra=kv(node=node, gpu=gpu, error=repr(err)))
+                return
+            reply = msgspec.json.decode(raw, type=AgentReply)
+            log.info("gpu reset", extra=kv(node=node, gpu=gpu, ok=reply.ok, msg=reply.message))
 
     # --- the step -------------------------------------------------------------------
 
@@ -198,6 +227,11 @@ class Monitor:
             out.extend(transitions)
         changed = [n for name, n in state.nodes.items() if before.get(name) != n]
         await repo.save_health(conn, changed)
+        self._resets += [
+            (t.node, gpus)
+            for t in out
+            if t.kind is TransitionKind.NODE_DRAINED and (gpus := _to_reset(state.nodes[t.node]))
+        ]
         await outbox_add(conn, *[await self._event(conn, t, xid) for t in out if _owes(t)])
         for t in out:
             log.log(
@@ -250,6 +284,11 @@ class Monitor:
             affects_job=c.affects_job,
             job_id=job_id,
         )
+
+
+def _to_reset(node: NodeHealth) -> tuple[int, ...]:
+    """GPUs a drained node waits to have reset: excluded ones, and pending row remaps."""
+    return tuple(g.index for g in node.gpus if not g.healthy or g.reset_pending)
 
 
 def _owes(t: Transition) -> bool:

@@ -158,3 +158,24 @@ async def test_a_flapping_node_stays_out_until_an_operator_resumes_it(
     await call(url, "resume", NodeAction(user="root", node=node, reason="replaced the riser"), Ok)
     await eventually(lambda: node_state(db, node), lambda s: s == "UP", what="resumed")
     assert not await db.fetchval("SELECT held FROM nodes WHERE name = $1", node)
+
+
+async def test_a_gpu_reset_xid_drains_the_node_and_the_reset_brings_it_back(
+    cluster: Cluster, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    job_id, node = await running_job(db, cluster.nats_url, tmp_path)
+    await inject(cluster.nats_url, node, 62, gpu=1)
+
+    await eventually(lambda: node_state(db, node), lambda s: s != "UP", 20, "out of service")
+    # The job moves away (its node is drained), the idle node is reset, checked, and back.
+    await eventually(
+        lambda: db.fetchrow("SELECT state, nodes FROM job_runs WHERE job_id = $1", job_id),
+        lambda r: r["state"] == "RUNNING" and node not in r["nodes"],
+        30,
+        "job moved",
+    )
+    await eventually(lambda: node_state(db, node), lambda s: s == "UP", 30, "back in service")
+    healthy = await db.fetchval("SELECT bool_and(healthy) FROM gpus WHERE node = $1", node)
+    assert healthy
+    fault = await db.fetchval("SELECT last_fault FROM nodes WHERE name = $1", node)
+    assert '"xid": 62' in fault
