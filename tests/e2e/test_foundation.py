@@ -11,6 +11,7 @@ import nats
 import pytest
 
 from muster.cluster import Cluster
+from shared.bus import Bus
 from tests.support.cluster import (
     eventually,
     inject,
@@ -173,23 +174,28 @@ async def test_a_poison_message_is_dead_lettered_and_the_service_keeps_working(
         b'{"type":"job.submitted","job_id":"x"}',
         headers={"Nats-Msg-Id": "poison-2"},
     )
-    dead = await eventually(
-        lambda: _dlq_count(js, "muster.dlq.placer"), lambda n: n >= 2, what="dead letters"
-    )
-    assert dead == 2
     await nc.close()
+    bus = await Bus.connect(cluster.nats_url, name="test-dlq")
+    try:
+        dead = await eventually(
+            lambda: _dead_letters(bus, "placer"), lambda d: len(d) >= 2, what="dead letters"
+        )
+    finally:
+        await bus.close()
+    assert [payload for payload, _ in dead] == [
+        b"{not json",
+        b'{"type":"job.submitted","job_id":"x"}',
+    ]
+    assert all(h["Muster-Original-Subject"] == "muster.job.submitted" for _, h in dead)
+    assert all(h["Muster-Error"].startswith("undecodable") for _, h in dead)
     reply = await submit(cluster.nats_url, "#!/bin/bash\ntrue\n", ())
     await eventually(
         lambda: job_state(db, reply.job_ids[0]), lambda s: s == "COMPLETED", what="job"
     )
 
 
-async def _dlq_count(js: nats.js.JetStreamContext, subject: str) -> int:
-    try:
-        info = await js.stream_info("MUSTER_DLQ", subjects_filter=subject)
-    except Exception:
-        return 0
-    return int(info.state.messages)
+async def _dead_letters(bus: Bus, consumer: str) -> list[tuple[bytes, dict[str, str]]]:
+    return [letter async for letter in bus.dead_letters(consumer)]
 
 
 @pytest.mark.parametrize(

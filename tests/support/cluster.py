@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TypeVar
 
 import asyncpg
-import msgspec
 
 from muster.client import agent, call
 from muster.cluster import Cluster, NodeDef
@@ -148,7 +147,3 @@ def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
         timeout=60,
         cwd=env.get("CWD", "/tmp"),
     )
-
-
-def decode(raw: bytes, kind: type[T]) -> T:
-    return msgspec.json.decode(raw, type=kind)
