@@ -47,16 +47,7 @@ class JobCommands:
     # --- selection ---------------------------------------------------------------------
 
     def _where(self, sel: JobSelector) -> repo.Where:
-        where = repo.Where()
-        refs: list[tuple[int, tuple[int, ...] | None]] = [(j, None) for j in sel.job_ids]
-        for text in sel.job_refs:
-            try:
-                ref = parse_job_ref(text)
-            except ValueError as err:
-                raise Refused(str(err), "invalid") from err
-            refs.append((ref.job_id, ref.tasks))
-        if refs:
-            repo.refs_clause(where, refs)
+        where = _by_refs(sel.job_ids, sel.job_refs)
         if sel.name is not None:
             where.add(f"j.name = {where.arg(sel.name)}")
         if sel.owner is not None:
@@ -65,7 +56,9 @@ class JobCommands:
             where.add(f"j.partition = {where.arg(sel.partition)}")
         if not where.parts:
             raise Refused("say which jobs: give job ids, --name or --user", "invalid")
-        if not refs:  # a name or user alone means their live jobs, as scancel -n/-u
+        if not (
+            sel.job_ids or sel.job_refs
+        ):  # a name or user alone means their live jobs, as scancel -n/-u
             where.add("j.cancel_requested_at IS NULL")
             where.add(
                 "NOT EXISTS (SELECT 1 FROM job_runs t WHERE t.job_id = j.job_id"
@@ -197,16 +190,7 @@ class JobCommands:
     # --- reads -------------------------------------------------------------------------
 
     async def queue(self, req: QueueRequest) -> QueueReply:
-        where = repo.Where()
-        refs: list[tuple[int, tuple[int, ...] | None]] = [(j, None) for j in req.job_ids]
-        for text in req.job_refs:
-            try:
-                ref = parse_job_ref(text)
-            except ValueError as err:
-                raise Refused(str(err), "invalid") from err
-            refs.append((ref.job_id, ref.tasks))
-        if refs:
-            repo.refs_clause(where, refs)
+        where = _by_refs(req.job_ids, req.job_refs)
         for column, values in (
             ("user_name", req.users),
             ("partition", req.partitions),
@@ -221,7 +205,7 @@ class JobCommands:
         if req.states:
             wanted = {s.upper() for s in req.states}
             views = [v for v in views if v.state in wanted]
-        elif not req.all_states and not refs:
+        elif not req.all_states and not (req.job_ids or req.job_refs):
             views = [v for v in views if v.state in ("PENDING", "CONFIGURING", *_ACTIVE)]
         return QueueReply(jobs=tuple(views))
 
@@ -259,6 +243,21 @@ class JobCommands:
 
 
 _ACTIVE = ("STARTING", "RUNNING", "COMPLETING")
+
+
+def _by_refs(job_ids: tuple[int, ...], job_refs: tuple[str, ...]) -> repo.Where:
+    """A WHERE on job ids and `123`, `123_4`, `123_[1-3]` references (refused if bad)."""
+    where = repo.Where()
+    refs: list[tuple[int, tuple[int, ...] | None]] = [(j, None) for j in job_ids]
+    for text in job_refs:
+        try:
+            ref = parse_job_ref(text)
+        except ValueError as err:
+            raise Refused(str(err), "invalid") from err
+        refs.append((ref.job_id, ref.tasks))
+    if refs:
+        repo.refs_clause(where, refs)
+    return where
 
 
 def _ok(message: str, decision: Decision) -> Ok:
