@@ -56,6 +56,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
+def latency_figures(name: str, seconds: list[float], **extra: object) -> dict[str, object]:
+    """The JSON figures of a latency benchmark: count, p50, p99 and max in ms."""
+    return {
+        "bench": name,
+        "samples": len(seconds),
+        **extra,
+        "p50_ms": round(percentile(seconds, 50) * 1000, 1),
+        "p99_ms": round(percentile(seconds, 99) * 1000, 1),
+        "max_ms": round(max(seconds) * 1000, 1),
+    }
+
+
 def wait_until(check, timeout: float, what: str):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while True:

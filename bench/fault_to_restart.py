@@ -23,7 +23,7 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._local import local_cluster, percentile, wait_for_nodes
+from bench._local import latency_figures, local_cluster, wait_for_nodes
 from muster.client import agent, call
 from shared.api import (
     InjectFault,
@@ -82,13 +82,7 @@ def main() -> None:
     args = parser.parse_args()
     with local_cluster(4) as cluster:
         lat = asyncio.run(measure(cluster.nats_url, cluster.database_url, args.runs))
-    result = {
-        "bench": "fault_to_restart",
-        "runs": len(lat),
-        "p50_ms": round(percentile(lat, 50) * 1000, 1),
-        "p99_ms": round(percentile(lat, 99) * 1000, 1),
-        "max_ms": round(max(lat) * 1000, 1),
-    }
+    result = latency_figures("fault_to_restart", lat)
     print(
         f"XID -> workers running again over {len(lat)} runs:"
         f" p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms"

@@ -20,7 +20,7 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._local import local_cluster, percentile, wait_for_nodes
+from bench._local import latency_figures, local_cluster, wait_for_nodes
 from muster.client import call
 from shared.api import SubmitReply, SubmitRequest
 
@@ -54,14 +54,7 @@ def main() -> None:
     args = parser.parse_args()
     with local_cluster(2) as cluster:
         lat = asyncio.run(measure(cluster.nats_url, cluster.database_url, args.jobs))
-    result = {
-        "bench": "submit_to_running",
-        "jobs": len(lat),
-        "nodes_per_job": 2,
-        "p50_ms": round(percentile(lat, 50) * 1000, 1),
-        "p99_ms": round(percentile(lat, 99) * 1000, 1),
-        "max_ms": round(max(lat) * 1000, 1),
-    }
+    result = latency_figures("submit_to_running", lat, nodes_per_job=2)
     print(
         f"submit -> running over {len(lat)} jobs:"
         f" p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms"
