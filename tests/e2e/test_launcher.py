@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import pwd
 import shutil
-import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,6 +23,7 @@ from services.health.sim_backend import SimulatedGpuBackend
 from shared.api import AgentReply, JobSelector, Ok, StopWorkers
 from shared.bus import Bus
 from shared.events import JobPreemptRequested, encode, subject_of
+from tests.support.accounts import AccountUnavailable, run_as_account
 from tests.support.cluster import (
     eventually,
     inject,
@@ -275,15 +274,8 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-RUN_AS = "musterjob"
-
-
-def _user_and_workdir(user: str) -> Path:
-    """Create `user` on this machine if needed, and a folder it may write."""
-    try:
-        pwd.getpwnam(user)
-    except KeyError:
-        subprocess.run(["useradd", "--no-create-home", user], check=True)
+def _workdir_for_anyone() -> Path:
+    """A folder the job's user may write (pytest's own are private to root)."""
     workdir = Path(tempfile.mkdtemp(prefix="muster-runas-", dir="/tmp"))
     workdir.chmod(0o777)
     return workdir
@@ -293,7 +285,11 @@ def _user_and_workdir(user: str) -> Path:
 async def test_a_job_runs_as_the_submitting_user(
     nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> None:
-    workdir = await asyncio.to_thread(_user_and_workdir, RUN_AS)
+    try:
+        account = await asyncio.to_thread(run_as_account)
+    except AccountUnavailable as why:
+        pytest.skip(str(why))
+    workdir = await asyncio.to_thread(_workdir_for_anyone)
     # The agents' spool must be reachable by the job's user, as /var/lib/muster would be
     # (pytest's own temporary folders are private to root).
     state = await asyncio.to_thread(tempfile.mkdtemp, prefix="muster-state-", dir="/tmp")
@@ -304,12 +300,12 @@ async def test_a_job_runs_as_the_submitting_user(
     try:
         await nodes_up(db, 1)
         script = '#!/bin/bash\necho "user=$(id -un) USER=$USER"\n'
-        reply = await submit(nats_url, script, (), workdir=str(workdir), user=RUN_AS)
+        reply = await submit(nats_url, script, (), workdir=str(workdir), user=account.name)
         job_id = reply.job_ids[0]
 
         await eventually(lambda: job_state(db, job_id), lambda s: s == "COMPLETED", 30, "done")
         out = workdir / f"muster-{job_id}.out"
-        assert (await text_of(out)).split() == [f"user={RUN_AS}", f"USER={RUN_AS}"]
+        assert (await text_of(out)).split() == [f"user={account.name}", f"USER={account.name}"]
     finally:
         c.stop_all(timeout=10)
         await asyncio.to_thread(shutil.rmtree, state, True)

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pwd
 import shutil
 import signal
 import socket
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -35,10 +33,10 @@ from services.launcher.executor import (
     spawn_worker,
 )
 from services.launcher.exitstatus import ExitStatus
+from tests.support.accounts import Account, AccountUnavailable, run_as_account
 
 ROOT = os.geteuid() == 0
 FORKER = str(Path(__file__).resolve().parents[3] / "examples" / "forker.sh")
-TEST_USER = "musterjob"
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
 
 
@@ -242,19 +240,16 @@ async def test_an_unprivileged_agent_cannot_switch_users(tmp_path: Path) -> None
 
 
 @pytest.fixture(scope="session")
-def job_user() -> RunAs:
-    if not ROOT:
-        pytest.skip("run-as-user needs root: the agent drops to the user's ids")
-    if shutil.which("useradd") is None:
-        pytest.skip("useradd is not installed: cannot create the test account")
+def job_account() -> Account:
     try:
-        pwd.getpwnam(TEST_USER)
-    except KeyError:
-        subprocess.run(
-            ["useradd", "--no-create-home", "--home-dir", "/nonexistent", TEST_USER],
-            check=True,
-        )
-    return resolve_run_as(TEST_USER)
+        return run_as_account()
+    except AccountUnavailable as why:
+        pytest.skip(str(why))
+
+
+@pytest.fixture(scope="session")
+def job_user(job_account: Account) -> RunAs:
+    return resolve_run_as(job_account.name)
 
 
 @pytest.fixture
@@ -267,7 +262,7 @@ def shared_dir(job_user: RunAs) -> Iterator[Path]:
 
 
 async def test_a_job_runs_as_its_user_with_the_users_groups(
-    job_user: RunAs, shared_dir: Path
+    job_account: Account, job_user: RunAs, shared_dir: Path
 ) -> None:
     w = await spawn_worker(
         ["/bin/sh", "-c", 'id -u; id -g; echo "$USER $HOME"'], ENV, str(shared_dir),
@@ -276,7 +271,7 @@ async def test_a_job_runs_as_its_user_with_the_users_groups(
     assert (await w.wait()).ok
     out = shared_dir / "out.txt"
     assert out.read_text().split("\n")[:3] == [
-        str(job_user.uid), str(job_user.gid), f"{TEST_USER} /nonexistent",
+        str(job_user.uid), str(job_user.gid), f"{job_account.name} {job_account.home}",
     ]  # fmt: skip
     assert (out.stat().st_uid, out.stat().st_gid) == (job_user.uid, job_user.gid)
 
