@@ -39,19 +39,27 @@ from services.placer.core import (
     place,
 )
 from services.placer.core.place import prepare
+from sim.traces import TracesMissing, traces_root
 
-KALOS = Path("/work/shared/traces/acme/kalos_converted.csv")
+KALOS = "acme/kalos_converted.csv"
 T0 = 1_700_000_000.0
 
 
-def acme_sizes() -> list[tuple[int, float]]:
-    """(GPUs, runtime seconds) of the Kalos jobs; a small stand-in if the file is absent."""
-    if KALOS.exists():
-        with KALOS.open() as f:
-            return [
-                (int(r["gpu_workers"]), float(r["num_iteration"]) * 0.5) for r in csv.DictReader(f)
-            ]
-    return [(1, 300.0), (8, 3600.0), (32, 7200.0), (64, 20000.0), (128, 40000.0)]
+def acme_sizes(path: Path) -> list[tuple[int, float]]:
+    """(GPUs, runtime seconds) of the Kalos jobs."""
+    with path.open() as f:
+        return [(int(r["gpu_workers"]), float(r["num_iteration"]) * 0.5) for r in csv.DictReader(f)]
+
+
+def kalos_path() -> Path:
+    """The Kalos trace, or exit non-zero saying where it was looked for."""
+    try:
+        path = traces_root() / KALOS
+    except TracesMissing as missing:
+        sys.exit(f"placer_scale: {missing}")
+    if not path.is_file():
+        sys.exit(f"placer_scale: {path} is missing: the job sizes are drawn from it")
+    return path
 
 
 def cluster(n: int, gpus: int = 8) -> tuple[Node, ...]:
@@ -66,9 +74,10 @@ def cluster(n: int, gpus: int = 8) -> tuple[Node, ...]:
     return tuple(out)
 
 
-def fill(nodes: tuple[Node, ...], busy: float, rng: random.Random) -> tuple[Running, ...]:
+def fill(
+    nodes: tuple[Node, ...], busy: float, rng: random.Random, sizes: list[tuple[int, float]]
+) -> tuple[Running, ...]:
     """Running jobs packed node by node until `busy` of the GPUs are taken."""
-    sizes = acme_sizes()
     total = sum(len(n.gpus) for n in nodes)
     target = int(total * busy)
     running: list[Running] = []
@@ -132,9 +141,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     rng = random.Random(7)
+    trace = kalos_path()
+    sizes = acme_sizes(trace)
     nodes = cluster(args.nodes)
-    snap = Snapshot(nodes=nodes, running=fill(nodes, args.busy, rng))
-    sizes = acme_sizes()
+    snap = Snapshot(nodes=nodes, running=fill(nodes, args.busy, rng, sizes))
     pending = [request(10_000_000 + i, rng, sizes) for i in range(args.pending)]
     gc.collect()
     default = PolicyConfig()
@@ -160,6 +170,7 @@ def main() -> None:
     busy_gpus = sum(len(g.gpus) for r in snap.running for g in r.grants)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out = {
+        "job_sizes_from": f"{KALOS} ({len(sizes)} jobs)",
         "nodes": args.nodes,
         "gpus": args.nodes * 8,
         "busy_fraction": round(busy_gpus / (args.nodes * 8), 3),

@@ -20,9 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from services.placer.core import Node
 from sim import POLICIES, SimResult, load, make_cluster, openb_cluster, run
+from sim.traces import TracesMissing, traces_root
 from sim.workload import TraceJob
-
-TRACES = Path("/work/shared/traces")
 
 
 def tree(nodes: int) -> tuple[Node, ...]:
@@ -32,10 +31,14 @@ def tree(nodes: int) -> tuple[Node, ...]:
 
 def experiments(quick: bool) -> dict[str, tuple[list[TraceJob], tuple[Node, ...]]]:
     limit = 10_000 if quick else None
-    philly = load(TRACES / "philly/philly.csv", "philly", limit)
-    kalos = load(TRACES / "acme/kalos_converted.csv", "kalos")
+    try:
+        root = traces_root()
+    except TracesMissing as missing:
+        sys.exit(f"sim_report: {missing}")
+    philly = load(root / "philly/philly.csv", "philly", limit)
+    kalos = load(root / "acme/kalos_converted.csv", "kalos")
     kalos_x10 = [msgspec.structs.replace(j, submit_s=j.submit_s / 10) for j in kalos]
-    openb = load(TRACES / "alibaba/openb_pod_list_default.csv", "openb", limit)
+    openb = load(root / "alibaba/openb_pod_list_default.csv", "openb", limit)
     return {
         "philly, 96 nodes x 8 GPUs": (philly, tree(96)),
         "philly, 72 nodes x 8 GPUs": (philly, tree(72)),
@@ -43,7 +46,7 @@ def experiments(quick: bool) -> dict[str, tuple[list[TraceJob], tuple[Node, ...]
         "kalos x10 arrival rate, 32 nodes x 8 GPUs": (kalos_x10, tree(32)),
         "openb, its 1,213 nodes / 6,212 GPUs": (
             openb,
-            openb_cluster(TRACES / "alibaba/openb_node_list_gpu_node.csv"),
+            openb_cluster(root / "alibaba/openb_node_list_gpu_node.csv"),
         ),
     }
 
@@ -91,6 +94,7 @@ def main() -> None:
         print(markdown(f"{title}: {len(jobs)} jobs", results), flush=True)
         print(f"\n({time.perf_counter() - began:.0f} s for the three runs)\n", flush=True)
         everything[title] = msgspec.to_builtins(results)
+    everything["traces"] = str(traces_root())
     print(json.dumps(everything))
 
 
