@@ -158,6 +158,24 @@ class NodeRegistered(Event, frozen=True, tag="node.registered"):
     check_problems: tuple[str, ...] = ()
     unhealthy_gpus: tuple[int, ...] = ()
     reset_pending: tuple[int, ...] = ()  # healthy GPUs a reset would remap rows on
+    # The job workers the node's agent still runs (re-adopted after its own restart):
+    # the launcher stops any whose attempt has ended, then emits `node.cleaned`.
+    running: tuple[RunningWorker, ...] = ()
+
+
+class RunningWorker(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: int
+    attempt: int
+    generation: int
+
+
+class NodeCleaned(Event, frozen=True, tag="node.cleaned"):
+    """The launcher stopped every worker of an ended attempt a registering node reported
+    (or found none): the node may return to service for boot `boot_id`."""
+
+    node: str
+    boot_id: str = ""
+    stopped: tuple[RunningWorker, ...] = ()
 
 
 class GpuXidObserved(Event, frozen=True, tag="gpu.xid_observed"):
@@ -225,6 +243,7 @@ AnyEvent = (
     | JobSparesAnswered
     | UsageTicked
     | NodeRegistered
+    | NodeCleaned
     | GpuXidObserved
     | NodeFault
     | NodeDown

@@ -33,7 +33,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     log_level: str = "INFO"
     cycle_interval_s: float = 1.0
     heartbeat_interval_s: float = 1.0
-    heartbeat_timeout_s: float = 10.0
+    heartbeat_timeout_s: float = 10.0  # silent this long: the node is SUSPECT
+    down_after_s: float = 20.0  # silent this long: DOWN, its jobs restarted elsewhere
+    # A node agent that has not reached the control plane for this long fences its jobs
+    # (their workers are stopped): shorter than down_after_s, so the old attempt is gone
+    # before the job restarts elsewhere.
+    fence_s: float = 15.0
     lease_ttl_s: float = 5.0
     max_deliver: int = 5
     ack_wait_s: float = 30.0
