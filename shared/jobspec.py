@@ -11,18 +11,12 @@ from typing import Annotated, NewType
 
 import msgspec
 
+from shared.states import TERMINAL
+
 JobId = NewType("JobId", int)
 
-# States a job never leaves (Slurm's names). A REQUEUED job is pending again.
-TERMINAL_STATES = (
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "OUT_OF_MEMORY",
-    "PREEMPTED",
-)
+# Kept for the services that still import it from here; the states live in shared/states.
+TERMINAL_STATES = TERMINAL
 NodeName = NewType("NodeName", str)
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
