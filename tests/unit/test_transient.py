@@ -1,0 +1,94 @@
+"""Table test of the one transient-error list (`shared/transient.py`): what an outage of
+PostgreSQL or NATS raises is retried; a bug or bad input is not."""
+
+from __future__ import annotations
+
+import asyncpg
+import nats.errors
+import nats.js.errors
+import pytest
+
+from shared.bus import PermanentError
+from shared.transient import is_transient
+
+
+def _raised_from(err: BaseException, cause: BaseException) -> BaseException:
+    err.__cause__ = cause
+    return err
+
+
+CASES: dict[str, tuple[BaseException, bool]] = {
+    "PostgreSQL closed the connection mid-query": (
+        asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation"),
+        True,
+    ),
+    "PostgreSQL is still starting after a restart": (
+        asyncpg.CannotConnectNowError("the database system is starting up"),
+        True,
+    ),
+    "PostgreSQL terminated the session at shutdown": (
+        asyncpg.AdminShutdownError("terminating connection due to administrator command"),
+        True,
+    ),
+    "PostgreSQL is out of connection slots": (
+        asyncpg.TooManyConnectionsError("sorry, too many clients already"),
+        True,
+    ),
+    "the connect was refused while PostgreSQL is down": (ConnectionRefusedError(111, "x"), True),
+    "a pooled connection was closed under us": (
+        asyncpg.InterfaceError("cannot call Connection.fetch(): connection is closed"),
+        True,
+    ),
+    "the pool is closing at shutdown": (asyncpg.InterfaceError("pool is closing"), True),
+    "lock_timeout expired": (
+        asyncpg.LockNotAvailableError("canceling statement due to lock timeout"),
+        True,
+    ),
+    "statement_timeout expired": (
+        asyncpg.QueryCanceledError("canceling statement due to statement timeout"),
+        True,
+    ),
+    "a serializable transaction lost a race": (
+        asyncpg.SerializationError("could not serialize access"),
+        True,
+    ),
+    "two transactions deadlocked": (asyncpg.DeadlockDetectedError("deadlock detected"), True),
+    "asyncpg's command_timeout expired": (TimeoutError(), True),
+    "NATS connection closed": (nats.errors.ConnectionClosedError(), True),
+    "no NATS server reachable": (nats.errors.NoServersError(), True),
+    "a NATS request timed out during a reconnect": (nats.errors.TimeoutError(), True),
+    "JetStream API has no responders during a restart": (nats.errors.NoRespondersError(), True),
+    "JetStream API answered 503": (nats.js.errors.ServiceUnavailableError(code=503), True),
+    "JetStream API answered 408": (nats.js.errors.APIError(code=408), True),
+    "a service error raised from a lost connection": (
+        _raised_from(RuntimeError("cycle failed"), ConnectionResetError()),
+        True,
+    ),
+    "a task group whose every task lost the database": (
+        ExceptionGroup("tasks", [ConnectionRefusedError(), asyncpg.CannotConnectNowError("x")]),
+        True,
+    ),
+    "a task group with one bug among outages": (
+        ExceptionGroup("tasks", [ConnectionRefusedError(), KeyError("job")]),
+        False,
+    ),
+    "asyncpg misuse is a bug": (
+        asyncpg.InterfaceError("cannot perform operation: another operation is in progress"),
+        False,
+    ),
+    "a constraint violation is a bug or a race the code must handle": (
+        asyncpg.UniqueViolationError("duplicate key value"),
+        False,
+    ),
+    "a syntax error in SQL is a bug": (asyncpg.PostgresSyntaxError("syntax error"), False),
+    "JetStream says the stream does not exist": (nats.js.errors.NotFoundError(code=404), False),
+    "a bad request to JetStream": (nats.js.errors.BadRequestError(code=400), False),
+    "a permanent handler error": (PermanentError("job 7 has no spec"), False),
+    "an ordinary bug": (KeyError("node01"), False),
+    "a value error from bad input": (ValueError("gpus must be positive"), False),
+}
+
+
+@pytest.mark.parametrize(("err", "want"), CASES.values(), ids=CASES.keys())
+def test_is_transient(err: BaseException, want: bool) -> None:
+    assert is_transient(err) is want
