@@ -17,11 +17,11 @@ from collections.abc import Sequence
 import msgspec
 
 from shared.jobspec import JobSpec
+from shared.outputs import expand_pattern
 
 from .apply import HANDLERS, Builder, finish
 from .errors import ErrorCode, SubmitError
 from .options import Given, Problem, tokenize
-from .patterns import expand_pattern
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 DIRECTIVE_PREFIXES = ("#SBATCH", "#MUSTER")

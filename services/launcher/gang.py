@@ -20,6 +20,7 @@ from services.launcher.torchrun import worker_argv
 from shared.api import AGENT_PREFIX, AgentReply, StopWorkers, WorkerSpec
 from shared.bus import Bus
 from shared.jobspec import JobSpec
+from shared.outputs import output_paths
 
 
 class Generation(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,8 +98,7 @@ def worker_spec(spec: JobSpec, gen: Generation, node: str, master: str, port: in
         rdzv_id=f"{gen.job_id}-{gen.attempt}-{gen.restart_count}",
     )
     runnable = msgspec.structs.replace(spec, script="{spool}/" + spec.script_name)
-    out = expand_output(spec.output or "muster-%j.out", spec, gen.job_id, node)
-    err = expand_output(spec.error or spec.output or "muster-%j.out", spec, gen.job_id, node)
+    out, err = output_paths(spec, gen.job_id, node)
     return WorkerSpec(
         job_id=gen.job_id,
         attempt=gen.attempt,
@@ -112,25 +112,3 @@ def worker_spec(spec: JobSpec, gen: Generation, node: str, master: str, port: in
         script=spec.script,
         script_name=spec.script_name,
     )
-
-
-def expand_output(pattern: str, spec: JobSpec, job_id: int, node: str) -> str:
-    """`%j %x %u %N %A %a %%` in an output path, as sbatch expands them."""
-    values = {
-        "j": str(job_id),
-        "x": spec.name,
-        "u": spec.user,
-        "N": node,
-        "A": str(spec.array_job_id or job_id),
-        "a": str(spec.array_task_id if spec.array_task_id is not None else 4294967294),
-        "%": "%",
-    }
-    out, i = [], 0
-    while i < len(pattern):
-        if pattern[i] == "%" and i + 1 < len(pattern) and pattern[i + 1] in values:
-            out.append(values[pattern[i + 1]])
-            i += 2
-        else:
-            out.append(pattern[i])
-            i += 1
-    return "".join(out)

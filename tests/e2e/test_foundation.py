@@ -55,7 +55,7 @@ async def test_a_two_node_job_runs_real_workers_with_the_right_environment(
         lambda: job_state(db, job_id), lambda s: s == "COMPLETED", what="job completes"
     )
 
-    lines = sorted((tmp_path / f"muster-{job_id}.out").read_text().splitlines())
+    lines = sorted((tmp_path / f"slurm-{job_id}.out").read_text().splitlines())
     assert len(lines) == 2
     fields = [dict(kv.split("=", 1) for kv in line.split()) for line in lines]
     assert {f["node"] for f in fields} == {f["node"] for f in fields} and len(
@@ -101,7 +101,7 @@ async def test_xid_79_shrinks_an_elastic_job_onto_the_survivors(
     )
     assert victim not in row["nodes"] and len(row["nodes"]) == 2
     assert await db.fetchval("SELECT state FROM nodes WHERE name = $1", victim) == "FAILED"
-    out = tmp_path / f"muster-{job_id}.out"
+    out = tmp_path / f"slurm-{job_id}.out"
     await eventually(
         lambda: asyncio.to_thread(out.read_text), lambda t: t.count("restart=1") == 2, what="log"
     )

@@ -80,7 +80,7 @@ async def test_the_time_limit_sends_sigterm_then_sigkill_after_the_kill_wait_and
 ) -> None:
     reply = await submit(cluster.nats_url, STUBBORN, ("--time=0:03",), workdir=str(tmp_path))
     job_id = reply.job_ids[0]
-    out = tmp_path / f"muster-{job_id}.out"
+    out = tmp_path / f"slurm-{job_id}.out"
 
     row = await eventually(
         lambda: run_row(db, job_id), lambda r: r is not None and r["state"] == "TIMEOUT", 40
@@ -102,7 +102,7 @@ async def test_signal_is_delivered_that_long_before_the_time_limit(
     argv = ("--time=0:06", "--signal=USR1@4")
     reply = await submit(cluster.nats_url, STUBBORN, argv, workdir=str(tmp_path))
     job_id = reply.job_ids[0]
-    out = tmp_path / f"muster-{job_id}.out"
+    out = tmp_path / f"slurm-{job_id}.out"
 
     await eventually(lambda: job_state(db, job_id), lambda s: s == "TIMEOUT", 40, "timeout")
     text = out.read_text()
@@ -129,7 +129,7 @@ async def test_a_preempted_job_gets_sigterm_and_its_grace_then_is_requeued_with_
 ) -> None:
     reply = await submit(cluster.nats_url, STUBBORN, ("--gpus-per-node=4",), workdir=str(tmp_path))
     job_id = reply.job_ids[0]
-    out = tmp_path / f"muster-{job_id}.out"
+    out = tmp_path / f"slurm-{job_id}.out"
     await eventually(lambda: text_of(out), lambda t: "start" in t, 30, "running")
 
     await preempt(cluster.nats_url, job_id, grace_s=2)
@@ -246,7 +246,7 @@ async def test_cancel_leaves_no_child_or_grandchild_of_a_forking_script_alive(
         cluster.nats_url, script, (), workdir=str(tmp_path), args=("3", "--stubborn")
     )
     job_id = reply.job_ids[0]
-    out = tmp_path / f"muster-{job_id}.out"
+    out = tmp_path / f"slurm-{job_id}.out"
     text = await eventually(lambda: text_of(out), lambda t: "ready" in t, 30, "forker ready")
     await eventually(
         lambda: text_of(out), lambda t: t.count("grandchild") == 3, 10, "grandchildren"
@@ -304,7 +304,7 @@ async def test_a_job_runs_as_the_submitting_user(
         job_id = reply.job_ids[0]
 
         await eventually(lambda: job_state(db, job_id), lambda s: s == "COMPLETED", 30, "done")
-        out = workdir / f"muster-{job_id}.out"
+        out = workdir / f"slurm-{job_id}.out"
         assert (await text_of(out)).split() == [f"user={account.name}", f"USER={account.name}"]
     finally:
         c.stop_all(timeout=10)
@@ -379,5 +379,5 @@ async def test_an_elastic_job_grows_back_when_its_lost_node_returns(
         )
         assert sorted(row["nodes"]) == ["node01", "node02", "node03"]
         assert row["restart_count"] == 2
-        log = (tmp_path / f"muster-{job_id}.out").read_text()
+        log = (tmp_path / f"slurm-{job_id}.out").read_text()
         assert "gen=2 world=3" in log

@@ -50,7 +50,7 @@ async def test_xid_79_shrinks_a_torch_job_which_resumes_from_its_checkpoint(
         script_path=str(EXAMPLE),
     )
     job_id = reply.job_ids[0]
-    log = tmp_path / f"muster-{job_id}.out"
+    log = tmp_path / f"slurm-{job_id}.out"
 
     await eventually(lambda: job_state(db, job_id), lambda s: s == "RUNNING", 60, "running")
     await eventually(

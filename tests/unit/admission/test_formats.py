@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from services.admission.arrays import ArraySpec, format_array, parse_array
 from services.admission.hostlist import compress, expand
-from services.admission.patterns import expand_pattern
 from services.admission.timefmt import format_duration, parse_begin, parse_duration
 from services.admission.values import dependencies, signal_spec
 from shared.jobspec import Dependency
@@ -238,12 +237,3 @@ SIGNALS = {
 @pytest.mark.parametrize(("text", "want"), SIGNALS.values(), ids=SIGNALS.keys())
 def test_signal_spec(text: str, want: tuple[str, int, bool, bool]) -> None:
     assert signal_spec(text) == want
-
-
-def test_expand_pattern_fills_every_escape() -> None:
-    got = expand_pattern("logs/%x-%j-%A_%4a.%u.%N.%%.%q", 12, "train", "alice", "node01", 10, 7)
-    assert got == "logs/train-12-10_0007.alice.node01.%.%q"
-
-
-def test_expand_pattern_outside_an_array_uses_slurm_no_val() -> None:
-    assert expand_pattern("%A_%a", 5, "n", "u") == "5_4294967294"

@@ -1,0 +1,69 @@
+"""Pure: the one `--output` / `--error` rule, as sbatch applies it. Admission and the
+launcher both import it, so the path a job writes is the path the docs promise.
+
+`%j` job id, `%x` job name, `%u` user, `%N` first node, `%A` array master job id,
+`%a` array task id, `%J` job id (a batch script is step "batch"), `%s` `batch`,
+`%%` a literal `%`. A number between `%` and the letter zero-pads (`%4a` -> `0007`).
+Unknown escapes stay as written. Outside an array, `%A` is the job id and `%a` is
+4294967294, Slurm's NO_VAL. Without `--output`: `slurm-%j.out` (`slurm-%A_%a.out` for
+an array task); without `--error`, stderr goes where stdout goes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from shared.jobspec import JobSpec
+
+NO_ARRAY_TASK = 4294967294
+_ESCAPE = re.compile(r"%(\d{0,2})([%AaJjNuxs])")
+
+
+def default_output(array: bool) -> str:
+    """sbatch's default output file name."""
+    return "slurm-%A_%a.out" if array else "slurm-%j.out"
+
+
+def expand_pattern(
+    pattern: str,
+    job_id: int,
+    name: str,
+    user: str,
+    node: str = "",
+    array_job_id: int | None = None,
+    array_task_id: int | None = None,
+) -> str:
+    """`pattern` with every escape filled in."""
+    values: dict[str, str | int] = {
+        "%": "%",
+        "j": job_id,
+        "J": job_id,
+        "x": name,
+        "u": user,
+        "N": node,
+        "A": array_job_id if array_job_id is not None else job_id,
+        "a": array_task_id if array_task_id is not None else NO_ARRAY_TASK,
+        "s": "batch",
+    }
+
+    def one(m: re.Match[str]) -> str:
+        width, letter = m.group(1), m.group(2)
+        value = values[letter]
+        if isinstance(value, int) and width:
+            return str(value).zfill(int(width))
+        return str(value)
+
+    return _ESCAPE.sub(one, pattern)
+
+
+def output_paths(spec: JobSpec, job_id: int, node: str) -> tuple[str, str]:
+    """The (stdout, stderr) paths of `job_id`'s worker on `node`, expanded."""
+    out = spec.output or default_output(spec.array_task_id is not None)
+    err = spec.error or out
+
+    def expand(pattern: str) -> str:
+        return expand_pattern(
+            pattern, job_id, spec.name, spec.user, node, spec.array_job_id, spec.array_task_id
+        )
+
+    return expand(out), expand(err)
