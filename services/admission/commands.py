@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -199,9 +200,10 @@ class JobCommands:
         ):
             if values:
                 where.add(f"j.{column} = ANY({where.arg(list(values))}::text[])")
+        now = time.time()  # one clock reading for every row's elapsed time
         async with self.ctx.pool.acquire() as conn:
             rows = await repo.select_rows(conn, where)
-        views = [job_view(r) for r in rows]
+        views = [job_view(r, now) for r in rows]
         if req.states:
             wanted = {s.upper() for s in req.states}
             views = [v for v in views if v.state in wanted]
@@ -210,6 +212,7 @@ class JobCommands:
         return QueueReply(jobs=tuple(views))
 
     async def show(self, req: ShowJobRequest) -> ShowJobReply:
+        now = time.time()
         async with self.ctx.pool.acquire() as conn:
             rows = await repo.job_rows(conn, [req.job_id], None)
             if not rows:
@@ -223,7 +226,7 @@ class JobCommands:
         )
         if owner_side is not None:
             spec.pop("script", None)  # the script is its owner's (and their admins') only
-        view = job_view(row)
+        view = job_view(row, now)
         approval = ""
         if row["needs_approval"]:
             approval = (

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -27,6 +26,10 @@ WHY = {
     "HELD_ADMIN": "an operator held it; only an operator can release it",
     "APPROVAL": "its partition needs an operator's approval first (`muster approve`)",
     "DEPENDENCY": "it waits for the jobs it depends on",
+    "DEPENDENCY_NEVER_SATISFIED": "a job it depends on ended so that it can never run;"
+    " cancel it or change its --dependency",
+    "SINGLETON": "an earlier job of the same name and user has not ended yet",
+    "JOB_ARRAY_TASK_LIMIT": "its array already runs as many tasks as its %K allows",
     "BEGIN_TIME": "its --begin time has not come yet",
     "PREEMPTING": "lower-priority jobs are being preempted to make room",
     "BAD_CONSTRAINTS": "no node in the cluster could ever run it as asked",
@@ -54,8 +57,9 @@ def job_state(row: Row) -> tuple[str, str]:
     return "PENDING", reason
 
 
-def job_view(row: Row, now: float | None = None) -> JobView:
-    now = time.time() if now is None else now
+def job_view(row: Row, now: float) -> JobView:
+    """One job row as the API shows it; `now` (the caller's one clock reading) ends the
+    elapsed time of a job still running."""
     state, reason = job_state(row)
     started, ended = row["started"], row["ended"]
     nodelist = tuple(row["run_nodes"] or row["alloc_nodes"] or ())

@@ -26,7 +26,8 @@ from services.placer.core import (
     place_keeping,
     place_spares,
 )
-from shared.db import inbox_first_time, outbox_add
+from services.placer.core.blockers import blockers
+from shared.db import Conn, inbox_first_time, outbox_add
 from shared.events import (
     AnyEvent,
     Grant,
@@ -141,6 +142,7 @@ class Placer:
         if epoch is None:
             return None
         started = datetime.now(UTC)
+        now = started.timestamp()  # the one clock reading of this transaction
         t0 = time.perf_counter()
         with tracer.start_as_current_span("placer.cycle") as span:
             async with self.ctx.pool.acquire() as conn, conn.transaction():
@@ -149,52 +151,12 @@ class Placer:
                     return None
                 await repo.release_finished(conn)
                 await repo.release_dropped_nodes(conn)
-                snapshot = Snapshot(
-                    nodes=await repo.load_nodes(conn),
-                    running=await repo.load_running(conn),
-                    limits=await repo.load_limits(conn),
-                    reservations=await repo.load_reservations(conn),
-                )
-                pending = await repo.load_pending(conn)
-                # fair share: rank by the fairshare service's multifactor priorities
-                prio = await repo.load_priorities(conn)
-                pending = [
-                    (msgspec.structs.replace(req, priority=prio.get(req.job_id, req.priority)), a)
-                    for req, a in pending
-                ]
-                attempts = {req.job_id: attempt for req, attempt in pending}
+                snapshot = await _load_snapshot(conn)
+                pending = await _load_requests(conn, now)
                 kept = await repo.load_kept(conn)
-                requests = [req for req, _ in pending]
-                plan = place_keeping(snapshot, requests, time.time(), kept, self.policy)
-                events: list[JobAllocated | JobPreemptRequested] = []
-                for start in plan.starts:
-                    attempt = attempts[start.job_id]
-                    alloc_id = await repo.insert_allocation(conn, start, attempt, epoch)
-                    grants = tuple(Grant(node=g.node, gpus=g.gpus) for g in start.grants)
-                    events.append(
-                        JobAllocated(
-                            job_id=start.job_id,
-                            attempt=attempt,
-                            alloc_id=alloc_id,
-                            grants=grants,
-                            epoch=epoch,
-                            backfilled=start.backfilled,
-                        )
-                    )
-                for pre in plan.preemptions:
-                    if not await repo.record_preemption(
-                        conn, pre.victim_job_id, pre.for_job_id, epoch
-                    ):
-                        continue
-                    events.append(
-                        JobPreemptRequested(
-                            job_id=pre.victim_job_id,
-                            for_job_id=pre.for_job_id,
-                            grace_s=pre.grace_s,
-                            epoch=epoch,
-                        )
-                    )
-                await outbox_add(conn, *events)
+                plan = place_keeping(snapshot, [p.request for p in pending], now, kept, self.policy)
+                attempts = {p.request.job_id: p.attempt for p in pending}
+                events = await _apply(conn, plan, attempts, epoch)
                 # Only what changed since this leader last wrote: 50,000 waiting jobs
                 # must not mean 50,000 row writes a second.
                 changed = tuple(w for w in plan.waits if self._reasons.get(w.job_id) != w)
@@ -221,6 +183,68 @@ class Placer:
             ),
         )
         return plan
+
+
+async def _load_snapshot(conn: Conn) -> Snapshot:
+    return Snapshot(
+        nodes=await repo.load_nodes(conn),
+        running=await repo.load_running(conn),
+        limits=await repo.load_limits(conn),
+        reservations=await repo.load_reservations(conn),
+    )
+
+
+async def _load_requests(conn: Conn, now: float) -> list[repo.PendingJob]:
+    """The queue, each job with its blocker (begin time, dependency, array throttle)
+    and the fairshare service's multifactor priority, which ranks it."""
+    pending = await repo.load_pending(conn)
+    specs = [(p.request.job_id, p.spec) for p in pending]
+    blocked = blockers(specs, await repo.load_blocker_facts(conn, specs), now)
+    prio = await repo.load_priorities(conn)
+    return [
+        msgspec.structs.replace(
+            p,
+            request=msgspec.structs.replace(
+                p.request,
+                blocked_by=blocked.get(p.request.job_id),
+                priority=prio.get(p.request.job_id, p.request.priority),
+            ),
+        )
+        for p in pending
+    ]
+
+
+async def _apply(
+    conn: Conn, plan: Plan, attempts: dict[int, int], epoch: int
+) -> list[JobAllocated | JobPreemptRequested]:
+    """Write the plan's allocations and preemptions; the events they owe go in the outbox."""
+    events: list[JobAllocated | JobPreemptRequested] = []
+    for start in plan.starts:
+        attempt = attempts[start.job_id]
+        alloc_id = await repo.insert_allocation(conn, start, attempt, epoch)
+        events.append(
+            JobAllocated(
+                job_id=start.job_id,
+                attempt=attempt,
+                alloc_id=alloc_id,
+                grants=tuple(Grant(node=g.node, gpus=g.gpus) for g in start.grants),
+                epoch=epoch,
+                backfilled=start.backfilled,
+            )
+        )
+    for pre in plan.preemptions:
+        if not await repo.record_preemption(conn, pre.victim_job_id, pre.for_job_id, epoch):
+            continue  # already asked: the victim is in its grace time
+        events.append(
+            JobPreemptRequested(
+                job_id=pre.victim_job_id,
+                for_job_id=pre.for_job_id,
+                grace_s=pre.grace_s,
+                epoch=epoch,
+            )
+        )
+    await outbox_add(conn, *events)
+    return events
 
 
 class NotLeading(RuntimeError):

@@ -2,6 +2,7 @@
 
 from services.placer.core.kept import place_keeping
 from services.placer.core.model import (
+    Blocker,
     Gpu,
     Grant,
     JobRequest,
@@ -25,6 +26,7 @@ from services.placer.core.place import Prepared, order_key, place, prepare
 from services.placer.core.spares import place_spares
 
 __all__ = [
+    "Blocker",
     "Gpu",
     "Grant",
     "JobRequest",

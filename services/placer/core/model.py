@@ -84,7 +84,7 @@ class JobRequest(msgspec.Struct, frozen=True, kw_only=True):
     preemptible: bool = True
     can_preempt: bool = False
     held: bool = False
-    blocked_by: str | None = None  # e.g. a dependency reason decided outside the core
+    blocked_by: Blocker | None = None  # begin time, dependency, array throttle (blockers.py)
     grace_s: int = 0  # grace this job gets if it is itself preempted later
     min_runtime_s: int = 0
     reservation: str | None = None  # run inside this advance reservation only
@@ -160,7 +160,11 @@ class Waiting(StrEnum):
     RESERVATION = "RESERVATION"  # would run into an advance reservation or maintenance
     NODES_EXCLUDED = "NODES_EXCLUDED"  # required nodes unusable, or too few left
     HELD = "HELD"
-    DEPENDENCY = "DEPENDENCY"
+    BEGIN_TIME = "BEGIN_TIME"  # its --begin time has not come (Slurm BeginTime)
+    DEPENDENCY = "DEPENDENCY"  # a job it depends on has not got there yet
+    DEPENDENCY_NEVER_SATISFIED = "DEPENDENCY_NEVER_SATISFIED"  # and never will
+    SINGLETON = "SINGLETON"  # an earlier job of its user and name is still live
+    JOB_ARRAY_TASK_LIMIT = "JOB_ARRAY_TASK_LIMIT"  # its array's %K tasks already run
     PREEMPTING = "PREEMPTING"  # victims were signalled; starts once they are gone
     USER_MAX_GPUS = "USER_MAX_GPUS"
     USER_MAX_JOBS = "USER_MAX_JOBS"
@@ -175,6 +179,13 @@ class Waiting(StrEnum):
     PARTITION_DOWN = "PARTITION_DOWN"
     BAD_CONSTRAINTS = "BAD_CONSTRAINTS"  # no node could ever run it as asked
     NOT_TESTED = "NOT_TESTED"  # beyond max_job_test this pass
+
+
+class Blocker(msgspec.Struct, frozen=True, kw_only=True):
+    """What holds a job back before resources are looked at (see blockers.py)."""
+
+    reason: Waiting
+    detail: str = ""
 
 
 class Start(msgspec.Struct, frozen=True, kw_only=True):

@@ -41,11 +41,11 @@ def shape_of(job: JobRequest, ix: ClusterIndex) -> Shape:
 
 
 def precheck(ix: ClusterIndex, job: JobRequest) -> tuple[Waiting, str] | None:
-    """HELD, DEPENDENCY, BAD_CONSTRAINTS, PARTITION_DOWN, NODES_EXCLUDED, or None."""
+    """HELD, a blocker's reason, BAD_CONSTRAINTS, PARTITION_DOWN, NODES_EXCLUDED, or None."""
     if job.held:
         return Waiting.HELD, "held"
     if job.blocked_by is not None:
-        return Waiting.DEPENDENCY, job.blocked_by
+        return job.blocked_by.reason, job.blocked_by.detail
     if job.nodes_min < 1 or job.nodes_min > job.nodes_max or job.gpus_per_node < 0:
         return Waiting.BAD_CONSTRAINTS, "nodes must be 1 <= min <= max, GPUs >= 0"
     if job.time_limit_s < 1 or (job.gpus_total is not None and job.gpus_total < 0):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.placer.core import NodeState, Plan, Snapshot, Start, Wait, Waiting, place
+from services.placer.core import Blocker, NodeState, Plan, Snapshot, Start, Wait, Waiting, place
 from services.placer.core.model import JobRequest
 from tests.unit.placer.helpers import T0, gang, grant, leafy, node, running, snapshot, whole
 
@@ -118,13 +118,18 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
             )
         ),
     ),
-    "held jobs and jobs with unmet dependencies wait with that reason": (
+    "held jobs and jobs with a blocker wait with that blocker's reason": (
         snapshot(node("a")),
-        [gang(1, held=True), gang(2, blocked_by="afterok:7 not done")],
+        [
+            gang(1, held=True),
+            gang(2, blocked_by=Blocker(reason=Waiting.DEPENDENCY, detail="afterok:7")),
+            gang(3, blocked_by=Blocker(reason=Waiting.JOB_ARRAY_TASK_LIMIT)),
+        ],
         Plan(
             waits=(
                 Wait(job_id=1, reason=Waiting.HELD, detail="held"),
-                Wait(job_id=2, reason=Waiting.DEPENDENCY, detail="afterok:7 not done"),
+                Wait(job_id=2, reason=Waiting.DEPENDENCY, detail="afterok:7"),
+                Wait(job_id=3, reason=Waiting.JOB_ARRAY_TASK_LIMIT),
             )
         ),
     ),

@@ -1,0 +1,57 @@
+"""Placer SQL, one module per concern; every function takes a connection already inside
+a transaction, loads facts or writes what the core decided, and decides nothing.
+
+- `lease`: the leader lease and its fencing epoch
+- `snapshot`: nodes, GPUs, running allocations, policy and priorities -> core types
+- `pending`: the queue, and the facts its blockers are decided on (`core/blockers.py`)
+- `allocations`: allocations and their release, pending reasons, preemptions, spares
+
+The placer writes `placer_lease`, `allocations*`, `pending_reasons`, `placer_cycles` and
+`preemptions`; it reads the other services' tables to build its snapshot.
+"""
+
+from services.placer.repo.allocations import (
+    LiveAllocation,
+    insert_allocation,
+    live_allocation,
+    record_cycle,
+    record_preemption,
+    release_dropped_nodes,
+    release_finished,
+    swap_nodes,
+    write_waits,
+)
+from services.placer.repo.lease import acquire_lease, lock_lease, renew_lease
+from services.placer.repo.pending import PendingJob, load_blocker_facts, load_pending
+from services.placer.repo.snapshot import (
+    load_kept,
+    load_limits,
+    load_nodes,
+    load_priorities,
+    load_reservations,
+    load_running,
+)
+
+__all__ = [
+    "LiveAllocation",
+    "PendingJob",
+    "acquire_lease",
+    "insert_allocation",
+    "live_allocation",
+    "load_blocker_facts",
+    "load_kept",
+    "load_limits",
+    "load_nodes",
+    "load_pending",
+    "load_priorities",
+    "load_reservations",
+    "load_running",
+    "lock_lease",
+    "record_cycle",
+    "record_preemption",
+    "release_dropped_nodes",
+    "release_finished",
+    "renew_lease",
+    "swap_nodes",
+    "write_waits",
+]

@@ -1,0 +1,203 @@
+"""Placer SQL, what the placer writes: allocations (and their release), pending
+reasons, cycle records, preemptions and spare swaps.
+
+Every function takes a connection already inside a transaction that holds the lease
+(`lease.lock_lease`); the `allocations` trigger refuses an insert from a stale epoch and
+the unique index on live GPUs refuses a GPU held twice, whatever this code does.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+
+from services.placer.core import Grant, Start, Wait
+from shared.db import Conn
+from shared.jobspec import TERMINAL_STATES, JobSpec
+
+TERMINAL = TERMINAL_STATES
+
+
+async def release_finished(conn: Conn) -> int:
+    """Release allocations whose run ended or was requeued (level-triggered)."""
+    released = await conn.fetch(
+        "UPDATE allocations a SET released_at = now(), release_reason = r.state"
+        " FROM job_runs r WHERE a.job_id = r.job_id AND a.released_at IS NULL"
+        " AND (r.state = ANY($1::text[]) OR (r.state = 'REQUEUED' AND r.attempt >= a.attempt))"
+        " RETURNING a.alloc_id",
+        list(TERMINAL),
+    )
+    cancelled = await conn.fetch(
+        "UPDATE allocations a SET released_at = now(), release_reason = 'CANCELLED'"
+        " FROM jobs j WHERE a.job_id = j.job_id AND a.released_at IS NULL"
+        " AND j.cancel_requested_at IS NOT NULL"
+        " AND NOT EXISTS (SELECT 1 FROM job_runs r WHERE r.job_id = a.job_id"
+        "   AND r.attempt = a.attempt AND r.state IN ('STARTING', 'RUNNING', 'COMPLETING'))"
+        " RETURNING a.alloc_id",
+    )
+    ids = [r["alloc_id"] for r in [*released, *cancelled]]
+    if ids:
+        await conn.execute(
+            "UPDATE allocation_gpus SET live = false WHERE alloc_id = ANY($1::bigint[])", ids
+        )
+        await conn.execute(
+            "UPDATE allocation_nodes SET live = false WHERE alloc_id = ANY($1::bigint[])", ids
+        )
+    return len(ids)
+
+
+async def release_dropped_nodes(conn: Conn) -> int:
+    """Give back the nodes an elastic job no longer runs on after a shrink. A granted
+    spare is kept until the job's run lists it (its restart onto the spare)."""
+    await conn.execute(
+        "UPDATE allocation_nodes n SET spare_pending = false FROM allocations a, job_runs r"
+        " WHERE n.alloc_id = a.alloc_id AND n.spare_pending AND r.job_id = a.job_id"
+        " AND n.node = ANY(r.nodes)"
+    )
+    rows = await conn.fetch(
+        "UPDATE allocation_nodes n SET live = false FROM allocations a, job_runs r"
+        " WHERE n.alloc_id = a.alloc_id AND a.released_at IS NULL AND n.live"
+        " AND (NOT n.spare_pending OR n.added_at < now() - interval '60 seconds')"
+        " AND r.job_id = a.job_id AND r.attempt = a.attempt AND r.state = 'RUNNING'"
+        " AND cardinality(r.nodes) > 0 AND NOT (n.node = ANY(r.nodes))"
+        " RETURNING n.alloc_id, n.node",
+    )
+    for row in rows:
+        await conn.execute(
+            "UPDATE allocation_gpus SET live = false WHERE alloc_id = $1 AND node = $2",
+            row["alloc_id"],
+            row["node"],
+        )
+    return len(rows)
+
+
+async def insert_allocation(conn: Conn, start: Start, attempt: int, epoch: int) -> int:
+    """Write one gang's allocation; the unique index refuses a GPU held twice."""
+    alloc_id: int = await conn.fetchval(
+        "INSERT INTO allocations(job_id, attempt, epoch) VALUES ($1, $2, $3) RETURNING alloc_id",
+        start.job_id,
+        attempt,
+        epoch,
+    )
+    await conn.executemany(
+        "INSERT INTO allocation_nodes(alloc_id, node, rank, gpus) VALUES ($1, $2, $3, $4)",
+        [(alloc_id, g.node, rank, list(g.gpus)) for rank, g in enumerate(start.grants)],
+    )
+    await conn.executemany(
+        "INSERT INTO allocation_gpus(alloc_id, node, gpu) VALUES ($1, $2, $3)",
+        [(alloc_id, g.node, gpu) for g in start.grants for gpu in g.gpus],
+    )
+    await conn.execute("DELETE FROM pending_reasons WHERE job_id = $1", start.job_id)
+    return alloc_id
+
+
+async def write_waits(conn: Conn, waits: tuple[Wait, ...]) -> None:
+    await conn.executemany(
+        "INSERT INTO pending_reasons(job_id, reason, detail, estimated_start, updated_at)"
+        " VALUES ($1, $2, $3, $4, now()) ON CONFLICT (job_id) DO UPDATE SET"
+        " reason = excluded.reason, detail = excluded.detail,"
+        " estimated_start = excluded.estimated_start, updated_at = now()",
+        [
+            (
+                w.job_id,
+                str(w.reason),
+                w.detail,
+                datetime.fromtimestamp(w.estimated_start, UTC) if w.estimated_start else None,
+            )
+            for w in waits
+        ],
+    )
+
+
+async def record_cycle(
+    conn: Conn,
+    epoch: int,
+    cycle: int,
+    started: datetime,
+    duration_s: float,
+    placed: int,
+    pending: int,
+) -> None:
+    await conn.execute(
+        "INSERT INTO placer_cycles VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        epoch,
+        cycle,
+        started,
+        duration_s,
+        placed,
+        pending,
+    )
+
+
+async def record_preemption(conn: Conn, victim_job_id: int, for_job_id: int, epoch: int) -> bool:
+    """Note that the victim's live allocation is being preempted; False when it was
+    already asked (the launcher is giving it its grace time)."""
+    row = await conn.fetchval(
+        "INSERT INTO preemptions(victim_alloc_id, victim_job_id, for_job_id, epoch)"
+        " SELECT alloc_id, job_id, $2, $3 FROM allocations"
+        " WHERE job_id = $1 AND released_at IS NULL"
+        " ON CONFLICT DO NOTHING RETURNING true",
+        victim_job_id,
+        for_job_id,
+        epoch,
+    )
+    return bool(row)
+
+
+class LiveAllocation(msgspec.Struct, frozen=True, kw_only=True):
+    alloc_id: int
+    attempt: int
+    nodes: tuple[str, ...]
+    spec: JobSpec
+
+
+async def live_allocation(conn: Conn, job_id: int) -> LiveAllocation | None:
+    row = await conn.fetchrow(
+        "SELECT a.alloc_id, a.attempt, j.spec,"
+        " array(SELECT n.node FROM allocation_nodes n WHERE n.alloc_id = a.alloc_id AND n.live"
+        "   ORDER BY n.rank) AS nodes"
+        " FROM allocations a JOIN jobs j USING (job_id)"
+        " WHERE a.job_id = $1 AND a.released_at IS NULL",
+        job_id,
+    )
+    if row is None:
+        return None
+    return LiveAllocation(
+        alloc_id=row["alloc_id"],
+        attempt=row["attempt"],
+        nodes=tuple(row["nodes"]),
+        spec=msgspec.json.decode(row["spec"], type=JobSpec),
+    )
+
+
+async def swap_nodes(
+    conn: Conn, alloc_id: int, drop: tuple[str, ...], add: tuple[Grant, ...]
+) -> None:
+    """Replace lost nodes of a live allocation with spares; the unique index on live
+    GPUs still refuses any GPU held twice."""
+    await conn.execute(
+        "UPDATE allocation_nodes SET live = false WHERE alloc_id = $1 AND node = ANY($2::text[])",
+        alloc_id,
+        list(drop),
+    )
+    await conn.execute(
+        "UPDATE allocation_gpus SET live = false WHERE alloc_id = $1 AND node = ANY($2::text[])",
+        alloc_id,
+        list(drop),
+    )
+    top = await conn.fetchval(
+        "SELECT coalesce(max(rank), -1) FROM allocation_nodes WHERE alloc_id = $1", alloc_id
+    )
+    await conn.executemany(
+        "INSERT INTO allocation_nodes(alloc_id, node, rank, gpus, spare_pending)"
+        " VALUES ($1, $2, $3, $4, true) ON CONFLICT (alloc_id, node) DO UPDATE SET"
+        " live = true, rank = excluded.rank, gpus = excluded.gpus, spare_pending = true,"
+        " added_at = now()",
+        [(alloc_id, g.node, top + 1 + i, list(g.gpus)) for i, g in enumerate(add)],
+    )
+    await conn.executemany(
+        "INSERT INTO allocation_gpus(alloc_id, node, gpu) VALUES ($1, $2, $3)"
+        " ON CONFLICT (alloc_id, node, gpu) DO UPDATE SET live = true",
+        [(alloc_id, g.node, gpu) for g in add for gpu in g.gpus],
+    )

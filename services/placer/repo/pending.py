@@ -1,0 +1,154 @@
+"""Placer SQL, the queue: jobs waiting for an allocation, and the facts their blockers
+are decided on (`core/blockers.py`).
+
+Every function takes a connection already inside the cycle's transaction. The facts are
+loaded, never judged here: which dependency holds, whether the begin time has come and
+how many array tasks may start is the core's to say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import asyncpg
+import msgspec
+
+from services.placer.core import JobRequest
+from services.placer.core.blockers import Ended, Facts
+from shared.db import Conn
+from shared.jobspec import TERMINAL_STATES, JobSpec
+
+TERMINAL = list(TERMINAL_STATES)
+
+
+class PendingJob(msgspec.Struct, frozen=True, kw_only=True):
+    request: JobRequest  # without a blocker or a priority: the cycle adds those
+    attempt: int  # the attempt number its next allocation gets
+    spec: JobSpec
+
+
+async def load_pending(conn: Conn) -> list[PendingJob]:
+    """Jobs waiting for an allocation, in job id order."""
+    rows = await conn.fetch(
+        "SELECT j.job_id, j.spec, j.held, extract(epoch FROM j.submitted_at)::float8 AS submitted,"
+        " coalesce(r.excluded_nodes, '{}') AS run_excluded, r.state = 'REQUEUED' AS requeued,"
+        " (SELECT coalesce(max(attempt), 0) FROM allocations a WHERE a.job_id = j.job_id) AS last,"
+        # admission's policy columns (migration 0004)
+        " j.needs_approval AND j.approved_at IS NULL AS unapproved, j.tier, j.preemptible,"
+        " j.can_preempt, j.grace_s, j.min_runtime_s"
+        " FROM jobs j LEFT JOIN job_runs r USING (job_id)"
+        " WHERE j.cancel_requested_at IS NULL"
+        " AND (r.state IS NULL OR r.state IN ('PENDING', 'REQUEUED'))"
+        " AND NOT EXISTS (SELECT 1 FROM allocations a"
+        "   WHERE a.job_id = j.job_id AND a.released_at IS NULL)"
+        " ORDER BY j.job_id"
+    )
+    out = []
+    for r in rows:
+        spec = msgspec.json.decode(r["spec"], type=JobSpec)
+        out.append(PendingJob(request=_request(r, spec), attempt=r["last"] + 1, spec=spec))
+    return out
+
+
+def _request(row: asyncpg.Record, spec: JobSpec) -> JobRequest:
+    return JobRequest(
+        job_id=row["job_id"],
+        user=spec.user,
+        account=spec.account,
+        partition=spec.partition,
+        qos=spec.qos,
+        submitted_at=float(row["submitted"]),
+        nodes_min=spec.nodes_min,
+        nodes_max=spec.nodes_max,
+        gpus_per_node=spec.gpus_per_node,
+        gpus_total=spec.gpus_total,
+        gpu_model=spec.gpu_model,
+        exclusive=spec.exclusive,
+        required_nodes=spec.required_nodes,
+        excluded_nodes=tuple(sorted({*spec.excluded_nodes, *row["run_excluded"]})),
+        time_limit_s=spec.time_limit_s,
+        max_switches=spec.max_switches,
+        switches_wait_s=spec.switches_wait_s,
+        # a user's hold, or a partition's approval not yet given (admission's columns)
+        held=bool(row["held"]) or bool(row["unapproved"]),
+        requeued=bool(row["requeued"]),
+        tier=row["tier"],
+        preemptible=row["preemptible"],
+        can_preempt=row["can_preempt"],
+        grace_s=row["grace_s"],
+        min_runtime_s=row["min_runtime_s"],
+    )
+
+
+async def load_blocker_facts(conn: Conn, jobs: Sequence[tuple[int, JobSpec]]) -> Facts:
+    """What `blockers()` needs to judge these jobs' dependencies and array throttles."""
+    ended, tasks = await _depended_on(conn, jobs)
+    return Facts(
+        jobs=ended,
+        tasks=tasks,
+        first_live=await _first_live(conn, jobs),
+        array_running=await _array_running(conn, jobs),
+    )
+
+
+async def _depended_on(
+    conn: Conn, jobs: Sequence[tuple[int, JobSpec]]
+) -> tuple[dict[int, Ended], dict[int, tuple[int, ...]]]:
+    """How each job named in a dependency (and each task of a named array) stands."""
+    ids = sorted({i for _, s in jobs for d in s.dependencies for i in d.job_ids})
+    if not ids:
+        return {}, {}
+    rows = await conn.fetch(
+        "SELECT j.job_id, j.array_job_id, r.state, j.cancel_requested_at IS NOT NULL AS cxl,"
+        " extract(epoch FROM r.started_at)::float8 AS started"
+        " FROM jobs j LEFT JOIN job_runs r USING (job_id)"
+        " WHERE j.job_id = ANY($1::bigint[]) OR j.array_job_id = ANY($1::bigint[])",
+        ids,
+    )
+    ended: dict[int, Ended] = {}
+    tasks: dict[int, tuple[int, ...]] = {}
+    for r in rows:
+        end = r["state"] if r["state"] in TERMINAL else None
+        if end is None and r["cxl"] and r["state"] in (None, "PENDING", "REQUEUED"):
+            end = "CANCELLED"  # cancelled before it ran: it ended, not COMPLETED
+        ended[r["job_id"]] = Ended(end=end, started_at=r["started"])
+        if r["array_job_id"] is not None:
+            tasks[r["array_job_id"]] = (*tasks.get(r["array_job_id"], ()), r["job_id"])
+    return ended, tasks
+
+
+async def _first_live(
+    conn: Conn, jobs: Sequence[tuple[int, JobSpec]]
+) -> dict[tuple[str, str], int]:
+    """The earliest unfinished job of each (user, name) some singleton job waits on."""
+    pairs = sorted(
+        {(s.user, s.name) for _, s in jobs if any(d.kind == "singleton" for d in s.dependencies)}
+    )
+    if not pairs:
+        return {}
+    rows = await conn.fetch(
+        "SELECT j.user_name, j.name, min(j.job_id) AS first FROM jobs j"
+        " LEFT JOIN job_runs r USING (job_id)"
+        " WHERE (j.user_name, j.name) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
+        " AND j.cancel_requested_at IS NULL AND (r.state IS NULL OR NOT r.state = ANY($3))"
+        " GROUP BY 1, 2",
+        [p[0] for p in pairs],
+        [p[1] for p in pairs],
+        TERMINAL,
+    )
+    return {(r["user_name"], r["name"]): r["first"] for r in rows}
+
+
+async def _array_running(conn: Conn, jobs: Sequence[tuple[int, JobSpec]]) -> dict[int, int]:
+    """Tasks holding a live allocation, per array that has a `%K` throttle."""
+    heads = sorted(
+        {s.array_job_id for _, s in jobs if s.array_max_running and s.array_job_id is not None}
+    )
+    if not heads:
+        return {}
+    rows = await conn.fetch(
+        "SELECT j.array_job_id, count(*) AS n FROM allocations a JOIN jobs j USING (job_id)"
+        " WHERE a.released_at IS NULL AND j.array_job_id = ANY($1::bigint[]) GROUP BY 1",
+        heads,
+    )
+    return {r["array_job_id"]: r["n"] for r in rows}
