@@ -6,6 +6,7 @@ import asyncio
 import getpass
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import TypeVar
@@ -27,6 +28,21 @@ class ApiRefused(Exception):
         super().__init__(message)
         self.code = code
         self.details = details
+
+
+def refused(verb: str, err: ApiRefused) -> int:
+    """Tell the user what the API refused and what to change; the command's exit status."""
+    print(f"muster {verb}: {err}", file=sys.stderr)
+    for detail in err.details:
+        if detail != str(err):
+            print(f"  {detail}", file=sys.stderr)
+    if err.code == "unknown_user":
+        print(
+            "  (on the local cluster, act as one of deploy/local/cluster.toml's users, "
+            "e.g. MUSTER_USER=alice)",
+            file=sys.stderr,
+        )
+    return 1
 
 
 def nats_url(state_dir: str | None = None) -> str:

@@ -1,0 +1,131 @@
+"""Shell: the cluster commands of `muster` — the local cluster (`up`, `down`, `demo`)
+and the nodes (`nodes`, `drain`, `resume`, `inject-fault`); `muster.cli` calls
+`register_local` and
+`register_nodes` with its subparsers. What they print is `muster.render`'s."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from muster import cluster as local
+from muster import render
+from muster.client import ApiRefused, agent, call, current_user, nats_url, refused
+from shared.api import AgentReply, InjectFault, NodeAction, NodesReply, Ok, QueueRequest
+from shared.states import NodeState
+
+DEFAULT_TOPOLOGY = Path(__file__).resolve().parent.parent / "deploy" / "local" / "topology.toml"
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    state = Path(args.state)
+    if (state / "cluster.json").exists():
+        print(f"a cluster is already up in {state}; `muster down` first", file=sys.stderr)
+        return 1
+    c = local.up(state, Path(args.topology))
+    print(f"muster is up: {len(c.nodes)} nodes, services {', '.join(local.SERVICES)}")
+    print(f"  state and logs: {c.state_dir} (logs/ has one file per process)")
+    print(f"  NATS: {c.nats_url}   PostgreSQL: {c.database_url}")
+    return _wait_for_nodes(c, len(c.nodes), args.wait)
+
+
+def _wait_for_nodes(c: local.Cluster, want: int, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    url = c.nats_url
+    while time.monotonic() < deadline:
+        try:
+            reply = asyncio.run(
+                call(url, "nodes", QueueRequest(user=current_user()), NodesReply, 3)
+            )
+            up = [n for n in reply.nodes if n.state == NodeState.UP]
+            if len(up) >= want:
+                print(f"  {len(up)} nodes UP, {sum(n.gpus_total for n in up)} GPUs")
+                return 0
+        except Exception:  # services still starting: no responders yet
+            pass
+        time.sleep(0.5)
+    print("the cluster did not come up in time; see the logs", file=sys.stderr)
+    return 1
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    state = Path(args.state)
+    if not (state / "cluster.json").exists():
+        print(f"no cluster in {state}", file=sys.stderr)
+        return 1
+    local.down(state)
+    print("muster is down")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from muster.demo import run_demo
+
+    return run_demo(Path(args.state), Path(args.topology))
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    reply = asyncio.run(
+        call(nats_url(args.state), "nodes", QueueRequest(user=current_user()), NodesReply)
+    )
+    print(render.to_json(reply) if args.json else "\n".join(render.nodes_lines(reply)))
+    return 0
+
+
+def _node_action(verb: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        req = NodeAction(user=current_user(), node=args.node, reason=args.reason or "")
+        try:
+            reply = asyncio.run(call(nats_url(args.state), verb, req, Ok))
+        except ApiRefused as err:
+            return refused(verb, err)
+        print(reply.message)
+        return 0
+
+    return run
+
+
+def cmd_inject(args: argparse.Namespace) -> int:
+    body = InjectFault(gpu=args.gpu, xid=args.xid, lose_gpu=args.lose)
+    raw = asyncio.run(agent(nats_url(args.state), args.node, "inject", body))
+    reply = msgspec.json.decode(raw, type=AgentReply)
+    print(("injected " if reply.ok else "refused: ") + reply.message)
+    return 0 if reply.ok else 1
+
+
+def register_local(sub: Any) -> None:
+    """Add `up`, `down` and `demo` to the `muster` parser's subcommands."""
+    s = sub.add_parser("up", help="start a local cluster")
+    s.add_argument("--topology", default=str(DEFAULT_TOPOLOGY))
+    s.add_argument("--wait", type=float, default=60.0)
+    s.set_defaults(fn=cmd_up)
+    sub.add_parser("down", help="stop the local cluster").set_defaults(fn=cmd_down)
+    s = sub.add_parser("demo", help="up, run a demo workload with a GPU fault, down")
+    s.add_argument("--topology", default=str(DEFAULT_TOPOLOGY))
+    s.set_defaults(fn=cmd_demo)
+
+
+def register_nodes(sub: Any) -> None:
+    """Add `nodes`, `drain`, `resume` and `inject-fault`."""
+    s = sub.add_parser("nodes", help="list nodes and GPU health")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_nodes)
+    for verb in ("drain", "resume"):
+        s = sub.add_parser(verb, help=f"{verb} a node (operators)")
+        s.add_argument("node")
+        s.add_argument("--reason", required=True)
+        s.set_defaults(fn=_node_action(verb))
+
+    s = sub.add_parser("inject-fault", help="inject a GPU XID on a simulated node")
+    s.add_argument("node")
+    s.add_argument("--gpu", type=int, default=0)
+    s.add_argument("--xid", type=int, default=79)
+    s.add_argument("--lose", action="store_true", help="the GPU falls off the bus")
+    s.set_defaults(fn=cmd_inject)

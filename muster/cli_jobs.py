@@ -1,0 +1,257 @@
+"""Shell: the job commands of `muster` (submit, queue, show, cancel, hold, release,
+approve, reload), one admission request each; `muster.cli` calls `register(subparsers)`.
+What they print is `muster.render`'s."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from muster import render
+from muster.client import ApiRefused, call, current_user, nats_url, refused
+from shared.api import (
+    JobSelector,
+    Ok,
+    QueueReply,
+    QueueRequest,
+    ReloadReply,
+    Request,
+    ShowJobReply,
+    ShowJobRequest,
+    SubmitReply,
+    SubmitRequest,
+)
+
+# The words `muster submit` keeps for itself; every other word is sbatch's.
+SUBMIT_OWN = ("--dry-run", "--json")
+
+LONG_WITH_VALUE = {
+    "job-name", "nodes", "gpus-per-node", "gres", "gpus", "ntasks-per-node", "cpus-per-task",
+    "mem", "time", "partition", "account", "qos", "output", "error", "signal", "dependency",
+    "array", "switches", "constraint", "exclude", "nodelist", "begin", "comment", "export",
+    "chdir", "mail-type", "mail-user", "ntasks", "mem-per-cpu", "mem-per-gpu", "reservation",
+    "wrap", "licenses", "time-min", "gpus-per-task", "cpus-per-gpu", "nice",
+}  # fmt: skip
+
+
+def _print(lines: list[str]) -> None:
+    print("\n".join(lines))
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    options, script_path, script_args = split_submit(args.words)
+    if script_path is None:
+        script_text, path = "", ""
+        if not any(w.startswith("--wrap") for w in options):
+            print(
+                "muster submit: give a script: muster submit [options] SCRIPT [ARGS]",
+                file=sys.stderr,
+            )
+            return 2
+    else:
+        try:
+            raw = Path(script_path).read_bytes()
+        except OSError as err:
+            print(f"muster submit: cannot read {script_path}: {err.strerror}", file=sys.stderr)
+            return 2
+        script_text = raw.decode("utf-8", errors="surrogateescape")
+        path = str(Path(script_path).resolve())
+    req = SubmitRequest(
+        user=current_user(),
+        argv=tuple(options),
+        script=script_text,
+        script_path=path,
+        args=tuple(script_args),
+        workdir=os.getcwd(),
+        dry_run=args.dry_run,
+    )
+    try:
+        reply = asyncio.run(call(nats_url(args.state), "submit", req, SubmitReply))
+    except ApiRefused as err:
+        return refused("submit", err)
+    for warning in reply.warnings:
+        print(f"muster submit: warning: {warning}", file=sys.stderr)
+    if args.json:
+        print(render.to_json(reply))
+    elif reply.spec is not None:
+        print(json.dumps(reply.spec, indent=2))
+    elif len(reply.job_ids) == 1:
+        print(f"Submitted batch job {reply.job_ids[0]}")
+    else:
+        print(f"Submitted array job {reply.job_ids[0]} ({len(reply.job_ids)} tasks)")
+    return 0
+
+
+def split_submit(words: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """Options before the script; the first word that is not an option (nor an option's
+    value) is the script. Options taking a separate value are recognised by sbatch's
+    short forms; long options use `--opt=value` or `--opt value`."""
+    takes_value = set("JNGpAqoetcdaxwCH") - {"H"}
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w == "--":
+            return words[:i], (words[i + 1] if i + 1 < len(words) else None), words[i + 2 :]
+        if w.startswith("--"):
+            if "=" not in w and w[2:] in LONG_WITH_VALUE and i + 1 < len(words):
+                i += 2
+                continue
+            i += 1
+            continue
+        if w.startswith("-") and len(w) >= 2:
+            i += 2 if (len(w) == 2 and w[1] in takes_value) else 1
+            continue
+        return words[:i], w, words[i + 1 :]
+    return words, None, []
+
+
+def _csv(values: list[str] | None) -> tuple[str, ...]:
+    """`-u a,b -u c` -> (a, b, c), as squeue takes lists."""
+    return tuple(v for item in values or () for v in item.split(",") if v)
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    req = QueueRequest(
+        user=current_user(),
+        users=_csv(args.user),
+        partitions=_csv(args.partition),
+        states=tuple(s.upper() for s in _csv(args.state_filter)),
+        all_states=args.all,
+        job_refs=_csv(args.jobs),
+        accounts=_csv(args.account),
+        names=_csv(args.name),
+    )
+    reply = asyncio.run(call(nats_url(args.state), "queue", req, QueueReply))
+    if args.json:
+        print(render.to_json(reply))
+    else:
+        _print(render.queue_lines(reply, start=args.start))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    url = nats_url(args.state)
+    try:
+        job_id = _one_job_id(url, args.job_id)
+        reply = asyncio.run(
+            call(url, "show", ShowJobRequest(user=current_user(), job_id=job_id), ShowJobReply)
+        )
+    except ApiRefused as err:
+        return refused("show", err)
+    if args.json:
+        print(render.to_json(reply))
+    else:
+        _print(render.show_lines(reply))
+    return 0
+
+
+def _one_job_id(url: str, ref: str) -> int:
+    """`123` or `123_4` (an array task) -> the job id `show` takes."""
+    if ref.isdigit():
+        return int(ref)
+    req = QueueRequest(user=current_user(), job_refs=(ref,), all_states=True)
+    jobs = asyncio.run(call(url, "queue", req, QueueReply)).jobs
+    if len(jobs) != 1:
+        raise ApiRefused(f"{ref} names {len(jobs)} jobs; give one job id", "not_found", ())
+    return jobs[0].job_id
+
+
+def _selector(args: argparse.Namespace) -> JobSelector:
+    return JobSelector(
+        user=current_user(),
+        job_refs=tuple(r for item in args.job_ids for r in item.split(",") if r),
+        name=args.name,
+        owner=args.owner,
+        signal=getattr(args, "signal", None),  # only cancel takes -s
+        reason=args.reason or "",
+        states=tuple(s.upper() for s in _csv(args.state_filter)),
+        partition=args.partition,
+    )
+
+
+def _job_action(verb: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            reply = asyncio.run(call(nats_url(args.state), verb, _selector(args), Ok))
+        except ApiRefused as err:
+            return refused(verb, err)
+        if args.json:
+            print(render.to_json(reply))
+            return 0
+        print(reply.message)
+        for why in reply.skipped:
+            print(f"  skipped: {why}")
+        return 0
+
+    return run
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    try:
+        reply = asyncio.run(
+            call(nats_url(args.state), "reload", Request(user=current_user()), ReloadReply)
+        )
+    except ApiRefused as err:
+        return refused("reload", err)
+    if args.json:
+        print(render.to_json(reply))
+    else:
+        print(f"{reply.message} (partitions: {', '.join(reply.partitions) or 'none'})")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add the job commands to the `muster` parser's subcommands."""
+    s = sub.add_parser(
+        "submit", help="submit a batch script (sbatch options and #SBATCH directives)"
+    )
+    s.add_argument("--dry-run", action="store_true")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("words", nargs=argparse.REMAINDER)
+    s.set_defaults(fn=cmd_submit)
+
+    s = sub.add_parser("queue", help="list jobs (like squeue)")
+    s.add_argument("-u", "--user", action="append", help="users (comma list)")
+    s.add_argument("-p", "--partition", action="append", help="partitions (comma list)")
+    s.add_argument("-t", "--states", dest="state_filter", action="append", help="states")
+    s.add_argument("-j", "--jobs", action="append", help="job ids: 123, 123_4, 123_[1-3]")
+    s.add_argument("-A", "--account", action="append", help="accounts (comma list)")
+    s.add_argument("-n", "--name", action="append", help="job names (comma list)")
+    s.add_argument("-a", "--all", action="store_true", help="include finished jobs")
+    s.add_argument("--start", action="store_true", help="show estimated start times")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_queue)
+
+    s = sub.add_parser("show", help="show one job (like scontrol show job)")
+    s.add_argument("what", choices=["job"])
+    s.add_argument("job_id", help="a job id, or ARRAY_TASK (123_4)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_show)
+
+    for verb, what in (
+        ("cancel", "cancel jobs, or signal running ones with -s (like scancel)"),
+        ("hold", "hold pending jobs"),
+        ("release", "release held jobs"),
+        ("approve", "approve jobs of a partition that requires it (operators)"),
+    ):
+        s = sub.add_parser(verb, help=what)
+        s.add_argument("job_ids", nargs="*", help="123, 123_4 (array task), 123_[1-3]")
+        s.add_argument("-n", "--name", help="jobs with this name")
+        s.add_argument("-u", "--user", dest="owner", help="jobs of this user")
+        s.add_argument("-t", "--states", dest="state_filter", action="append")
+        s.add_argument("-p", "--partition")
+        s.add_argument("--reason")
+        s.add_argument("--json", action="store_true")
+        if verb == "cancel":
+            s.add_argument("-s", "--signal", help="send this signal instead of cancelling")
+        s.set_defaults(fn=_job_action(verb))
+
+    s = sub.add_parser("reload", help="re-read the cluster configuration (operators)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_reload)

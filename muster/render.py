@@ -1,0 +1,95 @@
+"""Pure: API replies -> the text the `muster` commands print (squeue/scontrol-like).
+
+No I/O: each function returns the lines; the command modules print them. Times shown
+as dates use the local time zone, as squeue does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import msgspec
+
+from shared.api import JobView, NodesReply, QueueReply, ShowJobReply
+from shared.states import LIVE_RUN
+
+QUEUE_COLUMNS = "{:>7} {:<10} {:<12} {:<8} {:<11} {:>10} {:>5} {:>4}  {}"
+NODE_COLUMNS = "{:<10} {:<9} {:>9} {:<14} {:<12} {}"
+
+
+def to_json(value: Any) -> str:
+    """What `--json` prints: the reply's fields, sorted, indented."""
+    return json.dumps(msgspec.to_builtins(value), indent=2, sort_keys=True)
+
+
+def hms(seconds: float) -> str:
+    """Slurm's duration: `H:MM:SS`, or `D-H:MM:SS` past a day."""
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    text = f"{s // 3600:d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
+def _where(job: JobView, start: bool) -> str:
+    """The last column: the estimated start, the nodes of a live job, or the reason."""
+    if start:
+        if not job.estimated_start:
+            return "N/A"
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(job.estimated_start))
+    return ",".join(job.nodelist) if job.state in LIVE_RUN else f"({job.reason})"
+
+
+def queue_lines(reply: QueueReply, start: bool = False) -> list[str]:
+    """`muster queue`: one header, one line per job."""
+    last = "START_TIME" if start else "REASON/NODELIST"
+    head = ("JOBID", "PARTITION", "NAME", "USER", "STATE", "TIME", "NODES", "GPUS", last)
+    lines = [QUEUE_COLUMNS.format(*head)]
+    for j in reply.jobs:
+        row = (j.job_id, j.partition[:10], j.name[:12], j.user[:8], j.state, hms(j.elapsed_s))
+        lines.append(QUEUE_COLUMNS.format(*row, j.nodes, j.gpus, _where(j, start)))
+    return lines
+
+
+def show_lines(reply: ShowJobReply) -> list[str]:
+    """`muster show job`: scontrol's key=value lines, then one line per attempt."""
+    j = reply.job
+    lines = [
+        f"JobId={j.job_id} JobName={j.name} UserId={j.user} Account={j.account}",
+        f"   JobState={j.state} Reason={j.reason or 'None'} ExitCode={j.exit_code}"
+        f" Restarts={j.restart_count}",
+        f"   Partition={j.partition} QOS={j.qos} NumNodes={j.nodes} GPUs={j.gpus}"
+        f" TimeLimit={hms(j.time_limit_s)} RunTime={hms(j.elapsed_s)}",
+        f"   NodeList={','.join(j.nodelist) or '(null)'}",
+    ]
+    if j.array_job_id is not None:
+        lines.append(f"   ArrayJobId={j.array_job_id} ArrayTaskId={j.array_task_id}")
+    if reply.dependency:
+        lines.append(f"   Dependency={reply.dependency}")
+    if reply.approval:
+        lines.append(f"   Approval: {reply.approval}")
+    if reply.why_pending:
+        lines.append(f"   Why pending: {reply.why_pending}")
+    if reply.priority:
+        parts = " ".join(f"{k}={v:.0f}" for k, v in sorted(reply.priority.items()) if k != "total")
+        lines.append(f"   Priority={reply.priority.get('total', 0):.0f} ({parts})")
+    for a in reply.attempts:
+        ended = f"{a.ended_at - a.started_at:.1f}s" if a.ended_at else "running"
+        lines.append(
+            f"   Attempt {a.attempt}.{a.seq}: nodes={','.join(a.nodes)} world_size={a.world_size}"
+            f" reason={a.reason} outcome={a.outcome or '-'} ({ended})"
+        )
+    return lines
+
+
+def nodes_lines(reply: NodesReply) -> list[str]:
+    """`muster nodes`: free/total GPUs, the switch path, and which GPUs are unhealthy."""
+    lines = [NODE_COLUMNS.format("NODE", "STATE", "GPUS", "TOPOLOGY", "UNHEALTHY", "REASON")]
+    for n in reply.nodes:
+        bad = ",".join(f"{g.index}(xid{g.last_xid})" for g in n.gpus if not g.healthy) or "-"
+        gpus = f"{n.gpus_free}/{n.gpus_total}"
+        lines.append(
+            NODE_COLUMNS.format(n.name, n.state, gpus, "/".join(n.topology), bad, n.reason)
+        )
+    return lines

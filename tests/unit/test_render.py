@@ -1,0 +1,110 @@
+"""`muster.render`: API replies -> the lines `muster queue`, `show` and `nodes` print."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster.render import hms, nodes_lines, queue_lines, show_lines
+from shared.api import AttemptView, GpuView, JobView, NodesReply, NodeView, QueueReply, ShowJobReply
+
+
+def job(**kw: object) -> JobView:
+    base: dict[str, object] = dict(
+        job_id=42, name="pretrain-llama", user="alice", account="ml", partition="gpu",
+        qos="normal", state="RUNNING", reason="", nodes=2, gpus=16,
+        nodelist=("node01", "node02"), submitted_at=1_700_000_000.0,
+        started_at=1_700_000_060.0, ended_at=None, time_limit_s=7200, elapsed_s=3725.0,
+        exit_code=None, restart_count=1,
+    )  # fmt: skip
+    return JobView(**(base | kw))  # type: ignore[arg-type]
+
+
+HMS = {
+    "under an hour keeps the hour": (59.9, "0:00:59"),
+    "hours and minutes": (3725.0, "1:02:05"),
+    "past a day gets a day prefix": (90061.0, "1-1:01:01"),
+}
+
+
+@pytest.mark.parametrize(("seconds", "want"), HMS.values(), ids=HMS.keys())
+def test_hms(seconds: float, want: str) -> None:
+    assert hms(seconds) == want
+
+
+HEAD = "  JOBID PARTITION  NAME         USER     STATE             TIME NODES GPUS  "
+QUEUE = {
+    "a running job lists its nodes": (
+        job(),
+        [
+            HEAD + "REASON/NODELIST",
+            "     42 gpu        pretrain-lla alice    RUNNING        1:02:05     2   16"
+            "  node01,node02",
+        ],
+    ),
+    "a pending job shows why it waits": (
+        job(state="PENDING", reason="PRIORITY", nodelist=(), elapsed_s=0.0),
+        [
+            HEAD + "REASON/NODELIST",
+            "     42 gpu        pretrain-lla alice    PENDING        0:00:00     2   16"
+            "  (PRIORITY)",
+        ],
+    ),
+    "a job stopping its workers still lists its nodes": (
+        job(state="COMPLETING"),
+        [
+            HEAD + "REASON/NODELIST",
+            "     42 gpu        pretrain-lla alice    COMPLETING     1:02:05     2   16"
+            "  node01,node02",
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize(("view", "want"), QUEUE.values(), ids=QUEUE.keys())
+def test_queue_lines(view: JobView, want: list[str]) -> None:
+    assert queue_lines(QueueReply(jobs=(view,))) == want
+
+
+def test_queue_start_column_says_n_a_without_an_estimate() -> None:
+    lines = queue_lines(QueueReply(jobs=(job(state="PENDING"),)), start=True)
+    assert lines[0].endswith("START_TIME") and lines[1].endswith("  N/A")
+
+
+def test_show_lines_name_every_attempt_and_the_priority() -> None:
+    attempt = AttemptView(
+        attempt=1, seq=2, nodes=("node01", "node03"), world_size=16, reason="xid 79 on node02",
+        outcome="shrink", started_at=1_700_000_060.0, ended_at=1_700_000_160.5,
+    )  # fmt: skip
+    reply = ShowJobReply(
+        job=job(array_job_id=40, array_task_id=2),
+        spec={},
+        attempts=(attempt,),
+        priority={"total": 1234.4, "age": 34.0, "fairshare": 1200.4},
+        dependency="afterok:12",
+    )
+    assert show_lines(reply) == [
+        "JobId=42 JobName=pretrain-llama UserId=alice Account=ml",
+        "   JobState=RUNNING Reason=None ExitCode=None Restarts=1",
+        "   Partition=gpu QOS=normal NumNodes=2 GPUs=16 TimeLimit=2:00:00 RunTime=1:02:05",
+        "   NodeList=node01,node02",
+        "   ArrayJobId=40 ArrayTaskId=2",
+        "   Dependency=afterok:12",
+        "   Priority=1234 (age=34 fairshare=1200)",
+        "   Attempt 1.2: nodes=node01,node03 world_size=16 reason=xid 79 on node02"
+        " outcome=shrink (100.5s)",
+    ]
+
+
+def test_nodes_lines_show_free_gpus_and_the_unhealthy_ones() -> None:
+    gpus = (
+        GpuView(index=0, model="H100", healthy=True, allocated_to=42, last_xid=None),
+        GpuView(index=1, model="H100", healthy=False, allocated_to=None, last_xid=79),
+    )
+    node = NodeView(
+        name="node02", state="DRAINING", reason="xid 79", gpus_total=2, gpus_free=0,
+        topology=("spine0", "leaf1"), last_heartbeat=None, last_fault=None, gpus=gpus,
+    )  # fmt: skip
+    assert nodes_lines(NodesReply(nodes=(node,))) == [
+        "NODE       STATE          GPUS TOPOLOGY       UNHEALTHY    REASON",
+        "node02     DRAINING        0/2 spine0/leaf1   1(xid79)     xid 79",
+    ]
