@@ -30,7 +30,7 @@ from services.placer.core.model import (
     Wait,
     Waiting,
 )
-from services.placer.core.preempt import choose_victims
+from services.placer.core.preempt import candidates, choose_victims
 from services.placer.core.select import (
     NO_TOPOLOGY,
     CandidateView,
@@ -317,7 +317,11 @@ class Prepared:
     def _preempt(
         self, job: JobRequest, pool: Pool, shape: Shape, preempts: list[Preempt]
     ) -> Wait | None:
-        got = choose_victims(self, job, pool, shape, self._need_ok(job, pool))
+        cands = candidates(self.snapshot.running, self.victims, job, self.now)
+        ok = self._need_ok(job, pool)
+        got = choose_victims(
+            self.ix, self.future, cands, job, pool=pool, shape=shape, ok=ok, now=self.now
+        )
         if got is None:
             return None
         picks, victims = got

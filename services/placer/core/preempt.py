@@ -10,27 +10,26 @@ tier can never preempt back, so there are no preemption cycles.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Sequence
 
 from services.placer.core.index import ClusterIndex, Pool
 from services.placer.core.model import JobRequest, Running
 from services.placer.core.select import IndexView, pick_gpus, select_gang
 from services.placer.core.shape import Shape
-from services.placer.core.timeline import Need, Release, earliest
-
-if TYPE_CHECKING:
-    from services.placer.core.place import Prepared
+from services.placer.core.timeline import Future, Need, Release, earliest
 
 
-def candidates(prep: Prepared, job: JobRequest) -> list[Running]:
-    now = prep.now
+def candidates(
+    running: Sequence[Running], taken: Collection[int], job: JobRequest, now: float
+) -> list[Running]:
+    """Running jobs `job` may preempt, cheapest first; `taken` are already promised to
+    an earlier preemptor of this pass."""
     found = [
         r
-        for r in prep.snapshot.running
+        for r in running
         if r.tier < job.tier
         and r.preemptible
-        and r.job_id not in prep.victims
+        and r.job_id not in taken
         and now - r.started_at >= r.min_runtime_s
         and r.preempted_by in (None, job.job_id)
     ]
@@ -47,11 +46,18 @@ def candidates(prep: Prepared, job: JobRequest) -> list[Running]:
 
 
 def choose_victims(
-    prep: Prepared, job: JobRequest, pool: Pool, shape: Shape, ok: Callable[[int], bool]
+    ix: ClusterIndex,
+    future: Future,
+    cands: list[Running],
+    job: JobRequest,
+    *,
+    pool: Pool,
+    shape: Shape,
+    ok: Callable[[int], bool],
+    now: float,
 ) -> tuple[list[tuple[int, int]], list[Running]] | None:
-    """The preemptor's GPUs (node id, mask) and the victims that free them, or None."""
-    ix = prep.ix
-    cands = candidates(prep, job)
+    """The preemptor's GPUs (node id, mask) and the victims (among `cands`, cheapest
+    first) that free them, or None. `ok` filters the nodes it may use."""
     if not cands:
         return None
     releases = [
@@ -60,8 +66,8 @@ def choose_victims(
         for g in r.grants
         if g.node in ix.id_of
     ]
-    need = Need(shape.g, shape.nmin, job.time_limit_s, prep.now, ranked=True)
-    found = earliest(ix, prep.future, IndexView(ix, pool), releases, need, ok)
+    need = Need(shape.g, shape.nmin, job.time_limit_s, now, ranked=True)
+    found = earliest(ix, future, IndexView(ix, pool), releases, need, ok)
     if found is None:
         return None
     view = found[1]
