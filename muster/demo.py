@@ -20,6 +20,7 @@ from shared.api import (
     SubmitReply,
     SubmitRequest,
 )
+from shared.states import TERMINAL, JobState, NodeState
 
 TRAIN = """#!/bin/bash
 #SBATCH --job-name=train-2x2
@@ -68,7 +69,7 @@ async def _workload(url: str, workdir: Path) -> int:
         ids[name] = reply.job_ids[0]
         print(f"submitted {name}: job {', '.join(map(str, reply.job_ids))}")
     elastic = await _until(
-        lambda: _show(url, ids["elastic"]), lambda r: r.job.state == "RUNNING", 30
+        lambda: _show(url, ids["elastic"]), lambda r: r.job.state == JobState.RUNNING, 30
     )
     victim = elastic.job.nodelist[0]
     t0 = time.monotonic()
@@ -76,14 +77,16 @@ async def _workload(url: str, workdir: Path) -> int:
     print(f"injected XID 79 on {victim} GPU 0 under job {ids['elastic']}")
     shrunk = await _until(
         lambda: _show(url, ids["elastic"]),
-        lambda r: r.job.restart_count >= 1 and r.job.state == "RUNNING",
+        lambda r: r.job.restart_count >= 1 and r.job.state == JobState.RUNNING,
         30,
     )
     print(
         f"job {ids['elastic']} restarted on {','.join(shrunk.job.nodelist)}"
         f" in {time.monotonic() - t0:.2f}s"
     )
-    final = await _until(lambda: _queue(url), lambda q: all(j.state in _DONE for j in q.jobs), 120)
+    final = await _until(
+        lambda: _queue(url), lambda q: all(j.state in TERMINAL for j in q.jobs), 120
+    )
     print(f"\n{'JOBID':>6} {'NAME':<10} {'STATE':<10} {'NODES':>5} {'RESTARTS':>8}")
     for j in final.jobs:
         print(f"{j.job_id:>6} {j.name:<10} {j.state:<10} {j.nodes:>5} {j.restart_count:>8}")
@@ -91,10 +94,7 @@ async def _workload(url: str, workdir: Path) -> int:
     for n in nodes.nodes:
         print(f"  {n.name:<8} {n.state:<7} {n.reason}")
     print(f"\njob output is in {workdir}")
-    return 0 if all(j.state == "COMPLETED" for j in final.jobs) else 1
-
-
-_DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+    return 0 if all(j.state == JobState.COMPLETED for j in final.jobs) else 1
 
 
 async def _up_nodes(url: str) -> int:
@@ -102,7 +102,7 @@ async def _up_nodes(url: str) -> int:
         reply = await call(url, "nodes", QueueRequest(user=current_user()), NodesReply, 3)
     except Exception:  # services still starting
         return 0
-    return sum(1 for n in reply.nodes if n.state == "UP")
+    return sum(1 for n in reply.nodes if n.state == NodeState.UP)
 
 
 async def _show(url: str, job_id: int) -> ShowJobReply:

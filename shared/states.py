@@ -49,6 +49,10 @@ LIVE_RUN: frozenset[JobState] = frozenset(
     {JobState.STARTING, JobState.RUNNING, JobState.COMPLETING}
 )
 
+# A job that has not ended, as the views show it (a REQUEUED run shows PENDING): what
+# `muster queue` lists by default and what a cancel or hold can still act on.
+ACTIVE: frozenset[JobState] = frozenset({JobState.PENDING, JobState.CONFIGURING}) | LIVE_RUN
+
 # Every state a `job_runs` row may hold; PENDING and CONFIGURING are derived by the
 # views (no run row yet, or an allocation without one), never stored.
 RUN_STATES: frozenset[JobState] = LIVE_RUN | {JobState.REQUEUED} | TERMINAL
@@ -62,6 +66,7 @@ class NodeState(StrEnum):
 
     UP = "UP"
     SUSPECT = "SUSPECT"  # silent for heartbeat_timeout_s: nothing new placed, jobs kept
+    CLEANING = "CLEANING"  # re-registered with workers running: out until node.cleaned
     DRAINING = "DRAINING"  # running work finishes, nothing new is placed
     DRAINED = "DRAINED"
     DOWN = "DOWN"  # silent for down_after_s: its jobs are restarted elsewhere

@@ -13,11 +13,13 @@ from enum import StrEnum
 
 import msgspec
 
+from shared.states import ACTIVE, JobState
+
 from .authz import Action, authorize
 from .config import ClusterConfig
 
-LIVE = ("PENDING", "CONFIGURING", "STARTING", "RUNNING", "COMPLETING")
-RUNNING = ("STARTING", "RUNNING")
+# Workers that are up, or coming up, take a signal; a COMPLETING job's are being stopped.
+SIGNALLABLE = frozenset({JobState.STARTING, JobState.RUNNING})
 
 
 class Verb(StrEnum):
@@ -87,19 +89,19 @@ def decide(verb: Verb, actor: str, targets: list[Target], config: ClusterConfig)
 def _why_not(verb: Verb, actor: str, t: Target, config: ClusterConfig) -> str | None:
     """None when `verb` applies to `t`; a reason it is skipped; or '!reason' to refuse."""
     job = f"job {t.job_id}"
-    if t.state not in LIVE:
+    if t.state not in ACTIVE:
         return f"{job} already ended ({t.state})"
     match verb:
         case Verb.CANCEL:
             return None
         case Verb.SIGNAL:
-            return None if t.state in RUNNING else f"{job} is {t.state}, not running: no signal"
+            return None if t.state in SIGNALLABLE else f"{job} is {t.state}, not running: no signal"
         case Verb.HOLD:
-            if t.state != "PENDING":
+            if t.state != JobState.PENDING:
                 return f"{job} is {t.state}; only pending jobs can be held"
             return None
         case Verb.RELEASE:
-            if t.state != "PENDING" or not t.held:
+            if t.state != JobState.PENDING or not t.held:
                 if t.needs_approval and not t.approved:
                     return f"{job} is not held; it waits for an operator's approval"
                 return f"{job} is not held"

@@ -28,6 +28,7 @@ from shared.events import JobCancelRequested, JobSubmitted
 from shared.jobspec import JobSpec
 from shared.logs import kv
 from shared.runtime import ServiceContext
+from shared.states import ACTIVE
 
 from . import repo
 from .actions import Decision, Target, Verb, decide, signal_name
@@ -208,7 +209,7 @@ class JobCommands:
             wanted = {s.upper() for s in req.states}
             views = [v for v in views if v.state in wanted]
         elif not req.all_states and not (req.job_ids or req.job_refs):
-            views = [v for v in views if v.state in ("PENDING", "CONFIGURING", *_ACTIVE)]
+            views = [v for v in views if v.state in ACTIVE]
         return QueueReply(jobs=tuple(views))
 
     async def show(self, req: ShowJobRequest) -> ShowJobReply:
@@ -243,9 +244,6 @@ class JobCommands:
             attempts=tuple(_attempt(a) for a in history),
             priority=priority,
         )
-
-
-_ACTIVE = ("STARTING", "RUNNING", "COMPLETING")
 
 
 def _by_refs(job_ids: tuple[int, ...], job_refs: tuple[str, ...]) -> repo.Where:

@@ -11,18 +11,12 @@ import msgspec
 from services.admission.config import ClusterConfig
 from shared.db import Conn
 from shared.jobspec import JobSpec
+from shared.states import TERMINAL
 
 from .policy import NO_POLICY, JobPolicy
 
-TERMINAL_STATES = [
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "OUT_OF_MEMORY",
-    "PREEMPTED",
-]
+# The terminal states as a query parameter (`= ANY($n::text[])`).
+TERMINAL_STATES = sorted(TERMINAL)
 
 
 async def insert_job(conn: Conn, spec: JobSpec, policy: JobPolicy = NO_POLICY) -> int:
@@ -109,10 +103,10 @@ async def select_jobs(conn: Conn, name: str | None, owner: str | None) -> list[i
         "SELECT j.job_id FROM jobs j LEFT JOIN job_runs r USING (job_id)"
         " WHERE ($1::text IS NULL OR j.name = $1) AND ($2::text IS NULL OR j.user_name = $2)"
         " AND j.cancel_requested_at IS NULL"
-        " AND (r.state IS NULL OR r.state NOT IN"
-        "  ('COMPLETED','FAILED','CANCELLED','TIMEOUT','NODE_FAIL','OUT_OF_MEMORY','PREEMPTED'))",
+        " AND (r.state IS NULL OR NOT r.state = ANY($3::text[]))",
         name,
         owner,
+        TERMINAL_STATES,
     )
     return [r["job_id"] for r in rows]
 
