@@ -2,8 +2,11 @@
 
 Acknowledgement policy lives here and nowhere else: a handled message is acked; a
 `PermanentError` or an undecodable payload is terminated and copied to the dead-letter
-stream; anything else is nak'ed with backoff until `max_deliver`, then dead-lettered.
-Every publish carries `Nats-Msg-Id`, so JetStream drops re-publishes of one event.
+stream; a transient error (`shared.transient`: PostgreSQL or NATS away) is retried in
+process, the ack deadline extended, so an outage spends no delivery; any other error is
+nak'ed with backoff until `max_deliver`, then dead-lettered. A consumer outlives NATS
+restarts: it re-binds its durable after a backoff. Every publish carries
+`Nats-Msg-Id`, so JetStream drops re-publishes of one event.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from opentelemetry import trace
 from shared.events import AnyEvent, Event, decode, encode, subject_of, tag_of
 from shared.logs import kv
 from shared.telemetry import extract_context, inject_headers
+from shared.transient import Backoff, is_transient
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -40,6 +44,7 @@ STREAM_SUBJECTS = [
 DLQ_STREAM = "MUSTER_DLQ"
 DLQ_PREFIX = "muster.dlq."
 BACKOFF_S = (0.2, 1.0, 3.0, 10.0, 30.0)
+CRASH_LIMIT_FACTOR = 10
 
 Handler = Callable[[AnyEvent], Awaitable[None]]
 RequestHandler = Callable[[bytes, str], Awaitable[bytes]]
@@ -61,13 +66,38 @@ class Bus:
         self.js: JetStreamContext = nc.jetstream()
         self.max_deliver = max_deliver
         self.ack_wait_s = ack_wait_s
+        # Deliveries that ended in no outcome at all (the consumer was killed, or NATS
+        # was away past the ack deadline) are not failures; only a message delivered
+        # this often without one is taken for a message that kills its consumer.
+        self.crash_limit = CRASH_LIMIT_FACTOR * max_deliver
 
     @classmethod
     async def connect(
         cls, url: str, *, name: str, max_deliver: int = 5, ack_wait_s: float = 30.0
     ) -> Bus:
+        """Connect once (callers wait out a server that is not up, see
+        `shared.runtime.until_ready`); afterwards nats.py reconnects for ever, and the
+        subscriptions and buffered publishes survive a server restart."""
+
+        async def disconnected() -> None:
+            log.warning("NATS disconnected, reconnecting", extra=kv(client=name))
+
+        async def reconnected() -> None:
+            log.info("NATS reconnected", extra=kv(client=name))
+
+        async def error(err: Exception) -> None:
+            log.warning("NATS client error", extra=kv(client=name, error=repr(err)))
+
         nc = await nats.connect(
-            url, name=name, connect_timeout=5, max_reconnect_attempts=-1, reconnect_time_wait=0.5
+            url,
+            name=name,
+            connect_timeout=5,
+            allow_reconnect=True,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            disconnected_cb=disconnected,
+            reconnected_cb=reconnected,
+            error_cb=error,
         )
         return cls(nc, max_deliver=max_deliver, ack_wait_s=ack_wait_s)
 
@@ -117,14 +147,38 @@ class Bus:
     ) -> None:
         """Pull `subjects` with a durable consumer until `stop` is set.
 
-        The message in hand is finished before returning; the subscription is always
-        unsubscribed, or draining can hang on late pull responses.
+        The message in hand is finished before returning. A transient bus error (NATS
+        restarting, the JetStream API not answering) re-binds the consumer after a
+        backoff instead of ending the loop; the durable keeps its position.
         """
+        backoff = Backoff(first_s=0.2, max_s=5.0)
+        while not stop.is_set():
+            try:
+                await self._consume_bound(durable, subjects, handler, stop, batch, backoff)
+            except Exception as err:
+                if not is_transient(err):
+                    raise
+                log.warning("consumer lost the bus", extra=kv(durable=durable, error=repr(err)))
+                await backoff.wait(stop)
+
+    async def _consume_bound(
+        self,
+        durable: str,
+        subjects: Sequence[str],
+        handler: Handler,
+        stop: asyncio.Event,
+        batch: int,
+        backoff: Backoff,
+    ) -> None:
+        """One binding of the durable; the subscription is always unsubscribed, or
+        draining can hang on late pull responses."""
         sub = await self._pull_subscription(durable, subjects)
         try:
             while not stop.is_set():
-                for msg in await _fetch(sub, batch):
-                    await self._deliver(durable, msg, handler)
+                msgs = await _fetch(sub, batch)
+                backoff.reset()
+                for i, msg in enumerate(msgs):
+                    await self._deliver(durable, msg, handler, stop, msgs[i + 1 :])
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -141,6 +195,10 @@ class Bus:
         )
         try:
             await self.js.add_consumer(STREAM, config)
+        except NotFoundError:
+            # A NATS server that came back without its store: recreate, then bind.
+            await self.ensure_streams()
+            await self.js.add_consumer(STREAM, config)
         except BadRequestError as err:
             # An existing durable with another config keeps its position; say so.
             log.warning(
@@ -148,10 +206,12 @@ class Bus:
             )
         return await self.js.pull_subscribe_bind(durable=durable, stream=STREAM)
 
-    async def _deliver(self, durable: str, msg: Msg, handler: Handler) -> None:
+    async def _deliver(
+        self, durable: str, msg: Msg, handler: Handler, stop: asyncio.Event, held: list[Msg]
+    ) -> None:
         delivered = msg.metadata.num_delivered
-        if delivered > self.max_deliver:
-            await self._dead_letter(durable, msg, f"gave up after {delivered - 1} deliveries")
+        if delivered > self.crash_limit:
+            await self._dead_letter(durable, msg, f"delivered {delivered} times without an outcome")
             return
         try:
             event = decode(msg.data)
@@ -165,16 +225,42 @@ class Bus:
         ) as span:
             span.set_attribute("messaging.consumer", durable)
             try:
-                await handler(event)
+                await self._handle_through_outages(msg, event, handler, stop, held)
             except PermanentError as err:
                 log.error("permanent failure", extra=kv(subject=msg.subject, error=err.reason))
                 await self._dead_letter(durable, msg, err.reason)
+                return
+            except _StoppedRetrying:
+                await msg.nak()
                 return
             except Exception as err:
                 span.record_exception(err)
                 await self._retry_or_give_up(durable, msg, delivered, err)
                 return
         await msg.ack()
+
+    async def _handle_through_outages(
+        self, msg: Msg, event: AnyEvent, handler: Handler, stop: asyncio.Event, held: list[Msg]
+    ) -> None:
+        """Run the handler; a transient failure is retried here, with backoff, while
+        the ack deadlines of this message and the rest of its batch are extended, so an
+        outage never spends a delivery (and so never the poison budget)."""
+        backoff = Backoff(first_s=0.1, max_s=min(5.0, self.ack_wait_s / 3))
+        while True:
+            try:
+                await handler(event)
+                return
+            except Exception as err:
+                if isinstance(err, PermanentError) or not is_transient(err):
+                    raise
+                if stop.is_set():
+                    raise _StoppedRetrying from err
+                log.warning(
+                    "handler met an outage, retrying",
+                    extra=kv(subject=msg.subject, failures=backoff.failures + 1, error=repr(err)),
+                )
+            await _extend_deadlines(msg, *held)
+            await backoff.wait(stop)
 
     async def _retry_or_give_up(
         self, durable: str, msg: Msg, delivered: int, err: Exception
@@ -228,6 +314,8 @@ class Bus:
             info = await self.js.stream_info(DLQ_STREAM)
         except NotFoundError:
             return
+        if not info.state.messages:
+            return  # an empty stream reports first_seq 0, which get_msg refuses
         for seq in range(info.state.first_seq, info.state.last_seq + 1):
             try:
                 raw = await self.js.get_msg(DLQ_STREAM, seq)
@@ -235,6 +323,21 @@ class Bus:
                 continue
             if raw.subject == DLQ_PREFIX + durable:
                 yield raw.data or b"", dict(raw.headers or {})
+
+
+class _StoppedRetrying(Exception):
+    """`stop` was set while a handler waited out an outage: the message is nak'ed."""
+
+
+async def _extend_deadlines(*msgs: Msg) -> None:
+    """Tell JetStream the messages are still being worked on (best effort: while NATS
+    itself is away this fails, and an expired deadline only costs a redelivery)."""
+    for msg in msgs:
+        try:
+            await msg.in_progress()
+        except Exception as err:
+            if not is_transient(err):
+                raise
 
 
 async def _fetch(sub: JetStreamContext.PullSubscription, batch: int) -> list[Msg]:

@@ -21,7 +21,9 @@ import asyncpg
 from shared.bus import Bus
 from shared.events import Event, encode, subject_of
 from shared.logs import kv
+from shared.settings import Settings
 from shared.telemetry import current_headers
+from shared.transient import Backoff, is_transient
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +36,31 @@ Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
 MIGRATION_LOCK = 7_331_001
 
 
-async def create_pool(url: str, *, min_size: int = 1, max_size: int = 5) -> Pool:
-    pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, timeout=10)
+async def create_pool(settings: Settings, *, min_size: int = 1, max_size: int = 5) -> Pool:
+    """A pool whose every query has a deadline (see the `db_*` settings).
+
+    asyncpg replaces a pooled connection that was closed under it at the next acquire,
+    so after PostgreSQL restarts the pool reconnects by itself; the queries in flight
+    fail with a transient error (`shared.transient`) and their callers retry.
+    """
+    pool = await asyncpg.create_pool(
+        settings.database_url,
+        min_size=min_size,
+        max_size=max_size,
+        timeout=settings.db_connect_timeout_s,
+        command_timeout=settings.db_command_timeout_s,
+        server_settings={
+            "statement_timeout": _ms(settings.db_statement_timeout_s),
+            "lock_timeout": _ms(settings.db_lock_timeout_s),
+            "idle_in_transaction_session_timeout": _ms(settings.db_idle_in_transaction_timeout_s),
+        },
+    )
     assert pool is not None
     return pool
+
+
+def _ms(seconds: float) -> str:
+    return str(round(seconds * 1000))
 
 
 def migration_files() -> list[tuple[str, str]]:
@@ -105,15 +128,23 @@ class Relay:
         self._wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Publish until `stop`; an outage of either server only slows the sweep down
+        (a kick still wakes it), so rows wait in the outbox and none is lost."""
+        backoff = Backoff(first_s=self.sweep_s, max_s=2.0)
         while not stop.is_set():
             self._wake.clear()
+            wait_s = self.sweep_s
             try:
                 while await self.publish_batch() == self.batch:
                     pass
-            except (TimeoutError, OSError, asyncpg.PostgresError) as err:
+                backoff.reset()
+            except Exception as err:
+                if not is_transient(err):
+                    raise
+                wait_s = backoff.next_s()
                 log.warning("relay pass failed, will retry", extra=kv(error=repr(err)))
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.sweep_s)
+                await asyncio.wait_for(self._wake.wait(), timeout=wait_s)
 
     async def publish_batch(self) -> int:
         """Publish up to `batch` rows at once (JetStream acks awaited together), then mark

@@ -8,8 +8,10 @@ system user that owns only its data folder.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -48,6 +50,29 @@ class Server:
             self.process.kill()
             self.process.wait(timeout)
 
+    def kill(self, timeout: float = 10.0) -> None:
+        """SIGKILL the server and every process it started (its session), as a crash
+        would; start it again on the same folder and port to restart it."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)  # orphaned backends, if any
+        _wait_gone(self.process.pid, timeout)
+
+
+def _wait_gone(pgid: int, timeout: float) -> None:
+    """Wait until no process of group `pgid` is left (PostgreSQL refuses to start while
+    an old backend still holds its shared memory)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -74,10 +99,11 @@ def start_nats(state_dir: Path, port: int | None = None, timeout: float = 20.0) 
     log_path = state_dir / "nats.log"
     argv = [nats_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
     argv += ["-l", str(log_path)]
+    offset = _size(log_path)
     proc = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
-    _wait_for_line(proc, log_path, "Server is ready", "nats", timeout)
+    _wait_for_line(proc, log_path, "Server is ready", "nats", timeout, offset)
     return Server("nats", f"nats://127.0.0.1:{port}", proc, log_path)
 
 
@@ -146,6 +172,7 @@ def start_postgres(
         if init.returncode != 0:
             raise EmbeddedServerError("postgres", f"initdb failed: {init.stderr.strip()}")
     log_path.touch()
+    offset = _size(log_path)
     if uid is not None and gid is not None:
         os.chown(log_path, uid, gid)
     argv = [str(bin_dir / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port)]
@@ -161,7 +188,7 @@ def start_postgres(
             start_new_session=True,
             **_as_user(uid, gid),
         )
-    _wait_for_line(proc, log_path, "ready to accept connections", "postgres", timeout)
+    _wait_for_line(proc, log_path, "ready to accept connections", "postgres", timeout, offset)
     return Server("postgres", f"postgresql://postgres@127.0.0.1:{port}", proc, log_path)
 
 
@@ -178,15 +205,32 @@ def create_database(server_url: str, name: str, template: str | None = None) -> 
     return f"{server_url}/{name}"
 
 
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
 def _wait_for_line(
-    proc: subprocess.Popen[bytes], log_path: Path, needle: str, name: str, timeout: float
+    proc: subprocess.Popen[bytes],
+    log_path: Path,
+    needle: str,
+    name: str,
+    timeout: float,
+    offset: int = 0,
 ) -> None:
+    """Wait for `needle` in the log written after `offset` (a restarted server appends
+    to the log of its previous run)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise EmbeddedServerError(name, f"exited with code {proc.returncode}", log_path)
-        if log_path.exists() and needle in log_path.read_text(errors="replace"):
+        if log_path.exists() and needle.encode() in _read_from(log_path, offset):
             return
         time.sleep(0.05)
     proc.kill()
     raise EmbeddedServerError(name, f"not ready after {timeout:.0f}s", log_path)
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    with path.open("rb") as f:
+        f.seek(offset)
+        return f.read()

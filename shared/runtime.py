@@ -1,8 +1,12 @@
 """Plumbing: the service lifecycle.
 
-`run_service` runs a service's `main(ctx, stop)` on uvloop; SIGTERM or SIGINT sets
-`stop`, consumers finish the message in hand, the relay and the connections drain.
-`ServiceContext` is the `async with` that owns a process's bus, pool and relay.
+`run_service` runs a service's `main(stop)` on uvloop; SIGTERM or SIGINT sets `stop`,
+consumers finish the message in hand, the relay and the connections drain.
+`service_context` is the `async with` that owns a process's bus, pool and relay; it
+waits for NATS and PostgreSQL with backoff instead of failing when they are not up yet.
+`until_stopped` runs a service's loops (Temporal-worker style: run until `stop`, then a
+graceful timeout, then cancel), restarting a loop that fails instead of ending the
+process, so an outage of either server delays a service and never ends it.
 """
 
 from __future__ import annotations
@@ -11,9 +15,10 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import uvloop
 
@@ -22,8 +27,19 @@ from shared.db import Pool, Relay, create_pool, migrate
 from shared.logs import kv, setup_logging
 from shared.settings import Settings
 from shared.telemetry import setup_tracing
+from shared.transient import Backoff, is_transient
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Loop = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
+
+# A loop that ran this long before failing was healthy: its next restart comes quickly.
+HEALTHY_RUN_S = 30.0
+
+
+class StoppedBeforeReady(Exception):
+    """`stop` was set while the process still waited for its servers."""
 
 
 @dataclass
@@ -34,27 +50,53 @@ class ServiceContext:
     relay: Relay
 
 
+async def until_ready(what: str, attempt: Callable[[], Awaitable[T]], stop: asyncio.Event) -> T:
+    """`attempt()` until it succeeds, waiting out transient errors (a server not up yet,
+    or restarting) with backoff; a non-transient error is raised at once."""
+    backoff = Backoff(first_s=0.2, max_s=5.0)
+    while not stop.is_set():
+        try:
+            return await attempt()
+        except Exception as err:
+            if not is_transient(err):
+                raise
+            log.warning("waiting for a server", extra=kv(step=what, error=repr(err)))
+            await backoff.wait(stop)
+    raise StoppedBeforeReady(what)
+
+
 @contextlib.asynccontextmanager
 async def service_context(
-    settings: Settings, *, pool_size: int = 5
+    settings: Settings, stop: asyncio.Event | None = None, *, pool_size: int = 5
 ) -> AsyncIterator[ServiceContext]:
-    bus = await Bus.connect(
-        settings.nats_url,
-        name=f"{settings.service_name}-{settings.instance}",
-        max_deliver=settings.max_deliver,
-        ack_wait_s=settings.ack_wait_s,
+    stop = stop or asyncio.Event()
+    bus = await until_ready(
+        "connect to NATS",
+        lambda: Bus.connect(
+            settings.nats_url,
+            name=f"{settings.service_name}-{settings.instance}",
+            max_deliver=settings.max_deliver,
+            ack_wait_s=settings.ack_wait_s,
+        ),
+        stop,
     )
     try:
-        await bus.ensure_streams()
-        pool = await create_pool(settings.database_url, max_size=pool_size)
+        await until_ready("create streams", bus.ensure_streams, stop)
+        pool = await until_ready(
+            "connect to PostgreSQL", lambda: create_pool(settings, max_size=pool_size), stop
+        )
         try:
-            async with pool.acquire() as conn:
-                await migrate(conn)
+            await until_ready("migrate", lambda: _migrate(pool), stop)
             yield ServiceContext(settings, bus, pool, Relay(pool, bus))
         finally:
             await asyncio.wait_for(pool.close(), timeout=settings.drain_timeout_s)
     finally:
         await bus.close()
+
+
+async def _migrate(pool: Pool) -> None:
+    async with pool.acquire() as conn:
+        await migrate(conn)
 
 
 def run_service(settings: Settings, main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
@@ -68,7 +110,10 @@ def run_service(settings: Settings, main: Callable[[asyncio.Event], Awaitable[No
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         log.info("starting", extra=kv(service=settings.service_name, instance=settings.instance))
-        await main(stop)
+        try:
+            await main(stop)
+        except StoppedBeforeReady as err:
+            log.info("stopped before ready", extra=kv(step=str(err)))
         log.info("stopped", extra=kv(service=settings.service_name))
 
     try:
@@ -77,26 +122,91 @@ def run_service(settings: Settings, main: Callable[[asyncio.Event], Awaitable[No
         provider.shutdown()
 
 
-async def until_stopped(
-    stop: asyncio.Event, *tasks: Callable[[asyncio.Event], Coroutine[Any, Any, None]]
-) -> None:
-    """Run background loops in one TaskGroup; each gets `stop` and must return once set."""
+async def until_stopped(stop: asyncio.Event, *loops: Loop, grace_s: float = 10.0) -> None:
+    """Run a service's background loops until `stop`; each gets `stop` and must return
+    once it is set. A loop that raises is logged and restarted with backoff, so one
+    failure never ends the others. After `stop`, loops have `grace_s` to finish the
+    work in hand; those still running then are cancelled."""
     async with asyncio.TaskGroup() as group:
-        for task in tasks:
-            group.create_task(task(stop))
+        running = [group.create_task(_supervised(loop, stop)) for loop in loops]
+        group.create_task(_cancel_after_grace(stop, running, grace_s))
+
+
+async def _supervised(loop: Loop, stop: asyncio.Event) -> None:
+    name = getattr(loop, "__qualname__", repr(loop))
+    backoff = Backoff(first_s=0.2, max_s=5.0)
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            await loop(stop)
+            return
+        except Exception as err:
+            if time.monotonic() - started > HEALTHY_RUN_S:
+                backoff.reset()
+            if is_transient(err):
+                log.warning("loop lost a server, restarting", extra=kv(loop=name, error=repr(err)))
+            else:
+                log.exception("loop failed, restarting", extra=kv(loop=name))
+        await backoff.wait(stop)
+
+
+async def _cancel_after_grace(
+    stop: asyncio.Event, running: list[asyncio.Task[None]], grace_s: float
+) -> None:
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        while not stopped.done() and not all(task.done() for task in running):
+            await asyncio.wait([stopped, *running], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not stop.is_set():
+        return
+    _, late = await asyncio.wait(running, timeout=grace_s)
+    for task in late:
+        log.warning("loop did not stop in time, cancelling", extra=kv(task=task.get_name()))
+        task.cancel()
 
 
 async def every(
     period_s: float, stop: asyncio.Event, action: Callable[[], Awaitable[None]]
 ) -> None:
-    """Call `action` every `period_s` until `stop`; a failing call is logged, not fatal."""
+    """Call `action` every `period_s` until `stop`; a failing call is logged, not fatal:
+    the next period tries again (the actions are level-triggered reconciles)."""
     while not stop.is_set():
         try:
             await action()
-        except (TimeoutError, OSError, RuntimeError) as err:
-            log.warning(
-                "periodic action failed",
-                extra=kv(action=getattr(action, "__name__", "?"), error=repr(err)),
-            )
+        except Exception as err:
+            name = getattr(action, "__name__", "?")
+            if is_transient(err):
+                log.warning("periodic action failed", extra=kv(action=name, error=repr(err)))
+            else:
+                log.exception("periodic action failed", extra=kv(action=name))
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=period_s)
+
+
+class TaskSet:
+    """An owned set of background tasks: each is referenced until it ends (asyncio keeps
+    only weak references) and `close` awaits the rest with a timeout, then cancels."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def close(self, timeout_s: float) -> None:
+        if not self._tasks:
+            return
+        _, late = await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        for task in late:
+            task.cancel()
+        if late:
+            log.warning("tasks did not finish in time, cancelled", extra=kv(count=len(late)))
+            await asyncio.wait(late, timeout=1.0)

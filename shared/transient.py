@@ -9,6 +9,9 @@ is a bug or bad input. Every retry loop asks `is_transient`; nobody keeps a copy
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 import asyncpg
 import nats.errors
 import nats.js.errors
@@ -66,3 +69,29 @@ def is_transient(err: BaseException) -> bool:
         return err.code in _RETRY_API_CODES
     cause = err.__cause__
     return cause is not None and is_transient(cause)
+
+
+class Backoff:
+    """The waits of one retry loop: exponential from `first_s`, capped at `max_s`.
+
+    No jitter: the loops that use it are few per process and already out of step.
+    """
+
+    def __init__(self, first_s: float = 0.1, max_s: float = 5.0) -> None:
+        self.first_s = first_s
+        self.max_s = max_s
+        self.failures = 0
+
+    def next_s(self) -> float:
+        """The wait after one more failure."""
+        delay = min(self.max_s, self.first_s * 2.0**self.failures)
+        self.failures += 1
+        return delay
+
+    def reset(self) -> None:
+        self.failures = 0
+
+    async def wait(self, stop: asyncio.Event) -> None:
+        """Sleep the next wait, or less if `stop` is set meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=self.next_s())

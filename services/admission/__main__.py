@@ -14,7 +14,7 @@ def main() -> None:
     settings = Settings.from_env(os.environ, service_name="admission")
 
     async def serve(stop: asyncio.Event) -> None:
-        async with service_context(settings, pool_size=10) as ctx:
+        async with service_context(settings, stop, pool_size=10) as ctx:
             await Admission(ctx).run(stop)
 
     run_service(settings, serve)

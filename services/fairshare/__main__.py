@@ -37,7 +37,7 @@ def main() -> None:
     config, cluster = load(settings, os.environ.get("MUSTER_FAIRSHARE_CONFIG", ""))
 
     async def serve(stop: asyncio.Event) -> None:
-        async with service_context(settings) as ctx:
+        async with service_context(settings, stop) as ctx:
             await FairShare(ctx, config, cluster).run(stop)
 
     run_service(settings, serve)

@@ -14,7 +14,7 @@ def main() -> None:
     settings = Settings.from_env(os.environ, service_name="health")
 
     async def serve(stop: asyncio.Event) -> None:
-        async with service_context(settings) as ctx:
+        async with service_context(settings, stop) as ctx:
             await Monitor(ctx).run(stop)
 
     run_service(settings, serve)

@@ -42,7 +42,7 @@ def main() -> None:
     config = coordinator_config(settings, os.environ)
 
     async def serve(stop: asyncio.Event) -> None:
-        async with service_context(settings) as ctx:
+        async with service_context(settings, stop) as ctx:
             await Coordinator(ctx, config).run(stop)
 
     run_service(settings, serve)

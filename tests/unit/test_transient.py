@@ -9,7 +9,7 @@ import nats.js.errors
 import pytest
 
 from shared.bus import PermanentError
-from shared.transient import is_transient
+from shared.transient import Backoff, is_transient
 
 
 def _raised_from(err: BaseException, cause: BaseException) -> BaseException:
@@ -92,3 +92,10 @@ CASES: dict[str, tuple[BaseException, bool]] = {
 @pytest.mark.parametrize(("err", "want"), CASES.values(), ids=CASES.keys())
 def test_is_transient(err: BaseException, want: bool) -> None:
     assert is_transient(err) is want
+
+
+def test_backoff_doubles_up_to_its_cap_and_starts_over_after_a_reset() -> None:
+    backoff = Backoff(first_s=0.1, max_s=0.5)
+    assert [backoff.next_s() for _ in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
+    backoff.reset()
+    assert backoff.next_s() == 0.1

@@ -1,0 +1,145 @@
+"""The bus adapter (`shared/bus.py`) on a real NATS server: a transient handler failure
+is retried without spending deliveries and is never dead-lettered; poison still is; a
+consumer outlives a NATS restart on the same port."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from shared import embedded
+from shared.bus import STREAM, Bus
+from shared.events import AnyEvent, NodeDrainRequested
+from tests.support.cluster import eventually
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+SUBJECTS = ["muster.node.>"]
+
+
+def drain(node: str) -> NodeDrainRequested:
+    return NodeDrainRequested(
+        event_id=uuid.uuid4(), occurred_at=T0, node=node, by="test", reason="test"
+    )
+
+
+class FailingHandler:
+    """Fails the first `failures` calls with `error`, then records what it handled."""
+
+    def __init__(self, failures: int, error: Exception) -> None:
+        self.failures = failures
+        self.error = error
+        self.calls = 0
+        self.handled: list[AnyEvent] = []
+        self.done = asyncio.Event()
+
+    async def __call__(self, event: AnyEvent) -> None:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error
+        self.handled.append(event)
+        self.done.set()
+
+
+@pytest.fixture
+async def bus(nats_url: str) -> AsyncIterator[Bus]:
+    # A short ack deadline: a retry that did not extend it would be redelivered.
+    bus = await Bus.connect(nats_url, name="bus-test", max_deliver=2, ack_wait_s=1.0)
+    await bus.ensure_streams()
+    try:
+        yield bus
+    finally:
+        await bus.close()
+
+
+async def _consume_until(bus: Bus, handler: FailingHandler, until: asyncio.Event) -> None:
+    stop = asyncio.Event()
+    task = asyncio.create_task(bus.consume("t", SUBJECTS, handler, stop))
+    try:
+        await asyncio.wait_for(until.wait(), timeout=60)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=30)
+
+
+async def _dead(bus: Bus) -> list[tuple[bytes, dict[str, str]]]:
+    return [letter async for letter in bus.dead_letters("t")]
+
+
+async def test_a_handler_failing_transiently_more_than_max_deliver_times_is_applied_once(
+    bus: Bus,
+) -> None:
+    event = drain("node01")
+    handler = FailingHandler(failures=8, error=ConnectionRefusedError(111, "pg is down"))
+    await bus.publish(event)
+
+    await _consume_until(bus, handler, handler.done)
+
+    assert handler.handled == [event]
+    assert handler.calls == 9  # 8 failures > max_deliver=2, retried in process
+    assert await _dead(bus) == []
+    info = await bus.js.consumer_info(STREAM, "t")
+    assert (info.num_redelivered, info.num_ack_pending) == (0, 0)
+
+
+async def test_a_handler_that_keeps_failing_with_a_bug_is_dead_lettered(bus: Bus) -> None:
+    handler = FailingHandler(failures=1_000, error=KeyError("node01"))
+    await bus.publish(drain("node01"))
+    stop = asyncio.Event()
+    task = asyncio.create_task(bus.consume("t", SUBJECTS, handler, stop))
+    try:
+        [(_, headers)] = await eventually(lambda: _dead(bus), bool, what="a dead letter")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=30)
+
+    assert headers["Muster-Error"] == "failed 2 times: KeyError('node01')"
+    assert handler.calls == 2 and handler.handled == []
+
+
+async def test_a_consumer_outlives_a_nats_restart_and_gets_what_was_published_after(
+    tmp_path: Path,
+) -> None:
+    server = embedded.start_nats(tmp_path / "own-nats")
+    port = int(server.url.rsplit(":", 1)[1])
+    bus = await Bus.connect(server.url, name="restart-test", max_deliver=2, ack_wait_s=5.0)
+    handler = FailingHandler(failures=0, error=RuntimeError("unused"))
+    stop = asyncio.Event()
+    try:
+        await bus.ensure_streams()
+        task = asyncio.create_task(bus.consume("t", SUBJECTS, handler, stop))
+        await bus.publish(drain("before"))
+        await asyncio.wait_for(handler.done.wait(), timeout=30)
+        handler.done.clear()
+
+        server.kill()
+        await asyncio.sleep(2)
+        server = embedded.start_nats(tmp_path / "own-nats", port=port)
+        after = drain("after")
+        await _publish_when_back(bus, after)
+
+        await asyncio.wait_for(handler.done.wait(), timeout=60)
+        assert [e.node for e in handler.handled if isinstance(e, NodeDrainRequested)] == [
+            "before",
+            "after",
+        ]
+        assert not task.done()
+        stop.set()
+        await asyncio.wait_for(task, timeout=30)
+    finally:
+        await bus.close()
+        server.stop()
+
+
+async def _publish_when_back(bus: Bus, event: NodeDrainRequested) -> None:
+    for _ in range(100):
+        try:
+            await bus.publish(event)
+            return
+        except Exception:  # the server is still coming back; retry a moment later
+            await asyncio.sleep(0.2)
+    raise AssertionError("NATS did not come back")
