@@ -8,43 +8,52 @@ write the result back and put the events the transitions owe in the outbox:
 - `gpu.xid_observed` -> classify (catalog) -> `FaultSeen` -> `node.fault`
 - `node.registered` -> `Heartbeat` (the boot) + `CheckPassed` / `CheckFailed` (the
   probe's health check) -> `node.recovered` when policy lets the node back
-- heartbeats (core NATS, kept in memory) + a periodic `Tick` -> `node.down`; a
-  draining node with no live allocation -> `Idle` -> DRAINED
+  (and `WorkersFound`: a node still running workers is CLEANING until `node.cleaned`)
+- `node.cleaned` (the launcher stopped the stale workers) -> `Cleaned`
+- heartbeats (core NATS, kept in memory) + a periodic `Tick` -> SUSPECT, then
+  `node.down`; a draining node with no live allocation -> `Idle` -> DRAINED
 - `node.drain_requested` -> `OperatorDrain` / `OperatorResume`
 
+One clock: every transaction reads the database's `now()` once, so heartbeat times,
+state changes and the flap history agree whichever monitor wrote them. The `Tick` also
+says when our own NATS connection last came up (None while it is down): the core blames
+no node for silence we could not have heard, and declares none DOWN within
+`down_after_s` of it (a restarted monitor counts as reconnected).
+
 State is in the database, not here (level-triggered), so a restarted monitor resumes
-where the last one stopped; it only waits one timeout before declaring silent nodes down.
+where the last one stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import msgspec
 from nats.aio.msg import Msg
 
 from services.health import repo
 from services.health.catalog import classify
-from services.health.monitor_core import (
+from services.health.monitor_core import step
+from services.health.monitor_model import (
     AnyObservation,
     CheckFailed,
     CheckPassed,
+    Cleaned,
     ClusterHealth,
     FaultSeen,
+    Guard,
     HealthPolicy,
     Heartbeat,
     Idle,
     NodeHealth,
-    NodeState,
     OperatorDrain,
     OperatorResume,
     Tick,
     Transition,
     TransitionKind,
-    step,
+    WorkersFound,
 )
 from shared.api import AGENT_PREFIX, HEARTBEAT_PREFIX, AgentReply, InjectFault
 from shared.db import Conn, inbox_first_time, outbox_add
@@ -52,6 +61,7 @@ from shared.events import (
     AnyEvent,
     Event,
     GpuXidObserved,
+    NodeCleaned,
     NodeDown,
     NodeDrainRequested,
     NodeFault,
@@ -60,25 +70,41 @@ from shared.events import (
 )
 from shared.logs import kv
 from shared.runtime import ServiceContext, every, until_stopped
+from shared.settings import Settings
+from shared.states import NodeState
 
 log = logging.getLogger(__name__)
 
-SUBJECTS = ("muster.node.registered", "muster.gpu.xid_observed", "muster.node.drain_requested")
+SUBJECTS = (
+    "muster.node.registered",
+    "muster.gpu.xid_observed",
+    "muster.node.drain_requested",
+    "muster.node.cleaned",
+)
 CONSUMER = "health"
-Clock = Callable[[], float]
+RESET_WAIT_S = 30.0  # one GPU reset request; also how long stop waits for those in flight
+
+
+def policy_from(settings: Settings) -> HealthPolicy:
+    return HealthPolicy(
+        heartbeat_timeout_s=settings.heartbeat_timeout_s,
+        down_after_s=settings.down_after_s,
+        max_silent_share=settings.max_silent_share,
+    )
 
 
 class Monitor:
-    def __init__(
-        self, ctx: ServiceContext, policy: HealthPolicy | None = None, clock: Clock = time.time
-    ) -> None:
+    def __init__(self, ctx: ServiceContext, policy: HealthPolicy | None = None) -> None:
         self.ctx = ctx
-        self.policy = policy or HealthPolicy(heartbeat_timeout_s=ctx.settings.heartbeat_timeout_s)
-        self.clock = clock  # wall clock: persisted times must survive a restart
-        self.started = clock()
-        self.heard: dict[str, tuple[float, str]] = {}  # node -> (when, boot) since the last tick
+        self.policy = policy or policy_from(ctx.settings)
+        self.heard: dict[str, str] = {}  # node -> boot, heard since the last pass
+        self.guard = Guard.NONE  # as the last pass found it; logged when it changes
+        # When our NATS connection last came up, in database time (None: down, or not
+        # seen up yet); `reconnects` notices a drop shorter than one pass.
+        self.connected_since: float | None = None
+        self.reconnects = 0
         self._resets: list[tuple[str, tuple[int, ...]]] = []  # drained nodes' GPUs to reset
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # GPU resets in flight, awaited at stop
 
     async def run(self, stop: asyncio.Event) -> None:
         sub = await self.ctx.bus.nc.subscribe(HEARTBEAT_PREFIX + "*", cb=self._on_heartbeat)
@@ -86,13 +112,23 @@ class Monitor:
             await until_stopped(stop, self._consume, self._liveness, self.ctx.relay.run)
         finally:
             await sub.unsubscribe()
+            await self._finish_resets()
+
+    async def _finish_resets(self) -> None:
+        """Let the GPU resets in flight end (each has its own timeout); cancel stragglers."""
+        if not self._tasks:
+            return
+        _, late = await asyncio.wait(set(self._tasks), timeout=RESET_WAIT_S)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
 
     async def _consume(self, stop: asyncio.Event) -> None:
         await self.ctx.bus.consume(CONSUMER, SUBJECTS, self.handle, stop)
 
     async def _on_heartbeat(self, msg: Msg) -> None:
         node = msg.subject.removeprefix(HEARTBEAT_PREFIX)
-        self.heard[node] = (self.clock(), msg.data.decode(errors="replace"))
+        self.heard[node] = msg.data.decode(errors="replace")
 
     # --- events ---------------------------------------------------------------------
 
@@ -107,6 +143,9 @@ class Monitor:
                     await self._xid(conn, event)
                 case NodeDrainRequested():
                     await self._operator(conn, event)
+                case NodeCleaned():
+                    gone = Cleaned(node=event.node, boot_id=event.boot_id)
+                    await self.decide(conn, [event.node], [gone], await repo.db_now(conn))
                 case _:
                     return
         self.ctx.relay.kick()
@@ -127,14 +166,19 @@ class Monitor:
             reg.node,
             {"passed": passed, "problems": list(reg.check_problems), "boot_id": reg.boot_id},
         )
+        # Workers first: a node that returns while still running them rests in CLEANING.
+        workers = WorkersFound(node=reg.node, boot_id=reg.boot_id, workers=len(reg.running))
         boot = Heartbeat(node=reg.node, boot_id=reg.boot_id)
-        await self.decide(conn, [reg.node], [boot, check], self.clock())
-        log.info("node registered", extra=kv(node=reg.node, boot=reg.boot_id, check=passed))
+        await self.decide(conn, [reg.node], [workers, boot, check], await repo.db_now(conn))
+        log.info(
+            "node registered",
+            extra=kv(node=reg.node, boot=reg.boot_id, check=passed, workers=len(reg.running)),
+        )
 
     async def _xid(self, conn: Conn, obs: GpuXidObserved) -> None:
         verdict = classify(obs.xid, obs.recovery_action)
         seen = FaultSeen(node=obs.node, gpu=obs.gpu, classification=verdict)
-        if not await self.decide(conn, [obs.node], [seen], self.clock(), xid=obs):
+        if not await self.decide(conn, [obs.node], [seen], await repo.db_now(conn), xid=obs):
             log.warning("xid from an unknown node", extra=kv(node=obs.node))
 
     async def _operator(self, conn: Conn, req: NodeDrainRequested) -> None:
@@ -143,7 +187,7 @@ class Monitor:
             if req.resume
             else OperatorDrain(node=req.node, by=req.by, reason=req.reason)
         )
-        await self.decide(conn, [req.node], [op], self.clock())
+        await self.decide(conn, [req.node], [op], await repo.db_now(conn))
 
     # --- liveness -------------------------------------------------------------------
 
@@ -151,16 +195,17 @@ class Monitor:
         await every(min(1.0, self.policy.heartbeat_timeout_s / 4), stop, self.check_liveness)
 
     async def check_liveness(self) -> None:
-        """Apply the heartbeats heard since the last pass, finish idle drains, and mark
-        nodes silent past the timeout DOWN (not before one timeout after our start: a
-        restarted monitor hears first)."""
+        """Apply the heartbeats heard since the last pass (stamped with this pass's
+        database time: at most one pass late, in the node's favour), finish idle drains,
+        and judge silence (SUSPECT, then DOWN unless the guard holds)."""
         heard, self.heard = self.heard, {}
-        now = self.clock()
         async with self.ctx.pool.acquire() as conn, conn.transaction():
+            now = await repo.db_now(conn)
+            tick = Tick(connected_since=self._connected_since(now))
             nodes = await repo.load_health(conn)
             obs: list[AnyObservation] = [
                 Heartbeat(node=name, boot_id=boot, running=nodes[name].running)
-                for name, (_, boot) in sorted(heard.items())
+                for name, boot in sorted(heard.items())
                 if name in nodes
             ]
             obs += [
@@ -168,12 +213,38 @@ class Monitor:
                 for n in nodes.values()
                 if n.state is NodeState.DRAINING and n.running == 0 and n.name not in heard
             ]
-            if now - self.started >= self.policy.heartbeat_timeout_s:
-                obs.append(Tick())
-            out = await self.decide(conn, None, obs, now, loaded=nodes, heard=heard)
+            out = await self.decide(conn, None, [*obs, tick], now, loaded=nodes)
         if out:
             self.ctx.relay.kick()
         self._reset_drained()
+
+    def _connected_since(self, now: float) -> float | None:
+        """When our NATS connection last came up, as this pass sees it: a drop between
+        two passes shows as a new reconnect count."""
+        nc = self.ctx.bus.nc
+        reconnects = int(nc.stats.get("reconnects", 0))
+        if not nc.is_connected:
+            self.connected_since = None
+        elif self.connected_since is None or reconnects != self.reconnects:
+            self.connected_since = now
+        self.reconnects = reconnects
+        return self.connected_since
+
+    def _note_guard(self, state: ClusterHealth) -> None:
+        """Say once, loudly, when the guard starts holding DOWN back, and when it stops."""
+        if state.guard is self.guard:
+            return
+        was, self.guard = self.guard, state.guard
+        silent = sorted(n.name for n in state.nodes.values() if n.state is NodeState.SUSPECT)
+        if state.guard is Guard.NONE:
+            log.warning("down guard released", extra=kv(was=was, suspect=silent))
+            return
+        log.log(
+            logging.WARNING if state.guard is Guard.BUS_GRACE else logging.ERROR,
+            "down guard holding: no node is declared DOWN (%s)",
+            state.guard,
+            extra=kv(guard=state.guard, suspect=silent, nodes=len(state.nodes)),
+        )
 
     def _reset_drained(self) -> None:
         """A node drained for a GPU reset gets it: the probe resets the GPUs, checks the
@@ -191,7 +262,7 @@ class Monitor:
             subject = f"{AGENT_PREFIX}{node}.reset"
             try:
                 raw = await self.ctx.bus.request(
-                    subject, msgspec.json.encode(InjectFault(gpu=gpu)), timeout=30.0
+                    subject, msgspec.json.encode(InjectFault(gpu=gpu)), timeout=RESET_WAIT_S
                 )
             except Exception as err:  # the node may be gone again: an operator decides
                 log.warning("gpu reset not done", extra=kv(node=node, gpu=gpu, error=repr(err)))
@@ -210,21 +281,20 @@ class Monitor:
         *,
         xid: GpuXidObserved | None = None,
         loaded: dict[str, NodeHealth] | None = None,
-        heard: dict[str, tuple[float, str]] | None = None,
     ) -> tuple[Transition, ...]:
         """Step the core over `observations` for the known nodes among `names`; persist
         the nodes that changed and queue the events the transitions owe."""
         before = loaded if loaded is not None else await repo.load_health(conn, names)
         if not before:
             return ()
-        state = ClusterHealth(policy=self.policy, nodes=dict(before))
+        state = ClusterHealth(policy=self.policy, nodes=dict(before), guard=self.guard)
         out: list[Transition] = []
         for o in observations:
             if not isinstance(o, Tick) and o.node not in before:
                 continue  # never invent a node the tables do not have
-            at = (heard or {}).get(o.node, (now, ""))[0] if isinstance(o, Heartbeat) else now
-            state, transitions = step(state, o, at)
+            state, transitions = step(state, o, now)
             out.extend(transitions)
+        self._note_guard(state)
         changed = [n for name, n in state.nodes.items() if before.get(name) != n]
         await repo.save_health(conn, changed)
         self._resets += [

@@ -2,161 +2,73 @@
 
     step(state, observation, now) -> (state, transitions)
 
-States (the `nodes.state` column):
-
-    UP        healthy, schedulable
-    DRAINING  no new work; running work may finish (operator drain, or a fault that
-              needs a GPU reset once the node is idle)
-    DRAINED   no new work and idle: ready for the reset, maintenance, or resume
-    DOWN      no heartbeat for `heartbeat_timeout_s`
-    FAILED    needs a reboot, or flapped (failed `flap_max` times within
-              `flap_window_s`) and is held until an operator resumes it
+The states and the data are in `monitor_model`. Silence has two stages: a node unheard
+for `heartbeat_timeout_s` is SUSPECT (no new work, its jobs kept), DOWN only after
+`down_after_s` (its jobs restarted elsewhere); a heartbeat in between returns it with no
+fault. No node is declared DOWN while the guard holds (`Guard`: the monitor's own bus is
+down or just back, or many nodes fell silent at once).
 
 A node returns to service only by a passing health check (`CheckPassed`, sent by the
 probe after a reset or a reboot) when policy allows, or by an operator `OperatorResume`.
 A fault that needs a reboot is only cleared by a check from a new boot. Held (flapping)
-and operator-drained nodes ignore checks. Every decision is a `Transition`: the event
-the shell publishes, with the reason as data.
+and operator-drained nodes ignore checks. A node that re-registers with workers still
+running is CLEANING until the launcher has stopped the stale ones (`Cleaned`). Every
+decision is a `Transition`: the event the shell publishes, with the reason as data.
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 import msgspec
 
 from services.health.catalog import Action, Classification
-
-
-class NodeState(StrEnum):
-    UP = "UP"
-    DRAINING = "DRAINING"
-    DRAINED = "DRAINED"
-    DOWN = "DOWN"
-    FAILED = "FAILED"
-
-
-class Recovery(StrEnum):
-    """What must happen before a check can bring the node back."""
-
-    NONE = "none"
-    RESET = "reset"  # a GPU reset (any check after it)
-    REBOOT = "reboot"  # a reboot (a check from a new boot_id)
-
-
-class HealthPolicy(msgspec.Struct, frozen=True, kw_only=True):
-    heartbeat_timeout_s: float = 10.0
-    flap_window_s: float = 3600.0
-    flap_max: int = 3  # this many failures within the window: held for an operator
-    auto_return: bool = True  # a passing check returns a node to UP
-
-
-class GpuHealth(msgspec.Struct, frozen=True, kw_only=True):
-    index: int
-    healthy: bool = True
-    reset_pending: bool = False  # healthy, but reset at the next drain (row remap)
-    last_xid: int | None = None
-
-
-class NodeHealth(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    state: NodeState = NodeState.UP
-    reason: str = ""
-    since: float = 0.0
-    last_heartbeat: float | None = None
-    boot_id: str = ""
-    fault_boot_id: str = ""  # boot_id when a REBOOT recovery was required
-    recovery: Recovery = Recovery.NONE
-    operator_drain: bool = False
-    held: bool = False  # flapped: only an operator resume brings it back
-    failures: tuple[float, ...] = ()  # times of failures within the flap window
-    running: int | None = None  # jobs running, when the heartbeat says
-    gpus: tuple[GpuHealth, ...] = ()
-
-
-class ClusterHealth(msgspec.Struct, frozen=True, kw_only=True):
-    policy: HealthPolicy = HealthPolicy()
-    nodes: dict[str, NodeHealth] = {}
-
-
-# -- observations (a tagged union) -------------------------------------------------------
-
-
-class Observation(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
-    pass
-
-
-class Heartbeat(Observation, frozen=True, tag="heartbeat"):
-    node: str
-    boot_id: str = ""
-    running: int | None = None  # jobs running on the node; 0 lets DRAINING finish
-    gpu_count: int | None = None
-
-
-class FaultSeen(Observation, frozen=True, tag="fault_seen"):
-    node: str
-    gpu: int | None
-    classification: Classification
-
-
-class CheckPassed(Observation, frozen=True, tag="check_passed"):
-    node: str
-    boot_id: str = ""
-    reset_pending: tuple[int, ...] = ()  # GPUs still waiting for a reset (row remap)
-
-
-class CheckFailed(Observation, frozen=True, tag="check_failed"):
-    node: str
-    problems: tuple[str, ...] = ()
-    unhealthy_gpus: tuple[int, ...] = ()
-
-
-class Idle(Observation, frozen=True, tag="idle"):
-    node: str
-
-
-class OperatorDrain(Observation, frozen=True, tag="operator_drain"):
-    node: str
-    by: str
-    reason: str
-
-
-class OperatorResume(Observation, frozen=True, tag="operator_resume"):
-    node: str
-    by: str
-    reason: str = ""
-
-
-class Tick(Observation, frozen=True, tag="tick"):
-    pass
-
-
-AnyObservation = (
-    Heartbeat | FaultSeen | CheckPassed | CheckFailed | Idle | OperatorDrain | OperatorResume | Tick
+from services.health.monitor_model import (
+    AnyObservation,
+    CheckFailed,
+    CheckPassed,
+    Cleaned,
+    ClusterHealth,
+    FaultSeen,
+    GpuHealth,
+    Guard,
+    HealthPolicy,
+    Heartbeat,
+    Idle,
+    NodeHealth,
+    OperatorDrain,
+    OperatorResume,
+    Recovery,
+    Tick,
+    Transition,
+    TransitionKind,
+    WorkersFound,
 )
+from shared.states import NodeState
 
-
-# -- transitions -------------------------------------------------------------------------
-
-
-class TransitionKind(StrEnum):
-    NODE_FAULT = "node_fault"  # publish node.fault
-    NODE_DOWN = "node_down"  # publish node.down
-    NODE_RECOVERED = "node_recovered"  # publish node.recovered
-    NODE_DRAINING = "node_draining"
-    NODE_DRAINED = "node_drained"
-    NODE_HELD = "node_held"  # flapped: held for an operator
-
-
-class Transition(msgspec.Struct, frozen=True, kw_only=True):
-    node: str
-    kind: TransitionKind
-    from_state: NodeState
-    to_state: NodeState
-    reason: str = ""
-    gpu: int | None = None
-    classification: Classification | None = None
-
+__all__ = [
+    "AnyObservation",
+    "CheckFailed",
+    "CheckPassed",
+    "Cleaned",
+    "ClusterHealth",
+    "FaultSeen",
+    "GpuHealth",
+    "Guard",
+    "HealthPolicy",
+    "Heartbeat",
+    "Idle",
+    "NodeHealth",
+    "NodeState",
+    "OperatorDrain",
+    "OperatorResume",
+    "Recovery",
+    "Tick",
+    "Transition",
+    "TransitionKind",
+    "WorkersFound",
+    "healthy_gpus",
+    "in_service",
+    "step",
+]
 
 # -- the step ----------------------------------------------------------------------------
 
@@ -167,7 +79,7 @@ _NodeResult = tuple[NodeHealth, list[Transition]]
 def step(state: ClusterHealth, obs: AnyObservation, now: float) -> Result:
     """Apply one observation at time `now`; return the new state and what to publish."""
     if isinstance(obs, Tick):
-        return _tick(state, now)
+        return _tick(state, obs, now)
     node = state.nodes.get(obs.node) or NodeHealth(name=obs.node, since=now)
     p = state.policy
     match obs:
@@ -179,6 +91,10 @@ def step(state: ClusterHealth, obs: AnyObservation, now: float) -> Result:
             new, out = _check_passed(node, obs, now, p)
         case CheckFailed():
             new, out = _check_failed(node, obs, now, p)
+        case WorkersFound():
+            new, out = _workers_found(node, obs, now)
+        case Cleaned():
+            new, out = _cleaned(node, obs, now)
         case Idle():
             new, out = _drained_if_idle(_set(node, running=0), now)
         case OperatorDrain():
@@ -187,7 +103,7 @@ def step(state: ClusterHealth, obs: AnyObservation, now: float) -> Result:
             new, out = _operator_resume(node, obs, now, p)
     nodes = dict(state.nodes)
     nodes[new.name] = new
-    return ClusterHealth(policy=p, nodes=nodes), tuple(out)
+    return ClusterHealth(policy=p, nodes=nodes, guard=state.guard), tuple(out)
 
 
 def in_service(node: NodeHealth) -> bool:
@@ -215,9 +131,14 @@ def _heartbeat(node: NodeHealth, hb: Heartbeat, now: float, p: HealthPolicy) -> 
         gpus=gpus,
         boot_id=hb.boot_id or node.boot_id,
     )
+    if node.state is NodeState.SUSPECT:
+        # Silent, but not long enough to be DOWN: back where it was, no fault. A new
+        # boot waits for its registration's check (its workers are gone).
+        return _settle(node, now, "heartbeat resumed") if same_boot else (node, [])
     if node.state is NodeState.DOWN:
-        # Back after a silence. Same boot and nothing owed: it only lost contact.
-        if same_boot and node.recovery is Recovery.NONE and p.auto_return:
+        # Back after a silence. Same boot and no reboot owed: it only lost contact (a
+        # reset still owed drains it, so the reset happens).
+        if same_boot and node.recovery is not Recovery.REBOOT and p.auto_return:
             return _settle(node, now, "heartbeat resumed")
         return node, []
     return _drained_if_idle(node, now)
@@ -293,19 +214,55 @@ def _check_failed(node: NodeHealth, chk: CheckFailed, now: float, p: HealthPolic
         known[i] = msgspec.structs.replace(known.get(i, GpuHealth(index=i)), healthy=False)
     node = _set(node, gpus=tuple(known[i] for i in sorted(known)))
     reason = "health check failed: " + "; ".join(chk.problems)
-    if node.state is not NodeState.UP:
+    if node.recovery is Recovery.NONE:
+        node = _set(node, recovery=Recovery.RESET)  # owed wherever the node is now
+    before = node.state
+    if before not in (NodeState.UP, NodeState.CLEANING):
         return _set(node, reason=reason), []
-    node = _set(node, recovery=Recovery.RESET)
     node = _move(node, _draining_or_drained(node), reason, now)
     fault = Transition(
         node=node.name,
         kind=TransitionKind.NODE_FAULT,
-        from_state=NodeState.UP,
+        from_state=before,
         to_state=node.state,
         reason=reason,
     )
     node, held = _count_failure(node, now, p)
     return node, [fault, *held]
+
+
+def _workers_found(node: NodeHealth, found: WorkersFound, now: float) -> _NodeResult:
+    """Workers still running at registration may belong to attempts the launcher has
+    ended: the node takes no new work until the launcher has looked (invariant 7)."""
+    if found.workers == 0:
+        node = _set(node, clean_boot_id="")
+        return _settle(node, now, "no stale workers") if _cleaning(node) else (node, [])
+    boot = found.boot_id or node.boot_id or "unknown"
+    node = _set(node, clean_boot_id=boot)
+    if node.state is not NodeState.UP:
+        return node, []  # where it rests after this (a check, a heartbeat) is CLEANING
+    reason = f"re-registered with {found.workers} workers running: waiting for the launcher"
+    node = _move(node, NodeState.CLEANING, reason, now)
+    return node, [
+        Transition(
+            node=node.name,
+            kind=TransitionKind.NODE_CLEANING,
+            from_state=NodeState.UP,
+            to_state=NodeState.CLEANING,
+            reason=reason,
+        )
+    ]
+
+
+def _cleaned(node: NodeHealth, c: Cleaned, now: float) -> _NodeResult:
+    if not node.clean_boot_id or (c.boot_id and c.boot_id != node.clean_boot_id):
+        return node, []  # nothing owed, or the answer for an older boot
+    node = _set(node, clean_boot_id="")
+    return _settle(node, now, "stale workers stopped") if _cleaning(node) else (node, [])
+
+
+def _cleaning(node: NodeHealth) -> bool:
+    return node.state is NodeState.CLEANING
 
 
 def _operator_drain(node: NodeHealth, op: OperatorDrain, now: float) -> _NodeResult:
@@ -340,37 +297,69 @@ def _operator_resume(
         gpus=gpus,
     )
     heard = node.last_heartbeat is not None and now - node.last_heartbeat <= p.heartbeat_timeout_s
-    if node.state is NodeState.DOWN and not heard:
+    if node.state in (NodeState.DOWN, NodeState.SUSPECT) and not heard:
         return _set(node, reason=reason + " (still no heartbeat)"), []
     return _settle(node, now, reason)
 
 
-def _tick(state: ClusterHealth, now: float) -> Result:
+def _tick(state: ClusterHealth, tick: Tick, now: float) -> Result:
+    """Judge silence: SUSPECT past the timeout, DOWN past down_after_s unless the guard
+    holds. Silence counts from the node's last heartbeat or our last (re)connect,
+    whichever is later: no node is blamed for what we could not have heard."""
     p = state.policy
+    if tick.connected_since is None:
+        return ClusterHealth(policy=p, nodes=state.nodes, guard=Guard.BUS_DOWN), ()
+    silence = {
+        name: now - max(_heard(n), tick.connected_since)
+        for name, n in state.nodes.items()
+        if n.state is not NodeState.DOWN
+    }
+    silent = sorted(name for name, s in silence.items() if s > p.heartbeat_timeout_s)
+    guard = guard_for(p, now - tick.connected_since, len(silent), len(silence))
     nodes = dict(state.nodes)
     out: list[Transition] = []
-    for name in sorted(nodes):
-        node = nodes[name]
-        heard = node.last_heartbeat if node.last_heartbeat is not None else node.since
-        if node.state is NodeState.DOWN or now - heard <= p.heartbeat_timeout_s:
-            continue
-        before = node.state
-        reason = f"no heartbeat for {now - heard:.1f}s"
+    for name in silent:
+        nodes[name], moved = _silent(nodes[name], silence[name], guard, now, p)
+        out.extend(moved)
+    return ClusterHealth(policy=p, nodes=nodes, guard=guard), tuple(out)
+
+
+def guard_for(p: HealthPolicy, connected_for: float, silent: int, live: int) -> Guard:
+    """Whether DOWN is held back now, and why. Two or more nodes are needed for mass
+    silence: one silent node among few is that node's fault, not an outage."""
+    if connected_for < p.down_after_s:
+        return Guard.BUS_GRACE
+    if silent >= 2 and silent >= p.max_silent_share * live:
+        return Guard.MASS_SILENCE
+    return Guard.NONE
+
+
+def _silent(
+    node: NodeHealth, silence: float, guard: Guard, now: float, p: HealthPolicy
+) -> _NodeResult:
+    reason = f"no heartbeat for {silence:.1f}s"
+    before = node.state
+    if silence >= p.down_after_s and guard is Guard.NONE:
+        counts = _rest(node) is NodeState.UP  # it was in service: a failure
         node = _move(node, NodeState.DOWN, reason, now)
-        out.append(
-            Transition(
-                node=name,
-                kind=TransitionKind.NODE_DOWN,
-                from_state=before,
-                to_state=node.state,
-                reason=reason,
-            )
-        )
-        if before is NodeState.UP:
-            node, held = _count_failure(node, now, p)
-            out.extend(held)
-        nodes[name] = node
-    return ClusterHealth(policy=p, nodes=nodes), tuple(out)
+        kind = TransitionKind.NODE_DOWN
+    elif before is not NodeState.SUSPECT:
+        counts = False
+        node = _move(node, NodeState.SUSPECT, reason, now)
+        kind = TransitionKind.NODE_SUSPECT
+    else:
+        return node, []
+    moved = Transition(
+        node=node.name, kind=kind, from_state=before, to_state=node.state, reason=reason
+    )
+    if not counts:
+        return node, [moved]
+    node, held = _count_failure(node, now, p)
+    return node, [moved, *held]
+
+
+def _heard(node: NodeHealth) -> float:
+    return node.last_heartbeat if node.last_heartbeat is not None else node.since
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -404,14 +393,20 @@ def _drained_if_idle(node: NodeHealth, now: float) -> _NodeResult:
     ]
 
 
+def _rest(node: NodeHealth) -> NodeState:
+    """Where the node's flags say it rests once it is heard."""
+    if node.held or node.recovery is Recovery.REBOOT:
+        return NodeState.FAILED
+    if node.operator_drain or node.recovery is Recovery.RESET:
+        return _draining_or_drained(node)
+    if node.clean_boot_id:
+        return NodeState.CLEANING
+    return NodeState.UP
+
+
 def _settle(node: NodeHealth, now: float, reason: str) -> _NodeResult:
     """Move a node that may return to where its flags say it rests; UP is a recovery."""
-    if node.held or node.recovery is Recovery.REBOOT:
-        to = NodeState.FAILED
-    elif node.operator_drain or node.recovery is Recovery.RESET:
-        to = _draining_or_drained(node)
-    else:
-        to = NodeState.UP
+    to = _rest(node)
     before = node.state
     if to is before:
         return node, []
@@ -420,6 +415,7 @@ def _settle(node: NodeHealth, now: float, reason: str) -> _NodeResult:
         NodeState.UP: TransitionKind.NODE_RECOVERED,
         NodeState.DRAINED: TransitionKind.NODE_DRAINED,
         NodeState.DRAINING: TransitionKind.NODE_DRAINING,
+        NodeState.CLEANING: TransitionKind.NODE_CLEANING,
     }.get(to, TransitionKind.NODE_HELD)
     return node, [
         Transition(node=node.name, kind=kind, from_state=before, to_state=to, reason=node.reason)

@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from services.health.monitor_core import GpuHealth, NodeHealth, NodeState, Recovery
+from services.health.monitor_model import GpuHealth, NodeHealth, Recovery
 from shared.db import Conn
 from shared.events import NodeRegistered
+from shared.states import NodeState
 
 
 def _epoch(at: datetime | None) -> float | None:
@@ -25,6 +26,12 @@ def _epoch(at: datetime | None) -> float | None:
 
 def _stamp(at: float | None) -> datetime | None:
     return None if at is None else datetime.fromtimestamp(at, UTC)
+
+
+async def db_now(conn: Conn) -> float:
+    """The monitor's one clock: the transaction's `now()`, in epoch seconds."""
+    now: float = await conn.fetchval("SELECT extract(epoch FROM now())::float8")
+    return now
 
 
 def _state(raw: str) -> NodeState:
@@ -82,6 +89,7 @@ def _node(r: asyncpg.Record, gpus: tuple[GpuHealth, ...], running: dict[str, int
         operator_drain=r["operator_drain"],
         held=r["held"],
         failures=tuple(r["failures"]),
+        clean_boot_id=r["clean_boot_id"],
         running=running.get(r["name"], 0),
         gpus=gpus,
     )
@@ -93,7 +101,8 @@ async def save_health(conn: Conn, nodes: Iterable[NodeHealth]) -> None:
     await conn.executemany(
         "UPDATE nodes SET state = $2, reason = $3, state_since = $4, boot_id = $5,"
         " last_heartbeat = GREATEST(last_heartbeat, $6), recovery = $7, fault_boot_id = $8,"
-        " operator_drain = $9, held = $10, failures = $11, updated_at = now()"
+        " operator_drain = $9, held = $10, failures = $11, clean_boot_id = $12,"
+        " updated_at = now()"
         " WHERE name = $1",
         [
             (
@@ -108,6 +117,7 @@ async def save_health(conn: Conn, nodes: Iterable[NodeHealth]) -> None:
                 n.operator_drain,
                 n.held,
                 list(n.failures),
+                n.clean_boot_id,
             )
             for n in nodes
         ],

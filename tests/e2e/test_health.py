@@ -6,7 +6,11 @@ health check, or by an operator."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import asyncpg
@@ -30,13 +34,48 @@ pytestmark = pytest.mark.slow
 
 NODES = nodes(3)
 SLEEPER = "#!/bin/bash\nsleep 30\n"
-TIMEOUT_S = float(FAST["MUSTER_HEARTBEAT_TIMEOUT_S"])
+SUSPECT_S = float(FAST["MUSTER_HEARTBEAT_TIMEOUT_S"])
+DOWN_S = float(FAST["MUSTER_DOWN_AFTER_S"])
+# For a pause that must end before DOWN: room for a busy machine between the stages,
+# and the agent's own fence (it stops its jobs) after the monitor's SUSPECT.
+ROOMY = {"MUSTER_HEARTBEAT_TIMEOUT_S": "2", "MUSTER_FENCE_S": "10", "MUSTER_DOWN_AFTER_S": "12"}
 
 
 @pytest.fixture
 async def cluster(tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection):
     async with running_cluster(tmp_path / "state", nats_url, database_url, db, list(NODES)) as c:
         yield c
+
+
+@contextmanager
+def paused(cluster: Cluster, *names: str) -> Iterator[None]:
+    """SIGSTOP the agents of `names` (a hung machine: no heartbeat, workers untouched);
+    SIGCONT them on the way out, whatever happened."""
+    pids = [cluster.pids[f"node-{n}"] for n in names]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+async def states_until(
+    db: asyncpg.Connection, node: str, want: str, seen: list[str] | None = None
+) -> list[str]:
+    """The states `node` was seen in, in order (after `seen`), polling until `want`."""
+    seen = [] if seen is None else seen
+    timeout = 30.0
+    deadline = time.monotonic() + timeout
+    while not seen or seen[-1] != want:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{node} not {want} in {timeout}s; seen {seen}")
+        state = await node_state(db, node)
+        if not seen or seen[-1] != state:
+            seen.append(state)
+        await asyncio.sleep(0.1)
+    return seen
 
 
 async def node_state(db: asyncpg.Connection, node: str) -> str:
@@ -115,10 +154,11 @@ async def test_a_killed_node_agent_is_down_within_the_timeout_and_its_job_moves(
     killed_at = time.monotonic()
     kill9(cluster, f"node-{victim}")
 
-    await eventually(lambda: node_state(db, victim), lambda s: s == "DOWN", timeout=30, what="DOWN")
-    # Timeout after the last heartbeat (sent at most one interval before the kill),
+    seen = await states_until(db, victim, "DOWN")
+    assert seen == ["UP", "SUSPECT", "DOWN"]
+    # down_after_s after the last heartbeat (sent at most one interval before the kill),
     # plus one liveness pass of timeout / 4.
-    assert time.monotonic() - killed_at < TIMEOUT_S + TIMEOUT_S / 4 + 3.0  # + a busy machine
+    assert time.monotonic() - killed_at < DOWN_S + SUSPECT_S / 4 + 3.0  # + a busy machine
     await eventually(
         lambda: db.fetchrow("SELECT state, nodes FROM job_runs WHERE job_id = $1", job_id),
         lambda r: r["state"] == "RUNNING" and victim not in r["nodes"],
@@ -179,3 +219,72 @@ async def test_a_gpu_reset_xid_drains_the_node_and_the_reset_brings_it_back(
     assert healthy
     fault = await db.fetchval("SELECT last_fault FROM nodes WHERE name = $1", node)
     assert '"xid": 62' in fault
+
+
+async def attempt_on(db: asyncpg.Connection, job_id: int) -> tuple[str, int, list[str]]:
+    r = await db.fetchrow("SELECT state, attempt, nodes FROM job_runs WHERE job_id = $1", job_id)
+    return r["state"], r["attempt"], list(r["nodes"])
+
+
+async def test_a_paused_agent_is_suspect_then_down_and_its_job_moves(
+    cluster: Cluster, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    job_id, victim = await running_job(db, cluster.nats_url, tmp_path)
+    _, attempt, _ = await attempt_on(db, job_id)
+
+    with paused(cluster, victim):
+        seen = await states_until(db, victim, "SUSPECT")
+        # SUSPECT takes no new work but keeps its job where it is.
+        assert await attempt_on(db, job_id) == ("RUNNING", attempt, [victim])
+        seen = await states_until(db, victim, "DOWN", seen)
+        assert seen == ["UP", "SUSPECT", "DOWN"]
+        _, moved, where = await eventually(
+            lambda: attempt_on(db, job_id),
+            lambda r: r[0] == "RUNNING" and victim not in r[2],
+            what="the job running again on another node",
+        )
+        assert moved > attempt and len(where) == 1
+
+    # Resumed, the same boot heartbeats again and the node returns.
+    await eventually(lambda: node_state(db, victim), lambda s: s == "UP", what="UP again")
+
+
+async def test_an_agent_paused_for_less_than_down_after_returns_with_no_fault(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    async with running_cluster(
+        tmp_path / "state", nats_url, database_url, db, list(NODES), **ROOMY
+    ) as cluster:
+        job_id, victim = await running_job(db, cluster.nats_url, tmp_path)
+        before = await attempt_on(db, job_id)
+        faults = await db.fetchval("SELECT fault_count FROM nodes WHERE name = $1", victim)
+
+        with paused(cluster, victim):
+            seen = await states_until(db, victim, "SUSPECT")
+        seen = await states_until(db, victim, "UP", seen)
+
+        assert seen == ["UP", "SUSPECT", "UP"]
+        assert await attempt_on(db, job_id) == before  # same attempt, same node
+        assert await db.fetchval("SELECT fault_count FROM nodes WHERE name = $1", victim) == faults
+
+
+async def test_half_the_nodes_silent_at_once_are_not_declared_down(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    four = nodes(4)
+    state = tmp_path / "state"
+    async with running_cluster(state, nats_url, database_url, db, four) as cluster:
+        silent = [four[0].name, four[1].name]
+        with paused(cluster, *silent):
+            for name in silent:
+                await states_until(db, name, "SUSPECT")
+            await asyncio.sleep(2 * DOWN_S)  # well past down_after_s
+            states = {n: await node_state(db, n) for n in silent}
+            assert states == dict.fromkeys(silent, "SUSPECT")
+        for name in silent:
+            await eventually(lambda n=name: node_state(db, n), lambda s: s == "UP", what="back")
+        assert not await db.fetchval("SELECT count(*) FROM nodes WHERE state = 'DOWN'")
+
+    log = (state / "logs" / "health.log").read_text()
+    assert log.count("down guard holding: no node is declared DOWN (mass_silence)") == 1
+    assert "down guard released was=mass_silence" in log

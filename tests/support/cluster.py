@@ -24,7 +24,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 FAST = {
     "MUSTER_CYCLE_INTERVAL_S": "0.5",
-    "MUSTER_HEARTBEAT_TIMEOUT_S": "3",
+    # Two-stage silence, short for tests: SUSPECT at 2 s, an agent fences its jobs at
+    # 3 s, DOWN (jobs restarted elsewhere) at 4 s.
+    "MUSTER_HEARTBEAT_TIMEOUT_S": "2",
+    "MUSTER_FENCE_S": "3",
+    "MUSTER_DOWN_AFTER_S": "4",
     "MUSTER_LEASE_TTL_S": "2",
     "MUSTER_FAULT_KILL_WAIT_S": "1",
     "MUSTER_KILL_WAIT_S": "3",

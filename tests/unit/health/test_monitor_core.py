@@ -11,8 +11,10 @@ from services.health.monitor_core import (
     AnyObservation,
     CheckFailed,
     CheckPassed,
+    Cleaned,
     ClusterHealth,
     FaultSeen,
+    Guard,
     HealthPolicy,
     Heartbeat,
     Idle,
@@ -23,13 +25,16 @@ from services.health.monitor_core import (
     Tick,
     Transition,
     TransitionKind,
+    WorkersFound,
     healthy_gpus,
     in_service,
     step,
 )
 
-UP, DRAINING, DRAINED, DOWN, FAILED = (
+UP, SUSPECT, CLEANING, DRAINING, DRAINED, DOWN, FAILED = (
     NodeState.UP,
+    NodeState.SUSPECT,
+    NodeState.CLEANING,
     NodeState.DRAINING,
     NodeState.DRAINED,
     NodeState.DOWN,
@@ -50,6 +55,14 @@ def check(boot: str = "b1", pending: tuple[int, ...] = ()) -> CheckPassed:
     return CheckPassed(node="n1", boot_id=boot, reset_pending=pending)
 
 
+def found(workers: int, boot: str = "b1") -> WorkersFound:
+    return WorkersFound(node="n1", boot_id=boot, workers=workers)
+
+
+def cleaned(boot: str = "b1") -> Cleaned:
+    return Cleaned(node="n1", boot_id=boot)
+
+
 DRAIN = OperatorDrain(node="n1", by="ops", reason="bios update")
 RESUME = OperatorResume(node="n1", by="ops", reason="fixed")
 
@@ -60,36 +73,173 @@ P = HealthPolicy()
 
 CASES: dict[str, Case] = {
     "a first heartbeat registers the node UP, quietly": ([(0, hb())], P, UP, []),
-    "silence past the timeout marks the node DOWN": (
+    "silence past the heartbeat timeout makes the node SUSPECT, not DOWN": (
         [(0, hb()), (10.5, Tick())],
+        P,
+        SUSPECT,
+        [(K.NODE_SUSPECT, UP, SUSPECT)],
+    ),
+    "silence within the timeout is fine": ([(0, hb()), (9.9, Tick())], P, UP, []),
+    "a suspect node stays suspect, quietly, until down_after_s": (
+        [(0, hb()), (10.5, Tick()), (19.9, Tick())],
+        P,
+        SUSPECT,
+        [],
+    ),
+    "a suspect node silent past down_after_s is DOWN": (
+        [(0, hb()), (10.5, Tick()), (20.5, Tick())],
+        P,
+        DOWN,
+        [(K.NODE_DOWN, SUSPECT, DOWN)],
+    ),
+    "a suspect node that heartbeats again is UP, with no fault": (
+        [(0, hb()), (10.5, Tick()), (15, hb())],
+        P,
+        UP,
+        [(K.NODE_RECOVERED, SUSPECT, UP)],
+    ),
+    "a draining node that falls silent and speaks again is draining again": (
+        [(0, hb()), (1, xid(119)), (12, Tick()), (13, hb())],
+        P,
+        DRAINING,
+        [(K.NODE_DRAINING, SUSPECT, DRAINING)],
+    ),
+    "a suspect node back from a new boot waits for its registration's check": (
+        [(0, hb()), (11, Tick()), (12, hb(boot="b2"))],
+        P,
+        SUSPECT,
+        [],
+    ),
+    "a suspect node back from a new boot returns by its check": (
+        [(0, hb()), (11, Tick()), (12, hb(boot="b2")), (12, check("b2"))],
+        P,
+        UP,
+        [(K.NODE_RECOVERED, SUSPECT, UP)],
+    ),
+    "both deadlines are configurable": (
+        [(0, hb()), (2.5, Tick()), (4.5, Tick())],
+        HealthPolicy(heartbeat_timeout_s=2.0, down_after_s=4.0),
+        DOWN,
+        [(K.NODE_DOWN, SUSPECT, DOWN)],
+    ),
+    "a node silent past both deadlines at one tick goes straight DOWN": (
+        [(0, hb()), (21, Tick())],
         P,
         DOWN,
         [(K.NODE_DOWN, UP, DOWN)],
     ),
-    "silence within the timeout is fine": ([(0, hb()), (9.9, Tick())], P, UP, []),
-    "the timeout is configurable": (
-        [(0, hb()), (2.5, Tick())],
-        HealthPolicy(heartbeat_timeout_s=2.0),
+    "no node is judged while the monitor's own bus is down": (
+        [(0, hb()), (30, Tick(connected_since=None))],
+        P,
+        UP,
+        [],
+    ),
+    "silence during our own outage is not the node's: judged from the reconnect": (
+        [(0, hb()), (30, Tick(connected_since=25))],
+        P,
+        UP,
+        [],
+    ),
+    "after a reconnect a silent node is SUSPECT, and not DOWN within the grace": (
+        [(0, hb()), (36, Tick(connected_since=25)), (44.9, Tick(connected_since=25))],
+        P,
+        SUSPECT,
+        [],
+    ),
+    "after the grace a node still silent is DOWN": (
+        [(0, hb()), (36, Tick(connected_since=25)), (45.5, Tick(connected_since=25))],
+        P,
         DOWN,
-        [(K.NODE_DOWN, UP, DOWN)],
+        [(K.NODE_DOWN, SUSPECT, DOWN)],
     ),
     "a DOWN node that heartbeats again from the same boot comes back": (
-        [(0, hb()), (11, Tick()), (12, hb())],
+        [(0, hb()), (21, Tick()), (22, hb())],
         P,
         UP,
         [(K.NODE_RECOVERED, DOWN, UP)],
     ),
     "a DOWN node back from a new boot waits for a health check": (
-        [(0, hb()), (11, Tick()), (12, hb(boot="b2"))],
+        [(0, hb()), (21, Tick()), (22, hb(boot="b2"))],
         P,
         DOWN,
         [],
     ),
     "a health check returns a node that came back from a new boot": (
-        [(0, hb()), (11, Tick()), (12, hb(boot="b2")), (13, check("b2"))],
+        [(0, hb()), (21, Tick()), (22, hb(boot="b2")), (23, check("b2"))],
         P,
         UP,
         [(K.NODE_RECOVERED, DOWN, UP)],
+    ),
+    "a node that re-registers with workers running is CLEANING": (
+        [(0, hb()), (5, found(2)), (5, hb()), (5, check())],
+        P,
+        CLEANING,
+        [],
+    ),
+    "re-registering with workers takes an UP node out at once": (
+        [(0, hb()), (5, found(2))],
+        P,
+        CLEANING,
+        [(K.NODE_CLEANING, UP, CLEANING)],
+    ),
+    "node.cleaned for its boot returns a cleaning node to UP": (
+        [(0, hb()), (5, found(2)), (5, hb()), (5, check()), (6, cleaned())],
+        P,
+        UP,
+        [(K.NODE_RECOVERED, CLEANING, UP)],
+    ),
+    "node.cleaned for an older boot changes nothing": (
+        [(0, hb()), (5, found(2)), (6, cleaned("b0"))],
+        P,
+        CLEANING,
+        [],
+    ),
+    "a registration without workers is UP at once": (
+        [(0, found(0)), (0, hb()), (0, check())],
+        P,
+        UP,
+        [],
+    ),
+    "a new boot that registers with no workers ends the wait": (
+        [(0, hb()), (5, found(2)), (9, found(0, "b2"))],
+        P,
+        UP,
+        [(K.NODE_RECOVERED, CLEANING, UP)],
+    ),
+    "a rebooted node that registers with workers waits for the launcher after its check": (
+        [(0, hb()), (1, xid(79)), (40, found(1, "b2")), (40, hb(boot="b2")), (40, check("b2"))],
+        P,
+        CLEANING,
+        [(K.NODE_CLEANING, FAILED, CLEANING)],
+    ),
+    "a cleaning node that falls silent and speaks again is still cleaning": (
+        [(0, hb()), (1, found(1)), (12, Tick()), (13, hb())],
+        P,
+        CLEANING,
+        [(K.NODE_CLEANING, SUSPECT, CLEANING)],
+    ),
+    "an operator resume does not skip the launcher's cleaning": (
+        [(0, hb()), (1, found(1)), (2, RESUME)],
+        P,
+        CLEANING,
+        [],
+    ),
+    "a failed check while cleaning drains the node": (
+        [(0, hb()), (1, found(1)), (1, CheckFailed(node="n1", unhealthy_gpus=(0,)))],
+        P,
+        DRAINING,
+        [(K.NODE_FAULT, CLEANING, DRAINING)],
+    ),
+    "a cleaned node that still owes a reset drains instead of returning": (
+        [
+            (0, hb()),
+            (1, found(1)),
+            (1, CheckFailed(node="n1", unhealthy_gpus=(0,))),
+            (2, cleaned()),
+        ],
+        P,
+        DRAINING,
+        [],
     ),
     "an application xid tells the job but leaves the node UP": (
         [(0, hb()), (1, xid(13))],
@@ -146,7 +296,7 @@ CASES: dict[str, Case] = {
         [(K.NODE_RECOVERED, FAILED, UP)],
     ),
     "a rebooting node that goes silent is DOWN, then back by its check": (
-        [(0, hb()), (1, xid(79)), (20, Tick()), (60, hb(boot="b2")), (61, check("b2"))],
+        [(0, hb()), (1, xid(79)), (30, Tick()), (60, hb(boot="b2")), (61, check("b2"))],
         P,
         UP,
         [(K.NODE_RECOVERED, DOWN, UP)],
@@ -255,13 +405,13 @@ CASES: dict[str, Case] = {
         [],
     ),
     "an operator resume of a DOWN node keeps it DOWN until it heartbeats": (
-        [(0, hb()), (11, Tick()), (12, RESUME)],
+        [(0, hb()), (21, Tick()), (22, RESUME)],
         P,
         DOWN,
         [],
     ),
     "an operator resume of a DOWN node that heartbeats again returns it": (
-        [(0, hb()), (11, Tick()), (12, hb(boot="b2")), (13, RESUME)],
+        [(0, hb()), (21, Tick()), (22, hb(boot="b2")), (23, RESUME)],
         P,
         UP,
         [(K.NODE_RECOVERED, DOWN, UP)],
@@ -274,9 +424,9 @@ CASES: dict[str, Case] = {
             (3, xid(119)),
             (4, check()),
             (5, hb()),
-            (16, Tick()),
-            (17, hb(boot="b2")),
-            (18, check("b2")),
+            (26, Tick()),
+            (27, hb(boot="b2")),
+            (28, check("b2")),
         ],
         P,
         FAILED,
@@ -359,10 +509,123 @@ def test_the_reason_says_who_drained_and_why() -> None:
 def test_a_tick_checks_every_node_and_only_the_silent_go_down() -> None:
     state = ClusterHealth()
     state, _ = step(state, Heartbeat(node="a"), 0)
-    state, _ = step(state, Heartbeat(node="b"), 8)
-    state, out = step(state, Tick(), 11)
+    state, _ = step(state, Heartbeat(node="b"), 18)
+    state, out = step(state, Tick(), 21)
     assert [(t.node, t.kind) for t in out] == [("a", K.NODE_DOWN)]
     assert not in_service(state.nodes["a"]) and in_service(state.nodes["b"])
+
+
+# -- the mass-outage guard: several nodes -----------------------------------------------
+
+FOUR = ("a", "b", "c", "d")
+# name -> (script over nodes a-d, want guard after the last tick, want every node's state)
+GuardCase = tuple[list[tuple[float, AnyObservation]], Guard, dict[str, NodeState]]
+
+
+def heard(at: float, *names: str) -> list[tuple[float, AnyObservation]]:
+    return [(at, Heartbeat(node=n)) for n in names]
+
+
+GUARD_CASES: dict[str, GuardCase] = {
+    "one silent node of four is DOWN as usual": (
+        [*heard(0, *FOUR), *heard(20, "b", "c", "d"), (21, Tick())],
+        Guard.NONE,
+        {"a": DOWN, "b": UP, "c": UP, "d": UP},
+    ),
+    "half the nodes silent at once: none is DOWN, the guard holds": (
+        [*heard(0, *FOUR), *heard(20, "c", "d"), (21, Tick())],
+        Guard.MASS_SILENCE,
+        {"a": SUSPECT, "b": SUSPECT, "c": UP, "d": UP},
+    ),
+    "the guard holds however long the silence lasts": (
+        [*heard(0, *FOUR), *heard(20, "c", "d"), (21, Tick()), *heard(99, "c", "d"), (100, Tick())],
+        Guard.MASS_SILENCE,
+        {"a": SUSPECT, "b": SUSPECT, "c": UP, "d": UP},
+    ),
+    "the guard releases when the silent nodes speak again, with no fault": (
+        [*heard(0, *FOUR), *heard(20, "c", "d"), (21, Tick()), *heard(22, *FOUR), (23, Tick())],
+        Guard.NONE,
+        {"a": UP, "b": UP, "c": UP, "d": UP},
+    ),
+    "once only one node is still silent, it is DOWN": (
+        [
+            *heard(0, *FOUR),
+            *heard(20, "c", "d"),
+            (21, Tick()),
+            *heard(22, "a", "c", "d"),
+            (23, Tick()),
+        ],
+        Guard.NONE,
+        {"a": UP, "b": DOWN, "c": UP, "d": UP},
+    ),
+    "one silent node of two is that node's fault, not an outage": (
+        [*heard(0, "a", "b"), *heard(20, "b"), (21, Tick())],
+        Guard.NONE,
+        {"a": DOWN, "b": UP},
+    ),
+    "nodes already DOWN do not count toward the share": (
+        [
+            *heard(0, *FOUR),
+            *heard(20, "b", "c", "d"),
+            (21, Tick()),
+            *heard(40, "c", "d"),
+            (41, Tick()),
+        ],
+        Guard.NONE,
+        {"a": DOWN, "b": DOWN, "c": UP, "d": UP},
+    ),
+    "while the monitor's bus is down every node keeps its state": (
+        [*heard(0, *FOUR), (15, Tick()), (30, Tick(connected_since=None))],
+        Guard.BUS_DOWN,
+        {"a": SUSPECT, "b": SUSPECT, "c": SUSPECT, "d": SUSPECT},
+    ),
+    "just after a reconnect the grace holds and nobody is blamed yet": (
+        [*heard(0, *FOUR), (30, Tick(connected_since=None)), (31, Tick(connected_since=30))],
+        Guard.BUS_GRACE,
+        {"a": UP, "b": UP, "c": UP, "d": UP},
+    ),
+    "the grace lasts down_after_s: a node dead all along is DOWN only after it": (
+        [
+            *heard(0, *FOUR),
+            (30, Tick(connected_since=None)),
+            *heard(31, "b", "c", "d"),
+            (45, Tick(connected_since=30)),
+            *heard(49, "b", "c", "d"),
+            (49.9, Tick(connected_since=30)),
+            *heard(50, "b", "c", "d"),
+            (50.5, Tick(connected_since=30)),
+        ],
+        Guard.NONE,
+        {"a": DOWN, "b": UP, "c": UP, "d": UP},
+    ),
+    "the share is configurable": (
+        [*heard(0, *FOUR), *heard(20, "c", "d"), (21, Tick())],
+        Guard.NONE,
+        {"a": DOWN, "b": DOWN, "c": UP, "d": UP},
+    ),
+}
+GUARD_POLICIES = {"the share is configurable": HealthPolicy(max_silent_share=0.75)}
+
+
+@pytest.mark.parametrize(("name", "case"), GUARD_CASES.items(), ids=GUARD_CASES.keys())
+def test_the_mass_outage_guard(name: str, case: GuardCase) -> None:
+    script, want_guard, want_states = case
+    state = ClusterHealth(policy=GUARD_POLICIES.get(name, P))
+    for now, obs in script:
+        state, _ = step(state, obs, now)
+    assert state.guard is want_guard
+    assert {n: node.state for n, node in state.nodes.items()} == want_states
+
+
+def test_a_tick_under_the_guard_declares_nobody_down_and_says_so_once() -> None:
+    state = ClusterHealth()
+    for now, obs in [*heard(0, *FOUR), *heard(20, "c", "d")]:
+        state, _ = step(state, obs, now)
+    state, out = step(state, Tick(), 21)
+    assert [(t.node, t.kind) for t in out] == [("a", K.NODE_SUSPECT), ("b", K.NODE_SUSPECT)]
+    assert state.guard is Guard.MASS_SILENCE
+    state, out = step(state, Tick(), 30)
+    assert out == () and state.guard is Guard.MASS_SILENCE
 
 
 def test_step_never_mutates_its_input() -> None:
@@ -396,7 +659,14 @@ OBSERVATIONS = st.one_of(
     st.builds(Idle, node=st.just("n1")),
     st.just(DRAIN),
     st.just(RESUME),
-    st.builds(Tick),
+    st.builds(
+        WorkersFound,
+        node=st.just("n1"),
+        boot_id=st.sampled_from(["b1", "b2"]),
+        workers=st.sampled_from([0, 2]),
+    ),
+    st.builds(Cleaned, node=st.just("n1"), boot_id=st.sampled_from(["", "b1", "b2"])),
+    st.builds(Tick, connected_since=st.sampled_from([None, 0.0, 40.0])),
 )
 
 
@@ -419,6 +689,9 @@ def test_any_sequence_keeps_the_state_machine_consistent(
         if node is not None and node.state is UP:
             # UP only when nothing is owed: not held, not drained by an operator, no reboot due
             assert not node.held and not node.operator_drain and node.recovery is Recovery.NONE
+            assert not node.clean_boot_id  # nor stale workers the launcher has not stopped
+        if isinstance(obs, Tick) and state.guard is not Guard.NONE:
+            assert K.NODE_DOWN not in {t.kind for t in out}
 
 
 def test_a_check_from_the_faulty_boot_keeps_the_gpu_out() -> None:
