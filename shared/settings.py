@@ -46,6 +46,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_deliver: int = 5
     ack_wait_s: float = 30.0
     drain_timeout_s: float = 10.0
+    # Every query has a deadline, so an outage or a stuck lock delays a loop instead of
+    # hanging it: the server cancels a statement or a lock wait (both transient errors,
+    # retried), asyncpg gives up a little later if the server is gone, and a transaction
+    # left idle by a hung process is ended by the server.
+    db_statement_timeout_s: float = 30.0
+    db_lock_timeout_s: float = 10.0
+    db_command_timeout_s: float = 40.0
+    db_idle_in_transaction_timeout_s: float = 60.0
+    db_connect_timeout_s: float = 5.0
     kill_wait_s: float = 30.0
     fault_kill_wait_s: float = 2.0
     restart_limit: int = 3
