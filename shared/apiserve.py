@@ -12,10 +12,15 @@ import msgspec
 
 from shared.api import ApiError, Envelope
 from shared.logs import kv
+from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=msgspec.Struct)
+UNAVAILABLE = ApiError(
+    error="the control plane cannot reach its database or bus just now; try again shortly",
+    code="unavailable",
+)
 Route = Callable[[bytes], Awaitable[msgspec.Struct]]
 
 
@@ -49,6 +54,11 @@ def enveloped(route: Route) -> Callable[[bytes, str], Awaitable[bytes]]:
         except Refused as err:
             return msgspec.json.encode(Envelope(error=err.error))
         except Exception as err:
+            if is_transient(err):
+                # Almost always nothing was done (a connection lost in the very commit is
+                # the exception), so say "try again" rather than "internal error".
+                log.warning("request met an outage", extra=kv(subject=subject, error=repr(err)))
+                return msgspec.json.encode(Envelope(error=UNAVAILABLE))
             log.exception("request failed", extra=kv(subject=subject))
             error = ApiError(error=f"internal error: {type(err).__name__}: {err}", code="internal")
             return msgspec.json.encode(Envelope(error=error))

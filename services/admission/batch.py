@@ -18,6 +18,7 @@ import msgspec
 from shared.db import Pool
 from shared.events import JobSubmitted, encode, subject_of
 from shared.jobspec import JobSpec
+from shared.runtime import TaskSet
 from shared.telemetry import current_headers
 
 from .policy import JobPolicy
@@ -47,13 +48,14 @@ class JobBatcher:
         self.pool = pool
         self._queue: list[_Item] = []
         self._flushers = 0
+        self._tasks = TaskSet()  # flushers are owned: asyncio keeps only weak references
 
     async def insert(self, spec: JobSpec, policy: JobPolicy) -> int:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._queue.append((spec, policy, future))
         if self._flushers < MAX_INFLIGHT:
             self._flushers += 1
-            asyncio.get_running_loop().create_task(self._flush())
+            self._tasks.spawn(self._flush())
         return await future
 
     async def _flush(self) -> None:

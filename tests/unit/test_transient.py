@@ -4,10 +4,13 @@ PostgreSQL or NATS raises is retried; a bug or bad input is not."""
 from __future__ import annotations
 
 import asyncpg
+import msgspec
 import nats.errors
 import nats.js.errors
 import pytest
 
+from shared.api import Envelope
+from shared.apiserve import UNAVAILABLE, enveloped
 from shared.bus import PermanentError
 from shared.transient import Backoff, is_transient
 
@@ -99,3 +102,12 @@ def test_backoff_doubles_up_to_its_cap_and_starts_over_after_a_reset() -> None:
     assert [backoff.next_s() for _ in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
     backoff.reset()
     assert backoff.next_s() == 0.1
+
+
+async def test_a_request_that_meets_an_outage_is_answered_unavailable_not_internal() -> None:
+    async def route(payload: bytes) -> msgspec.Struct:
+        raise asyncpg.CannotConnectNowError("the database system is starting up")
+
+    reply = msgspec.json.decode(await enveloped(route)(b"{}", "muster.api.submit"), type=Envelope)
+
+    assert reply.error == UNAVAILABLE
