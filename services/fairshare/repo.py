@@ -14,6 +14,7 @@ import msgspec
 
 from services.fairshare.accounting import AttemptCharge, Charge
 from services.fairshare.priority import PriorityBreakdown
+from services.fairshare.ranking import PendingJob
 from services.fairshare.tree import Assoc
 from shared.db import Conn
 from shared.jobspec import JobSpec
@@ -107,12 +108,6 @@ async def apply_decay(
         datetime.fromtimestamp(now, UTC),
         None if last_reset is None else datetime.fromtimestamp(last_reset, UTC),
     )
-
-
-class PendingJob(msgspec.Struct, frozen=True, kw_only=True):
-    job_id: int
-    spec: JobSpec
-    submitted_at: float
 
 
 async def load_pending(conn: Conn) -> list[PendingJob]:

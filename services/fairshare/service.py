@@ -11,8 +11,9 @@ Decay: every `calc_period_s` one transaction locks `fairshare_state` and multipl
 decayed usage by the half-life factor for the time since the last decay (or clears it at
 a reset boundary); the multiplication happens in SQL, so no concurrent charge is lost.
 
-Priorities: every `priority_period_s`, and soon after usage changes, the share table is
-recomputed (Fair Tree or classic) and every pending job's multifactor priority written to
+Priorities: every `priority_period_s`, and soon after usage changes, one transaction
+loads decayed usage and the pending jobs, the pure `ranking.rank` recomputes the share
+table (Fair Tree or classic) and prices every job, and the result replaces
 `job_priorities`, which the placer reads in its cycle transaction.
 """
 
@@ -38,12 +39,13 @@ from services.fairshare.api import (
     ShareReply,
     ShareRequest,
 )
-from services.fairshare.calculator import FairShareCalculator, job_factors_input
+from services.fairshare.calculator import FairShareCalculator
 from services.fairshare.cluster import ClusterView
 from services.fairshare.config import FairShareConfig
 from services.fairshare.core import ShareRow
 from services.fairshare.decay import decay_factor, period_start, reset_due
-from services.fairshare.priority import PriorityBreakdown, PriorityWeights, priority
+from services.fairshare.priority import PriorityBreakdown, PriorityWeights
+from services.fairshare.ranking import RankPolicy, rank
 from shared.api import API_PREFIX
 from shared.apiserve import enveloped, typed
 from shared.db import Conn, inbox_first_time
@@ -143,25 +145,20 @@ class FairShare:
             self._wake.clear()
 
     async def recompute(self, now: float | None = None) -> dict[int, PriorityBreakdown]:
-        """Fair share from current usage, then the priority of every pending job."""
+        """Fair share from current usage, then the priority of every pending job
+        (`ranking.rank`): this only loads the facts and writes the result."""
         now = self.clock() if now is None else now
         t0 = time.perf_counter()
         async with self.ctx.pool.acquire() as conn, conn.transaction():
             usage = await repo.load_usage(conn)
             pending = await repo.load_pending(conn)
-            gpus = await repo.cluster_gpus(conn)
-            calc = FairShareCalculator(self.cluster.tree, self.config.share_options)
-            calc.update(by_assoc=usage)
-            # every newcomer first: adding one changes everyone's rank out of N
-            for job in pending:
-                calc.ensure(job.spec.account, job.spec.user)
-            out: dict[int, PriorityBreakdown] = {}
-            for job in pending:
-                fs = calc.factor(job.spec.account, job.spec.user)
-                eligible = max(job.submitted_at, job.spec.begin_at or 0.0)
-                inp = job_factors_input(job.spec, fs, cluster_gpus=gpus, now=now)
-                inp = msgspec.structs.replace(inp, eligible_at=eligible)
-                out[job.job_id] = priority(inp, self.priority_weights, now)
+            policy = RankPolicy(
+                tree=self.cluster.tree,
+                shares=self.config.share_options,
+                weights=self.priority_weights,
+                cluster_gpus=await repo.cluster_gpus(conn),
+            )
+            out = rank(pending, usage, policy, now)
             await repo.write_priorities(conn, sorted(out.items()))
         log.info(
             "priorities",
