@@ -16,7 +16,7 @@ import msgspec
 from shared.states import ACTIVE, JobState
 
 from .authz import Action, authorize
-from .config import ClusterConfig
+from .config_model import ClusterConfig
 
 # Workers that are up, or coming up, take a signal; a COMPLETING job's are being stopped.
 SIGNALLABLE = frozenset({JobState.STARTING, JobState.RUNNING})

@@ -12,7 +12,7 @@ from enum import StrEnum
 
 import msgspec
 
-from .config import ClusterConfig
+from .config_model import ClusterConfig
 
 
 class Action(StrEnum):

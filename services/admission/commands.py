@@ -33,7 +33,7 @@ from shared.states import ACTIVE
 from . import repo
 from .actions import Decision, Target, Verb, decide, signal_name
 from .authz import Action, authorize
-from .config import ClusterConfig
+from .config_model import ClusterConfig
 from .errors_api import Refused
 from .policy import dependency_text, parse_job_ref
 from .views import job_state, job_view, why_pending

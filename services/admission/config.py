@@ -9,100 +9,13 @@ and what would be accepted. All problems are collected and raised together as on
 from __future__ import annotations
 
 import tomllib
-from enum import StrEnum
-
-import msgspec
 
 from . import config_read as r
 from .config_check import check_references
+from .config_model import Account, Billing, ClusterConfig, Partition, PreemptMode, Qos, User
 from .config_read import ConfigProblem
-from .config_reservations import ReservationConfig, reservation
+from .config_reservations import reservation
 from .hostlist import expand
-
-
-class PreemptMode(StrEnum):
-    OFF = "off"  # jobs here are never preempted
-    REQUEUE = "requeue"  # preempted jobs go back to the queue
-    CANCEL = "cancel"  # preempted jobs end
-
-
-class Partition(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    nodes: tuple[str, ...]  # as written: node_set labels, hostlists or "ALL"
-    node_names: tuple[str, ...] | None  # resolved names; None means every node
-    default_time_s: int
-    max_time_s: int | None  # None: unlimited
-    max_nodes: int | None = None
-    max_gpus_per_job: int | None = None
-    priority_tier: int = 0
-    preempt_mode: PreemptMode = PreemptMode.REQUEUE
-    grace_time_s: int = 0
-    allowed_accounts: tuple[str, ...] = ()  # empty: every account
-    allowed_qos: tuple[str, ...] = ()  # empty: every QOS
-    default_qos: str | None = None
-    requires_approval: bool = False
-    can_preempt: tuple[str, ...] = ()  # partition names
-    can_preempt_tiers: tuple[int, ...] = ()  # or every partition at these tiers
-    reserved_gpus: int = 0  # GPUs on its nodes kept for this partition alone
-
-
-class Qos(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    priority: int = 0
-    max_gpus_per_user: int | None = None
-    max_running_jobs_per_user: int | None = None
-    max_submitted_jobs_per_user: int | None = None
-    max_gpus_per_account: int | None = None
-    max_running_jobs_per_account: int | None = None
-    max_submitted_jobs_per_account: int | None = None
-    min_runtime_s: int = 0  # a job runs at least this long before it can be preempted
-    preempt: tuple[str, ...] = ()  # QOS names this one may preempt
-
-
-class Account(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    parent: str | None
-    shares: int
-    coordinators: tuple[str, ...] = ()
-    description: str = ""
-
-
-class User(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    accounts: tuple[str, ...]
-    default_account: str
-
-
-class Billing(msgspec.Struct, frozen=True, kw_only=True):
-    default_gpu_weight: float = 1.0
-    gpu_weights: dict[str, float] = {}  # GPU model -> weight per GPU-second
-
-    def weight(self, model: str | None) -> float:
-        return self.gpu_weights.get(model or "", self.default_gpu_weight)
-
-
-class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
-    name: str = "muster"
-    default_partition: str
-    default_qos: str
-    max_array_index: int = 1000
-    node_sets: dict[str, tuple[str, ...]] = {}
-    partitions: dict[str, Partition]
-    qos: dict[str, Qos]
-    accounts: dict[str, Account] = {}  # empty: accounting off, any user, any account
-    users: dict[str, User] = {}
-    operators: tuple[str, ...] = ()
-    billing: Billing = Billing()
-    reservations: dict[str, ReservationConfig] = {}
-
-    def ancestors(self, account: str) -> tuple[str, ...]:
-        """The account and its parents up to the root."""
-        chain: list[str] = []
-        current: str | None = account
-        while current is not None and current in self.accounts and current not in chain:
-            chain.append(current)
-            current = self.accounts[current].parent
-        return tuple(chain)
 
 
 class ConfigError(Exception):

@@ -7,11 +7,9 @@ that key could name instead.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .config import ClusterConfig
-    from .config_read import Problems
+from .config_model import ClusterConfig
+from .config_read import Problems
 
 
 def _names(items: Iterable[object]) -> str:

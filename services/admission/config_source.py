@@ -15,7 +15,8 @@ from pathlib import Path
 
 from shared.logs import kv
 
-from .config import ClusterConfig, ConfigError, load_config
+from .config import ConfigError, load_config
+from .config_model import ClusterConfig
 
 log = logging.getLogger(__name__)
 

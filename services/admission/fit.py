@@ -6,17 +6,13 @@ GPU models or features, so the submitter knows what to ask for instead.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from shared.jobspec import JobSpec
 
-from .config import Partition
+from .cluster_shape import NodeShape
+from .config_model import Partition
 from .constraint import matches, parse_constraint
 from .errors import ErrorCode, SubmitError
 from .hostlist import compress
-
-if TYPE_CHECKING:
-    from .validate import NodeShape
 
 
 def _err(code: ErrorCode, message: str, field: str) -> SubmitError:

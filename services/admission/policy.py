@@ -16,7 +16,7 @@ import msgspec
 from shared.jobspec import JobSpec
 
 from .arrays import parse_array
-from .config import ClusterConfig, PreemptMode
+from .config_model import ClusterConfig, PreemptMode
 
 
 class JobPolicy(msgspec.Struct, frozen=True, kw_only=True):

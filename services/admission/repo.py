@@ -8,7 +8,7 @@ import json
 import asyncpg
 import msgspec
 
-from services.admission.config import ClusterConfig
+from services.admission.config_model import ClusterConfig
 from shared.db import Conn
 from shared.jobspec import JobSpec
 from shared.states import TERMINAL

@@ -21,13 +21,15 @@ from services.admission import repo
 from services.admission.arrays import parse_array
 from services.admission.authz import Action, authorize
 from services.admission.batch import JobBatcher
+from services.admission.cluster_shape import NodeShape, shape
 from services.admission.commands import JobCommands
-from services.admission.config import ClusterConfig, ConfigError
+from services.admission.config import ConfigError
+from services.admission.config_model import ClusterConfig
 from services.admission.config_source import ConfigSource
 from services.admission.errors_api import Refused
 from services.admission.policy import NO_POLICY, JobPolicy, job_policy
 from services.admission.sbatch import parse_submission
-from services.admission.validate import NodeShape, SubmitCounts, admit, shape, validate
+from services.admission.validate import SubmitCounts, admit, validate
 from services.admission.views import node_views
 from shared.api import (
     API_PREFIX,

@@ -8,33 +8,17 @@ accepted spec or every reason it was refused. `validate` is the check alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import msgspec
 
 from shared.jobspec import JobSpec
 
 from .apply import UNLIMITED_TIME_S
 from .arrays import parse_array
-from .config import ClusterConfig, Partition
+from .cluster_shape import ClusterShape, NodeShape
+from .config_model import ClusterConfig, Partition
 from .errors import ErrorCode, SubmitError
 from .fit import check_size
 from .timefmt import format_duration
-
-
-class NodeShape(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    gpus: int
-    gpu_model: str | None = None
-    features: tuple[str, ...] = ()
-    partitions: tuple[str, ...] = ()
-
-
-class ClusterShape(msgspec.Struct, frozen=True, kw_only=True):
-    nodes: tuple[NodeShape, ...]
-
-    def in_partition(self, name: str) -> tuple[NodeShape, ...]:
-        return tuple(n for n in self.nodes if name in n.partitions)
 
 
 class SubmitCounts(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,19 +35,6 @@ class Admission(msgspec.Struct, frozen=True, kw_only=True):
     spec: JobSpec | None
     errors: tuple[SubmitError, ...] = ()
     needs_approval: bool = False  # the partition holds jobs until an operator approves
-
-
-def shape(config: ClusterConfig, nodes: Iterable[NodeShape]) -> ClusterShape:
-    """Nodes with their partitions filled in from the configuration."""
-    out = []
-    for node in nodes:
-        parts = tuple(
-            name
-            for name, part in config.partitions.items()
-            if part.node_names is None or node.name in part.node_names
-        )
-        out.append(msgspec.structs.replace(node, partitions=parts))
-    return ClusterShape(nodes=tuple(out))
 
 
 def _err(code: ErrorCode, message: str, field: str) -> SubmitError:

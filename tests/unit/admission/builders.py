@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from services.admission.config import ClusterConfig, load_config
-from services.admission.validate import ClusterShape, NodeShape, shape
+from services.admission.cluster_shape import ClusterShape, NodeShape, shape
+from services.admission.config import load_config
+from services.admission.config_model import ClusterConfig
 from shared.jobspec import JobSpec
 
 SCRIPTS = Path(__file__).parent / "scripts"

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.admission.config import (
-    ConfigError,
-    ConfigProblem,
-    PreemptMode,
-    load_config,
-)
+from services.admission.config import ConfigError, load_config
+from services.admission.config_model import PreemptMode
+from services.admission.config_read import ConfigProblem
 
 from .builders import local_config
 

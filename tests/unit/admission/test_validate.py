@@ -5,15 +5,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from services.admission.cluster_shape import shape
 from services.admission.errors import ErrorCode, SubmitError
 from services.admission.sbatch import parse_submission
-from services.admission.validate import (
-    Admission,
-    SubmitCounts,
-    admit,
-    shape,
-    validate,
-)
+from services.admission.validate import Admission, SubmitCounts, admit, validate
 from shared.jobspec import JobSpec
 
 from .builders import local_cluster, local_config, node

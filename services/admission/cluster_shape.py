@@ -1,0 +1,42 @@
+"""Pure: the cluster's nodes as admission checks a job against them — GPUs, model,
+features and the partitions each node serves (`shape` fills those in from the config).
+
+Apart from `validate`, so that `fit` (the size checks `validate` calls) reads the same
+types without importing `validate` back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from .config_model import ClusterConfig
+
+
+class NodeShape(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    gpus: int
+    gpu_model: str | None = None
+    features: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+
+
+class ClusterShape(msgspec.Struct, frozen=True, kw_only=True):
+    nodes: tuple[NodeShape, ...]
+
+    def in_partition(self, name: str) -> tuple[NodeShape, ...]:
+        return tuple(n for n in self.nodes if name in n.partitions)
+
+
+def shape(config: ClusterConfig, nodes: Iterable[NodeShape]) -> ClusterShape:
+    """Nodes with their partitions filled in from the configuration."""
+    out = []
+    for node in nodes:
+        parts = tuple(
+            name
+            for name, part in config.partitions.items()
+            if part.node_names is None or node.name in part.node_names
+        )
+        out.append(msgspec.structs.replace(node, partitions=parts))
+    return ClusterShape(nodes=tuple(out))
