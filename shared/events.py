@@ -2,7 +2,9 @@
 
 Tags are past-tense facts; the subject is `muster.` + tag. Events evolve by adding
 fields with defaults; a tag is never renamed, retyped or reused. One encoder and one
-decoder live here; `tests/wire/` keeps one recorded payload per shape.
+decoder live here; `tests/wire/` keeps one recorded payload per tag, every field filled
+(`tests/unit/test_wire.py` decodes and re-encodes each). State fields stay `str` on the
+wire and hold `shared.states` values.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ class JobFinished(Event, frozen=True, tag="job.finished"):
 
     job_id: int
     attempt: int
-    state: str
+    state: str  # a shared.states.TERMINAL value
     user: str
     account: str
     reason: str = ""

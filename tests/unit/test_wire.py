@@ -1,16 +1,19 @@
-"""Every event shape keeps one recorded payload under tests/wire/; they must decode
-forever (STYLE.md rule 7: add fields with defaults, never rename, retype or reuse).
+"""Every event shape keeps one recorded payload under tests/wire/ (one file per tag);
+they must decode forever (STYLE.md rule 7: add fields with defaults, never rename,
+retype or reuse).
 
-A new event type gets its payload recorded by running this file with
-MUSTER_RECORD_WIRE=1 once; an existing payload is never rewritten."""
+The payloads are realistic messages with every field filled — nested collections
+(`Grant`, `GpuSlot`, `RunningWorker`) non-empty, optional fields set — so each field's
+type is exercised: a payload must decode to its type AND re-encode to the same JSON,
+so a renamed or retyped field, nested or not, fails here. A new field (with its default)
+fails too until its realistic value is added to the tag's file, beside the old keys."""
 
 from __future__ import annotations
 
-import os
+import json
 import typing
-import uuid
-from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -19,33 +22,112 @@ from shared import events
 
 WIRE = Path(__file__).resolve().parents[1] / "wire"
 EVENT_TYPES = typing.get_args(events.AnyEvent)
-T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
-def _example(kind: type[events.Event]) -> events.Event:
-    """A value of `kind` with every required field filled."""
-    values: dict[str, object] = {"event_id": uuid.UUID(int=1), "occurred_at": T0}
-    samples = {int: 7, str: "node01", float: 12.5, bool: True}
-    for field in msgspec.structs.fields(kind):
-        if field.required and field.name not in values:
-            hint = field.type
-            if hint in samples:
-                values[field.name] = samples[hint]
-            elif typing.get_origin(hint) is tuple:
-                values[field.name] = ()
-            else:
-                values[field.name] = None
-    return kind(**values)
-
-
-@pytest.mark.parametrize("kind", EVENT_TYPES, ids=lambda k: k.__struct_config__.tag)
-def test_every_recorded_payload_still_decodes_to_its_type(kind: type[events.Event]) -> None:
+def _tag(kind: type[events.Event]) -> str:
     tag = kind.__struct_config__.tag
-    path = WIRE / f"{tag}.json"
+    assert isinstance(tag, str)
+    return tag
+
+
+def _recorded(kind: type[events.Event]) -> bytes:
+    path = WIRE / f"{_tag(kind)}.json"
     if not path.exists():
-        if not os.environ.get("MUSTER_RECORD_WIRE"):
-            pytest.fail(f"no recorded payload for {tag}: run with MUSTER_RECORD_WIRE=1 once")
-        path.write_bytes(events.encode(_example(kind)) + b"\n")
-    decoded = events.decode(path.read_bytes())
+        pytest.fail(
+            f"no recorded payload for {_tag(kind)}: write {path} by hand, a realistic"
+            " message with every field filled and nested collections non-empty"
+        )
+    return path.read_bytes()
+
+
+def round_trip(raw: bytes, decoder: msgspec.json.Decoder[Any]) -> tuple[Any, Any]:
+    """(what was recorded, what decoding and re-encoding it gives), as JSON values."""
+    return json.loads(raw), json.loads(msgspec.json.encode(decoder.decode(raw)))
+
+
+def unfilled(value: Any, at: str = "") -> list[str]:
+    """The paths of null values and empty strings or collections, at any depth."""
+    if value is None or value in ("", [], {}):
+        return [at or "."]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in unfilled(v, f"{at}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in unfilled(v, f"{at}[{i}]")]
+    return []
+
+
+@pytest.mark.parametrize("kind", EVENT_TYPES, ids=_tag)
+def test_every_recorded_payload_still_decodes_to_its_type(kind: type[events.Event]) -> None:
+    decoded = events.decode(_recorded(kind))
     assert type(decoded) is kind
-    assert events.subject_of(decoded) == f"muster.{tag}"
+    assert events.subject_of(decoded) == f"muster.{_tag(kind)}"
+
+
+@pytest.mark.parametrize("kind", EVENT_TYPES, ids=_tag)
+def test_every_recorded_payload_re_encodes_to_the_same_json(kind: type[events.Event]) -> None:
+    recorded, again = round_trip(_recorded(kind), events.DECODER)
+    assert again == recorded
+
+
+@pytest.mark.parametrize("kind", EVENT_TYPES, ids=_tag)
+def test_every_field_of_a_recorded_payload_is_filled(kind: type[events.Event]) -> None:
+    assert unfilled(json.loads(_recorded(kind))) == []
+
+
+def test_every_recorded_file_names_an_event_type() -> None:
+    assert sorted(p.stem for p in WIRE.glob("*.json")) == sorted(map(_tag, EVENT_TYPES))
+
+
+# The round trip on shapes changed on purpose, so it is known to catch what it claims.
+class _GrantRetyped(msgspec.Struct, frozen=True, kw_only=True):
+    node: str
+    gpus: tuple[str, ...] = ()  # was tuple[int, ...]
+
+
+class _GrantRenamed(msgspec.Struct, frozen=True, kw_only=True):
+    node: str
+    gpu_ids: tuple[int, ...] = ()  # was gpus
+
+
+class _AllocatedRetyped(events.Event, frozen=True, tag="job.allocated"):
+    job_id: int
+    attempt: int
+    alloc_id: int
+    grants: tuple[_GrantRetyped, ...]
+    epoch: int
+    backfilled: bool = False
+
+
+class _AllocatedRenamed(events.Event, frozen=True, tag="job.allocated"):
+    job_id: int
+    attempt: int
+    alloc_id: int
+    grants: tuple[_GrantRenamed, ...]
+    epoch: int
+    backfilled: bool = False
+
+
+def test_a_retyped_nested_field_fails_to_decode() -> None:
+    with pytest.raises(msgspec.ValidationError, match=r"grants\[0\]\.gpus"):
+        round_trip(_recorded(events.JobAllocated), msgspec.json.Decoder(_AllocatedRetyped))
+
+
+def test_a_renamed_nested_field_does_not_re_encode_to_the_same_json() -> None:
+    recorded, again = round_trip(
+        _recorded(events.JobAllocated), msgspec.json.Decoder(_AllocatedRenamed)
+    )
+    assert again != recorded
+    assert again["grants"][0] == {"node": recorded["grants"][0]["node"], "gpu_ids": []}
+
+
+FILLED = {
+    "a full payload": ({"node": "n1", "gpus": [{"index": 0, "healthy": False}]}, []),
+    "an empty nested collection": ({"node": "n1", "gpus": []}, [".gpus"]),
+    "a null deep inside": ({"running": [{"job_id": 1, "pid": None}]}, [".running[0].pid"]),
+    "an empty string": ({"boot_id": ""}, [".boot_id"]),
+}
+
+
+@pytest.mark.parametrize(("value", "want"), FILLED.values(), ids=FILLED.keys())
+def test_unfilled_finds_every_gap(value: Any, want: list[str]) -> None:
+    assert unfilled(value) == want
