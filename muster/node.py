@@ -2,6 +2,10 @@
 
 One process per node hosts the health probe and the launcher's node executor, as a
 real node would run one agent daemon; both are independent of the cluster services.
+What must outlive the agent (its worker table, the contact file its workers fence on,
+the count of simulated reboots) lives in the node's state folder,
+`<MUSTER_STATE_DIR>/nodes/<node>`. At start the agent re-adopts its workers before it
+registers, so `node.registered` lists what still runs.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ import os
 from pathlib import Path
 
 from services.health.gpu import GpuBackend
-from services.health.probe import NodeProbe
+from services.health.probe import Boots, NodeProbe, kernel_boot_id
 from services.launcher.agent import NodeExecutor
+from services.launcher.worker_table import node_state_folder
 from shared.bus import Bus
 from shared.runtime import run_service
 from shared.settings import Settings
@@ -34,6 +39,8 @@ def main() -> None:
         raise SystemExit("MUSTER_NODE must name this node")
 
     spool_root = str(Path(settings.state_dir).resolve() / "spool" / settings.node)
+    state_folder = node_state_folder(settings.state_dir, settings.node)
+    kernel_boot = kernel_boot_id()
 
     async def serve(stop: asyncio.Event) -> None:
         bus = await Bus.connect(settings.nats_url, name=f"node-{settings.node}")
@@ -45,7 +52,13 @@ def main() -> None:
                 settings.node,
                 allow_root=settings.allow_root_jobs,
                 spool_root=spool_root,
+                state_folder=state_folder,
+                boot_id=kernel_boot,
+                fence_s=settings.fence_s,
+                grace_s=settings.fault_kill_wait_s,
             )
+            executor.touch_contact()  # connected: the control plane is reachable now
+            await executor.adopt()
             await executor.serve()
             probe = NodeProbe(
                 bus,
@@ -56,6 +69,9 @@ def main() -> None:
                 heartbeat_s=settings.heartbeat_interval_s,
                 kmsg_path=settings.kmsg_path,
                 expected_gpus=settings.gpus if settings.gpu_backend == "sim" else None,
+                boots=Boots(kernel_boot, state_folder / "sim_reboots"),
+                running=executor.running_workers,
+                on_contact=executor.touch_contact,
             )
             await probe.run(stop)
             await executor.shutdown(settings.fault_kill_wait_s)

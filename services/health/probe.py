@@ -16,6 +16,12 @@ source wins, and drops the others. The loop never blocks on the GPU: backend cal
 in threads. Classification happens cluster-side (monitor), so a probe only reports what
 it saw. After a (simulated) reset or reboot the probe runs `check_health` and registers
 again with the result, which is what lets the monitor put the node back.
+
+The boot id is the kernel's (`/proc/sys/kernel/random/boot_id`): an agent restart keeps
+it, a reboot changes it. A simulated reboot adds a count to it (`Boots`, persisted in
+the node's state folder so that a restarted agent does not undo it). Registration lists
+the job workers the node's agent still runs (`running`), and every heartbeat that made a
+round trip to NATS calls `on_contact`, which is what the agent's workers fence on.
 """
 
 from __future__ import annotations
@@ -25,10 +31,11 @@ import contextlib
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import msgspec
+from nats.errors import Error as NatsError
 
 from services.health.gpu import GpuBackend, GpuCounters, PciAddress
 from services.health.kmsg import KernelLogFollower
@@ -47,7 +54,7 @@ from services.health.probe_core import (
 from services.health.xid import parse_xid_line
 from shared.api import AGENT_PREFIX, HEARTBEAT_PREFIX, AgentReply, InjectFault
 from shared.bus import Bus
-from shared.events import GpuSlot, GpuXidObserved, NodeRegistered
+from shared.events import GpuSlot, GpuXidObserved, NodeRegistered, RunningWorker
 from shared.logs import kv
 from shared.runtime import every
 
@@ -55,6 +62,43 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 WAIT_MS = 200  # keep short: closing an NVML backend waits for a blocked wait to return
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+CONTACT_TIMEOUT_S = 2
+
+
+def kernel_boot_id() -> str:
+    """This boot's id from the kernel: the same for every process until a reboot."""
+    try:
+        return BOOT_ID_PATH.read_text().strip()
+    except OSError:
+        return "no-kernel-boot-id"
+
+
+class Boots:
+    """The boot id a node reports: the kernel's, and after `n` simulated reboots the
+    kernel's with `.n` (counted in `path` when given, so it survives the agent)."""
+
+    def __init__(self, kernel: str, path: Path | None = None) -> None:
+        self.kernel = kernel
+        self.path = path
+        self._count = 0
+        if path is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._count = int(path.read_text())
+
+    def current(self) -> str:
+        return self.kernel if self._count == 0 else f"{self.kernel}.{self._count}"
+
+    def reboot(self) -> str:
+        self._count += 1
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(str(self._count))
+        return self.current()
+
+
+def _nothing_running() -> tuple[RunningWorker, ...]:
+    return ()
 
 
 class NodeProbe:
@@ -73,6 +117,9 @@ class NodeProbe:
         dedupe_window_s: float = 5.0,
         check_policy: CheckPolicy | None = None,
         clock: Clock = time.monotonic,
+        boots: Boots | None = None,
+        running: Callable[[], tuple[RunningWorker, ...]] = _nothing_running,
+        on_contact: Callable[[], None] | None = None,
     ) -> None:
         self.bus = bus
         self.backend = backend
@@ -85,7 +132,10 @@ class NodeProbe:
         self.expected_gpus = expected_gpus
         self.check_policy = check_policy or CheckPolicy()
         self.clock = clock
-        self.boot_id = uuid.uuid4().hex
+        self.boots = boots or Boots(kernel_boot_id())
+        self.boot_id = self.boots.current()
+        self.running = running
+        self.on_contact = on_contact
         self._window_s = dedupe_window_s
         self._dedupe = Dedupe(window_s=dedupe_window_s)
         self._by_pci: dict[PciAddress, int] = {}
@@ -162,6 +212,7 @@ class NodeProbe:
             check_problems=result.problems,
             unhealthy_gpus=result.unhealthy_gpus,
             reset_pending=result.reset_pending,
+            running=self.running(),
         )
         await self.bus.publish(event)
         log.info(
@@ -241,10 +292,20 @@ class NodeProbe:
     async def _heartbeats(self, stop: asyncio.Event) -> None:
         subject = HEARTBEAT_PREFIX + self.node
         while not stop.is_set():
-            with contextlib.suppress(OSError):
-                await self.bus.nc.publish(subject, self.boot_id.encode())
+            await self.heartbeat(subject)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.heartbeat_s)
+
+    async def heartbeat(self, subject: str) -> None:
+        """One heartbeat; a round trip to the server (flush) proves contact."""
+        try:
+            await self.bus.nc.publish(subject, self.boot_id.encode())
+            await self.bus.nc.flush(timeout=CONTACT_TIMEOUT_S)
+        except (OSError, NatsError) as err:
+            log.debug("heartbeat without contact", extra=kv(error=repr(err)))
+            return
+        if self.on_contact is not None:
+            self.on_contact()
 
     # --- agent requests (simulated GPUs) --------------------------------------------
 
@@ -269,7 +330,7 @@ class NodeProbe:
         if reboot is None:
             return _reply(False, "this node has real GPUs")
         await asyncio.to_thread(reboot)
-        self.boot_id = uuid.uuid4().hex
+        self.boot_id = self.boots.reboot()
         return await self._recheck("rebooted")
 
     async def _on_reset(self, payload: bytes, _subject: str) -> bytes:

@@ -1,9 +1,14 @@
 """Node executor shell: runs on every node and starts, stops and watches that node's
 job workers, answering the job coordinator over NATS request-reply.
 
-Workers are real processes in their own process group. When a worker's group is gone
-the agent publishes `worker.exited` to JetStream with a deterministic message id, so a
-coordinator that was down at that moment still hears of it, exactly once.
+Each worker runs under its own step supervisor (`stepd`, a process in its own session)
+which outlives this agent; what the agent started is in the node's worker table on disk
+(`worker_table.py`), never only in memory. A restarted agent re-adopts every worker
+whose supervisor still runs (pid and start time both match), and reports the exit of
+every one that ended while it was away, from the status stepd recorded. When a worker's
+supervisor is gone the agent publishes `worker.exited` to JetStream with a deterministic
+message id, so a coordinator that was down at that moment still hears of it, exactly
+once; the record is removed once that publish succeeded.
 """
 
 from __future__ import annotations
@@ -13,35 +18,101 @@ import contextlib
 import logging
 import os
 import signal as _signal
-from dataclasses import dataclass
+import subprocess
+import sys
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
-from services.launcher.executor import LaunchError, Worker, resolve_run_as, spawn_worker
+from services.launcher.executor import LaunchError, process_gone, resolve_run_as
+from services.launcher.worker_table import (
+    StepExit,
+    StepSpec,
+    StepStarted,
+    Verdict,
+    WorkerRecord,
+    WorkerTable,
+    alive,
+    judge,
+    kill_group,
+    lost_exit,
+    read_struct,
+    touch,
+    write_struct,
+)
 from shared.api import AGENT_PREFIX, AgentReply, StopWorkers, WorkerSpec
 from shared.bus import Bus
-from shared.events import WorkerExited
+from shared.events import RunningWorker, WorkerExited, encode, subject_of
 from shared.logs import kv
 
 log = logging.getLogger(__name__)
+REPO = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 30.0
+_POLL_S = 0.01
+_PUBLISH_RETRY_S = 0.5
 
 
 @dataclass
 class _Running:
-    spec: WorkerSpec
-    worker: Worker
-    watcher: asyncio.Task[None]
+    record: WorkerRecord  # with both pids
+    proc: subprocess.Popen[bytes] | None  # our child stepd; None when re-adopted
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # stepd is gone
+    watcher: asyncio.Task[None] | None = None
 
 
 class NodeExecutor:
-    def __init__(self, bus: Bus, node: str, *, allow_root: bool, spool_root: str) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        node: str,
+        *,
+        allow_root: bool,
+        spool_root: str,
+        state_folder: Path,
+        boot_id: str,
+        fence_s: float,
+        grace_s: float,
+    ) -> None:
         self.bus = bus
         self.spool_root = spool_root
         self.node = node
         self.allow_root = allow_root
+        self.table = WorkerTable(state_folder)
+        self.boot_id = boot_id
+        self.fence_s = fence_s
+        self.grace_s = grace_s
         self.running: dict[int, _Running] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def touch_contact(self) -> None:
+        """The control plane was reached just now: every stepd's fence starts again."""
+        touch(self.table.contact)
+
+    def running_workers(self) -> tuple[RunningWorker, ...]:
+        return tuple(
+            RunningWorker(job_id=job, attempt=r.record.attempt, generation=r.record.generation)
+            for job, r in sorted(self.running.items())
+        )
+
+    async def adopt(self) -> None:
+        """At start: take over the workers a previous agent left, report those that ended."""
+        for found in self.table.records():
+            record = self.table.with_pids(found)
+            verdict = judge(self.table.facts(record, self.boot_id))
+            log.info(
+                "worker record",
+                extra=kv(job=record.job_id, attempt=record.attempt, verdict=str(verdict)),
+            )
+            if verdict is Verdict.ADOPT:
+                self._track(_Running(record, proc=None))
+                continue
+            ending = self.table.exit_of(record) if verdict is Verdict.REPORT else None
+            if verdict is Verdict.KILL_ORPHAN:
+                kill_group(record.worker, _signal.SIGKILL)
+            self._own(self._report(record, ending or lost_exit()))
 
     async def serve(self) -> None:
         prefix = f"{AGENT_PREFIX}{self.node}."
@@ -53,12 +124,17 @@ class NodeExecutor:
         """Agent stopping: workers are left running only if we are killed; on a clean
         stop they get SIGTERM and `grace_s` like a drained node."""
         await asyncio.gather(
-            *(r.worker.terminate(grace_s) for r in list(self.running.values())),
+            *(self._terminate(r, grace_s) for r in list(self.running.values())),
             return_exceptions=True,
         )
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(task, timeout=grace_s)
+        tasks = list(self._tasks)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace_s + 5.0)
+            for task in pending:  # an exit not reported yet stays on disk for next start
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    # --- start ------------------------------------------------------------------------
 
     async def _on_start(self, payload: bytes, _subject: str) -> bytes:
         spec = msgspec.json.decode(payload, type=WorkerSpec)
@@ -67,35 +143,67 @@ class NodeExecutor:
     async def start(self, spec: WorkerSpec) -> AgentReply:
         current = self.running.get(spec.job_id)
         if current is not None:
-            same = (current.spec.attempt, current.spec.generation) == (
-                spec.attempt,
-                spec.generation,
-            )
-            if same:
+            mine = (current.record.attempt, current.record.generation)
+            if mine == (spec.attempt, spec.generation):
                 return AgentReply(ok=True, message="already running")
-            await current.worker.terminate(2.0)
+            await self._terminate(current, 2.0)
         try:
-            run_as = (
-                resolve_run_as(spec.run_as, allow_root=self.allow_root) if spec.run_as else None
-            )
-            spool = self._spool(spec, run_as.uid if run_as else None)
-            worker = await spawn_worker(
-                [a.replace("{spool}", spool) for a in spec.argv],
-                {k: v.replace("{spool}", spool) for k, v in spec.env.items()},
-                spec.workdir,
-                spec.stdout,
-                spec.stderr,
-                run_as,
-                allow_root=self.allow_root,
-                append=True,  # every node (and restart) of a job adds to its files
-            )
+            run = await self._launch(spec)
         except (LaunchError, OSError) as err:
             log.warning("worker did not start", extra=kv(job=spec.job_id, error=str(err)))
             return AgentReply(ok=False, message=str(err))
-        watcher = asyncio.create_task(self._watch(spec, worker))
-        self.running[spec.job_id] = _Running(spec, worker, watcher)
-        log.info("worker started", extra=kv(job=spec.job_id, gen=spec.generation, pid=worker.pid))
-        return AgentReply(ok=True, message=f"pid {worker.pid}")
+        self._track(run)
+        worker = run.record.worker
+        pid = worker.pid if worker is not None else 0
+        log.info("worker started", extra=kv(job=spec.job_id, gen=spec.generation, pid=pid))
+        return AgentReply(ok=True, message=f"pid {pid}")
+
+    async def _launch(self, spec: WorkerSpec) -> _Running:
+        """Record the worker, start its stepd, wait until it says the worker runs."""
+        run_as = resolve_run_as(spec.run_as, allow_root=self.allow_root) if spec.run_as else None
+        spool = self._spool(spec, run_as.uid if run_as else None)
+        folder = self.table.folder(spec.job_id, spec.attempt, spec.generation)
+        record = WorkerRecord(
+            job_id=spec.job_id,
+            attempt=spec.attempt,
+            generation=spec.generation,
+            boot_id=self.boot_id,
+            folder=str(folder),
+            spool=spool,
+        )
+        self.table.save(record)  # before stepd exists: a record for everything that may run
+        step = StepSpec(
+            argv=tuple(a.replace("{spool}", spool) for a in spec.argv),
+            env={k: v.replace("{spool}", spool) for k, v in spec.env.items()},
+            workdir=spec.workdir,
+            stdout=spec.stdout,
+            stderr=spec.stderr,
+            run_as=run_as,
+            allow_root=self.allow_root,
+            append=True,  # every node (and restart) of a job adds to its files
+            contact=str(self.table.contact),
+            fence_s=self.fence_s,
+            grace_s=self.grace_s,
+        )
+        write_struct(folder / "spec.json", step)
+        proc = _start_stepd(folder)
+        outcome: StepStarted | StepExit | None = None
+        try:
+            outcome = await _started_or_ended(folder, proc)
+        finally:
+            if outcome is None:  # no word from stepd: nothing of this start may run on
+                started = self.table.started(record)
+                kill_group(started.worker if started else None, _signal.SIGKILL)
+                _kill_stepd(proc)
+                self.table.remove(record)
+        if isinstance(outcome, StepExit) and outcome.spawn_failed:
+            self.table.remove(record)
+            raise LaunchError(outcome.spawn_failed)
+        started = self.table.started(record)
+        if started is not None:
+            record = msgspec.structs.replace(record, stepd=started.stepd, worker=started.worker)
+            self.table.save(record)
+        return _Running(record, proc=proc)
 
     def _spool(self, spec: WorkerSpec, uid: int | None) -> str:
         """Write the job's script where this node's worker runs it."""
@@ -109,33 +217,81 @@ class NodeExecutor:
             os.chown(script, uid, -1)
         return str(folder)
 
-    async def _watch(self, spec: WorkerSpec, worker: Worker) -> None:
-        status = await worker.wait()
-        current = self.running.get(spec.job_id)
-        if current is not None and current.worker is worker:
-            del self.running[spec.job_id]
+    # --- watching and reporting ---------------------------------------------------------
+
+    def _own(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _track(self, run: _Running) -> None:
+        self.running[run.record.job_id] = run
+        run.watcher = self._own(self._watch(run))
+
+    async def _watch(self, run: _Running) -> None:
+        record = run.record
+        proc, stepd = run.proc, record.stepd
+        if proc is not None:
+            await process_gone(proc.pid, lambda: proc.poll() is None)
+        elif stepd is not None:
+            await process_gone(stepd.pid, lambda: alive(stepd))
+        ending = self.table.exit_of(record)
+        if ending is None:  # stepd killed under its worker: nobody supervises it now
+            kill_group(self.table.with_pids(record).worker, _signal.SIGKILL)
+            ending = lost_exit()
+        run.ended.set()
+        current = self.running.get(record.job_id)
+        if current is run:
+            del self.running[record.job_id]
+        await self._report(record, ending)
+
+    async def _report(self, record: WorkerRecord, ending: StepExit) -> None:
         event = WorkerExited(
-            job_id=spec.job_id,
-            attempt=spec.attempt,
+            job_id=record.job_id,
+            attempt=record.attempt,
             node=self.node,
-            exit_code=status.exit_code,
-            signal=status.signal,
-            oom_killed=status.oom_killed,
-            generation=spec.generation,
+            exit_code=ending.exit_code,
+            signal=ending.signal,
+            oom_killed=ending.oom_killed,
+            generation=record.generation,
+            spawn_failed=ending.spawn_failed,
         )
-        msg_id = f"exit-{spec.job_id}-{spec.attempt}-{spec.generation}-{self.node}"
-        await self._publish_until_done(event, msg_id)
-
-    async def _publish_until_done(self, event: WorkerExited, msg_id: str) -> None:
-        from shared.events import encode, subject_of
-
+        msg_id = f"exit-{record.job_id}-{record.attempt}-{record.generation}-{self.node}"
         while True:
             try:
                 await self.bus.publish_raw(subject_of(event), encode(event), msg_id, {})
-                return
+                break
             except (TimeoutError, OSError) as err:
                 log.warning("cannot report worker exit yet", extra=kv(error=repr(err)))
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(_PUBLISH_RETRY_S)
+        log.info("worker exit reported", extra=kv(job=record.job_id, ending=str(ending.ending)))
+        self.table.remove(record)
+
+    # --- stop and status ----------------------------------------------------------------
+
+    def _signal(self, run: _Running, sig: int, *, leader_only: bool = False) -> None:
+        """Signal the worker's group (or its script alone) while its stepd still runs:
+        after that the group id may be reused, so it is never signalled again."""
+        if run.ended.is_set():
+            return
+        worker = self.table.with_pids(run.record).worker
+        if leader_only:
+            if alive(worker) and worker is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker.pid, sig)
+            return
+        kill_group(worker, sig)
+
+    async def _terminate(self, run: _Running, grace_s: float) -> None:
+        """SIGTERM to the group; SIGKILL to whatever is left after `grace_s`."""
+        self._signal(run, _signal.SIGTERM)
+        try:
+            await asyncio.wait_for(run.ended.wait(), timeout=grace_s)
+        except TimeoutError:
+            self._signal(run, _signal.SIGKILL)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(run.ended.wait(), timeout=10.0)
 
     async def _on_stop(self, payload: bytes, _subject: str) -> bytes:
         req = msgspec.json.decode(payload, type=StopWorkers)
@@ -146,20 +302,56 @@ class NodeExecutor:
         leader_only, _, name = req.signal.rpartition(":")
         sig = _signal.Signals[name] if name.startswith("SIG") else _signal.SIGTERM
         if not req.wait:
-            current.worker.signal(sig, leader_only=leader_only == "B")
+            self._signal(current, sig, leader_only=leader_only == "B")
             return msgspec.json.encode(AgentReply(ok=True, message=f"sent {sig.name}"))
-        if sig == _signal.SIGTERM:
-            await current.worker.terminate(req.grace_s)
-        else:
-            current.worker.signal(sig)
-            await current.worker.terminate(req.grace_s)
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(asyncio.shield(current.watcher), timeout=5.0)
+        if sig != _signal.SIGTERM:
+            self._signal(current, sig)
+        await self._terminate(current, req.grace_s)
+        if current.watcher is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(current.watcher), timeout=5.0)
         return msgspec.json.encode(AgentReply(ok=True, message="stopped"))
 
     async def _on_status(self, _payload: bytes, _subject: str) -> bytes:
-        alive = tuple(
-            (job_id, r.spec.attempt, r.spec.generation)
-            for job_id, r in sorted(self.running.items())
+        alive_ = tuple((w.job_id, w.attempt, w.generation) for w in self.running_workers())
+        return msgspec.json.encode(AgentReply(ok=True, workers=alive_))
+
+
+def _start_stepd(folder: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    with (folder / "stepd.log").open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "services.launcher.stepd", str(folder)],
+            env=env,
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,  # its own session: our death or our group's signals
+            close_fds=True,  # never reach it
         )
-        return msgspec.json.encode(AgentReply(ok=True, workers=alive))
+
+
+async def _started_or_ended(folder: Path, proc: subprocess.Popen[bytes]) -> StepStarted | StepExit:
+    """What stepd said first: the worker runs, or it ended (or never started)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + START_TIMEOUT_S
+    while True:
+        started = read_struct(folder / "started.json", StepStarted)
+        if started is not None:
+            return started
+        ending = read_struct(folder / "exit.json", StepExit)
+        if ending is not None:
+            return ending
+        if proc.poll() is not None:
+            raise LaunchError(f"stepd exited {proc.returncode}: see {folder}/stepd.log")
+        if loop.time() > deadline:
+            raise LaunchError(f"stepd did not start the worker in {START_TIMEOUT_S:.0f} s")
+        await asyncio.sleep(_POLL_S)
+
+
+def _kill_stepd(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, _signal.SIGKILL)
+    proc.wait(timeout=5)

@@ -24,7 +24,7 @@ import pwd
 import signal as _signal
 import socket
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 
@@ -264,28 +264,7 @@ class Worker:
         return await self.wait()
 
     async def _leader_exit(self) -> int:
-        if (code := self._proc.poll()) is not None:
-            return code
-        try:
-            pidfd = os.pidfd_open(self.pid)
-        except OSError:
-            while True:  # no pidfd (kernel < 5.3): poll
-                if (code := self._proc.poll()) is not None:
-                    return code
-                await asyncio.sleep(_POLL_S)
-        loop = asyncio.get_running_loop()
-        exited = loop.create_future()
-
-        def readable() -> None:
-            if not exited.done():
-                exited.set_result(None)
-
-        loop.add_reader(pidfd, readable)
-        try:
-            await exited
-        finally:
-            loop.remove_reader(pidfd)
-            os.close(pidfd)
+        await process_gone(self.pid, lambda: self._proc.poll() is None)
         return self._proc.wait()
 
     async def _group_gone_within(self, timeout_s: float) -> bool:
@@ -373,3 +352,33 @@ def _read_oom_kills(path: str | None) -> int | None:
             return parse_oom_kills(f.read())
     except OSError:
         return None
+
+
+async def process_gone(pid: int, running: Callable[[], bool]) -> None:
+    """Until process `pid` has ended (`running` says whether it still is: a child's
+    `poll`, which also reaps it, or a pid and start time check)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        pidfd = -1
+    try:
+        if pidfd >= 0 and running():
+            loop = asyncio.get_running_loop()
+            gone: asyncio.Future[None] = loop.create_future()
+
+            def readable() -> None:
+                if not gone.done():
+                    gone.set_result(None)
+
+            loop.add_reader(pidfd, readable)
+            try:
+                await gone
+            finally:
+                loop.remove_reader(pidfd)
+        while True:  # no pidfd (kernel < 5.3), or a spurious wake-up: poll
+            if not running():
+                return
+            await asyncio.sleep(_POLL_S)
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)

@@ -1,0 +1,268 @@
+"""The node agent's worker table (services/launcher/worker_table.py) and its step
+supervisor (services/launcher/stepd.py), against real processes and files.
+
+`judge` is a pure rule and gets a table; the pid/start-time check, the records and
+stepd itself run real processes: a stepd is started exactly as the agent starts it
+(`python -m services.launcher.stepd <folder>`), and what it records is read back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from services.health.probe import kernel_boot_id
+from services.launcher.executor import group_members
+from services.launcher.worker_table import (
+    Ending,
+    Facts,
+    ProcessRef,
+    StepExit,
+    StepSpec,
+    StepStarted,
+    Verdict,
+    WorkerRecord,
+    WorkerTable,
+    alive,
+    judge,
+    process_ref,
+    read_struct,
+    start_time,
+    stop_recorded_workers,
+    touch,
+    write_struct,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+
+
+def facts(**kw: bool) -> Facts:
+    base = {"exit_recorded": False, "same_boot": True, "stepd_alive": False, "worker_alive": False}
+    return Facts(**(base | kw))
+
+
+JUDGE_CASES = {
+    "an exit recorded while the agent was away is reported": (
+        facts(exit_recorded=True),
+        Verdict.REPORT,
+    ),
+    "a recorded exit wins even while its stepd is still finishing": (
+        facts(exit_recorded=True, stepd_alive=True, worker_alive=False),
+        Verdict.REPORT,
+    ),
+    "a live stepd is re-adopted": (facts(stepd_alive=True, worker_alive=True), Verdict.ADOPT),
+    "a worker whose stepd was killed is unsupervised and is killed": (
+        facts(stepd_alive=False, worker_alive=True),
+        Verdict.KILL_ORPHAN,
+    ),
+    "nothing runs and nothing was recorded: the worker was lost": (
+        facts(),
+        Verdict.REPORT_LOST,
+    ),
+    "after a reboot no recorded pid can be ours, whatever matches": (
+        facts(same_boot=False, stepd_alive=True, worker_alive=True),
+        Verdict.REPORT_LOST,
+    ),
+}
+
+
+@pytest.mark.parametrize(("given", "want"), JUDGE_CASES.values(), ids=JUDGE_CASES.keys())
+def test_judge(given: Facts, want: Verdict) -> None:
+    assert judge(given) == want
+
+
+def test_a_live_process_matches_its_pid_and_start_time_and_a_reused_pid_does_not() -> None:
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        ref = process_ref(proc.pid)
+        assert ref is not None and alive(ref)
+        assert not alive(ProcessRef(pid=proc.pid, start=ref.start - 1))  # another process
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not alive(ref)
+
+
+def test_a_zombie_is_not_alive_but_can_still_be_named_by_its_parent() -> None:
+    proc = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    try:
+        assert start_time(proc.pid) is None
+        assert start_time(proc.pid, zombie_ok=True) is not None
+    finally:
+        proc.wait()
+
+
+def test_the_boot_id_is_the_kernels() -> None:
+    assert kernel_boot_id() == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+def test_structs_are_written_whole_and_unreadable_ones_read_as_none(tmp_path: Path) -> None:
+    path = tmp_path / "exit.json"
+    assert read_struct(path, StepExit) is None
+    write_struct(path, StepExit(ending=Ending.EXITED, exit_code=3))
+    assert read_struct(path, StepExit) == StepExit(ending=Ending.EXITED, exit_code=3)
+    assert [p.name for p in tmp_path.iterdir()] == ["exit.json"]  # no temporary left
+    path.write_text('{"ending": "exi')
+    assert read_struct(path, StepExit) is None
+
+
+def test_records_drop_folders_without_a_record_and_take_pids_from_stepd(tmp_path: Path) -> None:
+    table = WorkerTable(tmp_path)
+    rec = record(table, 7)
+    (table.root / "9-1-0").mkdir()  # an agent died before writing this one's record
+    started = StepStarted(stepd=ProcessRef(pid=10, start=1), worker=ProcessRef(pid=11, start=2))
+    write_struct(Path(rec.folder) / "started.json", started)
+    [found] = table.records()
+    assert found == rec
+    assert table.with_pids(found) == msgspec.structs.replace(
+        rec, stepd=started.stepd, worker=started.worker
+    )
+    assert sorted(p.name for p in table.root.iterdir()) == ["7-1-0"]
+    table.remove(rec)
+    assert table.records() == []
+
+
+def record(table: WorkerTable, job_id: int) -> WorkerRecord:
+    rec = WorkerRecord(
+        job_id=job_id,
+        attempt=1,
+        generation=0,
+        boot_id=kernel_boot_id(),
+        folder=str(table.folder(job_id, 1, 0)),
+    )
+    table.save(rec)
+    return rec
+
+
+# --- stepd, a real process ------------------------------------------------------------
+
+
+def start_stepd(
+    table: WorkerTable, job_id: int, script: str, tmp: Path, fence_s: float = 60.0
+) -> tuple[WorkerRecord, subprocess.Popen[bytes]]:
+    rec = record(table, job_id)
+    spec = StepSpec(
+        argv=("/bin/sh", "-c", script),
+        env=ENV,
+        workdir=str(tmp),
+        stdout=f"out-{job_id}.txt",
+        stderr=f"err-{job_id}.txt",
+        allow_root=True,
+        contact=str(table.contact),
+        fence_s=fence_s,
+        grace_s=0.5,
+    )
+    write_struct(Path(rec.folder) / "spec.json", spec)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.launcher.stepd", rec.folder],
+        cwd=REPO,
+        start_new_session=True,
+    )
+    return rec, proc
+
+
+def started(table: WorkerTable, rec: WorkerRecord) -> StepStarted:
+    deadline = time.monotonic() + 20
+    while (found := table.started(rec)) is None:
+        assert time.monotonic() < deadline, "stepd never reported the worker"
+        time.sleep(0.02)
+    return found
+
+
+def ended(proc: subprocess.Popen[bytes], table: WorkerTable, rec: WorkerRecord) -> StepExit:
+    assert proc.wait(timeout=30) == 0
+    ending = table.exit_of(rec)
+    assert ending is not None
+    return ending
+
+
+def test_stepd_records_the_exit_code_of_its_worker(tmp_path: Path) -> None:
+    table = WorkerTable(tmp_path / "node")
+    touch(table.contact)
+    rec, proc = start_stepd(table, 1, "echo hi; exit 3", tmp_path)
+    assert ended(proc, table, rec) == StepExit(ending=Ending.EXITED, exit_code=3)
+    assert (tmp_path / "out-1.txt").read_text() == "hi\n"
+
+
+def test_stepd_and_its_worker_outlive_the_parent_that_started_them(tmp_path: Path) -> None:
+    table = WorkerTable(tmp_path / "node")
+    touch(table.contact)
+    go = tmp_path / "go"
+    # The parent (a shell standing in for the agent) starts stepd and is killed.
+    rec = record(table, 2)
+    spec = StepSpec(
+        argv=("/bin/sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; exit 4"),
+        env=ENV, workdir=str(tmp_path), stdout="o", stderr="e", allow_root=True,
+        contact=str(table.contact), fence_s=60.0, grace_s=0.5,
+    )  # fmt: skip
+    write_struct(Path(rec.folder) / "spec.json", spec)
+    parent = subprocess.Popen(
+        ["/bin/sh", "-c", f"setsid {sys.executable} -m services.launcher.stepd {rec.folder} &"
+         " sleep 30"],
+        cwd=REPO, start_new_session=True,
+    )  # fmt: skip
+    pids = started(table, rec)
+    os.killpg(parent.pid, signal.SIGKILL)
+    parent.wait()
+    assert alive(pids.stepd) and alive(pids.worker)
+    go.touch()
+    deadline = time.monotonic() + 20
+    while table.exit_of(rec) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert table.exit_of(rec) == StepExit(ending=Ending.EXITED, exit_code=4)
+
+
+def test_stepd_fences_its_worker_group_when_the_contact_goes_stale(tmp_path: Path) -> None:
+    table = WorkerTable(tmp_path / "node")
+    touch(table.contact)
+    rec, proc = start_stepd(
+        table, 3, "trap '' TERM; sleep 1000 & while true; do sleep 0.1; done", tmp_path, 1.5
+    )
+    pids = started(table, rec)
+    deadline = time.monotonic() + 10
+    while len(group_members(pids.worker.pid)) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    # No touch from here on: the agent has lost the control plane.
+    ending = ended(proc, table, rec)
+    assert ending == StepExit(ending=Ending.FENCED, signal=signal.SIGKILL)
+    assert group_members(pids.worker.pid) == []
+
+
+def test_a_fresh_contact_keeps_the_worker_running(tmp_path: Path) -> None:
+    table = WorkerTable(tmp_path / "node")
+    touch(table.contact)
+    rec, proc = start_stepd(table, 4, "sleep 2.5", tmp_path, fence_s=1.0)
+    started(table, rec)
+    while proc.poll() is None:
+        touch(table.contact)
+        time.sleep(0.2)
+    assert ended(proc, table, rec) == StepExit(ending=Ending.EXITED, exit_code=0)
+
+
+def test_stop_recorded_workers_stops_every_node_s_workers(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    runs = []
+    for node, job in (("n1", 5), ("n2", 6)):
+        table = WorkerTable(state / "nodes" / node)
+        touch(table.contact)
+        rec, proc = start_stepd(table, job, "trap '' TERM; sleep 1000", tmp_path)
+        runs.append((table, rec, proc, started(table, rec)))
+    stopped = stop_recorded_workers(state, grace_s=0.5)
+    assert sorted(stopped) == sorted(pids.worker.pid for *_, pids in runs)
+    for table, rec, proc, pids in runs:
+        assert ended(proc, table, rec).ending is Ending.STOPPED
+        assert not alive(pids.worker)
