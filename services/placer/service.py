@@ -23,6 +23,7 @@ from services.placer.core import (
     PolicyConfig,
     Snapshot,
     Wait,
+    describe,
     place_keeping,
     place_spares,
 )
@@ -98,7 +99,7 @@ class Placer:
                     drop = tuple(n for n in alloc.nodes if n not in ask.keep)
                     await repo.swap_nodes(conn, alloc.alloc_id, drop, start.grants)
                     grants = tuple(Grant(node=g.node, gpus=g.gpus) for g in start.grants)
-                    answer = msgspec.structs.replace(answer, grants=grants, reason=start.why)
+                    answer = msgspec.structs.replace(answer, grants=grants, reason=describe(start))
             await outbox_add(conn, answer)
         self.ctx.relay.kick()
         log.info(

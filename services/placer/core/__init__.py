@@ -2,7 +2,9 @@
 
 from services.placer.core.kept import place_keeping
 from services.placer.core.model import (
+    Backfill,
     Blocker,
+    Fit,
     Gpu,
     Grant,
     JobRequest,
@@ -21,12 +23,15 @@ from services.placer.core.model import (
     Start,
     Wait,
     Waiting,
+    describe,
 )
 from services.placer.core.place import Prepared, order_key, place, prepare
 from services.placer.core.spares import place_spares
 
 __all__ = [
+    "Backfill",
     "Blocker",
+    "Fit",
     "Gpu",
     "Grant",
     "JobRequest",
@@ -46,6 +51,7 @@ __all__ = [
     "Start",
     "Wait",
     "Waiting",
+    "describe",
     "order_key",
     "place",
     "place_keeping",

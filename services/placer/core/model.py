@@ -188,11 +188,51 @@ class Blocker(msgspec.Struct, frozen=True, kw_only=True):
     detail: str = ""
 
 
+class Fit(StrEnum):
+    """Where a gang was put, best first (see select.py)."""
+
+    NODE = "NODE"  # one node, best fit, its GPUs in one locality group
+    NODE_SPLIT = "NODE_SPLIT"  # one node, GPUs over several locality groups
+    BLOCK = "BLOCK"  # inside the tightest NVLink block that holds it (`domain`)
+    SWITCH = "SWITCH"  # inside the tightest switch that holds it (`domain`)
+    ACROSS_SWITCHES = "ACROSS_SWITCHES"  # no single switch holds it
+    FLAT = "FLAT"  # no topology known: nodes with the fewest spare GPUs first
+
+
+class Backfill(StrEnum):
+    NO = "NO"  # nothing of higher order waits
+    BEFORE_RESERVED_START = "BEFORE_RESERVED_START"  # on GPUs booked for `around`, which
+    # it gives back before that job's reserved start
+    ON_UNRESERVED_GPUS = "ON_UNRESERVED_GPUS"  # on GPUs no booking needs; `around` waits
+
+
 class Start(msgspec.Struct, frozen=True, kw_only=True):
     job_id: int
     grants: tuple[Grant, ...]
     backfilled: bool = False
-    why: str = ""
+    fit: Fit = Fit.NODE
+    domain: str = ""  # the block or switch of a BLOCK or SWITCH fit
+    backfill: Backfill = Backfill.NO
+    around: int | None = None  # the waiting job a backfill went around
+
+
+def describe(start: Start) -> str:
+    """A start's placement in words, for logs and the spares answer."""
+    n = len(start.grants)
+    node = start.grants[0].node if start.grants else ""
+    text = {
+        Fit.NODE: f"best fit on node {node}, GPUs in one locality group",
+        Fit.NODE_SPLIT: f"best fit on node {node}, GPUs over several locality groups",
+        Fit.BLOCK: f"{n} nodes inside block {start.domain}, tightest that holds the gang",
+        Fit.SWITCH: f"{n} nodes inside switch {start.domain}, tightest that holds the gang",
+        Fit.ACROSS_SWITCHES: f"{n} nodes across leaf switches (no single switch holds it)",
+        Fit.FLAT: f"{n} nodes, fewest spare GPUs first (no topology known)",
+    }[start.fit]
+    if start.backfill is Backfill.BEFORE_RESERVED_START:
+        text += f"; backfilled, ends before the reserved start of job {start.around}"
+    elif start.backfill is Backfill.ON_UNRESERVED_GPUS:
+        text += f"; backfilled on GPUs no reservation needs (job {start.around} waits)"
+    return text
 
 
 class Preempt(msgspec.Struct, frozen=True, kw_only=True):

@@ -19,6 +19,7 @@ from services.placer.core.calendar import Window, inside, off_limits, windows
 from services.placer.core.index import ROOT, ClusterIndex, Pool
 from services.placer.core.limits import Usage, check, headroom
 from services.placer.core.model import (
+    Backfill,
     Grant,
     JobRequest,
     Limits,
@@ -236,15 +237,21 @@ class Prepared:
         gpus = sum(m.bit_count() for _, m in picks)
         if self.limited:
             self.usage.add(job.user, job.account, job.qos, gpus)
-        why = chosen.why
         taken = dict(picks)
         used = [b.job_id for b in lent if any(m & taken.get(i, 0) for i, m in b.held)]
+        backfill, around = Backfill.NO, self.blocked_by
         if used:
-            why += f"; backfilled, ends before the reserved start of job {used[0]}"
+            backfill, around = Backfill.BEFORE_RESERVED_START, used[0]
         elif self.blocked_by is not None:
-            why += f"; backfilled on GPUs no reservation needs (job {self.blocked_by} waits)"
+            backfill = Backfill.ON_UNRESERVED_GPUS
         return Start(
-            job_id=job.job_id, grants=tuple(grants), backfilled=self.blocked_by is not None, why=why
+            job_id=job.job_id,
+            grants=tuple(grants),
+            backfilled=self.blocked_by is not None,
+            fit=chosen.fit,
+            domain=chosen.domain,
+            backfill=backfill,
+            around=around,
         )
 
     def _rehold(self, lent: list[Booking]) -> None:

@@ -16,11 +16,13 @@ from collections.abc import Iterator
 import msgspec
 
 from services.placer.core.index import ROOT, ClusterIndex, Pool
+from services.placer.core.model import Fit
 
 
 class Chosen(msgspec.Struct, frozen=True):
     picks: tuple[tuple[int, int], ...]  # (node id, GPU bitmask)
-    why: str
+    fit: Fit
+    domain: str = ""  # the block or switch of a BLOCK or SWITCH fit
 
 
 class IndexView:
@@ -90,7 +92,7 @@ def select_gang(
     if max_leaves is not None and len({ix.leaf_of[i] for i in nodes}) > max_leaves:
         return NO_TOPOLOGY
     picks = tuple((i, pick_gpus(ix, i, view.usable(i), g)) for i in sorted(nodes))
-    return Chosen(picks, _why(ix, d, picks))
+    return _chosen(ix, d, picks)
 
 
 def _choose_domain(ix: ClusterIndex, view: View, n: int, g: int) -> int:
@@ -188,19 +190,18 @@ def select_total(ix: ClusterIndex, view: View, total: int, max_nodes: int) -> Ch
     if rest > 0 or len(picks) > max_nodes:
         return NO_ROOM
     ordered = tuple(sorted(picks))
-    return Chosen(ordered, _why(ix, d, ordered))
+    return _chosen(ix, d, ordered)
 
 
-def _why(ix: ClusterIndex, d: int, picks: tuple[tuple[int, int], ...]) -> str:
+def _chosen(ix: ClusterIndex, d: int, picks: tuple[tuple[int, int], ...]) -> Chosen:
+    """The picks with how they fit: one node, a block or switch (domain d), or spread."""
     if len(picks) == 1:
         i, mask = picks[0]
         groups = sum(1 for m in ix.groups[i] if m & mask)
-        spread = "one locality group" if groups <= 1 else f"{groups} locality groups"
-        return f"best fit on node {ix.nodes[i].name}, GPUs in {spread}"
-    leaves = len({ix.leaf_of[i] for i, _ in picks})
+        return Chosen(picks, Fit.NODE if groups <= 1 else Fit.NODE_SPLIT)
     if not ix.levels or ix.levels == [[ROOT]]:
-        return f"{len(picks)} nodes, fewest spare GPUs first (no topology known)"
+        return Chosen(picks, Fit.FLAT)
     if d == ROOT:
-        return f"{len(picks)} nodes across {leaves} leaf switches (no single switch holds it)"
-    kind = "block" if ix.depth[d] < 0 else "switch"
-    return f"{len(picks)} nodes inside {kind} {ix.domain_name[d]}, tightest that holds the gang"
+        return Chosen(picks, Fit.ACROSS_SWITCHES)
+    fit = Fit.BLOCK if ix.depth[d] < 0 else Fit.SWITCH
+    return Chosen(picks, fit, ix.domain_name[d])

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from services.placer.core import Blocker, NodeState, Plan, Snapshot, Start, Wait, Waiting, place
+from services.placer.core import (
+    Backfill,
+    Blocker,
+    Fit,
+    Grant,
+    NodeState,
+    Plan,
+    Snapshot,
+    Start,
+    Wait,
+    Waiting,
+    place,
+)
 from services.placer.core.model import JobRequest
 from tests.unit.placer.helpers import T0, gang, grant, leafy, node, running, snapshot, whole
 
@@ -12,14 +24,23 @@ H = 3600.0
 FREE_AT = T0 + H  # running() jobs started an hour ago with a two-hour limit
 
 
-def start(job_id: int, *grants: tuple[str, tuple[int, ...]], why: str, bf: bool = False) -> Start:
-    from services.placer.core import Grant
-
+def start(
+    job_id: int,
+    *grants: tuple[str, tuple[int, ...]],
+    fit: Fit,
+    domain: str = "",
+    backfill: Backfill = Backfill.NO,
+    around: int | None = None,
+) -> Start:
+    """A start as the core gives it: backfilled whenever it went around a waiting job."""
     return Start(
         job_id=job_id,
         grants=tuple(Grant(node=n, gpus=g) for n, g in grants),
-        backfilled=bf,
-        why=why,
+        backfilled=backfill is not Backfill.NO,
+        fit=fit,
+        domain=domain,
+        backfill=backfill,
+        around=around,
     )
 
 
@@ -34,16 +55,12 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
     "a one-GPU job goes to the fullest node that still fits it": (
         snapshot(node("a"), node("b"), running=(running(9, grant("b", *range(6))),)),
         [gang(1, gpus_per_node=1)],
-        Plan(starts=(start(1, ("b", (6,)), why="best fit on node b, GPUs in one locality group"),)),
+        Plan(starts=(start(1, ("b", (6,)), fit=Fit.NODE),)),
     ),
     "GPUs inside a node come from one locality group": (
         snapshot(node("a", groups=2), running=(running(9, grant("a", 0)),)),
         [gang(1, gpus_per_node=4)],
-        Plan(
-            starts=(
-                start(1, ("a", (4, 5, 6, 7)), why="best fit on node a, GPUs in one locality group"),
-            )
-        ),
+        Plan(starts=(start(1, ("a", (4, 5, 6, 7)), fit=Fit.NODE),)),
     ),
     "a gang goes into the tightest leaf switch that holds it whole": (
         snapshot(
@@ -57,14 +74,16 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
                     1,
                     ("n02", ALL8),
                     ("n03", ALL8),
-                    why="2 nodes inside switch leaf0, tightest that holds the gang",
+                    fit=Fit.SWITCH,
+                    domain="leaf0",
                 ),
                 start(
                     2,
                     ("n05", ALL8),
                     ("n06", ALL8),
                     ("n07", ALL8),
-                    why="3 nodes inside switch leaf1, tightest that holds the gang",
+                    fit=Fit.SWITCH,
+                    domain="leaf1",
                 ),
             )
         ),
@@ -79,7 +98,7 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
                     ("a", ALL8),
                     ("b", ALL8),
                     ("c", ALL8),
-                    why="3 nodes, fewest spare GPUs first (no topology known)",
+                    fit=Fit.FLAT,
                 ),
             )
         ),
@@ -97,9 +116,9 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
                 start(
                     2,
                     ("d", (7,)),
-                    why="best fit on node d, GPUs in one locality group; "
-                    "backfilled on GPUs no reservation needs (job 1 waits)",
-                    bf=True,
+                    fit=Fit.NODE,
+                    backfill=Backfill.ON_UNRESERVED_GPUS,
+                    around=1,
                 ),
             ),
             waits=(Wait(job_id=1, reason=Waiting.RESOURCES),),
@@ -113,8 +132,8 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
         ],
         Plan(
             starts=(
-                start(1, ("b", ALL8), why="best fit on node b, GPUs in one locality group"),
-                start(2, ("c", ALL8), why="best fit on node c, GPUs in one locality group"),
+                start(1, ("b", ALL8), fit=Fit.NODE),
+                start(2, ("c", ALL8), fit=Fit.NODE),
             )
         ),
     ),
@@ -143,9 +162,9 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
         ],
         Plan(
             starts=(
-                start(3, ("a", (0,)), why="best fit on node a, GPUs in one locality group"),
-                start(4, ("a", (1,)), why="best fit on node a, GPUs in one locality group"),
-                start(2, ("a", (2,)), why="best fit on node a, GPUs in one locality group"),
+                start(3, ("a", (0,)), fit=Fit.NODE),
+                start(4, ("a", (1,)), fit=Fit.NODE),
+                start(2, ("a", (2,)), fit=Fit.NODE),
             ),
             waits=(Wait(job_id=1, reason=Waiting.RESOURCES, estimated_start=T0 + H),),
         ),
@@ -195,7 +214,7 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
                     1,
                     ("a", ALL8),
                     ("c", (4, 5, 6, 7)),
-                    why="2 nodes, fewest spare GPUs first (no topology known)",
+                    fit=Fit.FLAT,
                 ),
             )
         ),
@@ -205,8 +224,8 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
         [gang(1, gpus_per_node=2, exclusive=True), gang(2, gpus_per_node=0)],
         Plan(
             starts=(
-                start(1, ("b", ALL8), why="best fit on node b, GPUs in one locality group"),
-                start(2, ("a", ()), why="best fit on node a, GPUs in one locality group"),
+                start(1, ("b", ALL8), fit=Fit.NODE),
+                start(2, ("a", ()), fit=Fit.NODE),
             )
         ),
     ),
@@ -225,7 +244,8 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
                     1,
                     ("b", ALL8),
                     ("c", ALL8),
-                    why="2 nodes inside block nvl1, tightest that holds the gang",
+                    fit=Fit.BLOCK,
+                    domain="nvl1",
                 ),
             )
         ),
@@ -243,9 +263,9 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
         ],
         Plan(
             starts=(
-                start(1, ("a", (0, 1)), why="best fit on node a, GPUs in one locality group"),
-                start(2, ("cpu", ()), why="best fit on node cpu, GPUs in one locality group"),
-                start(3, ("h", (0,)), why="best fit on node h, GPUs in one locality group"),
+                start(1, ("a", (0, 1)), fit=Fit.NODE),
+                start(2, ("cpu", ()), fit=Fit.NODE),
+                start(3, ("h", (0,)), fit=Fit.NODE),
             )
         ),
     ),

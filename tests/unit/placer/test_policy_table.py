@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from services.placer.core import (
+    Backfill,
+    Fit,
     Grant,
     Limit,
     Limits,
@@ -27,7 +29,6 @@ H = 3600.0
 ALL8 = tuple(range(8))
 NODES32 = tuple(node(f"n{i:02d}") for i in range(32))
 JOB1_ON_N00 = (running(1, whole("n00"), started_at=T0 - H, time_limit_s=7200),)
-ONE_NODE = "best fit on node a, GPUs in one locality group"
 
 
 def on(job_id: int, names: list[str], gpus: tuple[int, ...] = ALL8) -> tuple[Grant, ...]:
@@ -52,8 +53,9 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
                     job_id=3,
                     grants=on(3, [f"n{i:02d}" for i in range(1, 32)]),
                     backfilled=True,
-                    why="31 nodes, fewest spare GPUs first (no topology known); "
-                    "backfilled, ends before the reserved start of job 2",
+                    fit=Fit.FLAT,
+                    backfill=Backfill.BEFORE_RESERVED_START,
+                    around=2,
                 ),
             ),
             waits=(Wait(job_id=2, reason=Waiting.RESOURCES, estimated_start=T0 + H),),
@@ -95,7 +97,7 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
                 Start(
                     job_id=1,
                     grants=on(1, ["n01", "n03"]),
-                    why="2 nodes across 2 leaf switches (no single switch holds it)",
+                    fit=Fit.ACROSS_SWITCHES,
                 ),
             )
         ),
@@ -164,7 +166,7 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
         ),
         [gang(1, gpus_per_node=4, time_limit_s=7200), gang(2, gpus_per_node=4, time_limit_s=600)],
         Plan(
-            starts=(Start(job_id=2, grants=(Grant(node="a", gpus=(0, 1, 2, 3)),), why=ONE_NODE),),
+            starts=(Start(job_id=2, grants=(Grant(node="a", gpus=(0, 1, 2, 3)),), fit=Fit.NODE),),
             waits=(
                 Wait(
                     job_id=1,
@@ -200,7 +202,7 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
                 Start(
                     job_id=1,
                     grants=on(1, ["a"]),
-                    why="best fit on node a, GPUs in one locality group",
+                    fit=Fit.NODE,
                 ),
             ),
             waits=(
@@ -236,7 +238,7 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
             gang(4, gpus_per_node=1, user="alice"),
         ],
         Plan(
-            starts=(Start(job_id=4, grants=(Grant(node="a", gpus=(1,)),), why=ONE_NODE),),
+            starts=(Start(job_id=4, grants=(Grant(node="a", gpus=(1,)),), fit=Fit.NODE),),
             waits=(
                 Wait(
                     job_id=1,
@@ -263,7 +265,7 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
             gang(2, gpus_per_node=4, user="dave", requeued=True),
         ],
         Plan(
-            starts=(Start(job_id=2, grants=(Grant(node="a", gpus=(0, 1, 2, 3)),), why=ONE_NODE),),
+            starts=(Start(job_id=2, grants=(Grant(node="a", gpus=(0, 1, 2, 3)),), fit=Fit.NODE),),
             waits=(Wait(job_id=1, reason=Waiting.RESOURCES, estimated_start=T0 + 3600),),
         ),
     ),
@@ -278,7 +280,7 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], Plan]] = {
             gang(2, gpus_per_node=1, user="dave", account="prod", qos="normal"),
         ],
         Plan(
-            starts=(Start(job_id=2, grants=(Grant(node="a", gpus=(2,)),), why=ONE_NODE),),
+            starts=(Start(job_id=2, grants=(Grant(node="a", gpus=(2,)),), fit=Fit.NODE),),
             waits=(
                 Wait(
                     job_id=1,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.placer.core import Grant, Plan, Start, Wait, Waiting, place, prepare
+from services.placer.core import Fit, Grant, Plan, Start, Wait, Waiting, place, prepare
 from tests.unit.placer.helpers import T0, gang, leafy, running, snapshot, whole
 
 
@@ -35,6 +35,7 @@ def test_place_one_on_a_fresh_cluster_matches_a_full_pass() -> None:
                 Grant(node="n02", gpus=tuple(range(8))),
                 Grant(node="n03", gpus=tuple(range(8))),
             ),
-            why="2 nodes inside switch leaf1, tightest that holds the gang",
+            fit=Fit.SWITCH,
+            domain="leaf1",
         ),
     )
