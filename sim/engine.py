@@ -87,7 +87,7 @@ class Simulation:
         self.priority_fn = priority_fn
         self.queue_depth = queue_depth
         self.requests = {j.job_id: request(j, limit_factor) for j in workload}
-        self.pending: list[tuple[tuple[int, float, float, int], int]] = []
+        self.pending: list[tuple[tuple[int, float, bool, float, int], int]] = []
         self.running: dict[int, Running] = {}
         self.attempt: dict[int, int] = {}
         self.events: list[tuple[float, int, str, int | str, int]] = []
