@@ -55,9 +55,9 @@ async def running_cluster(
     """Every service and `node_defs` as real processes, with `env` set for them; all
     stopped on the way out, a failing start included."""
     saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     try:
         c = make_cluster(state, nats_url, database_url)
+        os.environ.update(env)  # after make_cluster's FAST: the caller's values win
         c.start_services()
         for node in node_defs:
             c.start_node(node)
