@@ -3,8 +3,10 @@
 `decide(run, observation, config, now)` takes the job's state and one thing that
 happened (a node fault, a worker exit, the time limit, a preemption, a cancel, ...) and
 returns a `Decision`: the verdict, the job's next state and the actions the shell must
-carry out, in order (stop workers, then start the next attempt / requeue / finish).
+carry out, in order (stop workers, then start the next generation / requeue / finish).
 No I/O, no clock (`now` is passed in), so the same inputs always give the same decision.
+The values it works on are in `coordinator_model.py`, the timers in
+`coordinator_timing.py`; both are re-exported here, so callers import one module.
 
 Rules (docs/launching.md has the long form):
 - gang: every worker exits 0 -> COMPLETED; any non-zero exit -> FAILED (the others are
@@ -13,315 +15,77 @@ Rules (docs/launching.md has the long form):
 - a lost node of an elastic job (nodes_min < nodes_max) with enough survivors: stop
   everywhere and restart on the survivors at the new world size (SHRINK); otherwise ask
   the placer for spares (REPLACE) when configured, else REQUEUE with the node excluded;
-  fault restarts are limited (`max_restarts`) and delayed by exponential backoff;
+  fault restarts are limited (`max_restarts`) and delayed by exponential backoff; a node
+  that is down is still asked, best effort, to stop its worker;
 - time limit -> TIMEOUT (SIGTERM, SIGKILL after `kill_wait_s`); `--signal=SIG@secs`
   sends SIG that long before the limit (see `timers`);
 - gang start: a node that cannot start its worker -> stop the ones that did, REQUEUE
   with that node excluded (counted like a fault);
 - preemption: SIGTERM, SIGKILL after the grace, REQUEUE (same id, restart_count + 1),
-  or PREEMPTED when the job may not be requeued; cancel -> CANCELLED.
+  or PREEMPTED when the job may not be requeued; cancel -> CANCELLED; an allocation
+  released under a live run -> stop at once and REQUEUE (not counted), else FAILED.
 """
 
 from __future__ import annotations
 
-import signal as _signal
-from enum import StrEnum
-
 import msgspec
 
+from services.launcher.coordinator_model import (
+    SPARE_WAIT_S,
+    Action,
+    AllocationGone,
+    AnyAction,
+    AnyObservation,
+    AttemptRecord,
+    Cancel,
+    CoordinatorConfig,
+    Decision,
+    Finish,
+    JobRun,
+    NodeDown,
+    NodeFault,
+    NodesAvailable,
+    Observation,
+    PendingFailure,
+    Phase,
+    Preempt,
+    RequestSpares,
+    Requeue,
+    SettleElapsed,
+    SignalDue,
+    SignalWorkers,
+    SparesDenied,
+    SparesGranted,
+    StartFailed,
+    StartGeneration,
+    StopWorkers,
+    TimeLimitReached,
+    Timers,
+    Verdict,
+    WorkerExited,
+)
+from services.launcher.coordinator_timing import (
+    backoff_s,
+    due_at,
+    due_observation,
+    parse_signal,
+    start_run,
+    timers,
+    world_size,
+)
 from services.launcher.exitstatus import ExitStatus
 from shared.jobspec import JobSpec
-
-# The placer answers a request for spares at once; without an answer by then (no placer
-# leads, the request was dead-lettered) the job is requeued instead of waiting forever.
-SPARE_WAIT_S = 30.0
-
-
-class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
-    max_restarts: int = 3  # fault-driven restarts/requeues; preemption does not count
-    backoff_base_s: float = 1.0  # first fault restart is immediate, then base * 2**(n-1)
-    backoff_max_s: float = 60.0
-    kill_wait_s: float = 30.0  # SIGTERM -> SIGKILL at the time limit, cancel, failure
-    restart_grace_s: float = 5.0  # SIGTERM -> SIGKILL when stopping to restart
-    replace_with_spare: bool = True  # fixed-size job: ask the placer for a spare first
-    # A GPU that dies often kills its process before the fault event arrives: a failed
-    # worker fails the job only if no node of the job is reported lost within this.
-    failure_settle_s: float = 2.0
-
-
-class Phase(StrEnum):
-    RUNNING = "running"
-    SETTLING = "settling"  # a worker failed; waiting `failure_settle_s` for a node fault
-    AWAITING_SPARE = "awaiting_spare"  # workers stopped; waiting for the placer's answer
-    ENDED = "ended"  # finished or handed back to the queue: nothing more to decide
-
-
-class Verdict(StrEnum):
-    CONTINUE = "continue"  # state recorded, nothing to do
-    IGNORE = "ignore"  # stale or irrelevant observation
-    SIGNAL = "signal"
-    COMPLETE = "complete"
-    FAIL = "fail"
-    SETTLE = "settle"  # a worker failed: fail after the settle time unless a node is lost
-    TIMEOUT = "timeout"
-    CANCEL = "cancel"
-    SHRINK = "shrink"
-    GROW = "grow"
-    REPLACE = "replace"  # asking the placer for spare nodes
-    RESTART = "restart"  # spares granted: restart on survivors + spares
-    REQUEUE = "requeue"
-    PREEMPT = "preempt"  # preempted and not requeueable: ends PREEMPTED
-
-
-class JobState(StrEnum):
-    """Terminal states, named as Slurm names them."""
-
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    TIMEOUT = "TIMEOUT"
-    CANCELLED = "CANCELLED"
-    NODE_FAIL = "NODE_FAIL"
-    OUT_OF_MEMORY = "OUT_OF_MEMORY"
-    PREEMPTED = "PREEMPTED"
-
-
-class AttemptRecord(msgspec.Struct, frozen=True, kw_only=True):
-    attempt: int
-    nodes: tuple[str, ...]
-    world_size: int
-    started_at: float
-    ended_at: float
-    verdict: Verdict
-    reason: str
-
-
-class PendingFailure(msgspec.Struct, frozen=True, kw_only=True):
-    """A worker's failure, applied at `settle_at` unless a node is lost before."""
-
-    node: str
-    state: JobState
-    reason: str
-    exit_code: int | None = None
-    signal: int | None = None
-    settle_at: float
-
-
-class JobRun(msgspec.Struct, frozen=True, kw_only=True):
-    """A running job as the coordinator tracks it."""
-
-    job_id: int
-    spec: JobSpec
-    attempt: int
-    nodes: tuple[str, ...]  # this attempt's nodes, in node-rank order
-    started_at: float  # this attempt's start
-    limit_from: float  # the time limit counts from here (reset only by a requeue)
-    restart_count: int = 0  # every restart and requeue: SLURM_RESTART_COUNT
-    fault_restarts: int = 0  # the ones that count against max_restarts
-    excluded_nodes: tuple[str, ...] = ()
-    done_nodes: tuple[str, ...] = ()  # workers of this attempt that exited 0
-    signal_sent: bool = False
-    phase: Phase = Phase.RUNNING
-    spare_keep: tuple[str, ...] = ()  # survivors while awaiting spares
-    spare_asked_at: float | None = None  # when the placer was asked (it answers at once)
-    pending_failure: PendingFailure | None = None  # while SETTLING
-    final_state: JobState | None = None
-    history: tuple[AttemptRecord, ...] = ()
-
-
-# Observations: what happened.
-class Observation(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
-    pass
-
-
-class NodeFault(Observation, frozen=True, tag="node_fault"):
-    node: str
-    reason: str = "hardware fault"
-    excludes_node: bool = True  # False: an application fault, the job's own bug
-
-
-class NodeDown(Observation, frozen=True, tag="node_down"):
-    node: str
-    reason: str = "node unreachable"
-
-
-class WorkerExited(Observation, frozen=True, tag="worker_exited"):
-    node: str
-    attempt: int
-    status: ExitStatus
-    spawn_failed: str = ""
-
-
-class SignalDue(Observation, frozen=True, tag="signal_due"):
-    pass
-
-
-class SettleElapsed(Observation, frozen=True, tag="settle_elapsed"):
-    pass
-
-
-class TimeLimitReached(Observation, frozen=True, tag="time_limit"):
-    pass
-
-
-class Preempt(Observation, frozen=True, tag="preempt"):
-    grace_s: float
-
-
-class Cancel(Observation, frozen=True, tag="cancel"):
-    reason: str = "cancelled by user"
-
-
-class StartFailed(Observation, frozen=True, tag="start_failed"):
-    """Some nodes could not start `attempt`'s workers: the gang did not start."""
-
-    attempt: int
-    nodes: tuple[str, ...]
-    reason: str
-
-
-class SparesGranted(Observation, frozen=True, tag="spares_granted"):
-    nodes: tuple[str, ...]
-
-
-class SparesDenied(Observation, frozen=True, tag="spares_denied"):
-    pass
-
-
-class NodesAvailable(Observation, frozen=True, tag="nodes_available"):
-    """The placer can give an elastic job these extra nodes (grow back)."""
-
-    nodes: tuple[str, ...]
-
-
-AnyObservation = (
-    NodeFault
-    | NodeDown
-    | WorkerExited
-    | SignalDue
-    | SettleElapsed
-    | TimeLimitReached
-    | Preempt
-    | Cancel
-    | StartFailed
-    | SparesGranted
-    | SparesDenied
-    | NodesAvailable
-)
-
-
-# Actions: what the shell must do, in order.
-class Action(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
-    pass
-
-
-class SignalWorkers(Action, frozen=True, tag="signal"):
-    nodes: tuple[str, ...]
-    signal: int
-    leader_only: bool = False  # `--signal=B:SIG`: the batch script only, not its group
-
-
-class StopWorkers(Action, frozen=True, tag="stop"):
-    """SIGTERM to each node's worker group, SIGKILL after `grace_s`; wait for all."""
-
-    nodes: tuple[str, ...]
-    grace_s: float
-
-
-class StartAttempt(Action, frozen=True, tag="start"):
-    """Start `attempt` on `nodes` (node-rank order) after `delay_s`: new placement,
-    new master port, new rendezvous id."""
-
-    attempt: int
-    nodes: tuple[str, ...]
-    restart_count: int
-    delay_s: float
-
-
-class RequestSpares(Action, frozen=True, tag="request_spares"):
-    count: int
-    keep: tuple[str, ...]
-    exclude: tuple[str, ...]
-
-
-class Requeue(Action, frozen=True, tag="requeue"):
-    restart_count: int
-    excluded_nodes: tuple[str, ...]
-    delay_s: float
-    reason: str
-
-
-class Finish(Action, frozen=True, tag="finish"):
-    state: JobState
-    reason: str
-    exit_code: int | None = None
-    signal: int | None = None
-
-
-AnyAction = SignalWorkers | StopWorkers | StartAttempt | RequestSpares | Requeue | Finish
-
-
-class Decision(msgspec.Struct, frozen=True, kw_only=True):
-    verdict: Verdict
-    run: JobRun
-    actions: tuple[AnyAction, ...] = ()
-
-
-class Timers(msgspec.Struct, frozen=True, kw_only=True):
-    """When the shell must deliver `SignalDue`, `SettleElapsed`, `TimeLimitReached`."""
-
-    signal_at: float | None
-    limit_at: float
-    settle_at: float | None = None
-    spare_deadline: float | None = None  # no answer by then: treated as denied
-
-
-def start_run(
-    spec: JobSpec, *, job_id: int, nodes: tuple[str, ...], now: float, attempt: int = 0,
-    restart_count: int = 0, excluded_nodes: tuple[str, ...] = (),
-) -> JobRun:  # fmt: skip
-    """The state of a job whose first (or requeued) attempt starts now on `nodes`."""
-    return JobRun(
-        job_id=job_id, spec=spec, attempt=attempt, nodes=nodes, started_at=now, limit_from=now,
-        restart_count=restart_count, excluded_nodes=excluded_nodes,
-    )  # fmt: skip
-
-
-def timers(run: JobRun) -> Timers:
-    limit_at = run.limit_from + run.spec.time_limit_s
-    wants_signal = run.spec.signal is not None and not run.signal_sent
-    signal_at = limit_at - run.spec.signal_before_s if wants_signal else None
-    failure = run.pending_failure
-    settle_at = failure.settle_at if failure and run.phase is Phase.SETTLING else None
-    asked = run.spare_asked_at if run.phase is Phase.AWAITING_SPARE else None
-    spare_deadline = None if asked is None else asked + SPARE_WAIT_S
-    return Timers(
-        signal_at=signal_at, limit_at=limit_at, settle_at=settle_at, spare_deadline=spare_deadline
-    )
-
-
-def parse_signal(name: str) -> int | None:
-    """`USR1`, `SIGUSR1` or `10` -> 10; None for what is not a signal."""
-    text = name.strip().upper()
-    if text.isdigit():
-        return int(text)
-    try:
-        return int(_signal.Signals[text if text.startswith("SIG") else f"SIG{text}"])
-    except KeyError:
-        return None
-
-
-def world_size(spec: JobSpec, nnodes: int) -> int:
-    """Worker processes of an attempt on `nnodes` nodes in the job's launch mode."""
-    if not spec.torchrun:
-        return nnodes
-    return nnodes * (spec.gpus_per_node or spec.ntasks_per_node)
-
-
-def backoff_s(fault_restarts: int, config: CoordinatorConfig) -> float:
-    """Delay before fault restart number `fault_restarts` + 1: 0, base, 2*base, ..."""
-    if fault_restarts == 0:
-        return 0.0
-    return float(min(config.backoff_max_s, config.backoff_base_s * 2 ** (fault_restarts - 1)))
+from shared.states import JobState
+
+__all__ = [
+    "SPARE_WAIT_S", "Action", "AllocationGone", "AnyAction", "AnyObservation", "AttemptRecord",
+    "Cancel", "CoordinatorConfig", "Decision", "Finish", "JobRun", "JobState", "NodeDown",
+    "NodeFault", "NodesAvailable", "Observation", "PendingFailure", "Phase", "Preempt",
+    "RequestSpares", "Requeue", "SettleElapsed", "SignalDue", "SignalWorkers", "SparesDenied",
+    "SparesGranted", "StartFailed", "StartGeneration", "StopWorkers", "TimeLimitReached",
+    "Timers", "Verdict", "WorkerExited", "backoff_s", "decide", "due_at", "due_observation",
+    "parse_signal", "start_run", "timers", "world_size",
+]  # fmt: skip
 
 
 def decide(
@@ -361,8 +125,12 @@ class _Decider:
             case NodeFault(excludes_node=False) if obs.node in self.live:
                 reason = f"application fault on {obs.node}: {obs.reason}"
                 return self.finish(Verdict.FAIL, JobState.FAILED, reason)
-            case NodeFault(excludes_node=True) | NodeDown():
-                return self.node_lost(obs.node, obs.reason, isinstance(obs, NodeFault))
+            case NodeFault(excludes_node=True):
+                return self.node_lost(obs.node, obs.reason, reachable=True)
+            case NodeDown():
+                return self.node_down(obs)
+            case AllocationGone():
+                return self.allocation_gone(obs)
             case SparesGranted() | SparesDenied():
                 return self.spares(obs)
             case NodesAvailable():
@@ -386,13 +154,14 @@ class _Decider:
         return Decision(verdict=Verdict.IGNORE, run=self.run)
 
     def history(self, verdict: Verdict, reason: str) -> tuple[AttemptRecord, ...]:
-        """The history with this attempt closed, if it was still open."""
+        """The history with this generation closed, if it was still open."""
         run = self.run
         if not self.running:
             return run.history
         record = AttemptRecord(
-            attempt=run.attempt, nodes=run.nodes, world_size=world_size(run.spec, len(run.nodes)),
-            started_at=run.started_at, ended_at=self.now, verdict=verdict, reason=reason,
+            generation=run.generation, nodes=run.nodes,
+            world_size=world_size(run.spec, len(run.nodes)), started_at=run.started_at,
+            ended_at=self.now, verdict=verdict, reason=reason,
         )  # fmt: skip
         return (*run.history, record)
 
@@ -410,7 +179,7 @@ class _Decider:
 
     def worker_exited(self, obs: WorkerExited) -> Decision:
         run, status = self.run, obs.status
-        if obs.attempt != run.attempt or obs.node not in self.live:
+        if obs.generation != run.generation or obs.node not in self.live:
             return self.ignore()
         others = tuple(n for n in self.live if n != obs.node)
         who = f"worker on {obs.node}"
@@ -452,7 +221,35 @@ class _Decider:
         others = tuple(n for n in self.live if n != failure.node)
         return self.finish(Verdict.FAIL, failure.state, failure.reason, status=status, stop=others)
 
-    def node_lost(self, node: str, why: str, reachable: bool) -> Decision:
+    def node_down(self, obs: NodeDown) -> Decision:
+        """A node that stopped answering is lost like a faulty one; nothing waits on its
+        agent, but it is still asked to stop the job's workers, should it be alive
+        behind a partition (it also fences itself after `fence_s`)."""
+        decision = self.node_lost(obs.node, obs.reason, reachable=False)
+        if decision.verdict is Verdict.IGNORE or obs.node not in self.live:
+            return decision
+        ask = StopWorkers(nodes=(obs.node,), grace_s=self.config.restart_grace_s, best_effort=True)
+        return msgspec.structs.replace(decision, actions=(ask, *decision.actions))
+
+    def allocation_gone(self, obs: AllocationGone) -> Decision:
+        """The placer released the run's GPUs under it: stop at once; back to the queue
+        (not counted, no backoff: the job did nothing wrong), else FAILED."""
+        if not self.running:
+            return self.ignore()
+        if not self.run.spec.requeue:
+            return self.finish(Verdict.FAIL, JobState.FAILED, obs.reason, stop=self.live)
+        new = msgspec.structs.replace(
+            self.run, phase=Phase.ENDED, restart_count=self.run.restart_count + 1,
+            history=self.history(Verdict.REQUEUE, obs.reason),
+        )  # fmt: skip
+        requeue = Requeue(
+            restart_count=new.restart_count, excluded_nodes=self.run.excluded_nodes, delay_s=0.0,
+            reason=obs.reason,
+        )  # fmt: skip
+        stopping = _stop(self.live, self.config.restart_grace_s)
+        return Decision(verdict=Verdict.REQUEUE, run=new, actions=(*stopping, requeue))
+
+    def node_lost(self, node: str, why: str, *, reachable: bool) -> Decision:
         run, config = self.run, self.config
         if run.phase is Phase.AWAITING_SPARE and node in run.spare_keep:
             keep = tuple(n for n in run.spare_keep if n != node)
@@ -516,14 +313,14 @@ class _Decider:
         run = self.run
         delay = backoff_s(run.fault_restarts, self.config) if fault else 0.0
         new = msgspec.structs.replace(
-            run, attempt=run.attempt + 1, nodes=nodes, started_at=self.now + delay,
+            run, generation=run.generation + 1, nodes=nodes, started_at=self.now + delay,
             restart_count=run.restart_count + 1, fault_restarts=run.fault_restarts + int(fault),
             done_nodes=(), phase=Phase.RUNNING, spare_keep=(), spare_asked_at=None,
             pending_failure=None,
             history=self.history(verdict, reason),
         )  # fmt: skip
-        start = StartAttempt(
-            attempt=new.attempt, nodes=nodes, restart_count=new.restart_count, delay_s=delay
+        start = StartGeneration(
+            generation=new.generation, nodes=nodes, restart_count=new.restart_count, delay_s=delay
         )
         stopping = _stop(stop, self.config.restart_grace_s)
         return Decision(verdict=verdict, run=new, actions=(*stopping, start))
@@ -570,7 +367,7 @@ class _Decider:
         """No partial start: stop the nodes that did start, requeue without the others
         (counted and backed off like a fault), or NODE_FAIL at the restart limit."""
         run = self.run
-        if obs.attempt != run.attempt or not self.running:
+        if obs.generation != run.generation or not self.running:
             return self.ignore()
         started = tuple(n for n in self.live if n not in obs.nodes)
         excluded = run.excluded_nodes

@@ -21,6 +21,7 @@ from shared.api import AGENT_PREFIX, AgentReply, StopWorkers, WorkerSpec
 from shared.bus import Bus
 from shared.jobspec import JobSpec
 from shared.outputs import output_paths
+from shared.transient import is_transient
 
 
 class Generation(msgspec.Struct, frozen=True, kw_only=True):
@@ -49,11 +50,15 @@ class Agents:
         )
         return dict(zip(nodes, replies, strict=True))
 
-    async def stop(self, job_id: int, nodes: tuple[str, ...], grace_s: float) -> None:
-        """SIGTERM, SIGKILL after `grace_s`; returns once every node answered (or not)."""
+    async def stop(
+        self, job_id: int, nodes: tuple[str, ...], grace_s: float
+    ) -> dict[str, AgentReply]:
+        """SIGTERM, SIGKILL after `grace_s`; each node's answer, once every node answered
+        or ran out of time (the grace plus a margin, so a lost node cannot hang us)."""
         req = StopWorkers(job_id=job_id, grace_s=grace_s)
         timeout = grace_s + 10.0
-        await asyncio.gather(*(self.call(n, "stop", req, timeout=timeout) for n in nodes))
+        replies = await asyncio.gather(*(self.call(n, "stop", req, timeout=timeout) for n in nodes))
+        return dict(zip(nodes, replies, strict=True))
 
     async def signal(
         self, job_id: int, nodes: tuple[str, ...], sig: int, *, leader_only: bool
@@ -72,10 +77,10 @@ class Agents:
                 msgspec.json.encode(body),
                 timeout=timeout or self.timeout_s,
             )
-        except (TimeoutError, OSError) as err:
+        except Exception as err:
+            if not is_transient(err):  # no responders, a timeout, NATS away: an answer
+                raise
             return AgentReply(ok=False, message=f"node {node} did not answer: {err!r}")
-        except Exception as err:  # nats errors (no responders, timeout) are not OSErrors
-            return AgentReply(ok=False, message=f"node {node} did not answer: {type(err).__name__}")
         return msgspec.json.decode(raw, type=AgentReply)
 
 

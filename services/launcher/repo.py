@@ -10,15 +10,17 @@ import asyncpg
 import msgspec
 
 from shared.db import Conn
-from shared.jobspec import TERMINAL_STATES, JobSpec
+from shared.jobspec import JobSpec
+from shared.states import LIVE_RUN, JobState
 
-TERMINAL = TERMINAL_STATES
-ACTIVE = ("STARTING", "RUNNING", "COMPLETING")
+# Runs whose workers are, or may be, on the machines; the ones whose timers run.
+ACTIVE = sorted(str(s) for s in LIVE_RUN)
+TIMED = [str(JobState.STARTING), str(JobState.RUNNING)]
 
 
 class Run(msgspec.Struct, frozen=True, kw_only=True):
     job_id: int
-    state: str
+    state: JobState
     attempt: int
     restart_count: int
     nodes: tuple[str, ...]
@@ -47,7 +49,7 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
 def _run(row: asyncpg.Record) -> Run:
     return Run(
         job_id=row["job_id"],
-        state=row["state"],
+        state=JobState(row["state"]),
         attempt=row["attempt"],
         restart_count=row["restart_count"],
         nodes=tuple(row["nodes"]),
@@ -102,8 +104,9 @@ async def start_run(
     restart_count: int,
     excluded: tuple[str, ...],
     reason: str,
-) -> Run:
-    """A new allocation's run: STARTING on `gpus` (node-rank order)."""
+) -> Run | None:
+    """A new allocation's run: STARTING on `gpus` (node-rank order). None: the row is
+    not a requeued run of an earlier attempt (another launcher started this one)."""
     job_id, attempt = run_id
     row = await conn.fetchrow(
         "INSERT INTO job_runs(job_id, state, attempt, nodes, gpus, excluded_nodes, world_size,"
@@ -113,6 +116,8 @@ async def start_run(
         " reason = $8, stopping_to = NULL, exit_code = NULL, signal = NULL,"
         # Usage is per allocation attempt: the last attempt was settled under its own key.
         " gpu_seconds = 0, segment_start = NULL, segment_gpus = 0, updated_at = now()"
+        # The business key of a start, as reconcile_core.may_start: guards the write too.
+        " WHERE job_runs.state = 'REQUEUED' AND job_runs.attempt < $2"
         " RETURNING *",
         job_id,
         attempt,
@@ -123,8 +128,7 @@ async def start_run(
         restart_count,
         reason,
     )
-    assert row is not None
-    return _run(row)
+    return None if row is None else _run(row)
 
 
 async def save_core(conn: Conn, job_id: int, core: bytes, due_at: float | None) -> None:
@@ -191,7 +195,7 @@ async def reshape(
 class Ending(msgspec.Struct, frozen=True, kw_only=True):
     """How a run ends: a terminal state, or REQUEUED with the core's counts."""
 
-    state: str
+    state: JobState
     reason: str
     exit_code: int | None = None
     signal: int | None = None
@@ -218,7 +222,7 @@ async def begin_stopping(conn: Conn, job_id: int, end: Ending) -> None:
 def ending_of(run: Run) -> Ending:
     """The end a COMPLETING run was stopping towards."""
     return Ending(
-        state=run.stopping_to or "FAILED",
+        state=JobState(run.stopping_to or JobState.FAILED),
         reason=run.reason,
         exit_code=run.exit_code,
         signal=run.signal,
@@ -230,7 +234,7 @@ def ending_of(run: Run) -> Ending:
 async def finish(conn: Conn, run: Run, end: Ending, now: datetime) -> float:
     """End the run (terminal, or REQUEUED); returns the GPU-seconds it used in total."""
     used = run.used_gpu_seconds(now)
-    requeue = end.state == "REQUEUED"
+    requeue = end.state == JobState.REQUEUED
     await conn.execute(
         "UPDATE job_runs SET state = $2, reason = $3, exit_code = $4, signal = $5,"
         " gpu_seconds = $6, segment_start = NULL, segment_gpus = 0,"
@@ -251,7 +255,9 @@ async def finish(conn: Conn, run: Run, end: Ending, now: datetime) -> float:
     return used
 
 
-async def finish_unstarted(conn: Conn, job_id: int, state: str, reason: str, now: datetime) -> None:
+async def finish_unstarted(
+    conn: Conn, job_id: int, state: JobState, reason: str, now: datetime
+) -> None:
     await conn.execute(
         "INSERT INTO job_runs(job_id, state, reason, ended_at) VALUES ($1, $2, $3, $4)"
         " ON CONFLICT (job_id) DO UPDATE SET state = $2, reason = $3, ended_at = $4,"
@@ -338,7 +344,7 @@ async def due(conn: Conn) -> tuple[list[int], float | None]:
     rows = await conn.fetch(
         "SELECT job_id, extract(epoch FROM due_at)::float8 AS at, due_at <= now() AS now"
         " FROM job_runs WHERE due_at IS NOT NULL AND state = ANY($1::text[])",
-        ["STARTING", "RUNNING"],
+        TIMED,
     )
     later = [r["at"] for r in rows if not r["now"]]
     return [r["job_id"] for r in rows if r["now"]], min(later, default=None)

@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from services.launcher.coordinator_core import (
+    AllocationGone,
     AnyAction,
     AnyObservation,
     AttemptRecord,
@@ -34,8 +35,8 @@ from services.launcher.coordinator_core import (
     SignalWorkers,
     SparesDenied,
     SparesGranted,
-    StartAttempt,
     StartFailed,
+    StartGeneration,
     StopWorkers,
     TimeLimitReached,
     Verdict,
@@ -71,7 +72,7 @@ def running(spec: JobSpec | None = None, nodes: tuple[str, ...] = ABC, **kw: Any
 
 def record(run: JobRun, verdict: Verdict, reason: str) -> AttemptRecord:
     return AttemptRecord(
-        attempt=run.attempt, nodes=run.nodes, world_size=len(run.nodes), started_at=T0,
+        generation=run.generation, nodes=run.nodes, world_size=len(run.nodes), started_at=T0,
         ended_at=NOW, verdict=verdict, reason=reason,
     )  # fmt: skip
 
@@ -79,7 +80,7 @@ def record(run: JobRun, verdict: Verdict, reason: str) -> AttemptRecord:
 def then(
     run: JobRun, verdict: Verdict, *actions: AnyAction, closed: str | None = None, **changes: Any
 ) -> Decision:
-    """The expected decision: `run` with `changes`, its attempt closed with `closed`."""
+    """The expected decision: `run` with `changes`, its generation closed with `closed`."""
     if closed is not None:
         changes["history"] = (*run.history, record(run, verdict, closed))
     return Decision(verdict=verdict, run=msgspec.structs.replace(run, **changes), actions=actions)
@@ -96,7 +97,7 @@ def ended(run: JobRun, verdict: Verdict, state: JobState, reason: str, *stop: An
 
 def exited(node: str, code: int | None = 0, sig: int | None = None, **kw: Any) -> WorkerExited:
     status = ExitStatus(exit_code=code if sig is None else None, signal=sig, **kw)
-    return WorkerExited(node=node, attempt=0, status=status)
+    return WorkerExited(node=node, generation=0, status=status)
 
 
 R = running()
@@ -109,6 +110,8 @@ R_SPARE = decide(R, NodeFault(node="b", reason="xid 79"), CFG, T0 + 10).run
 LOST_B = "node b lost: xid 79"
 EXIT_1 = "worker on b ended with exit 1"
 NO_START_B = "could not start on b: no responders"
+GONE = "allocation released by the placer"
+ASK_B = StopWorkers(nodes=("b",), grace_s=GRACE, best_effort=True)
 # A worker failed a moment ago; is a node fault on its way?
 R_SETTLING = decide(R, exited("b", 1), CFG, T0 + 5).run
 R_SETTLING_ELASTIC = decide(R_ELASTIC, exited("b", 1), CFG, T0 + 5).run
@@ -138,7 +141,7 @@ WORKER_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decisio
               StopWorkers(nodes=("a", "c"), grace_s=KILL), signal=9),
     ),
     "a worker that could not start fails the job": (
-        R, WorkerExited(node="c", attempt=0, status=ExitStatus(), spawn_failed="no user bob"),
+        R, WorkerExited(node="c", generation=0, status=ExitStatus(), spawn_failed="no user bob"),
         CFG,
         ended(R, Verdict.FAIL, JobState.FAILED, "worker on c did not start: no user bob",
               StopWorkers(nodes=("a", "b"), grace_s=KILL)),
@@ -156,16 +159,16 @@ WORKER_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decisio
     "a node fault in that moment shrinks the job instead of failing it": (
         R_SETTLING_ELASTIC, NodeFault(node="b", reason="xid 79"), CFG,
         then(R_SETTLING_ELASTIC, Verdict.SHRINK, StopWorkers(nodes=ABC, grace_s=GRACE),
-             StartAttempt(attempt=1, nodes=("a", "c"), restart_count=1, delay_s=0.0),
-             closed=LOST_B, attempt=1, nodes=("a", "c"), started_at=NOW, restart_count=1,
+             StartGeneration(generation=1, nodes=("a", "c"), restart_count=1, delay_s=0.0),
+             closed=LOST_B, generation=1, nodes=("a", "c"), started_at=NOW, restart_count=1,
              fault_restarts=1, excluded_nodes=("b",), phase=Phase.RUNNING,
              pending_failure=None),
     ),
     "a second failure in that moment keeps the first as the reason": (
         R_SETTLING, exited("a", sig=6), CFG, then(R_SETTLING, Verdict.IGNORE),
     ),
-    "an exit reported for an earlier attempt is ignored": (
-        running(attempt=2), exited("a", 1), CFG, then(running(attempt=2), Verdict.IGNORE),
+    "an exit reported for an earlier generation is ignored": (
+        running(generation=2), exited("a", 1), CFG, then(running(generation=2), Verdict.IGNORE),
     ),
 }  # fmt: skip
 
@@ -173,15 +176,15 @@ FAULT_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decision
     "a hardware fault shrinks an elastic job onto the survivors at once": (
         R_ELASTIC, NodeFault(node="b", reason="xid 79"), CFG,
         then(R_ELASTIC, Verdict.SHRINK, StopWorkers(nodes=ABC, grace_s=GRACE),
-             StartAttempt(attempt=1, nodes=("a", "c"), restart_count=1, delay_s=0.0),
-             closed=LOST_B, attempt=1, nodes=("a", "c"), started_at=NOW, restart_count=1,
+             StartGeneration(generation=1, nodes=("a", "c"), restart_count=1, delay_s=0.0),
+             closed=LOST_B, generation=1, nodes=("a", "c"), started_at=NOW, restart_count=1,
              fault_restarts=1, excluded_nodes=("b",)),
     ),
-    "a node that went down is not asked to stop its worker": (
+    "a node that went down is still asked to stop its worker, but nothing waits on it": (
         R_ELASTIC, NodeDown(node="b", reason="xid 79"), CFG,
-        then(R_ELASTIC, Verdict.SHRINK, StopWorkers(nodes=("a", "c"), grace_s=GRACE),
-             StartAttempt(attempt=1, nodes=("a", "c"), restart_count=1, delay_s=0.0),
-             closed=LOST_B, attempt=1, nodes=("a", "c"), started_at=NOW, restart_count=1,
+        then(R_ELASTIC, Verdict.SHRINK, ASK_B, StopWorkers(nodes=("a", "c"), grace_s=GRACE),
+             StartGeneration(generation=1, nodes=("a", "c"), restart_count=1, delay_s=0.0),
+             closed=LOST_B, generation=1, nodes=("a", "c"), started_at=NOW, restart_count=1,
              fault_restarts=1, excluded_nodes=("b",)),
     ),
     "the third fault restart waits out the exponential backoff": (
@@ -189,8 +192,8 @@ FAULT_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decision
         CFG,
         then(running(ELASTIC, fault_restarts=2, restart_count=2), Verdict.SHRINK,
              StopWorkers(nodes=ABC, grace_s=GRACE),
-             StartAttempt(attempt=1, nodes=("a", "c"), restart_count=3, delay_s=2.0),
-             closed=LOST_B, attempt=1, nodes=("a", "c"), started_at=NOW + 2.0, restart_count=3,
+             StartGeneration(generation=1, nodes=("a", "c"), restart_count=3, delay_s=2.0),
+             closed=LOST_B, generation=1, nodes=("a", "c"), started_at=NOW + 2.0, restart_count=3,
              fault_restarts=3, excluded_nodes=("b",)),
     ),
     "an elastic job that would fall below its minimum asks for a spare": (
@@ -216,8 +219,19 @@ FAULT_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decision
     ),
     "a job that may not be requeued ends NODE_FAIL": (
         running(job(requeue=False)), NodeDown(node="b", reason="xid 79"), NO_SPARES,
-        ended(running(job(requeue=False)), Verdict.FAIL, JobState.NODE_FAIL, LOST_B,
+        ended(running(job(requeue=False)), Verdict.FAIL, JobState.NODE_FAIL, LOST_B, ASK_B,
               StopWorkers(nodes=("a", "c"), grace_s=KILL), excluded_nodes=("b",)),
+    ),
+    "a node that goes down after its worker exited 0 is not asked again": (
+        running(ELASTIC, done_nodes=("b",)), NodeDown(node="b", reason="silent"), CFG,
+        then(running(ELASTIC, done_nodes=("b",)), Verdict.SHRINK,
+             StopWorkers(nodes=("a", "c"), grace_s=GRACE),
+             StartGeneration(generation=1, nodes=("a", "c"), restart_count=1, delay_s=0.0),
+             closed="node b lost: silent", generation=1, nodes=("a", "c"), started_at=NOW,
+             restart_count=1, fault_restarts=1, excluded_nodes=("b",), done_nodes=()),
+    ),
+    "a node down that the job does not use asks nobody anything": (
+        R, NodeDown(node="z", reason="silent"), CFG, then(R, Verdict.IGNORE),
     ),
     "the restart limit turns one more fault into NODE_FAIL": (
         running(ELASTIC, fault_restarts=3), NodeFault(node="b", reason="xid 79"), CFG,
@@ -236,8 +250,8 @@ FAULT_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decision
     "granted spares restart the job on the survivors plus the spares": (
         R_SPARE, SparesGranted(nodes=("d",)), CFG,
         then(R_SPARE, Verdict.RESTART,
-             StartAttempt(attempt=1, nodes=("a", "c", "d"), restart_count=1, delay_s=0.0),
-             attempt=1, nodes=("a", "c", "d"), started_at=NOW, restart_count=1,
+             StartGeneration(generation=1, nodes=("a", "c", "d"), restart_count=1, delay_s=0.0),
+             generation=1, nodes=("a", "c", "d"), started_at=NOW, restart_count=1,
              fault_restarts=1, phase=Phase.RUNNING, spare_keep=(), spare_asked_at=None),
     ),
     "no spare requeues the job, the bad node still excluded": (
@@ -257,27 +271,28 @@ FAULT_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decision
         NodesAvailable(nodes=("b", "d", "e", "f")), CFG,
         then(running(ELASTIC, nodes=("a", "c"), excluded_nodes=("b",)), Verdict.GROW,
              StopWorkers(nodes=("a", "c"), grace_s=GRACE),
-             StartAttempt(attempt=1, nodes=("a", "c", "b", "d"), restart_count=1, delay_s=0.0),
-             closed="growing to 4 nodes", attempt=1, nodes=("a", "c", "b", "d"),
+             StartGeneration(generation=1, nodes=("a", "c", "b", "d"), restart_count=1,
+                             delay_s=0.0),
+             closed="growing to 4 nodes", generation=1, nodes=("a", "c", "b", "d"),
              started_at=NOW, restart_count=1),
     ),
     "a gang that did not start on one node stops the others and requeues without it": (
-        R, StartFailed(attempt=0, nodes=("b",), reason="no responders"), CFG,
+        R, StartFailed(generation=0, nodes=("b",), reason="no responders"), CFG,
         then(R, Verdict.REQUEUE, StopWorkers(nodes=("a", "c"), grace_s=GRACE),
              Requeue(restart_count=1, excluded_nodes=("b",), delay_s=0.0, reason=NO_START_B),
              closed=NO_START_B, phase=Phase.ENDED, restart_count=1, fault_restarts=1,
              excluded_nodes=("b",)),
     ),
     "a gang start failure at the restart limit ends NODE_FAIL": (
-        running(fault_restarts=3), StartFailed(attempt=0, nodes=("b",), reason="no responders"),
+        running(fault_restarts=3), StartFailed(generation=0, nodes=("b",), reason="no responders"),
         CFG,
         ended(running(fault_restarts=3), Verdict.FAIL, JobState.NODE_FAIL,
               f"{NO_START_B}; restart limit of 3 reached",
               StopWorkers(nodes=("a", "c"), grace_s=KILL), excluded_nodes=("b",)),
     ),
-    "a start failure of an earlier attempt is ignored": (
-        running(attempt=2), StartFailed(attempt=1, nodes=("b",), reason="x"), CFG,
-        then(running(attempt=2), Verdict.IGNORE),
+    "a start failure of an earlier generation is ignored": (
+        running(generation=2), StartFailed(generation=1, nodes=("b",), reason="x"), CFG,
+        then(running(generation=2), Verdict.IGNORE),
     ),
     "a fixed-size job does not grow": (
         R, NodesAvailable(nodes=("d",)), CFG, then(R, Verdict.IGNORE),
@@ -324,6 +339,20 @@ CONTROL_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decisi
         then(R_SPARE, Verdict.CANCEL, Finish(state=JobState.CANCELLED, reason="cancelled by user"),
              phase=Phase.ENDED, final_state=JobState.CANCELLED),
     ),
+    "a run whose allocation was released is stopped at once and requeued, uncounted": (
+        R, AllocationGone(), CFG,
+        then(R, Verdict.REQUEUE, StopWorkers(nodes=ABC, grace_s=GRACE),
+             Requeue(restart_count=1, excluded_nodes=(), delay_s=0.0, reason=GONE),
+             closed=GONE, phase=Phase.ENDED, restart_count=1),
+    ),
+    "a run that may not be requeued fails when its allocation is released": (
+        running(job(requeue=False)), AllocationGone(), CFG,
+        ended(running(job(requeue=False)), Verdict.FAIL, JobState.FAILED, GONE,
+              StopWorkers(nodes=ABC, grace_s=KILL)),
+    ),
+    "a released allocation while awaiting spares has nothing to stop": (
+        R_SPARE, AllocationGone(), CFG, then(R_SPARE, Verdict.IGNORE),
+    ),
     "nothing is decided after the end": (
         running(phase=Phase.ENDED), TimeLimitReached(), CFG,
         then(running(phase=Phase.ENDED), Verdict.IGNORE),
@@ -340,17 +369,17 @@ def test_decide(
     assert decide(run, obs, config, NOW) == want
 
 
-def test_a_node_fault_then_a_clean_finish_leaves_a_two_attempt_history() -> None:
+def test_a_node_fault_then_a_clean_finish_leaves_a_two_generation_history() -> None:
     d1 = decide(running(ELASTIC), NodeFault(node="b", reason="xid 79"), CFG, NOW)
-    stale = decide(d1.run, exited("a", sig=15), CFG, NOW + 1)  # attempt 0's worker, stopped
-    d2 = decide(stale.run, WorkerExited(node="a", attempt=1, status=ExitStatus(exit_code=0)),
+    stale = decide(d1.run, exited("a", sig=15), CFG, NOW + 1)  # generation 0's worker, stopped
+    d2 = decide(stale.run, WorkerExited(node="a", generation=1, status=ExitStatus(exit_code=0)),
                 CFG, NOW + 50)  # fmt: skip
-    d3 = decide(d2.run, WorkerExited(node="c", attempt=1, status=ExitStatus(exit_code=0)),
+    d3 = decide(d2.run, WorkerExited(node="c", generation=1, status=ExitStatus(exit_code=0)),
                 CFG, NOW + 60)  # fmt: skip
     assert [d.verdict for d in (d1, stale, d2, d3)] == [
         Verdict.SHRINK, Verdict.IGNORE, Verdict.CONTINUE, Verdict.COMPLETE,
     ]  # fmt: skip
-    assert [(h.attempt, h.nodes, h.verdict, h.ended_at) for h in d3.run.history] == [
+    assert [(h.generation, h.nodes, h.verdict, h.ended_at) for h in d3.run.history] == [
         (0, ABC, Verdict.SHRINK, NOW), (1, ("a", "c"), Verdict.COMPLETE, NOW + 60),
     ]  # fmt: skip
     assert d3.run.final_state is JobState.COMPLETED
@@ -402,3 +431,9 @@ def test_a_request_for_spares_unanswered_for_spare_wait_s_is_due_as_denied() -> 
     assert timers(R_SPARE).spare_deadline == T0 + 10 + SPARE_WAIT_S
     denied = decide(R_SPARE, SparesDenied(), CFG, T0 + 10 + SPARE_WAIT_S)
     assert denied.verdict is Verdict.REQUEUE
+
+
+def test_a_stored_run_keeps_its_field_names_so_rows_written_before_the_rename_still_load() -> None:
+    stored = msgspec.json.encode(R_SETTLING)
+    assert b'"attempt":0' in stored and b"generation" not in stored
+    assert msgspec.json.decode(stored, type=JobRun) == R_SETTLING

@@ -1,0 +1,139 @@
+"""Shell: carries out what committed decisions owe the node agents.
+
+A decision commits first; its `Effects` (signal, stops, the next generation's start,
+the end of a COMPLETING run) then run here, in commit order per job, on a chain: a later
+decision's stop never overtakes an earlier start. Every task is owned: `close` waits for
+them with a graceful timeout at shutdown and cancels the rest, which is safe because the
+database says what is left (a STARTING run is relaunched and a COMPLETING run ended by
+the next reconcile, see upkeep.py). A best-effort stop (a node that is down) runs beside
+the chain, bounded, so nothing waits on an agent that may be gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import msgspec
+
+from services.launcher import coordinator_core as core
+from services.launcher.gang import Agents, Generation
+from shared.jobspec import JobSpec
+from shared.logs import kv
+
+log = logging.getLogger(__name__)
+
+Launch = Callable[[JobSpec, Generation], Awaitable[None]]
+EndStopped = Callable[[int], Awaitable[None]]
+
+
+class Effects(msgspec.Struct, kw_only=True):
+    """What a committed decision still owes the node agents, in this order."""
+
+    spec: JobSpec
+    job_id: int
+    signal: core.SignalWorkers | None = None
+    stops: list[core.StopWorkers] = []
+    start: Generation | None = None
+    start_delay_s: float = 0.0
+    end_delay_s: float | None = None  # set: end the COMPLETING run after the stops
+
+    def holds_gpus(self) -> bool:
+        """Whether the run must stay COMPLETING until these stops are answered."""
+        return any(s.nodes and not s.best_effort for s in self.stops)
+
+
+class EffectRunner:
+    def __init__(self, agents: Agents, launch: Launch, end_stopped: EndStopped) -> None:
+        self.agents = agents
+        self._launch = launch
+        self._end_stopped = end_stopped
+        self._chains: dict[int, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    def busy(self, job_id: int) -> bool:
+        """Whether effects of `job_id` are still being carried out in this process."""
+        return job_id in self._chains
+
+    def enqueue(self, fx: Effects) -> None:
+        """Carry out `fx` after every effect enqueued before for its job."""
+        self.after(fx.job_id, lambda: self._carry_out(fx))
+
+    def after(self, job_id: int, step: Callable[[], Awaitable[None]]) -> asyncio.Task[None] | None:
+        """Run `step` on `job_id`'s chain; call it under the job's lock, so the chain's
+        order is the order of the decisions."""
+        previous = self._chains.get(job_id)
+
+        async def chained() -> None:
+            if previous is not None:
+                await asyncio.wait([previous])
+            await step()
+
+        task = self.spawn(chained(), f"effects of job {job_id}")
+        if task is None:
+            return None
+        self._chains[job_id] = task
+
+        def unchain(t: asyncio.Task[None]) -> None:
+            if self._chains.get(job_id) is t:
+                del self._chains[job_id]
+
+        task.add_done_callback(unchain)
+        return task
+
+    def spawn(self, coro: Coroutine[Any, Any, None], what: str) -> asyncio.Task[None] | None:
+        """Run `coro` as an owned task; its failure is logged (the reconcile repairs what
+        it left undone). Refused once closing: the next owner of the work resumes it."""
+        if self._closing:
+            coro.close()
+            return None
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("effects failed", extra=kv(what=what, error=repr(t.exception())))
+
+        task.add_done_callback(done)
+        return task
+
+    async def close(self, timeout_s: float) -> None:
+        """Let the effects in hand finish for `timeout_s`, then cancel the rest."""
+        self._closing = True
+        if not self._tasks:
+            return
+        _, late = await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        for task in late:
+            task.cancel()
+        if late:
+            log.warning("effects cut short at stop", extra=kv(count=len(late)))
+            await asyncio.wait(late, timeout=1.0)
+
+    async def _carry_out(self, fx: Effects) -> None:
+        for stop in (s for s in fx.stops if s.best_effort):
+            self.spawn(self._ask_to_stop(fx.job_id, stop), f"best-effort stop of {fx.job_id}")
+        if fx.signal is not None:
+            s = fx.signal
+            await self.agents.signal(fx.job_id, s.nodes, s.signal, leader_only=s.leader_only)
+        waited = [s for s in fx.stops if not s.best_effort]
+        await asyncio.gather(*(self.agents.stop(fx.job_id, s.nodes, s.grace_s) for s in waited))
+        if fx.start is not None:
+            if fx.start_delay_s > 0:
+                await asyncio.sleep(fx.start_delay_s)
+            await self._launch(fx.spec, fx.start)
+        if fx.end_delay_s is not None:
+            if fx.end_delay_s > 0:  # a requeue's backoff: the GPUs stay held meanwhile
+                await asyncio.sleep(fx.end_delay_s)
+            await self._end_stopped(fx.job_id)
+
+    async def _ask_to_stop(self, job_id: int, stop: core.StopWorkers) -> None:
+        replies = await self.agents.stop(job_id, stop.nodes, stop.grace_s)
+        for node, reply in replies.items():
+            log.info(
+                "asked a lost node to stop",
+                extra=kv(job=job_id, node=node, ok=reply.ok, message=reply.message),
+            )

@@ -1,0 +1,118 @@
+"""Launcher SQL for the level-triggered repairs: the placer's live allocations as rows
+(read only; the placer owns them) and the launcher's `node_cleanings`. Every function
+runs inside the caller's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import asyncpg
+import msgspec
+
+from services.launcher.reconcile_core import AllocationRow, RunRow
+from shared.db import Conn
+from shared.events import RunningWorker
+from shared.states import LIVE_RUN, JobState
+
+_WORKERS = msgspec.json.Decoder(tuple[RunningWorker, ...])
+
+_ALLOCATIONS = (
+    "SELECT a.job_id, a.attempt, array_agg(n.node ORDER BY n.rank) AS nodes,"
+    " array_agg(array_to_json(n.gpus)::text ORDER BY n.rank) AS gpus"
+    " FROM allocations a JOIN allocation_nodes n USING (alloc_id)"
+    " WHERE a.released_at IS NULL AND n.live"
+)
+
+
+def _allocation(row: asyncpg.Record) -> AllocationRow:
+    nodes, gpus = row["nodes"], row["gpus"]
+    return AllocationRow(
+        job_id=row["job_id"],
+        attempt=row["attempt"],
+        gpus={n: msgspec.json.decode(g, type=list[int]) for n, g in zip(nodes, gpus, strict=True)},
+    )
+
+
+async def live_allocation(conn: Conn, job_id: int, attempt: int) -> AllocationRow | None:
+    """Allocation `attempt` of `job_id` if it is still live."""
+    row = await conn.fetchrow(
+        _ALLOCATIONS + " AND a.job_id = $1 AND a.attempt = $2 GROUP BY a.job_id, a.attempt",
+        job_id,
+        attempt,
+    )
+    return None if row is None else _allocation(row)
+
+
+async def live_allocations(conn: Conn, older_than_s: float) -> list[AllocationRow]:
+    """Every live allocation at least `older_than_s` old (younger ones are left to
+    their job.allocated, still on its way)."""
+    rows = await conn.fetch(
+        _ALLOCATIONS + " AND a.created_at < now() - make_interval(secs => $1)"
+        " GROUP BY a.job_id, a.attempt",
+        older_than_s,
+    )
+    return [_allocation(r) for r in rows]
+
+
+async def allocation_is_live(conn: Conn, job_id: int, attempt: int) -> bool:
+    found = await conn.fetchval(
+        "SELECT true FROM allocations WHERE job_id = $1 AND attempt = $2 AND released_at IS NULL",
+        job_id,
+        attempt,
+    )
+    return bool(found)
+
+
+async def run_rows(conn: Conn, job_ids: Sequence[int]) -> dict[int, RunRow]:
+    """The runs of `job_ids` and every run whose workers may be on the machines."""
+    rows = await conn.fetch(
+        "SELECT job_id, attempt, restart_count, state, nodes FROM job_runs"
+        " WHERE state = ANY($1::text[]) OR job_id = ANY($2::bigint[])",
+        [str(s) for s in LIVE_RUN],
+        list(job_ids),
+    )
+    return {r["job_id"]: _run_row(r) for r in rows}
+
+
+def _run_row(r: asyncpg.Record) -> RunRow:
+    return RunRow(
+        job_id=r["job_id"],
+        attempt=r["attempt"],
+        generation=r["restart_count"],
+        state=JobState(r["state"]),
+        nodes=tuple(r["nodes"]),
+    )
+
+
+async def owe_cleaning(
+    conn: Conn, node: str, boot_id: str, reported: tuple[RunningWorker, ...]
+) -> None:
+    """`node` (re)registered for `boot_id` reporting `reported`: it is owed an answer.
+    A newer registration replaces an older one's: only the latest boot matters."""
+    await conn.execute(
+        "INSERT INTO node_cleanings(node, boot_id, reported) VALUES ($1, $2, $3::jsonb)"
+        " ON CONFLICT (node) DO UPDATE SET boot_id = $2, reported = $3::jsonb,"
+        " received_at = now(), tries = 0",
+        node,
+        boot_id,
+        msgspec.json.encode(reported).decode(),
+    )
+
+
+async def cleanings_owed(conn: Conn) -> list[tuple[str, str, tuple[RunningWorker, ...]]]:
+    rows = await conn.fetch("SELECT node, boot_id, reported FROM node_cleanings ORDER BY node")
+    return [(r["node"], r["boot_id"], _WORKERS.decode(r["reported"])) for r in rows]
+
+
+async def settle_cleaning(conn: Conn, node: str, boot_id: str) -> bool:
+    """Drop the debt for `boot_id` (False: paid already, or a newer boot is owed)."""
+    done = await conn.fetchval(
+        "DELETE FROM node_cleanings WHERE node = $1 AND boot_id = $2 RETURNING true",
+        node,
+        boot_id,
+    )
+    return bool(done)
+
+
+async def count_try(conn: Conn, node: str) -> None:
+    await conn.execute("UPDATE node_cleanings SET tries = tries + 1 WHERE node = $1", node)

@@ -1,0 +1,166 @@
+"""Shell: the coordinator's clockwork and level-triggered repairs.
+
+- timers: `job_runs.due_at` (settle, `--signal`, time limit, spare deadline) delivered
+  to the core when due;
+- usage: running jobs are charged every `usage_tick_s`;
+- reconcile, on start and every `reconcile_s`: from the tables, not from events
+  (`reconcile_core.plan_reconcile`): start each live allocation that has no run (its
+  `job.allocated` was lost), settle each live run whose allocation is gone, relaunch
+  interrupted starts, finish interrupted stops, and answer the nodes still owed a
+  `node.cleaned` (cleaning.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from services.launcher import coordinator_core as core
+from services.launcher import repo, repo_upkeep
+from services.launcher.effects import Effects
+from services.launcher.gang import Generation
+from services.launcher.reconcile_core import plan_reconcile
+from shared.db import outbox_add
+from shared.events import UsageTicked
+from shared.logs import kv
+from shared.runtime import every
+from shared.states import JobState
+from shared.transient import is_transient
+
+if TYPE_CHECKING:
+    from services.launcher.coordinator import Coordinator
+
+log = logging.getLogger(__name__)
+
+RECONCILE_S = 5.0  # how often the tables are checked for what events may have missed
+# An allocation younger than this is left to its job.allocated, most likely in flight.
+LOST_AFTER_S = 5.0
+
+
+class Upkeep:
+    def __init__(self, coordinator: Coordinator, *, reconcile_s: float = RECONCILE_S) -> None:
+        self.c = coordinator
+        self.reconcile_s = reconcile_s
+        self._wake = asyncio.Event()
+
+    # --- timers --------------------------------------------------------------------
+
+    def wake_at(self, delay_s: float) -> None:
+        """A timer is due in `delay_s`: wake the timer loop then."""
+        asyncio.get_running_loop().call_later(delay_s, self._wake.set)
+
+    async def timers(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self._wake.clear()
+            wait_s = 1.0
+            try:
+                wait_s = await self.check_timers()
+            except Exception as err:
+                if not is_transient(err):
+                    raise
+                log.warning("timer pass failed", extra=kv(error=repr(err)))
+            waits = [
+                asyncio.ensure_future(self._wake.wait()),
+                asyncio.ensure_future(stop.wait()),
+            ]
+            _, pending = await asyncio.wait(
+                waits, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in pending:
+                task.cancel()
+
+    async def check_timers(self) -> float:
+        """Deliver the due timers; returns how long until the next one (at most 1 s)."""
+        async with self.c.ctx.pool.acquire() as conn:
+            due, later = await repo.due(conn)
+            stuck = await repo.stuck_stopping(conn, self._stuck_after_s())
+        await asyncio.gather(*(self.c.observe(job_id, core.due_observation) for job_id in due))
+        for job_id in stuck:
+            if not self.c.effects.busy(job_id):  # not still stopping in this process
+                await self.c.end_stopped(job_id)
+        return 1.0 if later is None else min(1.0, max(0.01, later - time.time()))
+
+    def _stuck_after_s(self) -> float:
+        config = self.c.config
+        return config.kill_wait_s + config.backoff_max_s + 15.0
+
+    # --- usage ---------------------------------------------------------------------
+
+    async def ticks(self, stop: asyncio.Event) -> None:
+        await every(self.c.settings.usage_tick_s, stop, self.tick_usage)
+
+    async def tick_usage(self) -> None:
+        """Charge running jobs as they run; fairshare takes differences, so a repeated
+        or reordered tick is harmless."""
+        now = datetime.now(UTC)
+        async with self.c.ctx.pool.acquire() as conn, conn.transaction():
+            runs = [r for r in await repo.active_runs(conn) if r.state == JobState.RUNNING]
+            ticks = []
+            for run in runs:
+                loaded = await repo.load_spec(conn, run.job_id)
+                if loaded is None:
+                    continue
+                ticks.append(
+                    UsageTicked(
+                        job_id=run.job_id,
+                        attempt=run.attempt,
+                        user=loaded[0].user,
+                        account=loaded[0].account,
+                        gpu_model=await repo.gpu_model(conn, list(run.nodes)),
+                        gpu_seconds_total=run.used_gpu_seconds(now),
+                    )
+                )
+            await outbox_add(conn, *ticks)
+        if ticks:
+            self.c.ctx.relay.kick()
+
+    # --- reconcile -----------------------------------------------------------------
+
+    async def reconcile_loop(self, stop: asyncio.Event) -> None:
+        await every(self.reconcile_s, stop, self.reconcile)
+
+    async def reconcile(self) -> None:
+        """One level-triggered pass over the tables (see the module docstring)."""
+        async with self.c.ctx.pool.acquire() as conn:
+            allocs = await repo_upkeep.live_allocations(conn, LOST_AFTER_S)
+            runs = await repo_upkeep.run_rows(conn, [a.job_id for a in allocs])
+            unsettled = [r for r in await repo.active_runs(conn) if r.state != JobState.RUNNING]
+            owed = await repo_upkeep.cleanings_owed(conn)
+        plan = plan_reconcile(allocs, runs)
+        for alloc in plan.start:
+            log.warning("starting an allocation no event started", extra=kv(job=alloc.job_id))
+            await self.c.start_allocation(alloc.job_id, alloc.attempt, None)
+        for job_id in plan.settle:
+            log.warning("settling a run whose allocation is gone", extra=kv(job=job_id))
+            await self.c.settle_orphan(job_id)
+        for run in unsettled:
+            if not self.c.effects.busy(run.job_id):
+                await self._resume(run)
+        for node, boot_id, reported in owed:
+            await self.c.cleaner.clean(node, boot_id, reported)
+
+    async def _resume(self, run: repo.Run) -> None:
+        """Relaunch an interrupted start (the agents treat a repeated start of the same
+        generation as done) or finish an interrupted stop."""
+        async with self.c.lock(run.job_id):
+            async with self.c.ctx.pool.acquire() as conn:
+                current = await repo.lock_run(conn, run.job_id)
+                loaded = await repo.load_spec(conn, run.job_id)
+            if current is None or loaded is None or current.state != run.state:
+                return
+            if self.c.effects.busy(run.job_id):
+                return
+            fx = Effects(spec=loaded[0], job_id=run.job_id)
+            if current.state == JobState.STARTING:
+                fx.start = Generation(
+                    job_id=current.job_id, attempt=current.attempt,
+                    restart_count=current.restart_count, nodes=current.nodes, gpus=current.gpus,
+                )  # fmt: skip
+            else:
+                grace = self.c.config.kill_wait_s
+                fx.stops = [core.StopWorkers(nodes=current.nodes, grace_s=grace)]
+                fx.end_delay_s = 0.0
+            self.c.effects.enqueue(fx)
