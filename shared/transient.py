@@ -65,6 +65,10 @@ def is_transient(err: BaseException) -> bool:
     if isinstance(err, asyncpg.InterfaceError):
         text = str(err).lower()
         return any(marker in text for marker in _CLOSED_MARKERS)
+    if isinstance(err, asyncpg.InternalClientError):
+        # Seen once per dying connection when the server vanished mid-protocol and
+        # asyncpg has not processed the close yet; the pool replaces the connection.
+        return str(err).startswith("cannot switch to state")
     if isinstance(err, nats.js.errors.APIError):
         return err.code in _RETRY_API_CODES
     cause = err.__cause__

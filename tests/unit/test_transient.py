@@ -42,6 +42,12 @@ CASES: dict[str, tuple[BaseException, bool]] = {
         asyncpg.InterfaceError("cannot call Connection.fetch(): connection is closed"),
         True,
     ),
+    "asyncpg had not yet noticed that the server vanished": (
+        asyncpg.InternalClientError(
+            "cannot switch to state 12; another operation (2) is in progress"
+        ),
+        True,
+    ),
     "the pool is closing at shutdown": (asyncpg.InterfaceError("pool is closing"), True),
     "lock_timeout expired": (
         asyncpg.LockNotAvailableError("canceling statement due to lock timeout"),
