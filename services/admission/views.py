@@ -7,14 +7,12 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from shared.api import GpuView, JobView, NodeView
-from shared.jobspec import TERMINAL_STATES
+from shared.states import LIVE_RUN, TERMINAL, JobState
 
 
 class Row(Protocol):
     def __getitem__(self, key: str, /) -> Any: ...
 
-
-TERMINAL = TERMINAL_STATES
 
 WHY = {
     "PRIORITY": "jobs of higher priority are ahead of it for the resources it needs",
@@ -41,20 +39,20 @@ def job_state(row: Row) -> tuple[str, str]:
     run = row["run_state"]
     if run in TERMINAL:
         return run, row["run_reason"] or ""
-    if row["cancel_requested_at"] is not None and run in (None, "PENDING", "REQUEUED"):
-        return "CANCELLED", row["cancel_reason"] or "cancelled"
-    if run in ("RUNNING", "STARTING", "COMPLETING"):
+    if row["cancel_requested_at"] is not None and run in (None, JobState.REQUEUED):
+        return JobState.CANCELLED, row["cancel_reason"] or "cancelled"
+    if run in LIVE_RUN:
         return run, row["run_reason"] or ""
     if row["alloc_nodes"]:
-        return "CONFIGURING", "allocated, starting workers"
+        return JobState.CONFIGURING, "allocated, starting workers"
     if row["held"]:
-        return "PENDING", "HELD_ADMIN" if row["held_by_operator"] else "HELD"
+        return JobState.PENDING, "HELD_ADMIN" if row["held_by_operator"] else "HELD"
     if row["needs_approval"] and not row["approved"]:
-        return "PENDING", "APPROVAL"
+        return JobState.PENDING, "APPROVAL"
     reason = row["wait_reason"] or "PRIORITY"
-    if run == "REQUEUED":
-        return "PENDING", f"{reason} (requeued: {row['run_reason']})"
-    return "PENDING", reason
+    if run == JobState.REQUEUED:
+        return JobState.PENDING, f"{reason} (requeued: {row['run_reason']})"
+    return JobState.PENDING, reason
 
 
 def job_view(row: Row, now: float) -> JobView:
@@ -77,7 +75,7 @@ def job_view(row: Row, now: float) -> JobView:
         reason=reason,
         nodes=len(nodelist) or row["nodes_max"],
         gpus=(len(nodelist) or row["nodes_max"]) * row["gpus_per_node"],
-        nodelist=nodelist if state not in ("PENDING",) else (),
+        nodelist=nodelist if state != JobState.PENDING else (),
         submitted_at=float(row["submitted"]),
         started_at=None if started is None else float(started),
         ended_at=None if ended is None else float(ended),
@@ -93,7 +91,7 @@ def job_view(row: Row, now: float) -> JobView:
 
 
 def why_pending(view: JobView) -> str:
-    if view.state != "PENDING":
+    if view.state != JobState.PENDING:
         return ""
     code = view.reason.split(" ", 1)[0]
     text = WHY.get(code, code.replace("_", " ").lower())

@@ -15,6 +15,7 @@ import msgspec
 
 from services.fairshare.render import AcctRow
 from shared.jobspec import JobSpec
+from shared.states import JobState
 
 Row = Mapping[str, Any]
 
@@ -22,7 +23,7 @@ Row = Mapping[str, Any]
 def job_state(job: Row) -> str:
     if job.get("state"):
         return str(job["state"])
-    return "CANCELLED" if job.get("cancelled") else "PENDING"
+    return JobState.CANCELLED if job.get("cancelled") else JobState.PENDING
 
 
 def _requested_gpus(job: Row) -> int:
@@ -83,7 +84,7 @@ def _attempt_row(
     return msgspec.structs.replace(
         base,
         attempt=a["attempt"],
-        state=base.state if current else "REQUEUED",
+        state=base.state if current else JobState.REQUEUED,
         gpus=int(a["gpus"]),
         gpu_model=(bill["gpu_model"] if bill else None) or base.gpu_model,
         start=a["started"] if a["started"] is not None else a["allocated"],

@@ -18,6 +18,7 @@ from services.fairshare.ranking import PendingJob
 from services.fairshare.tree import Assoc
 from shared.db import Conn
 from shared.jobspec import JobSpec
+from shared.states import JobState
 
 
 async def lock_charge(
@@ -116,10 +117,12 @@ async def load_pending(conn: Conn) -> list[PendingJob]:
         "SELECT j.job_id, j.spec, extract(epoch FROM j.submitted_at)::float8 AS submitted"
         " FROM jobs j LEFT JOIN job_runs r USING (job_id)"
         " WHERE j.cancel_requested_at IS NULL"
-        " AND (r.state IS NULL OR r.state IN ('PENDING', 'REQUEUED'))"
+        # no run yet, or handed back to the queue (a fault, a preemption)
+        " AND (r.state IS NULL OR r.state = $1)"
         " AND NOT EXISTS (SELECT 1 FROM allocations a"
         "   WHERE a.job_id = j.job_id AND a.released_at IS NULL)"
-        " ORDER BY j.job_id"
+        " ORDER BY j.job_id",
+        JobState.REQUEUED,
     )
     return [
         PendingJob(

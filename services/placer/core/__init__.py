@@ -11,7 +11,6 @@ from services.placer.core.model import (
     Limit,
     Limits,
     Node,
-    NodeState,
     Plan,
     PolicyConfig,
     Preempt,
@@ -27,6 +26,7 @@ from services.placer.core.model import (
 )
 from services.placer.core.place import Prepared, order_key, place, prepare
 from services.placer.core.spares import place_spares
+from shared.states import NodeState  # the one enum, re-exported for the core's users
 
 __all__ = [
     "Backfill",

@@ -20,12 +20,13 @@ import msgspec
 
 from services.placer.core.model import Blocker, Waiting
 from shared.jobspec import Dependency, JobSpec
+from shared.states import JobState
 
 
 class Ended(msgspec.Struct, frozen=True, kw_only=True):
     """A job depended on: how it ended (None while it has not), and when it started."""
 
-    end: str | None = None  # a terminal state (CANCELLED for a cancel before it ran)
+    end: JobState | None = None  # a terminal state (CANCELLED for a cancel before it ran)
     started_at: float | None = None
 
 
@@ -112,13 +113,13 @@ def verdict(kind: str, delay_s: int, jobs: Sequence[Ended], now: float) -> Verdi
     if kind == "afterany":
         return Verdict.MET if all(e is not None for e in ends) else Verdict.WAIT
     if kind == "afterok":
-        if any(e is not None and e != "COMPLETED" for e in ends):
+        if any(e is not None and e is not JobState.COMPLETED for e in ends):
             return Verdict.NEVER
-        return Verdict.MET if all(e == "COMPLETED" for e in ends) else Verdict.WAIT
+        return Verdict.MET if all(e is JobState.COMPLETED for e in ends) else Verdict.WAIT
     if kind == "afternotok":
         if any(e is None for e in ends):
             return Verdict.WAIT
-        return Verdict.MET if any(e != "COMPLETED" for e in ends) else Verdict.NEVER
+        return Verdict.MET if any(e is not JobState.COMPLETED for e in ends) else Verdict.NEVER
     return Verdict.MET  # an unknown kind never blocks (admission refuses them)
 
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from functools import lru_cache
 
-from services.placer.core.model import Node, NodeState, Snapshot
+from services.placer.core.model import Node, Snapshot
+from shared.states import NodeState
 
 ROOT = 0
 

@@ -11,13 +11,7 @@ from enum import StrEnum
 
 import msgspec
 
-
-class NodeState(StrEnum):
-    UP = "UP"
-    DRAINING = "DRAINING"  # running work finishes, nothing new is placed
-    DRAINED = "DRAINED"
-    DOWN = "DOWN"
-    FAILED = "FAILED"
+from shared.states import NodeState  # only UP nodes get new work
 
 
 class Gpu(msgspec.Struct, frozen=True, kw_only=True):

@@ -14,9 +14,12 @@ import msgspec
 
 from services.placer.core import Grant, Start, Wait
 from shared.db import Conn
-from shared.jobspec import TERMINAL_STATES, JobSpec
+from shared.jobspec import JobSpec
+from shared.states import LIVE_RUN, TERMINAL, JobState
 
-TERMINAL = TERMINAL_STATES
+# state sets as query parameters (`= ANY($n::text[])`)
+TERMINAL_STATES = sorted(TERMINAL)
+LIVE_STATES = sorted(LIVE_RUN)
 
 
 async def release_finished(conn: Conn) -> int:
@@ -24,17 +27,20 @@ async def release_finished(conn: Conn) -> int:
     released = await conn.fetch(
         "UPDATE allocations a SET released_at = now(), release_reason = r.state"
         " FROM job_runs r WHERE a.job_id = r.job_id AND a.released_at IS NULL"
-        " AND (r.state = ANY($1::text[]) OR (r.state = 'REQUEUED' AND r.attempt >= a.attempt))"
+        " AND (r.state = ANY($1::text[]) OR (r.state = $2 AND r.attempt >= a.attempt))"
         " RETURNING a.alloc_id",
-        list(TERMINAL),
+        TERMINAL_STATES,
+        JobState.REQUEUED,
     )
     cancelled = await conn.fetch(
-        "UPDATE allocations a SET released_at = now(), release_reason = 'CANCELLED'"
+        "UPDATE allocations a SET released_at = now(), release_reason = $1"
         " FROM jobs j WHERE a.job_id = j.job_id AND a.released_at IS NULL"
         " AND j.cancel_requested_at IS NOT NULL"
         " AND NOT EXISTS (SELECT 1 FROM job_runs r WHERE r.job_id = a.job_id"
-        "   AND r.attempt = a.attempt AND r.state IN ('STARTING', 'RUNNING', 'COMPLETING'))"
+        "   AND r.attempt = a.attempt AND r.state = ANY($2::text[]))"
         " RETURNING a.alloc_id",
+        JobState.CANCELLED,
+        LIVE_STATES,
     )
     ids = [r["alloc_id"] for r in [*released, *cancelled]]
     if ids:
@@ -59,9 +65,10 @@ async def release_dropped_nodes(conn: Conn) -> int:
         "UPDATE allocation_nodes n SET live = false FROM allocations a, job_runs r"
         " WHERE n.alloc_id = a.alloc_id AND a.released_at IS NULL AND n.live"
         " AND (NOT n.spare_pending OR n.added_at < now() - interval '60 seconds')"
-        " AND r.job_id = a.job_id AND r.attempt = a.attempt AND r.state = 'RUNNING'"
+        " AND r.job_id = a.job_id AND r.attempt = a.attempt AND r.state = $1"
         " AND cardinality(r.nodes) > 0 AND NOT (n.node = ANY(r.nodes))"
         " RETURNING n.alloc_id, n.node",
+        JobState.RUNNING,
     )
     for row in rows:
         await conn.execute(

@@ -16,9 +16,10 @@ import msgspec
 from services.placer.core import JobRequest
 from services.placer.core.blockers import Ended, Facts
 from shared.db import Conn
-from shared.jobspec import TERMINAL_STATES, JobSpec
+from shared.jobspec import JobSpec
+from shared.states import TERMINAL, JobState
 
-TERMINAL = list(TERMINAL_STATES)
+TERMINAL_STATES = sorted(TERMINAL)  # as a query parameter (`= ANY($n::text[])`)
 
 
 class PendingJob(msgspec.Struct, frozen=True, kw_only=True):
@@ -31,17 +32,19 @@ async def load_pending(conn: Conn) -> list[PendingJob]:
     """Jobs waiting for an allocation, in job id order."""
     rows = await conn.fetch(
         "SELECT j.job_id, j.spec, j.held, extract(epoch FROM j.submitted_at)::float8 AS submitted,"
-        " coalesce(r.excluded_nodes, '{}') AS run_excluded, r.state = 'REQUEUED' AS requeued,"
+        " coalesce(r.excluded_nodes, '{}') AS run_excluded, r.state = $1 AS requeued,"
         " (SELECT coalesce(max(attempt), 0) FROM allocations a WHERE a.job_id = j.job_id) AS last,"
         # admission's policy columns (migration 0004)
         " j.needs_approval AND j.approved_at IS NULL AS unapproved, j.tier, j.preemptible,"
         " j.can_preempt, j.grace_s, j.min_runtime_s"
         " FROM jobs j LEFT JOIN job_runs r USING (job_id)"
         " WHERE j.cancel_requested_at IS NULL"
-        " AND (r.state IS NULL OR r.state IN ('PENDING', 'REQUEUED'))"
+        # no run yet, or handed back to the queue (a fault, a preemption)
+        " AND (r.state IS NULL OR r.state = $1)"
         " AND NOT EXISTS (SELECT 1 FROM allocations a"
         "   WHERE a.job_id = j.job_id AND a.released_at IS NULL)"
-        " ORDER BY j.job_id"
+        " ORDER BY j.job_id",
+        JobState.REQUEUED,
     )
     out = []
     for r in rows:
@@ -108,9 +111,10 @@ async def _depended_on(
     ended: dict[int, Ended] = {}
     tasks: dict[int, tuple[int, ...]] = {}
     for r in rows:
-        end = r["state"] if r["state"] in TERMINAL else None
-        if end is None and r["cxl"] and r["state"] in (None, "PENDING", "REQUEUED"):
-            end = "CANCELLED"  # cancelled before it ran: it ended, not COMPLETED
+        state = None if r["state"] is None else JobState(r["state"])
+        end = state if state in TERMINAL else None
+        if end is None and r["cxl"] and state in (None, JobState.REQUEUED):
+            end = JobState.CANCELLED  # cancelled before it ran: it ended, not COMPLETED
         ended[r["job_id"]] = Ended(end=end, started_at=r["started"])
         if r["array_job_id"] is not None:
             tasks[r["array_job_id"]] = (*tasks.get(r["array_job_id"], ()), r["job_id"])
@@ -134,7 +138,7 @@ async def _first_live(
         " GROUP BY 1, 2",
         [p[0] for p in pairs],
         [p[1] for p in pairs],
-        TERMINAL,
+        TERMINAL_STATES,
     )
     return {(r["user_name"], r["name"]): r["first"] for r in rows}
 

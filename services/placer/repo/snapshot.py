@@ -70,7 +70,7 @@ def _gpu_column(column: str, alias: str) -> str:
 
 
 def _node_state(raw: str) -> NodeState:
-    """A state the placer does not know (SUSPECT, a newer one) places nothing: DOWN."""
+    """A state this code does not know yet places nothing: DOWN."""
     try:
         return NodeState(raw)
     except ValueError:

@@ -10,11 +10,12 @@ import pytest
 from services.placer.core import Blocker, Waiting
 from services.placer.core.blockers import Ended, Facts, blockers
 from shared.jobspec import Dependency, JobSpec
+from shared.states import JobState
 from tests.unit.placer.helpers import T0
 
-OK = Ended(end="COMPLETED", started_at=T0 - 600)
-FAILED = Ended(end="FAILED", started_at=T0 - 600)
-CANCELLED_EARLY = Ended(end="CANCELLED")
+OK = Ended(end=JobState.COMPLETED, started_at=T0 - 600)
+FAILED = Ended(end=JobState.FAILED, started_at=T0 - 600)
+CANCELLED_EARLY = Ended(end=JobState.CANCELLED)
 RUNNING_5MIN = Ended(started_at=T0 - 300)
 QUEUED = Ended()
 
