@@ -72,6 +72,8 @@ def main() -> None:
                 boots=Boots(kernel_boot, state_folder / "sim_reboots"),
                 running=executor.running_workers,
                 on_contact=executor.touch_contact,
+                fence_s=settings.fence_s,
+                fence=executor.fence_all,
             )
             await probe.run(stop)
             await executor.shutdown(settings.fault_kill_wait_s)

@@ -21,7 +21,11 @@ The boot id is the kernel's (`/proc/sys/kernel/random/boot_id`): an agent restar
 it, a reboot changes it. A simulated reboot adds a count to it (`Boots`, persisted in
 the node's state folder so that a restarted agent does not undo it). Registration lists
 the job workers the node's agent still runs (`running`), and every heartbeat that made a
-round trip to NATS calls `on_contact`, which is what the agent's workers fence on.
+round trip to NATS calls `on_contact`, which is what the agent's workers fence on. After
+a silence longer than `fence_s` (the agent hung, or lost the network) the probe first has
+the agent's jobs stopped (`fence`: their stepds should have done it, unless they hung
+too), then heartbeats, then registers again: the heartbeat that brings a DOWN node back
+never comes before the end of the jobs that were restarted elsewhere meanwhile.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
@@ -120,6 +124,8 @@ class NodeProbe:
         boots: Boots | None = None,
         running: Callable[[], tuple[RunningWorker, ...]] = _nothing_running,
         on_contact: Callable[[], None] | None = None,
+        fence_s: float | None = None,
+        fence: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.bus = bus
         self.backend = backend
@@ -136,6 +142,10 @@ class NodeProbe:
         self.boot_id = self.boots.current()
         self.running = running
         self.on_contact = on_contact
+        self.fence_s = fence_s
+        self.fence = fence
+        self._contact_at = clock()  # the bus we were given is connected
+        self._must_register = False
         self._window_s = dedupe_window_s
         self._dedupe = Dedupe(window_s=dedupe_window_s)
         self._by_pci: dict[PciAddress, int] = {}
@@ -297,15 +307,30 @@ class NodeProbe:
                 await asyncio.wait_for(stop.wait(), timeout=self.heartbeat_s)
 
     async def heartbeat(self, subject: str) -> None:
-        """One heartbeat; a round trip to the server (flush) proves contact."""
+        """One heartbeat; a round trip to the server (flush) proves contact. After a
+        silence past `fence_s`: fence first, register again after."""
+        silent_s = self.clock() - self._contact_at
+        if self.fence_s is not None and silent_s > self.fence_s:
+            log.warning("control plane lost: fencing", extra=kv(node=self.node, silent=silent_s))
+            self._must_register = True
+            if self.fence is not None:
+                await self.fence()
         try:
             await self.bus.nc.publish(subject, self.boot_id.encode())
             await self.bus.nc.flush(timeout=CONTACT_TIMEOUT_S)
         except (OSError, NatsError) as err:
             log.debug("heartbeat without contact", extra=kv(error=repr(err)))
             return
+        self._contact_at = self.clock()
         if self.on_contact is not None:
             self.on_contact()
+        if self._must_register:
+            try:
+                await self.register()
+            except (OSError, NatsError) as err:
+                log.warning("cannot register again yet", extra=kv(error=repr(err)))
+                return
+            self._must_register = False
 
     # --- agent requests (simulated GPUs) --------------------------------------------
 

@@ -134,6 +134,14 @@ class NodeExecutor:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
 
+    async def fence_all(self) -> None:
+        """The control plane was out of reach past fence_s: stop every worker. Each
+        stepd does so itself; this covers one that hung along with us."""
+        runs = list(self.running.values())
+        if runs:
+            log.warning("fencing workers", extra=kv(node=self.node, jobs=len(runs)))
+        await asyncio.gather(*(self._terminate(r, self.grace_s) for r in runs))
+
     # --- start ------------------------------------------------------------------------
 
     async def _on_start(self, payload: bytes, _subject: str) -> bytes:

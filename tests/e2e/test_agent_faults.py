@@ -1,0 +1,250 @@
+"""End to end, on real NATS, PostgreSQL and processes: a node agent that is killed or
+hangs tells the truth. Workers survive a SIGKILLed agent and are re-adopted by the next
+one, which reports the exits that happened while it was away; a hung agent's workers
+fence themselves before the job runs elsewhere. Every invariant is checked twice: in
+the database (job_runs) and on the machine (/proc, the node's worker table)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from services.launcher.executor import group_members
+from services.launcher.worker_table import (
+    Ending,
+    WorkerRecord,
+    WorkerTable,
+    alive,
+    node_state_folder,
+)
+from tests.support.cluster import eventually, kill9, nodes, running_cluster, submit
+
+pytestmark = pytest.mark.slow
+
+# Restart within the fence: the agent is back long before the node could be DOWN.
+RESTART_ENV = {
+    "MUSTER_HEARTBEAT_TIMEOUT_S": "10",
+    "MUSTER_DOWN_AFTER_S": "14",
+    "MUSTER_FENCE_S": "12",
+}
+# A hang past DOWN: the fence (3 s) comes well before DOWN (8 s), SUSPECT in between.
+HANG_ENV = {
+    "MUSTER_HEARTBEAT_TIMEOUT_S": "5",
+    "MUSTER_DOWN_AFTER_S": "8",
+    "MUSTER_FENCE_S": "3",
+}
+
+# Waits for its go file, then exits with the code written in it.
+WAITER = """#!/bin/bash
+go={dir}/go-{name}
+while [ ! -s "$go" ]; do sleep 0.1; done
+exit "$(cat "$go")"
+"""
+# A forking job that ignores SIGTERM: only SIGKILL ends its group.
+STUBBORN = """#!/bin/bash
+trap '' TERM
+sleep 1000 &
+while true; do sleep 0.1; done
+"""
+ONE_GPU = ("--nodes=1", "--gpus-per-node=1")
+
+
+def table(state: Path, node: str) -> WorkerTable:
+    return WorkerTable(node_state_folder(state, node))
+
+
+def records(state: Path, node: str) -> dict[int, WorkerRecord]:
+    t = table(state, node)
+    return {r.job_id: t.with_pids(r) for r in t.records()}
+
+
+async def run_row(db: asyncpg.Connection, job_id: int) -> asyncpg.Record | None:
+    return await db.fetchrow(
+        "SELECT state, attempt, restart_count, exit_code, nodes FROM job_runs WHERE job_id = $1",
+        job_id,
+    )
+
+
+def running(row: asyncpg.Record | None) -> bool:
+    return row is not None and row["state"] == "RUNNING"
+
+
+def ended_as(state: str, code: int):  # type: ignore[no-untyped-def]
+    return lambda r: r is not None and r["state"] == state and r["exit_code"] == code
+
+
+async def test_a_killed_agent_leaves_its_jobs_running_and_reports_what_ended_meanwhile(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    state, work = tmp_path / "state", tmp_path / "work"
+    work.mkdir()
+    [node] = nodes(1)
+    async with running_cluster(state, nats_url, database_url, db, [node], **RESTART_ENV) as c:
+        jobs = {}
+        for name in ("stays", "completes", "fails"):
+            script = WAITER.format(dir=work, name=name)
+            reply = await submit(nats_url, script, ONE_GPU, workdir=str(work))
+            jobs[name] = reply.job_ids[0]
+        for job_id in jobs.values():
+            await eventually(
+                lambda j=job_id: run_row(db, j), lambda r: r and r["state"] == "RUNNING"
+            )
+        before = {name: await run_row(db, j) for name, j in jobs.items()}
+        found = await eventually(
+            lambda: _async(records(state, node.name)),
+            lambda rs: all(r.worker is not None for r in rs.values()) and len(rs) == 3,
+            what="three worker records with pids",
+        )
+        pids = {name: found[j].worker for name, j in jobs.items()}
+
+        kill9(c, f"node-{node.name}")
+        assert all(alive(ref) for ref in pids.values()), "workers must outlive their agent"
+        (work / "go-completes").write_text("0")
+        (work / "go-fails").write_text("3")
+        t = table(state, node.name)
+        await eventually(
+            lambda: _async([t.exit_of(found[jobs[n]]) for n in ("completes", "fails")]),
+            lambda ends: all(e is not None and e.ending is Ending.EXITED for e in ends),
+            what="both exits recorded on disk while the agent is dead",
+        )
+        c.start_node(node, **RESTART_ENV)
+
+        await eventually(lambda: run_row(db, jobs["completes"]), ended_as("COMPLETED", 0))
+        await eventually(lambda: run_row(db, jobs["fails"]), ended_as("FAILED", 3))
+        assert alive(pids["stays"]), "the re-adopted worker is the same process"
+        row = await run_row(db, jobs["stays"])
+        assert row is not None and row["state"] == "RUNNING"
+        assert (row["attempt"], row["restart_count"]) == (before["stays"]["attempt"], 0)
+        left = await eventually(
+            lambda: _async(set(records(state, node.name))),
+            lambda ids: ids == {jobs["stays"]},
+            what="reported records removed",
+        )
+        assert left == {jobs["stays"]}
+
+        (work / "go-stays").write_text("0")
+        row = await eventually(lambda: run_row(db, jobs["stays"]), ended_as("COMPLETED", 0))
+        assert (row["attempt"], row["restart_count"]) == (before["stays"]["attempt"], 0)
+        assert not alive(pids["stays"])
+
+
+async def test_a_hung_agent_fences_its_job_before_the_job_runs_elsewhere(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    state = tmp_path / "state"
+    two = nodes(2)
+    async with running_cluster(state, nats_url, database_url, db, two, **HANG_ENV) as c:
+        reply = await submit(nats_url, STUBBORN, ("--nodes=1", "--gpus-per-node=4"))
+        job_id = reply.job_ids[0]
+        first = await eventually(
+            lambda: run_row(db, job_id), lambda r: r and r["state"] == "RUNNING"
+        )
+        victim = first["nodes"][0]
+        record = await eventually(
+            lambda: _async(records(state, victim).get(job_id)),
+            lambda r: r is not None and r.worker is not None,
+        )
+        assert record.worker is not None
+        group = await eventually(
+            lambda: _async(group_members(record.worker.pid)), lambda g: len(g) >= 2
+        )
+
+        agent_pid = c.pids[f"node-{victim}"]
+        os.kill(agent_pid, signal.SIGSTOP)
+        try:
+            moved = await eventually(
+                lambda: run_row(db, job_id),
+                lambda r: r is not None and r["state"] == "RUNNING" and victim not in r["nodes"],
+                timeout=60,
+                what="the job running on the other node",
+            )
+            # The moment the database says it runs elsewhere, the old one is gone.
+            assert [p for p in group if alive_pid(p)] == []
+            assert (
+                moved["restart_count"] + moved["attempt"]
+                > first["restart_count"] + first["attempt"]
+            )
+            ending = table(state, victim).exit_of(record)
+            assert ending is not None and ending.ending is Ending.FENCED
+        finally:
+            os.kill(agent_pid, signal.SIGCONT)
+
+        await up_only_when_clean(db, victim, group)
+        await eventually(
+            lambda: _async(set(records(state, victim))),
+            lambda ids: job_id not in ids,
+            timeout=30,
+            what="the fenced worker's exit reported and its record removed",
+        )
+        row = await run_row(db, job_id)
+        assert row is not None and row["state"] == "RUNNING" and victim not in row["nodes"]
+
+
+async def test_a_node_frozen_whole_comes_back_only_once_its_old_job_is_gone(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    """Agent, stepd and job all stopped (a frozen machine): nothing can fence while
+    frozen; once thawed, the node must not be UP while the moved job's old processes
+    run."""
+    state = tmp_path / "state"
+    async with running_cluster(state, nats_url, database_url, db, nodes(2), **HANG_ENV) as c:
+        reply = await submit(nats_url, STUBBORN, ("--nodes=1", "--gpus-per-node=4"))
+        job_id = reply.job_ids[0]
+        first = await eventually(lambda: run_row(db, job_id), running)
+        victim = first["nodes"][0]
+        record = await eventually(
+            lambda: _async(records(state, victim).get(job_id)),
+            lambda r: r is not None and r.worker is not None and r.stepd is not None,
+        )
+        assert record.worker is not None and record.stepd is not None
+        group = await eventually(
+            lambda: _async(group_members(record.worker.pid)), lambda g: len(g) >= 2
+        )
+        frozen = [c.pids[f"node-{victim}"], record.stepd.pid, *group]
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            await eventually(
+                lambda: run_row(db, job_id),
+                lambda r: r is not None and r["state"] == "RUNNING" and victim not in r["nodes"],
+                timeout=60,
+                what="the job running on the other node",
+            )
+        finally:
+            for pid in reversed(frozen):  # the job first, its agent last
+                os.kill(pid, signal.SIGCONT)
+        await up_only_when_clean(db, victim, group)
+        assert [p for p in group if alive_pid(p)] == []
+
+
+async def up_only_when_clean(
+    db: asyncpg.Connection, node: str, old: list[int], timeout: float = 60.0
+) -> None:
+    """Until `node` is UP again; whenever it is UP, none of `old` may still run."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = await db.fetchval("SELECT state FROM nodes WHERE name = $1", node)
+        left = [p for p in old if alive_pid(p)]
+        if state == "UP":
+            assert left == [], f"{node} is UP while its old attempt still runs: {left}"
+            return
+        assert time.monotonic() < deadline, f"{node} never came back UP (last: {state})"
+        await asyncio.sleep(0.05)
+
+
+def alive_pid(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+async def _async(value):  # type: ignore[no-untyped-def]
+    return value
