@@ -179,7 +179,7 @@ class Coordinator:
             state = msgspec.structs.replace(state, fault_restarts=before.fault_restarts)
         await self._save_core(conn, state, now)
         return Generation(
-            job_id=alloc.job_id, attempt=alloc.attempt, restart_count=count, nodes=row.nodes,
+            job_id=alloc.job_id, attempt=alloc.attempt, generation=count, nodes=row.nodes,
             gpus=alloc.gpus,
         )  # fmt: skip
 
@@ -358,7 +358,7 @@ class Coordinator:
         )  # fmt: skip
         await outbox_add(conn, reconfigured)
         return Generation(
-            job_id=run.job_id, attempt=run.attempt, restart_count=start.restart_count,
+            job_id=run.job_id, attempt=run.attempt, generation=start.generation,
             nodes=tuple(gpus), gpus=gpus,
         )  # fmt: skip
 
@@ -380,7 +380,7 @@ class Coordinator:
         failed = {n: r.message for n, r in replies.items() if not r.ok}
         if failed:
             obs = core.StartFailed(
-                generation=gen.restart_count, nodes=tuple(failed),
+                generation=gen.generation, nodes=tuple(failed),
                 reason="; ".join(failed.values()),
             )  # fmt: skip
             await self.observe(gen.job_id, _always(obs))
@@ -389,7 +389,7 @@ class Coordinator:
             current = await repo.lock_run(conn, gen.job_id)
             if current is None or current.state != JobState.STARTING:
                 return  # superseded while starting: a later decision stops these
-            if (current.attempt, current.restart_count) != (gen.attempt, gen.restart_count):
+            if (current.attempt, current.restart_count) != (gen.attempt, gen.generation):
                 return
             await repo.mark_running(conn, current, datetime.now(UTC))
             started = JobStarted(
@@ -397,7 +397,7 @@ class Coordinator:
             )
             await outbox_add(conn, started)
         self.ctx.relay.kick()
-        log.info("launched", extra=kv(job=gen.job_id, nodes=gen.nodes, gen=gen.restart_count))
+        log.info("launched", extra=kv(job=gen.job_id, nodes=gen.nodes, gen=gen.generation))
 
     async def end_stopped(self, job_id: int) -> None:
         """The workers of a COMPLETING run are gone (or their node is): end it."""

@@ -18,7 +18,11 @@ from shared.jobspec import JobSpec
 
 
 class WorkerPlacement(msgspec.Struct, frozen=True, kw_only=True):
-    """Where one node's worker of one attempt runs, as the coordinator decided it.
+    """Where one node's worker of one generation runs, as the coordinator decided it.
+
+    `attempt` is the allocation's number, `generation` the start of the workers within
+    the job's life (also its restart count); docs/launching.md, "Attempt, generation,
+    restart count", says what moves them.
 
     `nodelist` is in node-rank order: `nodelist[node_rank] == node`, and rank 0 hosts
     the rendezvous (`master_addr`). `gpus` are this node's allocated GPU indices (NVML /
@@ -27,7 +31,7 @@ class WorkerPlacement(msgspec.Struct, frozen=True, kw_only=True):
 
     job_id: int
     attempt: int
-    restart_count: int
+    generation: int
     node: str
     node_rank: int
     nnodes: int
@@ -54,7 +58,7 @@ def place_worker(
     *,
     job_id: int,
     attempt: int,
-    restart_count: int,
+    generation: int,
     node: str,
     nodelist: Iterable[str],
     gpus: Iterable[int],
@@ -64,15 +68,15 @@ def place_worker(
     """The placement of `node`'s worker, with everything derivable taken from `spec`.
 
     The master (rendezvous host) is the first node of `nodelist`, reached at
-    `master_addr` (default: its name); the rendezvous id is new for every attempt so a
-    restarted job never joins a stale rendezvous.
+    `master_addr` (default: its name); the rendezvous id is new for every generation so
+    a restarted job never joins a stale rendezvous.
     """
     nodes = tuple(nodelist)
     master = master_addr or nodes[0]
     return WorkerPlacement(
         job_id=job_id,
         attempt=attempt,
-        restart_count=restart_count,
+        generation=generation,
         node=node,
         node_rank=nodes.index(node),
         nnodes=len(nodes),
@@ -82,7 +86,7 @@ def place_worker(
         master_addr=master,
         master_port=master_port,
         rdzv_endpoint=f"{master}:{master_port}",
-        rdzv_id=rdzv_id(job_id, attempt),
+        rdzv_id=rdzv_id(job_id, attempt, generation),
         job_name=spec.name,
         user=spec.user,
         account=spec.account,
@@ -95,9 +99,9 @@ def place_worker(
     )
 
 
-def rdzv_id(job_id: int, attempt: int) -> str:
-    """The torch rendezvous id of one attempt: `<job>-<attempt>`."""
-    return f"{job_id}-{attempt}"
+def rdzv_id(job_id: int, attempt: int, generation: int) -> str:
+    """The torch rendezvous id of one generation: `<job>-<attempt>-<generation>`."""
+    return f"{job_id}-{attempt}-{generation}"
 
 
 # Variables the launcher owns: inherited copies are dropped so a value from the agent's
@@ -179,7 +183,8 @@ def muster_vars(p: WorkerPlacement) -> dict[str, str]:
         "MUSTER_JOB_ID": str(p.job_id),
         "MUSTER_JOB_NAME": p.job_name,
         "MUSTER_ATTEMPT": str(p.attempt),
-        "MUSTER_RESTART_COUNT": str(p.restart_count),
+        "MUSTER_GENERATION": str(p.generation),
+        "MUSTER_RESTART_COUNT": str(p.generation),
         "MUSTER_NODE": p.node,
         "MUSTER_NODELIST": ",".join(p.nodelist),
         "MUSTER_NODES_MIN": str(p.elastic_min),
@@ -235,7 +240,7 @@ def slurm_vars(spec: JobSpec, p: WorkerPlacement) -> dict[str, str]:
         "SLURM_NPROCS": str(p.nnodes),
         "SLURM_NTASKS_PER_NODE": "1",
         "SLURM_CPUS_PER_TASK": str(spec.cpus_per_task),
-        "SLURM_RESTART_COUNT": str(p.restart_count),
+        "SLURM_RESTART_COUNT": str(p.generation),
         "SLURM_SUBMIT_DIR": p.workdir,
         "SLURM_JOB_ACCOUNT": p.account,
         "SLURM_JOB_PARTITION": p.partition,

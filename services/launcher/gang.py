@@ -25,11 +25,12 @@ from shared.transient import is_transient
 
 
 class Generation(msgspec.Struct, frozen=True, kw_only=True):
-    """One start of a job's workers: allocation `attempt`, generation `restart_count`."""
+    """One start of a job's workers: generation `generation` of allocation `attempt`
+    (docs/launching.md, "Attempt, generation, restart count")."""
 
     job_id: int
     attempt: int
-    restart_count: int
+    generation: int
     nodes: tuple[str, ...]  # node-rank order
     gpus: dict[str, list[int]]
 
@@ -90,7 +91,7 @@ def worker_spec(spec: JobSpec, gen: Generation, node: str, master: str, port: in
         spec,
         job_id=gen.job_id,
         attempt=gen.attempt,
-        restart_count=gen.restart_count,
+        generation=gen.generation,
         node=node,
         nodelist=list(gen.nodes),
         gpus=gen.gpus.get(node, []),
@@ -100,14 +101,13 @@ def worker_spec(spec: JobSpec, gen: Generation, node: str, master: str, port: in
         placement,
         master_addr=master,
         rdzv_endpoint=f"{master}:{port}",
-        rdzv_id=f"{gen.job_id}-{gen.attempt}-{gen.restart_count}",
     )
     runnable = msgspec.structs.replace(spec, script="{spool}/" + spec.script_name)
     out, err = output_paths(spec, gen.job_id, node)
     return WorkerSpec(
         job_id=gen.job_id,
         attempt=gen.attempt,
-        generation=gen.restart_count,
+        generation=gen.generation,
         argv=tuple(worker_argv(runnable, placement, sys.executable)),
         env=build_env(spec, placement, dict(os.environ)),
         workdir=spec.workdir,

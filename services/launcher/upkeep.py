@@ -157,7 +157,7 @@ class Upkeep:
             if current.state == JobState.STARTING:
                 fx.start = Generation(
                     job_id=current.job_id, attempt=current.attempt,
-                    restart_count=current.restart_count, nodes=current.nodes, gpus=current.gpus,
+                    generation=current.restart_count, nodes=current.nodes, gpus=current.gpus,
                 )  # fmt: skip
             else:
                 grace = self.c.config.kill_wait_s

@@ -43,7 +43,8 @@ KILL_WAIT_S = 3.0  # MUSTER_KILL_WAIT_S in tests/support/cluster.py FAST
 STUBBORN = """#!/bin/bash
 trap 'echo "got TERM at $(date +%s.%N) restart=$MUSTER_RESTART_COUNT"' TERM
 trap 'echo "got USR1 at $(date +%s.%N)"' USR1
-echo "start at $(date +%s.%N) restart=$MUSTER_RESTART_COUNT"
+ids="restart=$MUSTER_RESTART_COUNT attempt=$MUSTER_ATTEMPT gen=$MUSTER_GENERATION"
+echo "start at $(date +%s.%N) $ids"
 while true; do sleep 0.1; done
 """
 
@@ -141,6 +142,8 @@ async def test_a_preempted_job_gets_sigterm_and_its_grace_then_is_requeued_with_
     restarted = float(text.split("start at ")[2].split()[0])
     assert restarted - termed >= 2.0 - 0.2, text  # the grace was given before the kill
     assert "got TERM at" in text and "restart=0" in text
+    # A requeue is a new allocation (attempt 2) and the next generation of the job.
+    assert "restart=0 attempt=1 gen=0" in text and "restart=1 attempt=2 gen=1" in text, text
     history = await db.fetch(
         "SELECT seq, outcome FROM attempts WHERE job_id = $1 ORDER BY attempt, seq", job_id
     )
@@ -317,7 +320,11 @@ async def test_a_fixed_size_job_gets_a_spare_near_its_nodes_after_an_xid_79(
 ) -> None:
     # node01, node03 under leaf1; node02, node04 under leaf2
     async with running_cluster(tmp_path / "state", nats_url, database_url, db, nodes(4)):
-        script = '#!/bin/bash\necho "gen=$MUSTER_RESTART_COUNT node=$MUSTER_NODE"\nsleep 60\n'
+        script = (
+            "#!/bin/bash\n"
+            'echo "attempt=$MUSTER_ATTEMPT gen=$MUSTER_GENERATION restart=$MUSTER_RESTART_COUNT"\n'
+            "sleep 60\n"
+        )
         reply = await submit(
             nats_url, script, ("--nodes=2", "--gpus-per-node=4", "-w", "node01,node02"),
             workdir=str(tmp_path),
@@ -346,6 +353,11 @@ async def test_a_fixed_size_job_gets_a_spare_near_its_nodes_after_an_xid_79(
             "SELECT outcome FROM attempts WHERE job_id = $1 ORDER BY attempt, seq", job_id
         )
         assert "replace" in (history[0]["outcome"] or "")
+        # A spare keeps the allocation (attempt 1) and starts its next generation.
+        log = await eventually(
+            lambda: text_of(tmp_path / f"slurm-{job_id}.out"), lambda t: "gen=1" in t, 20
+        )
+        assert "attempt=1 gen=0 restart=0" in log and "attempt=1 gen=1 restart=1" in log, log
 
 
 async def test_an_elastic_job_grows_back_when_its_lost_node_returns(

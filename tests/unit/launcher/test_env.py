@@ -26,7 +26,7 @@ def placement(
     s: JobSpec, *, node: str = "node02", gpus: tuple[int, ...] = (3, 1)
 ) -> WorkerPlacement:
     return place_worker(
-        s, job_id=42, attempt=3, restart_count=1, node=node, nodelist=NODES, gpus=gpus,
+        s, job_id=42, attempt=3, generation=1, node=node, nodelist=NODES, gpus=gpus,
         master_port=29400,
     )  # fmt: skip
 
@@ -84,7 +84,7 @@ def test_slurm_and_muster_set_of_an_array_task() -> None:
              array_task_id=7, workdir="/home/alice/run", mem_mib=4096, cpus_per_task=4)  # fmt: skip
     assert slurm_of(build_env(s, placement(s), {})) == {
         "MUSTER_JOB_ID": "42", "MUSTER_JOB_NAME": "llm", "MUSTER_ATTEMPT": "3",
-        "MUSTER_RESTART_COUNT": "1", "MUSTER_NODE": "node02",
+        "MUSTER_GENERATION": "1", "MUSTER_RESTART_COUNT": "1", "MUSTER_NODE": "node02",
         "MUSTER_NODELIST": "node01,node02,node03", "MUSTER_NODES_MIN": "1",
         "MUSTER_NODES_MAX": "1",
         "SLURM_JOB_ID": "42", "SLURM_JOBID": "42", "SLURM_JOB_NAME": "llm",
@@ -157,12 +157,12 @@ def test_environment_layers(s: JobSpec, base: dict[str, str], want: dict[str, st
     assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
-def test_placement_derives_master_and_a_new_rendezvous_id_per_attempt() -> None:
+def test_placement_derives_master_and_a_new_rendezvous_id_per_generation() -> None:
     p = placement(spec(nodes_min=2, nodes_max=4))
     assert (p.master_addr, p.rdzv_endpoint, p.rdzv_id, p.node_rank, p.gpus) == (
         "node01",
         "node01:29400",
-        "42-3",
+        "42-3-1",
         1,
         (1, 3),
     )

@@ -21,7 +21,7 @@ async def test_hello_prints_what_a_batch_script_sees_on_its_node(tmp_path: Path)
         nodes_min=3, nodes_max=3, export="PATH",
     )  # fmt: skip
     placement = place_worker(
-        spec, job_id=12, attempt=0, restart_count=0, node="gpu02",
+        spec, job_id=12, attempt=1, generation=0, node="gpu02",
         nodelist=["gpu01", "gpu02", "gpu03"], gpus=[5, 4], master_port=29500,
     )  # fmt: skip
     env = build_env(spec, placement, {"PATH": "/usr/bin:/bin", "HOME": "/root"})

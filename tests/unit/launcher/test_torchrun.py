@@ -12,7 +12,7 @@ from shared.jobspec import JobSpec
 
 PY = "/opt/venv/bin/python"
 RDZV = [
-    "--rdzv-backend=c10d", "--rdzv-endpoint=node01:29400", "--rdzv-id=42-3",
+    "--rdzv-backend=c10d", "--rdzv-endpoint=node01:29400", "--rdzv-id=42-3-2",
 ]  # fmt: skip
 
 
@@ -21,7 +21,7 @@ def argv(
 ) -> list[str]:
     s = JobSpec(**({"user": "alice", "script": "train.py", "args": ("--lr", "3e-4")} | kw))
     p = place_worker(
-        s, job_id=42, attempt=3, restart_count=2, node=node, nodelist=nodes, gpus=(0, 1),
+        s, job_id=42, attempt=3, generation=2, node=node, nodelist=nodes, gpus=(0, 1),
         master_port=29400,
     )  # fmt: skip
     return worker_argv(s, p, PY)

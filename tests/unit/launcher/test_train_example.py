@@ -39,7 +39,7 @@ async def launch(tmp: Path, *, attempt: int, procs: int, args: tuple[str, ...]) 
         workdir=str(tmp), nodes_min=1, nodes_max=2, elastic=True,
     )  # fmt: skip
     placement = place_worker(
-        spec, job_id=7, attempt=attempt, restart_count=attempt, node="127.0.0.1",
+        spec, job_id=7, attempt=1, generation=attempt, node="127.0.0.1",
         nodelist=["127.0.0.1"], gpus=[], master_port=free_port("127.0.0.1"),
     )  # fmt: skip
     env = build_env(spec, placement, {k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
