@@ -29,8 +29,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     if (state / "cluster.json").exists():
         print(f"a cluster is already up in {state}; `muster down` first", file=sys.stderr)
         return 1
-    c = local.up(state, Path(args.topology))
+    try:
+        c = local.up(state, Path(args.topology))
+    except RuntimeError as err:  # the supervisor did not start: its log says why
+        print(f"{err}; `muster down` stops what did start", file=sys.stderr)
+        return 1
     print(f"muster is up: {len(c.nodes)} nodes, services {', '.join(local.SERVICES)}")
+    print(f"  supervised (restarted if they exit) by pid {c.pids['supervisor']}")
     print(f"  state and logs: {c.state_dir} (logs/ has one file per process)")
     print(f"  NATS: {c.nats_url}   PostgreSQL: {c.database_url}")
     return _wait_for_nodes(c, len(c.nodes), args.wait)
@@ -61,7 +66,7 @@ def cmd_down(args: argparse.Namespace) -> int:
         print(f"no cluster in {state}", file=sys.stderr)
         return 1
     local.down(state)
-    print("muster is down")
+    print("muster is down: supervisor, node agents, job workers, services and servers")
     return 0
 
 

@@ -1,6 +1,12 @@
 """Shell: a whole local cluster as processes — embedded NATS and PostgreSQL, every
 service, one agent per simulated node — started into a state folder (`muster up`) and
-stopped from it (`muster down`)."""
+stopped from it (`muster down`).
+
+`muster up` starts the servers and hands the rest to `muster.supervisor`, which starts
+and restarts them; `cluster.json` holds every current pid and how to start each process
+(`specs`). Tests drive a `Cluster` directly (`start_services`, `start_node`), without
+a supervisor. `stop_all` stops in stages: supervisor, agents, job workers, services,
+servers."""
 
 from __future__ import annotations
 
@@ -12,9 +18,11 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.launcher.worker_table import stop_recorded_workers
 from shared import embedded
 
 SERVICES = ("admission", "placer", "launcher", "health", "fairshare")
@@ -49,6 +57,16 @@ def load_topology(path: Path) -> list[NodeDef]:
     return nodes
 
 
+@dataclass(frozen=True)
+class ProcSpec:
+    """How to start one process of the cluster again: its module and extra variables,
+    and a command it runs under (`ip netns exec NS` puts an agent on another host)."""
+
+    module: str
+    env: dict[str, str]
+    prefix: tuple[str, ...] = ()
+
+
 @dataclass
 class Cluster:
     state_dir: Path
@@ -56,28 +74,40 @@ class Cluster:
     database_url: str
     pids: dict[str, int] = field(default_factory=dict)
     nodes: list[str] = field(default_factory=list)
+    specs: dict[str, ProcSpec] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # ours only
 
     @property
     def state_file(self) -> Path:
         return self.state_dir / "cluster.json"
 
     def save(self) -> None:
-        self.state_file.write_text(
-            json.dumps(
-                {
-                    "nats_url": self.nats_url,
-                    "database_url": self.database_url,
-                    "pids": self.pids,
-                    "nodes": self.nodes,
-                },
-                indent=2,
-            )
-        )
+        """Write the state file atomically: the supervisor rewrites it at each restart
+        while an operator or a test may be reading it."""
+        data = {
+            "nats_url": self.nats_url,
+            "database_url": self.database_url,
+            "pids": self.pids,
+            "nodes": self.nodes,
+            "specs": {
+                k: {"module": s.module, "env": s.env, "prefix": list(s.prefix)}
+                for k, s in self.specs.items()
+            },
+        }
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        os.replace(tmp, self.state_file)
 
     @classmethod
     def load(cls, state_dir: Path) -> Cluster:
         data = json.loads((state_dir / "cluster.json").read_text())
-        return cls(state_dir, data["nats_url"], data["database_url"], data["pids"], data["nodes"])
+        specs = {
+            k: ProcSpec(v["module"], v["env"], tuple(v.get("prefix", ())))
+            for k, v in data.get("specs", {}).items()
+        }
+        return cls(
+            state_dir, data["nats_url"], data["database_url"], data["pids"], data["nodes"], specs
+        )
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -92,39 +122,58 @@ class Cluster:
         env.update(extra)
         return env
 
-    def spawn(self, key: str, module: str, **extra: str) -> int:
+    def spawn(self, key: str, module: str, prefix: Sequence[str] = (), **extra: str) -> int:
+        """Start `module` as process `key` (and remember how, for a restart)."""
+        self.specs[key] = ProcSpec(module, dict(extra), tuple(prefix))
+        return self.respawn(key)
+
+    def respawn(self, key: str) -> int:
+        """Start process `key` from its recorded spec; its log file is appended to."""
+        spec = self.specs[key]
         logs = self.state_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         with (logs / f"{key}.log").open("ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", module],
-                env=self.env(**extra),
+                [*spec.prefix, sys.executable, "-m", spec.module],
+                env=self.env(**spec.env),
                 stdout=log,
                 stderr=log,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
         self.pids[key] = proc.pid
+        self.procs[key] = proc
         return proc.pid
 
-    def start_services(self, replicas: int = 1) -> None:
+    def plan_services(self, replicas: int = 1) -> list[str]:
+        keys = []
         for name in SERVICES:
             for i in range(replicas if name == "admission" else 1):
                 key = name if i == 0 else f"{name}-{i}"
-                self.spawn(key, f"services.{name}", MUSTER_INSTANCE=str(i))
+                self.specs[key] = ProcSpec(f"services.{name}", {"MUSTER_INSTANCE": str(i)})
+                keys.append(key)
+        return keys
 
-    def start_node(self, node: NodeDef, **extra: str) -> None:
-        self.spawn(
-            f"node-{node.name}",
-            "muster.node",
-            MUSTER_NODE=node.name,
-            MUSTER_GPUS=str(node.gpus),
-            MUSTER_GPU_MODEL=node.gpu_model,
-            MUSTER_TOPOLOGY="/".join(node.topology),
+    def start_services(self, replicas: int = 1) -> None:
+        for key in self.plan_services(replicas):
+            self.respawn(key)
+
+    def plan_node(self, node: NodeDef, prefix: Sequence[str] = (), **extra: str) -> str:
+        key = f"node-{node.name}"
+        env = {
+            "MUSTER_NODE": node.name,
+            "MUSTER_GPUS": str(node.gpus),
+            "MUSTER_GPU_MODEL": node.gpu_model,
+            "MUSTER_TOPOLOGY": "/".join(node.topology),
             **extra,
-        )
+        }
+        self.specs[key] = ProcSpec("muster.node", env, tuple(prefix))
         if node.name not in self.nodes:
             self.nodes.append(node.name)
+        return key
+
+    def start_node(self, node: NodeDef, prefix: Sequence[str] = (), **extra: str) -> None:
+        self.respawn(self.plan_node(node, prefix, **extra))
 
     def kill(self, key: str, sig: int = signal.SIGTERM) -> None:
         pid = self.pids.get(key)
@@ -133,16 +182,34 @@ class Cluster:
                 os.kill(pid, sig)
 
     def stop_all(self, timeout: float = 15.0) -> None:
-        for key in sorted(
-            self.pids, key=lambda k: (k.startswith("node-"), k.startswith("server-"))
-        ):
-            self.kill(key)
+        """Stop in order, each stage gone before the next, so nothing is restarted and
+        nothing loses its servers while it still runs: the supervisor, the node agents
+        (then every job worker recorded under the state folder), the services, and NATS
+        and PostgreSQL last."""
+        if "supervisor" in self.pids:
+            self._stop_stage(["supervisor"], timeout)
+            with contextlib.suppress(FileNotFoundError):
+                self.pids = Cluster.load(self.state_dir).pids  # its last restarts
+        keys = [k for k in self.pids if k != "supervisor"]
+        nodes = [k for k in keys if k.startswith("node-")]
+        servers = [k for k in keys if k.startswith("server-")]
+        self._stop_stage(nodes, timeout)
+        stop_recorded_workers(self.state_dir, grace_s=min(timeout, 5.0))
+        self._stop_stage([k for k in keys if k not in nodes and k not in servers], timeout)
+        self._stop_stage(servers, timeout)
+
+    def _stop_stage(self, keys: list[str], timeout: float) -> None:
+        for key in keys:
+            # PostgreSQL's fast shutdown (SIGINT) ends its sessions instead of waiting.
+            self.kill(key, signal.SIGINT if key == "server-postgres" else signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        for key, pid in list(self.pids.items()):
+        for key in keys:
+            pid = self.pids[key]
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if _alive(pid):
-                self.kill(key, signal.SIGKILL)
+            # Each process leads its own session: what it left behind goes with it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
 
 
 def _alive(pid: int) -> bool:
@@ -157,9 +224,10 @@ def _alive(pid: int) -> bool:
     return waited == 0
 
 
-def up(state_dir: Path, topology: Path, *, fast: bool = False) -> Cluster:
+def up(state_dir: Path, topology: Path, *, fast: bool = False, wait_s: float = 60.0) -> Cluster:
     """Start servers (unless MUSTER_NATS_URL / MUSTER_DATABASE_URL name running ones),
-    every service and every node of `topology`."""
+    then the supervisor (`muster.supervisor`), which starts every service and every
+    node of `topology` and keeps them running; returns once cluster.json lists them."""
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     nodes = load_topology(topology)
@@ -175,11 +243,26 @@ def up(state_dir: Path, topology: Path, *, fast: bool = False) -> Cluster:
         pids["server-postgres"] = pg.process.pid
     cluster = Cluster(state_dir, nats_url, db_url, pids)
     os.environ.setdefault("MUSTER_CLUSTER_CONFIG", str(DEFAULT_CLUSTER_CONFIG))
-    cluster.start_services()
+    cluster.plan_services()
     for node in nodes:
-        cluster.start_node(node)
+        cluster.plan_node(node)
     cluster.save()
-    return cluster
+    cluster.spawn("supervisor", "muster.supervisor")
+    return _supervised(cluster, wait_s)
+
+
+def _supervised(cluster: Cluster, wait_s: float) -> Cluster:
+    """The state file once the supervisor has written its own pid and started every
+    process it was given."""
+    deadline = time.monotonic() + wait_s
+    proc = cluster.procs["supervisor"]
+    while time.monotonic() < deadline and proc.poll() is None:
+        seen = Cluster.load(cluster.state_dir)
+        if "supervisor" in seen.pids and set(cluster.specs) <= set(seen.pids):
+            seen.specs["supervisor"] = cluster.specs["supervisor"]
+            return seen
+        time.sleep(0.1)
+    raise RuntimeError(f"the supervisor did not start the cluster; see {cluster.state_dir}/logs")
 
 
 def down(state_dir: Path) -> Cluster:
