@@ -11,12 +11,7 @@ from typing import Annotated, NewType
 
 import msgspec
 
-from shared.states import TERMINAL
-
 JobId = NewType("JobId", int)
-
-# Kept for the services that still import it from here; the states live in shared/states.
-TERMINAL_STATES = TERMINAL
 NodeName = NewType("NodeName", str)
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]

@@ -28,7 +28,7 @@ from shared.events import JobCancelRequested, JobSubmitted
 from shared.jobspec import JobSpec
 from shared.logs import kv
 from shared.runtime import ServiceContext
-from shared.states import ACTIVE
+from shared.states import ACTIVE, TERMINAL
 
 from . import repo
 from .actions import Decision, Target, Verb, decide, signal_name
@@ -64,7 +64,7 @@ class JobCommands:
             where.add("j.cancel_requested_at IS NULL")
             where.add(
                 "NOT EXISTS (SELECT 1 FROM job_runs t WHERE t.job_id = j.job_id"
-                f" AND t.state = ANY({where.arg(repo.TERMINAL_STATES)}::text[]))"
+                f" AND t.state = ANY({where.arg(TERMINAL)}::text[]))"
             )
         return where
 

@@ -15,9 +15,6 @@ from shared.states import TERMINAL
 
 from .policy import NO_POLICY, JobPolicy
 
-# The terminal states as a query parameter (`= ANY($n::text[])`).
-TERMINAL_STATES = sorted(TERMINAL)
-
 
 async def insert_job(conn: Conn, spec: JobSpec, policy: JobPolicy = NO_POLICY) -> int:
     job_id: int = await conn.fetchval(
@@ -63,7 +60,7 @@ async def submit_counts(conn: Conn, user: str, account: str, qos: str) -> tuple[
         user,
         account,
         qos,
-        TERMINAL_STATES,
+        TERMINAL,  # asyncpg sends a set as a text[]
     )
     assert row is not None
     return int(row["u"]), int(row["a"])
@@ -106,7 +103,7 @@ async def select_jobs(conn: Conn, name: str | None, owner: str | None) -> list[i
         " AND (r.state IS NULL OR NOT r.state = ANY($3::text[]))",
         name,
         owner,
-        TERMINAL_STATES,
+        TERMINAL,
     )
     return [r["job_id"] for r in rows]
 
