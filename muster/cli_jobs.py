@@ -15,6 +15,7 @@ from typing import Any
 
 from muster import render
 from muster.client import ApiRefused, call, current_user, nats_url, refused
+from services.admission.sbatch import split_command_line
 from shared.api import (
     JobSelector,
     Ok,
@@ -31,21 +32,15 @@ from shared.api import (
 # The words `muster submit` keeps for itself; every other word is sbatch's.
 SUBMIT_OWN = ("--dry-run", "--json")
 
-LONG_WITH_VALUE = {
-    "job-name", "nodes", "gpus-per-node", "gres", "gpus", "ntasks-per-node", "cpus-per-task",
-    "mem", "time", "partition", "account", "qos", "output", "error", "signal", "dependency",
-    "array", "switches", "constraint", "exclude", "nodelist", "begin", "comment", "export",
-    "chdir", "mail-type", "mail-user", "ntasks", "mem-per-cpu", "mem-per-gpu", "reservation",
-    "wrap", "licenses", "time-min", "gpus-per-task", "cpus-per-gpu", "nice",
-}  # fmt: skip
-
 
 def _print(lines: list[str]) -> None:
     print("\n".join(lines))
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    options, script_path, script_args = split_submit(args.words)
+    # The script is found the way admission reads the options: one table of sbatch's.
+    line = split_command_line(args.words)
+    options, script_path, script_args = line.options, line.script, line.args
     if script_path is None:
         script_text, path = "", ""
         if not any(w.startswith("--wrap") for w in options):
@@ -64,10 +59,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         path = str(Path(script_path).resolve())
     req = SubmitRequest(
         user=current_user(),
-        argv=tuple(options),
+        argv=options,
         script=script_text,
         script_path=path,
-        args=tuple(script_args),
+        args=script_args,
         workdir=os.getcwd(),
         dry_run=args.dry_run,
     )
@@ -86,29 +81,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
     else:
         print(f"Submitted array job {reply.job_ids[0]} ({len(reply.job_ids)} tasks)")
     return 0
-
-
-def split_submit(words: list[str]) -> tuple[list[str], str | None, list[str]]:
-    """Options before the script; the first word that is not an option (nor an option's
-    value) is the script. Options taking a separate value are recognised by sbatch's
-    short forms; long options use `--opt=value` or `--opt value`."""
-    takes_value = set("JNGpAqoetcdaxwCH") - {"H"}
-    i = 0
-    while i < len(words):
-        w = words[i]
-        if w == "--":
-            return words[:i], (words[i + 1] if i + 1 < len(words) else None), words[i + 2 :]
-        if w.startswith("--"):
-            if "=" not in w and w[2:] in LONG_WITH_VALUE and i + 1 < len(words):
-                i += 2
-                continue
-            i += 1
-            continue
-        if w.startswith("-") and len(w) >= 2:
-            i += 2 if (len(w) == 2 and w[1] in takes_value) else 1
-            continue
-        return words[:i], w, words[i + 1 :]
-    return words, None, []
 
 
 def _csv(values: list[str] | None) -> tuple[str, ...]:
