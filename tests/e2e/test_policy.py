@@ -1,5 +1,6 @@
 """End to end: the cluster configuration reaches the placer — partitions' node sets,
-QOS running limits, and preemption of a lower tier with its grace time."""
+QOS running limits, preemption of a lower tier with its grace time — and the blockers the
+placer decides from what its repo loads (a singleton's live namesake, a future begin)."""
 
 from __future__ import annotations
 
@@ -141,6 +142,22 @@ async def test_a_qos_gpu_limit_per_user_holds_the_next_job_back(
     assert await _wait_reason(db, second) == "QOS_MAX_GPUS_PER_USER"
     wide = (await submit(cluster.nats_url, SLEEP, ("--gpus-per-node=4", "-q", "wide"))).job_ids
     await eventually(lambda: job_state(db, wide[0]), lambda s: s == "RUNNING", 30, "other QOS")
+
+
+async def test_a_future_begin_and_a_live_namesake_hold_jobs_back_with_their_own_reasons(
+    cluster: Cluster, db: asyncpg.Connection
+) -> None:
+    first = (await submit(cluster.nats_url, SLEEP, ("-J", "train", "--gpus-per-node=1"))).job_ids[0]
+    await eventually(lambda: job_state(db, first), lambda s: s == "RUNNING", 30, "first runs")
+    args = ("-J", "train", "-d", "singleton", "--gpus-per-node=1")
+    single = (await submit(cluster.nats_url, SLEEP, args)).job_ids[0]
+    later = (await submit(cluster.nats_url, SLEEP, ("--begin=now+1hour",))).job_ids[0]
+
+    assert await _wait_reason(db, single) == "SINGLETON"
+    assert await _wait_reason(db, later) == "BEGIN_TIME"
+    detail = await db.fetchval("SELECT detail FROM pending_reasons WHERE job_id = $1", single)
+    assert detail == f"Dependency: waiting for singleton (job {first})"
+    assert await job_state(db, single) is None and await job_state(db, later) is None
 
 
 async def test_a_higher_tier_preempts_a_lower_one_after_its_grace_and_requeues_it(
