@@ -37,35 +37,37 @@ def _print(lines: list[str]) -> None:
     print("\n".join(lines))
 
 
-def cmd_submit(args: argparse.Namespace) -> int:
+def _request(words: list[str], dry_run: bool) -> SubmitRequest | str:
+    """The submit request from the command line and the script file, or what is wrong."""
     # The script is found the way admission reads the options: one table of sbatch's.
-    line = split_command_line(args.words)
-    options, script_path, script_args = line.options, line.script, line.args
-    if script_path is None:
-        script_text, path = "", ""
-        if not any(w.startswith("--wrap") for w in options):
-            print(
-                "muster submit: give a script: muster submit [options] SCRIPT [ARGS]",
-                file=sys.stderr,
-            )
-            return 2
+    line = split_command_line(words)
+    script_text, path = "", ""
+    if line.script is None:
+        if not any(w.startswith("--wrap") for w in line.options):
+            return "give a script: muster submit [options] SCRIPT [ARGS]"
     else:
         try:
-            raw = Path(script_path).read_bytes()
+            raw = Path(line.script).read_bytes()
         except OSError as err:
-            print(f"muster submit: cannot read {script_path}: {err.strerror}", file=sys.stderr)
-            return 2
+            return f"cannot read {line.script}: {err.strerror}"
         script_text = raw.decode("utf-8", errors="surrogateescape")
-        path = str(Path(script_path).resolve())
-    req = SubmitRequest(
+        path = str(Path(line.script).resolve())
+    return SubmitRequest(
         user=current_user(),
-        argv=options,
+        argv=line.options,
         script=script_text,
         script_path=path,
-        args=script_args,
+        args=line.args,
         workdir=os.getcwd(),
-        dry_run=args.dry_run,
+        dry_run=dry_run,
     )
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    req = _request(args.words, args.dry_run)
+    if isinstance(req, str):
+        print(f"muster submit: {req}", file=sys.stderr)
+        return 2
     try:
         reply = asyncio.run(call(nats_url(args.state), "submit", req, SubmitReply))
     except ApiRefused as err:
@@ -206,6 +208,15 @@ def register(sub: Any) -> None:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_show)
 
+    _register_actions(sub)
+
+    s = sub.add_parser("reload", help="re-read the cluster configuration (operators)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_reload)
+
+
+def _register_actions(sub: Any) -> None:
+    """cancel, hold, release and approve: one selection of jobs each."""
     for verb, what in (
         ("cancel", "cancel jobs, or signal running ones with -s (like scancel)"),
         ("hold", "hold pending jobs"),
@@ -223,7 +234,3 @@ def register(sub: Any) -> None:
         if verb == "cancel":
             s.add_argument("-s", "--signal", help="send this signal instead of cancelling")
         s.set_defaults(fn=_job_action(verb))
-
-    s = sub.add_parser("reload", help="re-read the cluster configuration (operators)")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(fn=cmd_reload)
