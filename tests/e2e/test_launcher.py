@@ -13,7 +13,6 @@ from pathlib import Path
 
 import asyncpg
 import msgspec
-import nats
 import pytest
 
 from muster.client import agent, call
@@ -22,7 +21,7 @@ from services.health.probe import NodeProbe
 from services.health.sim_backend import SimulatedGpuBackend
 from shared.api import AgentReply, JobSelector, Ok, StopWorkers
 from shared.bus import Bus
-from shared.events import JobPreemptRequested, encode, subject_of
+from shared.events import JobPreemptRequested
 from tests.support.accounts import AccountUnavailable, run_as_account
 from tests.support.cluster import (
     eventually,
@@ -31,6 +30,7 @@ from tests.support.cluster import (
     make_cluster,
     nodes,
     nodes_up,
+    publish_event,
     running_cluster,
     submit,
 )
@@ -115,14 +115,9 @@ async def test_signal_is_delivered_that_long_before_the_time_limit(
 
 async def preempt(url: str, job_id: int, grace_s: int) -> None:
     """What the placer emits for a victim (published as the outbox relay would)."""
-    nc = await nats.connect(url)
-    try:
-        ev = JobPreemptRequested(job_id=job_id, for_job_id=0, grace_s=grace_s, epoch=0)
-        await nc.jetstream().publish(
-            subject_of(ev), encode(ev), headers={"Nats-Msg-Id": str(ev.event_id)}
-        )
-    finally:
-        await nc.close()
+    await publish_event(
+        url, JobPreemptRequested(job_id=job_id, for_job_id=0, grace_s=grace_s, epoch=0)
+    )
 
 
 async def test_a_preempted_job_gets_sigterm_and_its_grace_then_is_requeued_with_the_same_id(

@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import TypeVar
 
 import asyncpg
+import nats
 
 from muster.client import agent, call
 from muster.cluster import Cluster, NodeDef
 from shared.api import InjectFault, QueueReply, QueueRequest, SubmitReply, SubmitRequest
+from shared.events import Event, encode, subject_of
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -151,3 +153,24 @@ def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
         timeout=60,
         cwd=env.get("CWD", "/tmp"),
     )
+
+
+async def publish_event(url: str, event: Event) -> None:
+    """Put `event` on the bus as a service's outbox relay would (a fact the test makes
+    happen without the process that would normally report it)."""
+    nc = await nats.connect(url)
+    try:
+        await nc.jetstream().publish(
+            subject_of(event), encode(event), headers={"Nats-Msg-Id": str(event.event_id)}
+        )
+    finally:
+        await nc.close()
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not), read from /proc as `ps` does."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
