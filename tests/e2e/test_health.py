@@ -238,12 +238,12 @@ async def test_a_paused_agent_is_suspect_then_down_and_its_job_moves(
         assert await attempt_on(db, job_id) == ("RUNNING", attempt, [victim])
         seen = await states_until(db, victim, "DOWN", seen)
         assert seen == ["UP", "SUSPECT", "DOWN"]
-        _, moved, where = await eventually(
+        *_, where = await eventually(
             lambda: attempt_on(db, job_id),
             lambda r: r[0] == "RUNNING" and victim not in r[2],
             what="the job running again on another node",
         )
-        assert moved > attempt and len(where) == 1
+        assert len(where) == 1  # a spare took the node's place
 
     # Resumed, the same boot heartbeats again and the node returns.
     await eventually(lambda: node_state(db, victim), lambda s: s == "UP", what="UP again")
