@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -288,3 +289,31 @@ async def test_half_the_nodes_silent_at_once_are_not_declared_down(
     log = (state / "logs" / "health.log").read_text()
     assert log.count("down guard holding: no node is declared DOWN (mass_silence)") == 1
     assert "down guard released was=mass_silence" in log
+
+
+async def test_an_agent_restarted_under_its_running_job_is_cleaning_until_the_launcher_looked(
+    cluster: Cluster, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    job_id, victim = await running_job(db, cluster.nats_url, tmp_path)
+    before = await attempt_on(db, job_id)
+
+    # Restarted at once, the agent re-adopts the job's worker and registers it.
+    kill9(cluster, f"node-{victim}")
+    [node] = [n for n in NODES if n.name == victim]
+    cluster.start_node(node)
+    health_log = cluster.state_dir / "logs" / "health.log"
+    back = f"node node_recovered node={victim} was=CLEANING now=UP"
+    await eventually(
+        lambda: asyncio.to_thread(health_log.read_text),
+        lambda text: back in text,
+        what="the node back from CLEANING",
+    )
+
+    # It was out of service between its registration and the launcher's node.cleaned;
+    # the launcher kept the live attempt's worker, so the job runs on, untouched.
+    log = health_log.read_text()
+    assert re.search(rf"node registered node={victim} .*workers=1", log)
+    assert f"node node_cleaning node={victim} was=UP now=CLEANING" in log
+    assert await node_state(db, victim) == "UP"
+    assert await attempt_on(db, job_id) == before
+    assert not await db.fetchval("SELECT clean_boot_id FROM nodes WHERE name = $1", victim)
