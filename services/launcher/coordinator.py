@@ -33,7 +33,7 @@ from services.launcher.endings import decided_ending, end_run, end_unstarted, en
 from services.launcher.executor import free_port
 from services.launcher.exitstatus import ExitStatus
 from services.launcher.gang import Agents, Generation
-from services.launcher.reconcile_core import AllocationRow, RunRow, may_start
+from services.launcher.reconcile_core import AllocationRow, may_start
 from services.launcher.upkeep import Upkeep
 from shared.db import Conn, inbox_first_time, outbox_add
 from shared.events import (
@@ -88,8 +88,7 @@ class Coordinator:
         self._locks: dict[int, asyncio.Lock] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
-        try:
-            await self.upkeep.reconcile()
+        try:  # the reconcile loop's first pass is the reconcile on start
             await until_stopped(
                 stop, self._consume, self.cleaner.consume, self.upkeep.timers,
                 self.upkeep.ticks, self.upkeep.reconcile_loop, self.ctx.relay.run,
@@ -144,7 +143,7 @@ class Coordinator:
                 alloc = await repo_upkeep.live_allocation(conn, job_id, attempt)
                 loaded = await repo.load_spec(conn, job_id)
                 current = await repo.lock_run(conn, job_id)
-                if alloc is None or loaded is None or not may_start(attempt, _key(current)):
+                if alloc is None or loaded is None or not may_start(attempt, repo.key_of(current)):
                     return
                 spec, cancelled = loaded
                 now = time.time()
@@ -434,15 +433,6 @@ def _answer(ev: JobSparesAnswered) -> Choose:
         return core.NodesAvailable(nodes=nodes)
 
     return choose
-
-
-def _key(run: repo.Run | None) -> RunRow | None:
-    if run is None:
-        return None
-    return RunRow(
-        job_id=run.job_id, attempt=run.attempt, generation=run.restart_count, state=run.state,
-        nodes=run.nodes,
-    )  # fmt: skip
 
 
 def _load_core(run: repo.Run | None, spec: JobSpec) -> core.JobRun | None:

@@ -14,16 +14,29 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
 from services.launcher import coordinator_core as core
-from services.launcher.gang import Agents, Generation
+from services.launcher.gang import Generation
+from shared.api import AgentReply
 from shared.jobspec import JobSpec
 from shared.logs import kv
 
 log = logging.getLogger(__name__)
+
+class AgentCalls(Protocol):
+    """What the runner asks of the node agents (`gang.Agents`; a fake in tests)."""
+
+    async def stop(
+        self, job_id: int, nodes: tuple[str, ...], grace_s: float
+    ) -> dict[str, AgentReply]: ...
+
+    async def signal(
+        self, job_id: int, nodes: tuple[str, ...], sig: int, *, leader_only: bool
+    ) -> None: ...
+
 
 Launch = Callable[[JobSpec, Generation], Awaitable[None]]
 EndStopped = Callable[[int], Awaitable[None]]
@@ -46,7 +59,7 @@ class Effects(msgspec.Struct, kw_only=True):
 
 
 class EffectRunner:
-    def __init__(self, agents: Agents, launch: Launch, end_stopped: EndStopped) -> None:
+    def __init__(self, agents: AgentCalls, launch: Launch, end_stopped: EndStopped) -> None:
         self.agents = agents
         self._launch = launch
         self._end_stopped = end_stopped

@@ -30,6 +30,7 @@ class AllocationRow(msgspec.Struct, frozen=True, kw_only=True):
     job_id: int
     attempt: int
     gpus: dict[str, list[int]]
+    age_s: float = 0.0  # since the placer wrote it (the database's clock)
 
 
 class RunRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,10 +49,12 @@ class ReconcilePlan(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def plan_reconcile(
-    allocations: Iterable[AllocationRow], runs: Mapping[int, RunRow]
+    allocations: Iterable[AllocationRow], runs: Mapping[int, RunRow], lost_after_s: float
 ) -> ReconcilePlan:
     """Start every live allocation that has no run of its attempt (the same business
-    key the event path checks), settle every started run whose allocation is gone.
+    key the event path checks) once it is `lost_after_s` old (a younger one's
+    job.allocated is most likely still on its way), settle every started run whose
+    allocation is gone.
 
     A job whose old run is still live under a newer allocation is settled first; its
     new allocation starts on a later pass, once the old run has ended.
@@ -67,7 +70,9 @@ def plan_reconcile(
     start = tuple(
         a
         for job_id, a in sorted(live.items())
-        if job_id not in settle and may_start(a.attempt, runs.get(job_id))
+        if job_id not in settle
+        and a.age_s >= lost_after_s
+        and may_start(a.attempt, runs.get(job_id))
     )
     return ReconcilePlan(start=start, settle=settle)
 

@@ -9,6 +9,7 @@ from datetime import datetime
 import asyncpg
 import msgspec
 
+from services.launcher.reconcile_core import RunRow
 from shared.db import Conn
 from shared.jobspec import JobSpec
 from shared.states import LIVE_RUN, JobState
@@ -44,6 +45,16 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
         return self.gpu_seconds + self.segment_gpus * max(
             0.0, (now - self.segment_start).total_seconds()
         )
+
+
+def key_of(run: Run | None) -> RunRow | None:
+    """What the reconcile core decides on of a run."""
+    if run is None:
+        return None
+    return RunRow(
+        job_id=run.job_id, attempt=run.attempt, generation=run.restart_count, state=run.state,
+        nodes=run.nodes,
+    )  # fmt: skip
 
 
 def _run(row: asyncpg.Record) -> Run:

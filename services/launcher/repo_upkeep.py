@@ -18,7 +18,8 @@ _WORKERS = msgspec.json.Decoder(tuple[RunningWorker, ...])
 
 _ALLOCATIONS = (
     "SELECT a.job_id, a.attempt, array_agg(n.node ORDER BY n.rank) AS nodes,"
-    " array_agg(array_to_json(n.gpus)::text ORDER BY n.rank) AS gpus"
+    " array_agg(array_to_json(n.gpus)::text ORDER BY n.rank) AS gpus,"
+    " extract(epoch FROM now() - a.created_at)::float8 AS age_s"
     " FROM allocations a JOIN allocation_nodes n USING (alloc_id)"
     " WHERE a.released_at IS NULL AND n.live"
 )
@@ -29,6 +30,7 @@ def _allocation(row: asyncpg.Record) -> AllocationRow:
     return AllocationRow(
         job_id=row["job_id"],
         attempt=row["attempt"],
+        age_s=row["age_s"],
         gpus={n: msgspec.json.decode(g, type=list[int]) for n, g in zip(nodes, gpus, strict=True)},
     )
 
@@ -36,21 +38,16 @@ def _allocation(row: asyncpg.Record) -> AllocationRow:
 async def live_allocation(conn: Conn, job_id: int, attempt: int) -> AllocationRow | None:
     """Allocation `attempt` of `job_id` if it is still live."""
     row = await conn.fetchrow(
-        _ALLOCATIONS + " AND a.job_id = $1 AND a.attempt = $2 GROUP BY a.job_id, a.attempt",
+        _ALLOCATIONS + " AND a.job_id = $1 AND a.attempt = $2"
+        " GROUP BY a.job_id, a.attempt, a.created_at",
         job_id,
         attempt,
     )
     return None if row is None else _allocation(row)
 
 
-async def live_allocations(conn: Conn, older_than_s: float) -> list[AllocationRow]:
-    """Every live allocation at least `older_than_s` old (younger ones are left to
-    their job.allocated, still on its way)."""
-    rows = await conn.fetch(
-        _ALLOCATIONS + " AND a.created_at < now() - make_interval(secs => $1)"
-        " GROUP BY a.job_id, a.attempt",
-        older_than_s,
-    )
+async def live_allocations(conn: Conn) -> list[AllocationRow]:
+    rows = await conn.fetch(_ALLOCATIONS + " GROUP BY a.job_id, a.attempt, a.created_at")
     return [_allocation(r) for r in rows]
 
 

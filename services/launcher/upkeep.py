@@ -125,11 +125,11 @@ class Upkeep:
     async def reconcile(self) -> None:
         """One level-triggered pass over the tables (see the module docstring)."""
         async with self.c.ctx.pool.acquire() as conn:
-            allocs = await repo_upkeep.live_allocations(conn, LOST_AFTER_S)
+            allocs = await repo_upkeep.live_allocations(conn)
             runs = await repo_upkeep.run_rows(conn, [a.job_id for a in allocs])
             unsettled = [r for r in await repo.active_runs(conn) if r.state != JobState.RUNNING]
             owed = await repo_upkeep.cleanings_owed(conn)
-        plan = plan_reconcile(allocs, runs)
+        plan = plan_reconcile(allocs, runs, LOST_AFTER_S)
         for alloc in plan.start:
             log.warning("starting an allocation no event started", extra=kv(job=alloc.job_id))
             await self.c.start_allocation(alloc.job_id, alloc.attempt, None)

@@ -15,9 +15,11 @@ from services.launcher.reconcile_core import (
 from shared.events import RunningWorker
 from shared.states import JobState
 
+LOST_AFTER_S = 5.0
 
-def alloc(job_id: int, attempt: int = 1) -> AllocationRow:
-    return AllocationRow(job_id=job_id, attempt=attempt, gpus={"a": [0, 1], "b": [0]})
+
+def alloc(job_id: int, attempt: int = 1, age_s: float = 60.0) -> AllocationRow:
+    return AllocationRow(job_id=job_id, attempt=attempt, gpus={"a": [0, 1], "b": [0]}, age_s=age_s)
 
 
 def run(
@@ -34,6 +36,12 @@ def runs(*rows: RunRow) -> dict[int, RunRow]:
 RECONCILE = {
     "an allocation whose job.allocated never arrived is started": (
         [alloc(1)], runs(), ReconcilePlan(start=(alloc(1),)),
+    ),
+    "a young allocation is left to its job.allocated, most likely on its way": (
+        [alloc(1, age_s=1.0)], runs(), ReconcilePlan(),
+    ),
+    "a young allocation still keeps its just-started run from being settled": (
+        [alloc(1, age_s=0.5)], runs(run(1, JobState.STARTING)), ReconcilePlan(),
     ),
     "an allocation already started (or running) is left alone": (
         [alloc(1), alloc(2)], runs(run(1, JobState.STARTING), run(2, JobState.RUNNING)),
@@ -74,7 +82,7 @@ RECONCILE = {
 def test_plan_reconcile(
     allocs: list[AllocationRow], rows: dict[int, RunRow], want: ReconcilePlan
 ) -> None:
-    assert plan_reconcile(allocs, rows) == want
+    assert plan_reconcile(allocs, rows, LOST_AFTER_S) == want
 
 
 def worker(job_id: int, attempt: int = 1, generation: int = 0) -> RunningWorker:
