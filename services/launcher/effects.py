@@ -23,8 +23,10 @@ from services.launcher.gang import Generation
 from shared.api import AgentReply
 from shared.jobspec import JobSpec
 from shared.logs import kv
+from shared.runtime import TaskSet
 
 log = logging.getLogger(__name__)
+
 
 class AgentCalls(Protocol):
     """What the runner asks of the node agents (`gang.Agents`; a fake in tests)."""
@@ -64,7 +66,7 @@ class EffectRunner:
         self._launch = launch
         self._end_stopped = end_stopped
         self._chains: dict[int, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet()
         self._closing = False
 
     def busy(self, job_id: int) -> bool:
@@ -103,11 +105,9 @@ class EffectRunner:
         if self._closing:
             coro.close()
             return None
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
+        task = self._tasks.spawn(coro)
 
         def done(t: asyncio.Task[None]) -> None:
-            self._tasks.discard(t)
             if not t.cancelled() and t.exception() is not None:
                 log.error("effects failed", extra=kv(what=what, error=repr(t.exception())))
 
@@ -117,14 +117,7 @@ class EffectRunner:
     async def close(self, timeout_s: float) -> None:
         """Let the effects in hand finish for `timeout_s`, then cancel the rest."""
         self._closing = True
-        if not self._tasks:
-            return
-        _, late = await asyncio.wait(set(self._tasks), timeout=timeout_s)
-        for task in late:
-            task.cancel()
-        if late:
-            log.warning("effects cut short at stop", extra=kv(count=len(late)))
-            await asyncio.wait(late, timeout=1.0)
+        await self._tasks.close(timeout_s)
 
     async def _carry_out(self, fx: Effects) -> None:
         for stop in (s for s in fx.stops if s.best_effort):
