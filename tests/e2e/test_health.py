@@ -19,6 +19,7 @@ import pytest
 
 from muster.client import agent, call
 from muster.cluster import Cluster
+from shared import embedded
 from shared.api import InjectFault, NodeAction, NodesReply, Ok, QueueRequest
 from tests.support.cluster import (
     FAST,
@@ -27,6 +28,7 @@ from tests.support.cluster import (
     job_state,
     kill9,
     nodes,
+    nodes_up,
     running_cluster,
     submit,
 )
@@ -40,6 +42,9 @@ DOWN_S = float(FAST["MUSTER_DOWN_AFTER_S"])
 # For a pause that must end before DOWN: room for a busy machine between the stages,
 # and the agent's own fence (it stops its jobs) after the monitor's SUSPECT.
 ROOMY = {"MUSTER_HEARTBEAT_TIMEOUT_S": "2", "MUSTER_FENCE_S": "10", "MUSTER_DOWN_AFTER_S": "12"}
+# For a bus outage longer than down_after_s: the agents' fence is set past the outage,
+# so only the monitor's guard stands between the outage and DOWN.
+OUTAGE = {"MUSTER_HEARTBEAT_TIMEOUT_S": "2", "MUSTER_FENCE_S": "30", "MUSTER_DOWN_AFTER_S": "4"}
 
 
 @pytest.fixture
@@ -317,3 +322,35 @@ async def test_an_agent_restarted_under_its_running_job_is_cleaning_until_the_la
     assert await node_state(db, victim) == "UP"
     assert await attempt_on(db, job_id) == before
     assert not await db.fetchval("SELECT clean_boot_id FROM nodes WHERE name = $1", victim)
+
+
+async def test_a_nats_restart_longer_than_down_after_downs_no_node_and_moves_no_job(
+    tmp_path: Path, database_url: str, db: asyncpg.Connection
+) -> None:
+    """The operator's story: NATS killed and back some seconds later. Before, every node
+    went DOWN and every job moved; now the monitor, which heard nobody either, declares
+    nobody DOWN while its bus is down, nor within down_after_s of its return."""
+    server = embedded.start_nats(tmp_path / "own-nats")
+    port = int(server.url.rsplit(":", 1)[1])
+    state = tmp_path / "state"
+    try:
+        async with running_cluster(state, server.url, database_url, db, nodes(4), **OUTAGE) as c:
+            jobs = [await running_job(db, c.nats_url, tmp_path) for _ in range(3)]
+            before = {job_id: await attempt_on(db, job_id) for job_id, _ in jobs}
+
+            await asyncio.to_thread(server.kill)
+            await asyncio.sleep(float(OUTAGE["MUSTER_DOWN_AFTER_S"]) + 2)  # past down_after_s
+            server = await asyncio.to_thread(embedded.start_nats, tmp_path / "own-nats", port)
+            back = time.monotonic()
+
+            await nodes_up(db, 4)
+            # Through the whole grace after the return: still nobody DOWN, nothing moved.
+            grace_ends = back + float(OUTAGE["MUSTER_DOWN_AFTER_S"]) + 2
+            await asyncio.sleep(max(0.0, grace_ends - time.monotonic()))
+            assert {job_id: await attempt_on(db, job_id) for job_id, _ in jobs} == before
+            assert await db.fetchval("SELECT count(*) FROM nodes WHERE state = 'UP'") == 4
+    finally:
+        await asyncio.to_thread(server.stop)
+    log = (state / "logs" / "health.log").read_text()
+    assert "node node_down" not in log
+    assert "down guard holding: no node is declared DOWN (bus_down)" in log
