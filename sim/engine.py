@@ -23,13 +23,13 @@ import msgspec
 from services.placer.core import (
     JobRequest,
     Node,
-    NodeState,
     PolicyConfig,
     Running,
     Snapshot,
     order_key,
     place,
 )
+from shared.states import NodeState
 from sim.metrics import Ledger, SimResult
 from sim.workload import TraceJob
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from services.placer.core import JobRequest, NodeState
+from services.placer.core import JobRequest
+from shared.states import NodeState
 from sim import TraceJob, load, load_topology, make_cluster, run
 from sim.cli import main
 from sim.traces import traces_root
