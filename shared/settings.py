@@ -7,7 +7,7 @@ nothing reads the environment at import time.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Self
 
 import msgspec
 
@@ -73,8 +73,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     sim_script: str = ""
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str], **overrides: Any) -> Settings:
-        """Build settings from `MUSTER_<FIELD>` variables (upper case), then overrides."""
+    def from_env(cls, env: Mapping[str, str], **overrides: Any) -> Self:
+        """Build settings from `MUSTER_<FIELD>` variables (upper case), then overrides.
+
+        A process with settings of its own subclasses `Settings` (see the launcher's and
+        fairshare's `__main__`); its fields are read the same way, so no module reads
+        the environment but this one."""
         values: dict[str, Any] = {}
         defaults = cls()
         for field in cls.__struct_fields__:

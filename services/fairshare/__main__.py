@@ -19,10 +19,16 @@ from shared.runtime import run_service, service_context
 from shared.settings import Settings
 
 
-def load(settings: Settings, fairshare_config: str) -> tuple[FairShareConfig, ClusterView]:
+class FairShareSettings(Settings, frozen=True, kw_only=True):
+    """The fairshare service's settings: the shared ones plus `MUSTER_FAIRSHARE_CONFIG`."""
+
+    fairshare_config: str = ""
+
+
+def load(settings: FairShareSettings) -> tuple[FairShareConfig, ClusterView]:
     config = FairShareConfig()
-    if fairshare_config:
-        config = decode_config(Path(fairshare_config).read_text())
+    if settings.fairshare_config:
+        config = decode_config(Path(settings.fairshare_config).read_text())
     cluster = ClusterView()
     if settings.cluster_config:
         cluster = read_cluster(Path(settings.cluster_config).read_text())
@@ -33,8 +39,8 @@ def load(settings: Settings, fairshare_config: str) -> tuple[FairShareConfig, Cl
 
 
 def main() -> None:
-    settings = Settings.from_env(os.environ, service_name="fairshare")
-    config, cluster = load(settings, os.environ.get("MUSTER_FAIRSHARE_CONFIG", ""))
+    settings = FairShareSettings.from_env(os.environ, service_name="fairshare")
+    config, cluster = load(settings)
 
     async def serve(stop: asyncio.Event) -> None:
         async with service_context(settings, stop) as ctx:
