@@ -91,20 +91,23 @@ def nats_binary() -> str:
     return found
 
 
-def start_nats(state_dir: Path, port: int | None = None, timeout: float = 20.0) -> Server:
-    """Start nats-server with JetStream storing under `state_dir/nats`."""
+def start_nats(
+    state_dir: Path, port: int | None = None, timeout: float = 20.0, host: str = "127.0.0.1"
+) -> Server:
+    """Start nats-server with JetStream storing under `state_dir/nats`, listening on
+    `host` (the loopback by default; a test bed's bridge address for other namespaces)."""
     port = port or free_port()
     store = state_dir / "nats"
     store.mkdir(parents=True, exist_ok=True)
     log_path = state_dir / "nats.log"
-    argv = [nats_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
+    argv = [nats_binary(), "-js", "-a", host, "-p", str(port), "-sd", str(store)]
     argv += ["-l", str(log_path)]
     offset = _size(log_path)
     proc = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     _wait_for_line(proc, log_path, "Server is ready", "nats", timeout, offset)
-    return Server("nats", f"nats://127.0.0.1:{port}", proc, log_path)
+    return Server("nats", f"nats://{host}:{port}", proc, log_path)
 
 
 def _pg_bin() -> Path:
