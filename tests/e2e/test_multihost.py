@@ -36,6 +36,7 @@ from tests.support.cluster import (
 WHY_NOT = netns.available()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "-")]
 
+
 @dataclass
 class MultiHost:
     cluster: Cluster
