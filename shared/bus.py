@@ -28,7 +28,7 @@ from opentelemetry import trace
 from shared.events import AnyEvent, Event, decode, encode, subject_of, tag_of
 from shared.logs import kv
 from shared.telemetry import extract_context, inject_headers
-from shared.transient import Backoff, is_transient
+from shared.transient import RETRY_MAX_S, Backoff, is_transient
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -151,7 +151,7 @@ class Bus:
         restarting, the JetStream API not answering) re-binds the consumer after a
         backoff instead of ending the loop; the durable keeps its position.
         """
-        backoff = Backoff(first_s=0.2, max_s=5.0)
+        backoff = Backoff()
         while not stop.is_set():
             try:
                 await self._consume_bound(durable, subjects, handler, stop, batch, backoff)
@@ -245,7 +245,7 @@ class Bus:
         """Run the handler; a transient failure is retried here, with backoff, while
         the ack deadlines of this message and the rest of its batch are extended, so an
         outage never spends a delivery (and so never the poison budget)."""
-        backoff = Backoff(first_s=0.1, max_s=min(5.0, self.ack_wait_s / 3))
+        backoff = Backoff(max_s=min(RETRY_MAX_S, self.ack_wait_s / 3))
         while True:
             try:
                 await handler(event)

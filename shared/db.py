@@ -36,12 +36,14 @@ Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
 MIGRATION_LOCK = 7_331_001
 
 
-async def create_pool(settings: Settings, *, min_size: int = 1, max_size: int = 5) -> Pool:
+async def create_pool(settings: Settings, *, min_size: int = 0, max_size: int = 5) -> Pool:
     """A pool whose every query has a deadline (see the `db_*` settings).
 
     asyncpg replaces a pooled connection that was closed under it at the next acquire,
     so after PostgreSQL restarts the pool reconnects by itself; the queries in flight
-    fail with a transient error (`shared.transient`) and their callers retry.
+    fail with a transient error (`shared.transient`) and their callers retry. No
+    minimum size: asyncpg would keep reconnecting to restore it during an outage and
+    log a traceback each time; connections are made on demand and kept while used.
     """
     pool = await asyncpg.create_pool(
         settings.database_url,
@@ -130,7 +132,7 @@ class Relay:
     async def run(self, stop: asyncio.Event) -> None:
         """Publish until `stop`; an outage of either server only slows the sweep down
         (a kick still wakes it), so rows wait in the outbox and none is lost."""
-        backoff = Backoff(first_s=self.sweep_s, max_s=2.0)
+        backoff = Backoff(first_s=self.sweep_s)
         while not stop.is_set():
             self._wake.clear()
             wait_s = self.sweep_s

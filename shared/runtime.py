@@ -53,7 +53,7 @@ class ServiceContext:
 async def until_ready(what: str, attempt: Callable[[], Awaitable[T]], stop: asyncio.Event) -> T:
     """`attempt()` until it succeeds, waiting out transient errors (a server not up yet,
     or restarting) with backoff; a non-transient error is raised at once."""
-    backoff = Backoff(first_s=0.2, max_s=5.0)
+    backoff = Backoff()
     while not stop.is_set():
         try:
             return await attempt()
@@ -134,7 +134,7 @@ async def until_stopped(stop: asyncio.Event, *loops: Loop, grace_s: float = 10.0
 
 async def _supervised(loop: Loop, stop: asyncio.Event) -> None:
     name = getattr(loop, "__qualname__", repr(loop))
-    backoff = Backoff(first_s=0.2, max_s=5.0)
+    backoff = Backoff()
     while not stop.is_set():
         started = time.monotonic()
         try:

@@ -75,13 +75,17 @@ def is_transient(err: BaseException) -> bool:
     return cause is not None and is_transient(cause)
 
 
+# The longest wait between two tries: the end of an outage is noticed within it.
+RETRY_MAX_S = 2.0
+
+
 class Backoff:
     """The waits of one retry loop: exponential from `first_s`, capped at `max_s`.
 
     No jitter: the loops that use it are few per process and already out of step.
     """
 
-    def __init__(self, first_s: float = 0.1, max_s: float = 5.0) -> None:
+    def __init__(self, first_s: float = 0.1, max_s: float = RETRY_MAX_S) -> None:
         self.first_s = first_s
         self.max_s = max_s
         self.failures = 0

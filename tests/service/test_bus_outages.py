@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from shared import embedded
@@ -143,3 +144,26 @@ async def _publish_when_back(bus: Bus, event: NodeDrainRequested) -> None:
         except Exception:  # the server is still coming back; retry a moment later
             await asyncio.sleep(0.2)
     raise AssertionError("NATS did not come back")
+
+
+async def test_a_message_in_an_outage_at_shutdown_goes_back_and_the_next_consumer_applies_it(
+    bus: Bus,
+) -> None:
+    event = drain("node01")
+    stuck = FailingHandler(failures=1_000_000, error=asyncpg.CannotConnectNowError("starting"))
+    await bus.publish(event)
+    stop = asyncio.Event()
+    task = asyncio.create_task(bus.consume("t", SUBJECTS, stuck, stop))
+    await eventually(lambda: _value(stuck.calls), lambda n: n >= 3, what="retries")
+    stop.set()
+    await asyncio.wait_for(task, timeout=30)  # shutdown does not wait for the outage
+
+    healthy = FailingHandler(failures=0, error=RuntimeError("unused"))
+    await _consume_until(bus, healthy, healthy.done)
+
+    assert healthy.handled == [event] and stuck.handled == []
+    assert await _dead(bus) == []
+
+
+async def _value(n: int) -> int:
+    return n
