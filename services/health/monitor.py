@@ -144,8 +144,7 @@ class Monitor:
                 case NodeDrainRequested():
                     await self._operator(conn, event)
                 case NodeCleaned():
-                    gone = Cleaned(node=event.node, boot_id=event.boot_id)
-                    await self.decide(conn, [event.node], [gone], await repo.db_now(conn))
+                    await self._cleaned(conn, event)
                 case _:
                     return
         self.ctx.relay.kick()
@@ -173,6 +172,14 @@ class Monitor:
         log.info(
             "node registered",
             extra=kv(node=reg.node, boot=reg.boot_id, check=passed, workers=len(reg.running)),
+        )
+
+    async def _cleaned(self, conn: Conn, done: NodeCleaned) -> None:
+        gone = Cleaned(node=done.node, boot_id=done.boot_id)
+        await self.decide(conn, [done.node], [gone], await repo.db_now(conn))
+        log.info(
+            "stale workers stopped",
+            extra=kv(node=done.node, boot=done.boot_id, stopped=len(done.stopped)),
         )
 
     async def _xid(self, conn: Conn, obs: GpuXidObserved) -> None:

@@ -65,6 +65,7 @@ __all__ = [
     "Transition",
     "TransitionKind",
     "WorkersFound",
+    "guard_for",
     "healthy_gpus",
     "in_service",
     "step",
