@@ -49,7 +49,7 @@ from shared.db import outbox_add
 from shared.events import JobSubmitted, NodeDrainRequested
 from shared.jobspec import JobSpec
 from shared.logs import kv
-from shared.runtime import ServiceContext, every, until_stopped
+from shared.runtime import ServiceContext, every, until_ready, until_stopped
 from shared.telemetry import extract_context
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,8 @@ class Admission:
             "drain": typed(NodeAction, self.drain),
             "resume": typed(NodeAction, self.resume),
         }
-        await self._publish_policy()
+        # PostgreSQL may be away right after the connect: wait for it, do not exit.
+        await until_ready("publish the policy", self._publish_policy, stop)
         for verb, route in routes.items():
             await self._serve(API_PREFIX + verb, "admission", route)
         # Every replica reloads: no queue group, the first reply answers the caller.
