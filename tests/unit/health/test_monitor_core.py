@@ -699,3 +699,41 @@ def test_a_check_from_the_faulty_boot_keeps_the_gpu_out() -> None:
     assert healthy_gpus(state.nodes["n1"]) == (0, 1, 3)
     state, _ = step(state, check("b2"), 3)
     assert healthy_gpus(state.nodes["n1"]) == (0, 1, 2, 3)
+
+
+@settings(max_examples=150)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0, 8),
+            st.one_of(
+                st.builds(Heartbeat, node=st.sampled_from(FOUR)),
+                st.builds(Tick, connected_since=st.sampled_from([None, 0.0, 30.0, 60.0])),
+            ),
+        ),
+        max_size=40,
+    )
+)
+def test_no_node_is_declared_down_while_many_are_silent_or_the_bus_is_not_long_back(
+    raw: list[tuple[float, AnyObservation]],
+) -> None:
+    state = ClusterHealth()
+    for name in FOUR:
+        state, _ = step(state, Heartbeat(node=name), 0.0)
+    now = 0.0
+    for dt, obs in raw:
+        now += dt
+        prior = state
+        state, out = step(state, obs, now)
+        if not isinstance(obs, Tick) or K.NODE_DOWN not in {t.kind for t in out}:
+            continue
+        # DOWN only long after our own reconnect, and only with few nodes silent.
+        assert obs.connected_since is not None
+        assert now - obs.connected_since >= P.down_after_s
+        live = [n for n in prior.nodes.values() if n.state is not DOWN]
+        silent = [
+            n
+            for n in live
+            if now - max(n.last_heartbeat or 0.0, obs.connected_since) > P.heartbeat_timeout_s
+        ]
+        assert len(silent) < 2 or len(silent) < P.max_silent_share * len(live)
