@@ -124,6 +124,16 @@ async def test_killed_processes_come_back_and_down_leaves_nothing(up: Path) -> N
             timeout=60,
             what="a job on both nodes",
         )
+        # A job left running when the cluster goes down: `down` stops its workers too.
+        marks = state / "worker.pids"
+        sleeper = f"#!/bin/bash\necho $$ >> {marks}\nexec sleep 300\n"
+        await submit(url, sleeper, ("--nodes=2",), workdir=str(state))
+        workers = await eventually(
+            lambda: asyncio.to_thread(lambda: marks.read_text().split() if marks.exists() else []),
+            lambda found: len(found) == 2,
+            timeout=60,
+            what="both workers of a long job running",
+        )
     finally:
         await db.close()
 
@@ -134,5 +144,8 @@ async def test_killed_processes_come_back_and_down_leaves_nothing(up: Path) -> N
         lambda: asyncio.to_thread(processes_of, state), lambda p: not p, 10, "nothing left"
     )
     assert left == []
+    for pid in map(int, workers):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # the long job's workers are gone with the cluster
     for log in sorted((state / "logs").glob("*.log")):
         assert "Traceback" not in log.read_text(), log.name
