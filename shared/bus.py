@@ -28,7 +28,7 @@ from opentelemetry import trace
 from shared.events import AnyEvent, Event, decode, encode, subject_of, tag_of
 from shared.logs import kv
 from shared.telemetry import extract_context, inject_headers
-from shared.transient import RETRY_MAX_S, Backoff, is_transient
+from shared.transient import Backoff, is_transient
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -173,13 +173,19 @@ class Bus:
         """One binding of the durable; the subscription is always unsubscribed, or
         draining can hang on late pull responses."""
         sub = await self._pull_subscription(durable, subjects)
+        in_hand: list[Msg] = []  # fetched, not yet finished: their deadlines are kept
+        keeper = asyncio.ensure_future(_keep_deadlines(in_hand, self.ack_wait_s / 3))
         try:
             while not stop.is_set():
                 msgs = await _fetch(sub, batch)
                 backoff.reset()
                 for i, msg in enumerate(msgs):
-                    await self._deliver(durable, msg, handler, stop, msgs[i + 1 :])
+                    in_hand[:] = msgs[i:]
+                    await self._deliver(durable, msg, handler, stop)
+                in_hand.clear()
         finally:
+            keeper.cancel()
+            await asyncio.wait([keeper])
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
@@ -206,9 +212,7 @@ class Bus:
             )
         return await self.js.pull_subscribe_bind(durable=durable, stream=STREAM)
 
-    async def _deliver(
-        self, durable: str, msg: Msg, handler: Handler, stop: asyncio.Event, held: list[Msg]
-    ) -> None:
+    async def _deliver(self, durable: str, msg: Msg, handler: Handler, stop: asyncio.Event) -> None:
         delivered = msg.metadata.num_delivered
         if delivered > self.crash_limit:
             await self._dead_letter(durable, msg, f"delivered {delivered} times without an outcome")
@@ -225,7 +229,7 @@ class Bus:
         ) as span:
             span.set_attribute("messaging.consumer", durable)
             try:
-                await self._handle_through_outages(msg, event, handler, stop, held)
+                await self._handle_through_outages(msg, event, handler, stop)
             except PermanentError as err:
                 log.error("permanent failure", extra=kv(subject=msg.subject, error=err.reason))
                 await self._dead_letter(durable, msg, err.reason)
@@ -240,12 +244,12 @@ class Bus:
         await msg.ack()
 
     async def _handle_through_outages(
-        self, msg: Msg, event: AnyEvent, handler: Handler, stop: asyncio.Event, held: list[Msg]
+        self, msg: Msg, event: AnyEvent, handler: Handler, stop: asyncio.Event
     ) -> None:
-        """Run the handler; a transient failure is retried here, with backoff, while
-        the ack deadlines of this message and the rest of its batch are extended, so an
-        outage never spends a delivery (and so never the poison budget)."""
-        backoff = Backoff(max_s=min(RETRY_MAX_S, self.ack_wait_s / 3))
+        """Run the handler; a transient failure is retried here, with backoff, while the
+        consumer's keeper extends the ack deadlines of the messages in hand, so an outage
+        never spends a delivery (and so never the poison budget)."""
+        backoff = Backoff()
         while True:
             try:
                 await handler(event)
@@ -259,7 +263,6 @@ class Bus:
                     "handler met an outage, retrying",
                     extra=kv(subject=msg.subject, failures=backoff.failures + 1, error=repr(err)),
                 )
-            await _extend_deadlines(msg, *held)
             await backoff.wait(stop)
 
     async def _retry_or_give_up(
@@ -329,15 +332,19 @@ class _StoppedRetrying(Exception):
     """`stop` was set while a handler waited out an outage: the message is nak'ed."""
 
 
-async def _extend_deadlines(*msgs: Msg) -> None:
-    """Tell JetStream the messages are still being worked on (best effort: while NATS
-    itself is away this fails, and an expired deadline only costs a redelivery)."""
-    for msg in msgs:
-        try:
-            await msg.in_progress()
-        except Exception as err:
-            if not is_transient(err):
-                raise
+async def _keep_deadlines(in_hand: list[Msg], period_s: float) -> None:
+    """Until cancelled, tell JetStream every `period_s` that the messages in hand are
+    still being worked on (`+WPI`), so a slow handler or one waiting out an outage is
+    not redelivered meanwhile. Best effort: while NATS itself is away this fails, and
+    an expired deadline costs only a redelivery, which the inbox makes harmless."""
+    while True:
+        await asyncio.sleep(period_s)
+        for msg in list(in_hand):
+            try:
+                await msg.in_progress()
+            except Exception as err:
+                log.debug("cannot extend an ack deadline", extra=kv(error=repr(err)))
+                break
 
 
 async def _fetch(sub: JetStreamContext.PullSubscription, batch: int) -> list[Msg]:
