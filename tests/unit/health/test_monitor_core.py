@@ -158,6 +158,12 @@ CASES: dict[str, Case] = {
         UP,
         [(K.NODE_RECOVERED, DOWN, UP)],
     ),
+    "a DOWN node that owes a GPU reset drains when it speaks again, so the reset comes": (
+        [(0, hb(running=0)), (1, xid(119)), (30, Tick()), (31, hb(running=0))],
+        P,
+        DRAINED,
+        [(K.NODE_DRAINED, DOWN, DRAINED)],
+    ),
     "a DOWN node back from a new boot waits for a health check": (
         [(0, hb()), (21, Tick()), (22, hb(boot="b2"))],
         P,
