@@ -5,8 +5,8 @@ its job's live (attempt, generation) on that node (`reconcile_core.stale_workers
 stopped through the agent, waiting for the stop; then `node.cleaned` goes out through
 the outbox, also when nothing had to be stopped (the health monitor keeps the node out
 of service until it has the answer). The debt is a `node_cleanings` row written with
-the event's inbox entry, so an agent that cannot be reached is retried by the periodic
-reconcile (upkeep.py) and a restarted launcher still answers.
+the event's inbox entry, so an agent that cannot be reached is retried every reconcile
+period (`retry_loop`) and a restarted launcher still answers.
 
 Its own durable consumer: a stop waits up to its grace, which must not hold up the
 job events behind it.
@@ -24,6 +24,7 @@ from shared.api import AgentReply
 from shared.db import inbox_first_time, outbox_add
 from shared.events import AnyEvent, NodeCleaned, NodeRegistered, RunningWorker
 from shared.logs import kv
+from shared.runtime import every
 
 if TYPE_CHECKING:
     from services.launcher.coordinator import Coordinator
@@ -40,6 +41,16 @@ class Cleaner:
 
     async def consume(self, stop: asyncio.Event) -> None:
         await self.c.ctx.bus.consume(CONSUMER, SUBJECTS, self.handle, stop)
+
+    async def retry_loop(self, stop: asyncio.Event) -> None:
+        """The nodes still owed an answer, every reconcile period, all at once: one
+        node that never answers must not delay the others."""
+        await every(self.c.upkeep.reconcile_s, stop, self.retry_owed)
+
+    async def retry_owed(self) -> None:
+        async with self.c.ctx.pool.acquire() as conn:
+            owed = await repo_upkeep.cleanings_owed(conn)
+        await asyncio.gather(*(self.clean(node, boot, reported) for node, boot, reported in owed))
 
     async def handle(self, event: AnyEvent) -> None:
         if not isinstance(event, NodeRegistered):

@@ -90,8 +90,9 @@ class Coordinator:
     async def run(self, stop: asyncio.Event) -> None:
         try:  # the reconcile loop's first pass is the reconcile on start
             await until_stopped(
-                stop, self._consume, self.cleaner.consume, self.upkeep.timers,
-                self.upkeep.ticks, self.upkeep.reconcile_loop, self.ctx.relay.run,
+                stop, self._consume, self.cleaner.consume, self.cleaner.retry_loop,
+                self.upkeep.timers, self.upkeep.ticks, self.upkeep.reconcile_loop,
+                self.ctx.relay.run,
             )  # fmt: skip
         finally:
             await self.effects.close(self.settings.drain_timeout_s)

@@ -6,13 +6,15 @@
 - reconcile, on start and every `reconcile_s`: from the tables, not from events
   (`reconcile_core.plan_reconcile`): start each live allocation that has no run (its
   `job.allocated` was lost), settle each live run whose allocation is gone, relaunch
-  interrupted starts, finish interrupted stops, and answer the nodes still owed a
-  `node.cleaned` (cleaning.py).
+  interrupted starts, finish interrupted stops, and (MUSTER_GROW_BACK) let shrunk
+  elastic jobs ask for their nodes back (the nodes still owed a
+  `node.cleaned` are retried on the same period by cleaning.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from datetime import UTC, datetime
@@ -62,15 +64,9 @@ class Upkeep:
                 if not is_transient(err):
                     raise
                 log.warning("timer pass failed", extra=kv(error=repr(err)))
-            waits = [
-                asyncio.ensure_future(self._wake.wait()),
-                asyncio.ensure_future(stop.wait()),
-            ]
-            _, pending = await asyncio.wait(
-                waits, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED
-            )
-            for task in pending:
-                task.cancel()
+            # At most 1 s: `stop` is seen within that, with no task left to clean up.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=wait_s)
 
     async def check_timers(self) -> float:
         """Deliver the due timers; returns how long until the next one (at most 1 s)."""
@@ -128,7 +124,6 @@ class Upkeep:
             allocs = await repo_upkeep.live_allocations(conn)
             runs = await repo_upkeep.run_rows(conn, [a.job_id for a in allocs])
             unsettled = [r for r in await repo.active_runs(conn) if r.state != JobState.RUNNING]
-            owed = await repo_upkeep.cleanings_owed(conn)
         plan = plan_reconcile(allocs, runs, LOST_AFTER_S)
         for alloc in plan.start:
             log.warning("starting an allocation no event started", extra=kv(job=alloc.job_id))
@@ -139,8 +134,8 @@ class Upkeep:
         for run in unsettled:
             if not self.c.effects.busy(run.job_id):
                 await self._resume(run)
-        for node, boot_id, reported in owed:
-            await self.c.cleaner.clean(node, boot_id, reported)
+        if self.c.settings.grow_back:  # a node.recovered seen while the job was
+            await self.c.offer_growth()  # restarting (not RUNNING) asked for nothing
 
     async def _resume(self, run: repo.Run) -> None:
         """Relaunch an interrupted start (the agents treat a repeated start of the same

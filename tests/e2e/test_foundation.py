@@ -216,4 +216,5 @@ async def test_bad_input_gets_a_clear_error_and_nothing_is_persisted(
         await submit(cluster.nats_url, "#!/bin/bash\ntrue\n", argv)
     assert says in str(refused.value)
     assert await db.fetchval("SELECT count(*) FROM jobs") == 0
-    assert await db.fetchval("SELECT count(*) FROM outbox") == 0
+    # what the job would owe; node.cleaned answers to the nodes registering are not its
+    assert await db.fetchval("SELECT count(*) FROM outbox WHERE subject LIKE 'muster.job.%'") == 0
