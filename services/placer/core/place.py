@@ -41,7 +41,7 @@ from services.placer.core.select import (
     select_total,
 )
 from services.placer.core.shape import Shape, precheck, shape_of
-from services.placer.core.timeline import Booking, Future, Need, earliest
+from services.placer.core.timeline import Booking, Future, Need, earliest, whole_nodes
 
 DEFAULT_POLICY = PolicyConfig()
 NO_LIMITS = Limits()
@@ -181,16 +181,22 @@ class Prepared:
         return chosen if isinstance(chosen, str) else "no room"
 
     def _ok(
-        self, job: JobRequest, avoid: frozenset[int], only: frozenset[int] | None
+        self,
+        job: JobRequest,
+        avoid: frozenset[int],
+        only: frozenset[int] | None,
+        whole_now: bool = True,
     ) -> Callable[[int], bool] | None:
-        if not avoid and only is None and not _filters(job):
+        """The node filter of a job; `whole_now`: an exclusive job wants nodes idle now
+        (off for bookings and preemption, which ask whether a node is whole *then*)."""
+        if not avoid and only is None and not _filters(job, whole_now):
             return None
         ix = self.ix
         out = set(avoid) | {ix.id_of[n] for n in job.excluded_nodes if n in ix.id_of}
         if job.required_nodes:
             req = frozenset(ix.id_of[n] for n in job.required_nodes if n in ix.id_of)
             only = req if only is None else only & req
-        whole = job.exclusive
+        whole = job.exclusive and whole_now
         free, healthy, jobs_on = ix.free, ix.healthy, ix.jobs_on
 
         def ok(i: int) -> bool:
@@ -288,7 +294,7 @@ class Prepared:
 
     def _need_ok(self, job: JobRequest, pool: Pool) -> Callable[[int], bool]:
         avoid, _ = off_limits(self.windows, job, self.now)
-        inner = self._ok(job, avoid, None)
+        inner = self._ok(job, avoid, None, whole_now=False)
         member = pool.member
         if inner is None:
             return lambda i: bool(member[i])
@@ -296,7 +302,7 @@ class Prepared:
 
     def _book(self, job: JobRequest, pool: Pool, shape: Shape) -> float | None:
         ix = self.ix
-        need = Need(shape.g, shape.nmin, job.time_limit_s, self.now)
+        need = Need(shape.g, shape.nmin, job.time_limit_s, self.now, whole=job.exclusive)
         ok = self._need_ok(job, pool)
         found = earliest(ix, self.future, IndexView(ix, pool), self.future.releases(), need, ok)
         if found is None:
@@ -305,19 +311,23 @@ class Prepared:
         if at > self.now + self.config.booking_window_s:
             return at
         # GPUs busy now first: a booking that holds free GPUs idles them until `at`
-        busy_then = CandidateView(ix, {i: m & ~ix.free[i] for i, m in released.items()}, shape.g)
+        busy = {i: m & ~ix.free[i] for i, m in released.items()}
+        if job.exclusive:  # nodes partly busy now, booked whole
+            busy = {i: view.masks[i] for i, m in busy.items() if m and i in view.masks}
+        busy_then = CandidateView(ix, busy, shape.g)
         chosen = select_gang(ix, busy_then, shape.nmin, shape.nmin, shape.g, None)
         if isinstance(chosen, str):
             chosen = select_gang(ix, view, shape.nmin, shape.nmin, shape.g, None)
         if isinstance(chosen, str):
             return None
+        picks = whole_nodes(ix, chosen.picks) if job.exclusive else chosen.picks
         until = at + job.time_limit_s
-        self.future.promise(chosen.picks, at, until)
-        self.future.add(until, chosen.picks, job.job_id)
-        held = tuple((i, m & ix.free[i]) for i, m in chosen.picks if m & ix.free[i])
+        self.future.promise(picks, at, until)
+        self.future.add(until, picks, job.job_id)
+        held = tuple((i, m & ix.free[i]) for i, m in picks if m & ix.free[i])
         for i, m in held:
             ix.take(i, m)
-        self.bookings.append(Booking(job.job_id, at, until, chosen.picks, held))
+        self.bookings.append(Booking(job.job_id, at, until, picks, held))
         self.held_nodes += len(held)
         return at
 
@@ -358,5 +368,5 @@ def _within_limits(shape: Shape, room: int | None) -> Shape:
     return shape._replace(nmax=max(shape.nmin, min(shape.nmax, room // shape.g)))
 
 
-def _filters(job: JobRequest) -> bool:
-    return bool(job.exclusive or job.required_nodes or job.excluded_nodes)
+def _filters(job: JobRequest, whole_now: bool = True) -> bool:
+    return bool((job.exclusive and whole_now) or job.required_nodes or job.excluded_nodes)

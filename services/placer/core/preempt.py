@@ -16,7 +16,7 @@ from services.placer.core.index import ClusterIndex, Pool
 from services.placer.core.model import JobRequest, Running
 from services.placer.core.select import IndexView, pick_gpus, select_gang
 from services.placer.core.shape import Shape
-from services.placer.core.timeline import Future, Need, Release, earliest
+from services.placer.core.timeline import Future, Need, Release, earliest, whole_nodes
 
 
 def candidates(
@@ -66,7 +66,7 @@ def choose_victims(
         for g in r.grants
         if g.node in ix.id_of
     ]
-    need = Need(shape.g, shape.nmin, job.time_limit_s, now, ranked=True)
+    need = Need(shape.g, shape.nmin, job.time_limit_s, now, ranked=True, whole=job.exclusive)
     found = earliest(ix, future, IndexView(ix, pool), releases, need, ok)
     if found is None:
         return None
@@ -74,7 +74,12 @@ def choose_victims(
     chosen = select_gang(ix, view, shape.nmin, shape.nmin, shape.g, None)
     if isinstance(chosen, str):
         return None
-    picks = [(i, _prefer_free(ix, i, view.usable(i), releases, shape.g)) for i, _ in chosen.picks]
+    if job.exclusive:  # every job on its nodes goes, as for an explicit whole-node request
+        picks = list(whole_nodes(ix, chosen.picks))
+    else:
+        picks = [
+            (i, _prefer_free(ix, i, view.usable(i), releases, shape.g)) for i, _ in chosen.picks
+        ]
     taken = dict(picks)
     hit = {rel.job_id for rel in releases if rel.mask & taken.get(rel.node, 0)}
     return picks, [r for r in cands if r.job_id in hit]

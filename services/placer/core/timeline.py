@@ -69,6 +69,7 @@ class Need(NamedTuple):
     duration: float  # the job's time limit: promises overlapping it are off limits
     start: float  # returned when the job fits without any release
     ranked: bool = False  # releases are ranked victims (all at `start`), not times
+    whole: bool = False  # an exclusive job: a node counts only once all its GPUs are free
 
 
 def earliest(
@@ -80,9 +81,14 @@ def earliest(
     ok: Callable[[int], bool],
 ) -> tuple[float, CandidateView, dict[int, int]] | None:
     """The first release point at which nmin nodes have g usable GPUs, the view then, and
-    what the releases alone add per node (to book GPUs busy now before free ones)."""
-    g, nmin, duration, start, ranked = need
+    what the releases alone add per node (to book GPUs busy now before free ones).
+
+    With `need.whole` a node counts only once every healthy GPU on it is free and not
+    promised (an exclusive job holds its nodes whole), and the view holds only those."""
+    g, nmin, duration, start, ranked, whole = need
     now_set = [i for i in now_view.candidates(g) if ok(i)]
+    if whole:
+        now_set = [i for i in now_set if ix.jobs_on[i] == 0 and ix.free[i] == ix.healthy[i]]
     count = len(now_set)
     cur: dict[int, int] = {}
     when = start if count >= nmin else None
@@ -96,13 +102,22 @@ def earliest(
         at = start if ranked else r.at
         after = before | (r.mask & ix.healthy[i] & ~future.promised(i, at, at + duration))
         cur[i] = after
-        if before.bit_count() < g <= after.bit_count():
+        if whole:
+            count += after == ix.healthy[i] != before and after.bit_count() >= g
+        elif before.bit_count() < g <= after.bit_count():
             count += 1
-            if count >= nmin:
-                when = r.at
-                break
+        if count >= nmin:
+            when = r.at
+            break
     if when is None:
         return None
     masks = {i: ix.free[i] for i in now_set}
     masks.update(cur)
+    if whole:
+        masks = {i: m for i, m in masks.items() if m == ix.healthy[i]}
     return when, CandidateView(ix, masks, g), cur
+
+
+def whole_nodes(ix: ClusterIndex, picks: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """The picked nodes with every healthy GPU: what an exclusive job books or preempts."""
+    return tuple((i, ix.healthy[i]) for i, _ in picks)
