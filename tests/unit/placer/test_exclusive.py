@@ -41,7 +41,7 @@ def backfill_scenario(ask: dict[str, Any]) -> tuple[Snapshot, list[JobRequest], 
     """Job 1 holds n00-n03 for another hour. Job 2 wants all 8 nodes; job 3 (4 nodes, two
     hours) would delay it and must wait; job 4 (4 nodes, half an hour) ends before job
     2's booked start and is backfilled on n04-n07."""
-    snap = snapshot(*NODES, running=tuple(running(1, *(whole(n) for n in NAMES[:4])) for _ in (0,)))
+    snap = snapshot(*NODES, running=(running(1, *(whole(n) for n in NAMES[:4])),))
     pending = [
         gang(2, nodes=8, priority=10, time_limit_s=7200, **ask),
         gang(3, nodes=4, time_limit_s=7200, **ask),
