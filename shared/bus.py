@@ -45,6 +45,7 @@ DLQ_STREAM = "MUSTER_DLQ"
 DLQ_PREFIX = "muster.dlq."
 BACKOFF_S = (0.2, 1.0, 3.0, 10.0, 30.0)
 CRASH_LIMIT_FACTOR = 10
+FIRST_CONNECT_S = 10.0
 
 Handler = Callable[[AnyEvent], Awaitable[None]]
 RequestHandler = Callable[[bytes, str], Awaitable[bytes]]
@@ -86,18 +87,25 @@ class Bus:
             log.info("NATS reconnected", extra=kv(client=name))
 
         async def error(err: Exception) -> None:
-            log.warning("NATS client error", extra=kv(client=name, error=repr(err)))
+            # Each failed reconnect try reports here; the disconnect was logged once.
+            level = logging.DEBUG if is_transient(err) else logging.WARNING
+            log.log(level, "NATS client error", extra=kv(client=name, error=repr(err)))
 
-        nc = await nats.connect(
-            url,
-            name=name,
-            connect_timeout=5,
-            allow_reconnect=True,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
-            disconnected_cb=disconnected,
-            reconnected_cb=reconnected,
-            error_cb=error,
+        # With endless reconnects nats.py would also retry the first connect for ever;
+        # bound it, so the caller's retry loop can see `stop` between tries.
+        nc = await asyncio.wait_for(
+            nats.connect(
+                url,
+                name=name,
+                connect_timeout=5,
+                allow_reconnect=True,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                disconnected_cb=disconnected,
+                reconnected_cb=reconnected,
+                error_cb=error,
+            ),
+            timeout=FIRST_CONNECT_S,
         )
         return cls(nc, max_deliver=max_deliver, ack_wait_s=ack_wait_s)
 

@@ -16,7 +16,7 @@ import pytest
 
 from shared import embedded
 from shared.db import create_pool
-from shared.runtime import until_stopped
+from shared.runtime import StoppedBeforeReady, service_context, until_stopped
 from shared.settings import Settings
 from shared.transient import is_transient
 
@@ -126,3 +126,40 @@ async def _when_back(pool: asyncpg.Pool) -> int:
                 raise
             await asyncio.sleep(0.2)
     raise AssertionError("the pool never reconnected")
+
+
+async def test_a_service_started_before_nats_waits_for_it_and_then_runs(
+    own_dir: Path, database_url: str
+) -> None:
+    port = embedded.free_port()
+    settings = Settings(nats_url=f"nats://127.0.0.1:{port}", database_url=database_url)
+    stop = asyncio.Event()
+
+    async def start() -> bool:
+        async with service_context(settings, stop) as ctx:
+            return await ctx.pool.fetchval("SELECT count(*) > 0 FROM schema_migrations")
+
+    starting = asyncio.create_task(start())
+    await asyncio.sleep(1.5)
+    assert not starting.done()  # still waiting, not failed
+    server = await asyncio.to_thread(embedded.start_nats, own_dir / "late-nats", port)
+    try:
+        assert await asyncio.wait_for(starting, timeout=60) is True
+    finally:
+        server.stop()
+
+
+async def test_stop_while_waiting_for_the_servers_ends_the_start_promptly() -> None:
+    port = embedded.free_port()
+    settings = Settings(nats_url=f"nats://127.0.0.1:{port}")
+    stop = asyncio.Event()
+
+    async def start() -> None:
+        async with service_context(settings, stop):
+            raise AssertionError("no server is up; the context must not be entered")
+
+    starting = asyncio.create_task(start())
+    await asyncio.sleep(0.5)
+    stop.set()
+    with pytest.raises(StoppedBeforeReady):
+        await asyncio.wait_for(starting, timeout=30)
