@@ -19,7 +19,7 @@ from services.health.probe import Boots, NodeProbe, kernel_boot_id
 from services.launcher.agent import NodeExecutor
 from services.launcher.worker_table import node_state_folder
 from shared.bus import Bus
-from shared.runtime import run_service
+from shared.runtime import run_service, until_ready
 from shared.settings import Settings
 
 
@@ -43,10 +43,14 @@ def main() -> None:
     kernel_boot = kernel_boot_id()
 
     async def serve(stop: asyncio.Event) -> None:
-        bus = await Bus.connect(settings.nats_url, name=f"node-{settings.node}")
+        bus = await until_ready(  # NATS may not be up yet: wait for it, do not exit
+            "connect to NATS",
+            lambda: Bus.connect(settings.nats_url, name=f"node-{settings.node}"),
+            stop,
+        )
         backend = make_backend(settings)
         try:
-            await bus.ensure_streams()
+            await until_ready("create streams", bus.ensure_streams, stop)
             executor = NodeExecutor(
                 bus,
                 settings.node,
