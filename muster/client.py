@@ -1,4 +1,9 @@
-"""Shell: the CLI's side of the API — one NATS request per command."""
+"""Shell: the CLI's side of the API — one signed NATS request per command.
+
+Every request is signed with the user's key (shared.identity): `MUSTER_KEY_FILE`, else
+`NAME.nk` in `MUSTER_KEY_DIR` or in the local cluster's state folder (`.muster/keys`,
+which `muster up` fills), NAME being the request's user, `MUSTER_USER` or the login
+name; else `~/.muster/user.nk` (`muster keygen` writes it)."""
 
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
 from shared.api import API_PREFIX, Envelope
+from shared.identity import KEYGEN_HINT, Signer
+from shared.identity_files import KeyFileError, load_signer
 
 T = TypeVar("T")
 NO_RESPONDERS_WAIT_S = 15.0
@@ -36,7 +43,7 @@ def refused(verb: str, err: ApiRefused) -> int:
     for detail in err.details:
         if detail != str(err):
             print(f"  {detail}", file=sys.stderr)
-    if err.code == "unknown_user":
+    if err.code in ("unknown_user", "unknown_key", "no_key", "user_mismatch"):
         print(
             "  (on the local cluster, act as one of deploy/local/cluster.toml's users, "
             "e.g. MUSTER_USER=alice)",
@@ -55,15 +62,59 @@ def nats_url(state_dir: str | None = None) -> str:
 
 
 def current_user() -> str:
-    return os.environ.get("MUSTER_USER") or getpass.getuser()
+    """The user a request names: `MUSTER_USER`, or "" (the server takes it from the key)."""
+    return os.environ.get("MUSTER_USER", "")
+
+
+def default_key_file() -> Path:
+    return Path.home() / ".muster" / "user.nk"
+
+
+def key_file(user: str = "") -> Path:
+    """The key file that signs for `user` (see the module docstring for the order)."""
+    if path := os.environ.get("MUSTER_KEY_FILE"):
+        return Path(path)
+    name = user or os.environ.get("MUSTER_USER") or getpass.getuser()
+    state = Path(os.environ.get("MUSTER_STATE_DIR", ".muster")) / "keys"
+    for folder in (os.environ.get("MUSTER_KEY_DIR"), str(state)):
+        if folder and (candidate := Path(folder) / f"{name}.nk").exists():
+            return candidate
+    return default_key_file()
+
+
+_signers: dict[Path, Signer] = {}
+
+
+def signer_for(user: str = "") -> Signer:
+    """The signer for `user`, read once per key file; ApiRefused says how to get one."""
+    path = key_file(user)
+    if path not in _signers:
+        try:
+            _signers[path] = load_signer(str(path))
+        except KeyFileError as err:
+            raise ApiRefused(f"no usable key: {err}", "no_key", (KEYGEN_HINT,)) from err
+    return _signers[path]
+
+
+def signed(verb: str, request: msgspec.Struct, signer: Signer | None = None) -> bytes:
+    """The wire bytes of `request` to `muster.api.<verb>`, signed now with a fresh nonce."""
+    signer = signer or signer_for(str(getattr(request, "user", "")))
+    body = msgspec.json.encode(request)
+    return signer.sign(API_PREFIX + verb, body, now=time.time(), nonce=os.urandom(16))
 
 
 async def call(
-    url: str, verb: str, request: msgspec.Struct, reply: type[T], timeout: float = 15.0
+    url: str,
+    verb: str,
+    request: msgspec.Struct,
+    reply: type[T],
+    timeout: float = 15.0,
+    signer: Signer | None = None,
 ) -> T:
+    payload = signed(verb, request, signer)
     nc = await nats.connect(url, connect_timeout=5)
     try:
-        msg = await _request(nc, API_PREFIX + verb, msgspec.json.encode(request), timeout)
+        msg = await _request(nc, API_PREFIX + verb, payload, timeout)
     finally:
         await nc.close()
     env = msgspec.json.decode(msg.data, type=Envelope)

@@ -1,8 +1,9 @@
 """Contracts: the user-facing API, request-reply on NATS (`muster.api.<verb>`).
 
-Admission serves these in a queue group, so replicas share the load. Every request
-names the acting user; every reply is either its result or an `ApiError` whose message
-says what to change.
+Admission serves these in a queue group, so replicas share the load. Every request is
+signed (`shared.identity.SignedRequest` wraps its JSON) and the server takes the acting
+user from the signing key; every reply is either its result or an `ApiError` whose
+message says what to change.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ HEARTBEAT_PREFIX = "muster.heartbeat."
 
 
 class Request(msgspec.Struct, frozen=True, kw_only=True):
-    user: str
+    # Kept for old clients: empty, or the user of the signing key (anything else is
+    # refused as forged). The server sets it to the verified user before any handler.
+    user: str = ""
 
 
 class SubmitRequest(Request, frozen=True, kw_only=True):

@@ -69,6 +69,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     kmsg_path: str = ""
     gpu_backend: str = "sim"  # sim | nvml
     cluster_config: str = ""
+    # A folder of users' public keys (NAME.pub) honoured beside the configuration's
+    # `[users.*] keys`: how a local or test cluster registers the users it creates.
+    user_keys_dir: str = ""
     allow_root_jobs: bool = False  # a node agent never runs a job as root unless told
     sim_script: str = ""
 

@@ -25,14 +25,15 @@ from shared.api import (
 )
 from shared.db import Conn, outbox_add
 from shared.events import JobCancelRequested, JobSubmitted
+from shared.identity import Directory
 from shared.jobspec import JobSpec
 from shared.logs import kv
+from shared.privacy import PrivateData, may_see, redact_spec
 from shared.runtime import ServiceContext
 from shared.states import ACTIVE, TERMINAL
 
 from . import repo
 from .actions import Decision, Target, Verb, decide, signal_name
-from .authz import Action, authorize
 from .config_model import ClusterConfig
 from .errors_api import Refused
 from .policy import dependency_text, parse_job_ref
@@ -42,9 +43,15 @@ log = logging.getLogger(__name__)
 
 
 class JobCommands:
-    def __init__(self, ctx: ServiceContext, config: Callable[[], ClusterConfig]) -> None:
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        config: Callable[[], ClusterConfig],
+        directory: Callable[[], Directory],
+    ) -> None:
         self.ctx = ctx
         self.config = config
+        self.directory = directory
 
     # --- selection ---------------------------------------------------------------------
 
@@ -204,7 +211,12 @@ class JobCommands:
         now = time.time()  # one clock reading for every row's elapsed time
         async with self.ctx.pool.acquire() as conn:
             rows = await repo.select_rows(conn, where)
-        views = [job_view(r, now) for r in rows]
+        who = self.directory()
+        views = [
+            job_view(r, now)
+            for r in rows
+            if may_see(req.user, r["user_name"], r["account"], PrivateData.JOBS, who)
+        ]
         if req.states:
             wanted = {s.upper() for s in req.states}
             views = [v for v in views if v.state in wanted]
@@ -222,11 +234,7 @@ class JobCommands:
             history = await repo.attempts(conn, req.job_id)
             priority = await repo.job_priority(conn, req.job_id)
         row = rows[0]
-        owner_side = authorize(
-            Action.MODIFY, req.user, row["user_name"], row["account"], self.config()
-        )
-        if owner_side is not None:
-            spec.pop("script", None)  # the script is its owner's (and their admins') only
+        spec = _visible(req.user, row, spec, self.directory())
         view = job_view(row, now)
         approval = ""
         if row["needs_approval"]:
@@ -244,6 +252,21 @@ class JobCommands:
             attempts=tuple(_attempt(a) for a in history),
             priority=priority,
         )
+
+
+def _visible(actor: str, row: Any, spec: dict[str, Any], who: Directory) -> dict[str, Any]:
+    """What `show` may tell `actor` of a job: refused when jobs are private and it is not
+    theirs to see; the script and environment redacted when those are."""
+    owner, account = row["user_name"], row["account"]
+    if not may_see(actor, owner, account, PrivateData.JOBS, who):
+        raise Refused(
+            f"job {row['job_id']} belongs to {owner!r}: other users' jobs are private here "
+            "(only its owner, a coordinator of its account or an operator may see it)",
+            "private",
+        )
+    if may_see(actor, owner, account, PrivateData.SCRIPTS, who):
+        return spec
+    return redact_spec(spec)
 
 
 def _by_refs(job_ids: tuple[int, ...], job_refs: tuple[str, ...]) -> repo.Where:

@@ -12,7 +12,16 @@ import tomllib
 
 from . import config_read as r
 from .config_check import check_references
-from .config_model import Account, Billing, ClusterConfig, Partition, PreemptMode, Qos, User
+from .config_model import (
+    Account,
+    Billing,
+    ClusterConfig,
+    Limits,
+    Partition,
+    PreemptMode,
+    Qos,
+    User,
+)
 from .config_read import ConfigProblem
 from .config_reservations import reservation
 from .hostlist import expand
@@ -37,6 +46,7 @@ TOP_KEYS = (
     "roles",
     "billing",
     "reservations",
+    "limits",
 )
 
 
@@ -60,7 +70,11 @@ def load_config(text: str) -> ClusterConfig:
     accounts = {
         name: _account(name, body, p) for name, body in r.named_tables(doc, "accounts", p).items()
     }
-    users = {name: _user(name, body, p) for name, body in r.named_tables(doc, "users", p).items()}
+    users = {
+        name: _user(name, body, bool(accounts), p)
+        for name, body in r.named_tables(doc, "users", p).items()
+    }
+    limits = Limits(**r.fields(r.table(doc, "limits", p), "limits", r.LIMITS, p))
     roles = r.fields(r.table(doc, "roles", p), "roles", r.ROLES, p)
     billing = _billing(r.table(doc, "billing", p), p)
     windows = r.named_tables(doc, "reservations", p).items()
@@ -69,7 +83,7 @@ def load_config(text: str) -> ClusterConfig:
         for name, body in windows
         if (res := reservation(name, body, node_sets, p)) is not None
     }
-    if not partitions:
+    if not partitions and not _identity_only(doc):
         p.add("partitions", "define at least one partition, e.g. [partitions.normal]")
     config = ClusterConfig(
         name=str(cluster.get("name", "muster")),
@@ -84,13 +98,24 @@ def load_config(text: str) -> ClusterConfig:
         accounts=accounts,
         users=users,
         operators=tuple(roles.get("operators", ())),
+        limits=limits,
         billing=billing,
         reservations=reservations,
     )
     check_references(config, p)
+    _check_keys(users, p)
     if p.items:
         raise ConfigError(tuple(p.items))
     return config
+
+
+IDENTITY_KEYS = frozenset({"cluster", "users", "roles", "limits"})
+
+
+def _identity_only(doc: dict[str, object]) -> bool:
+    """A file of users, keys and roles alone, no policy: valid without partitions
+    (admission then checks jobs against the registered nodes only)."""
+    return doc.keys() <= IDENTITY_KEYS and bool(doc.keys() & {"users", "roles"})
 
 
 def _node_sets(body: dict[str, object], p: r.Problems) -> dict[str, tuple[str, ...]]:
@@ -171,13 +196,23 @@ def _account(name: str, body: dict[str, object], p: r.Problems) -> Account:
     )
 
 
-def _user(name: str, body: dict[str, object], p: r.Problems) -> User:
+def _user(name: str, body: dict[str, object], accounting: bool, p: r.Problems) -> User:
+    """A user; without `[accounts]` (an identity-only file) a user needs no account."""
     f = r.fields(body, f"users.{name}", r.USER, p)
     accounts = tuple(f.get("accounts", ()))
-    if not accounts:
+    if not accounts and accounting:
         p.add(f"users.{name}.accounts", 'list at least one account, e.g. accounts = ["research"]')
     default = f.get("default_account") or (accounts[0] if accounts else "")
-    return User(name=name, accounts=accounts, default_account=default)
+    return User(name=name, accounts=accounts, default_account=default, keys=f.get("keys", ()))
+
+
+def _check_keys(users: dict[str, User], p: r.Problems) -> None:
+    """A key acts as one user only: the same key under two users is refused."""
+    owner: dict[str, str] = {}
+    for name, user in users.items():
+        for key in user.keys:
+            if owner.setdefault(key, name) != name:
+                p.add(f"users.{name}.keys", f"{key} is already {owner[key]!r}'s key")
 
 
 def _billing(body: dict[str, object], p: r.Problems) -> Billing:

@@ -65,6 +65,16 @@ class User(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     accounts: tuple[str, ...]
     default_account: str
+    keys: tuple[str, ...] = ()  # public NKeys ("U...") whose signatures act as this user
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    """Abuse limits (`[limits]`): per user and replica, refused with the limit named."""
+
+    submit_rate: float = 100.0  # submissions per second, refilled continuously
+    submit_burst: int = 500  # submissions at once before the rate applies
+    max_script_bytes: int = 512 * 1024
+    max_request_bytes: int = 1024 * 1024
 
 
 class Billing(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,11 +91,12 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     default_qos: str
     max_array_index: int = 1000
     node_sets: dict[str, tuple[str, ...]] = {}
-    partitions: dict[str, Partition]
+    partitions: dict[str, Partition]  # empty: an identity-only file, no placement policy
     qos: dict[str, Qos]
     accounts: dict[str, Account] = {}  # empty: accounting off, any user, any account
     users: dict[str, User] = {}
     operators: tuple[str, ...] = ()
+    limits: Limits = Limits()
     billing: Billing = Billing()
     reservations: dict[str, ReservationConfig] = {}
 

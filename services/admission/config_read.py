@@ -12,6 +12,9 @@ from typing import Any
 
 import msgspec
 
+from shared.identity import public_key_bytes
+from shared.privacy import PrivateData
+
 from .timefmt import DURATION_FORMS, parse_duration
 
 
@@ -151,6 +154,15 @@ def names_or_tiers(value: object, key: str, p: Problems) -> tuple[str | int, ...
     return ()
 
 
+def private_data(value: object, key: str, p: Problems) -> tuple[str, ...] | None:
+    items = str_list(value, key, p) if value != [] else ()
+    bad = [v for v in items if v not in set(PrivateData)]
+    if bad:
+        p.add(key, f"unknown {', '.join(map(repr, bad))}; accepted: {', '.join(PrivateData)}")
+        return None
+    return items
+
+
 def one_of(*choices: str) -> Reader:
     def reader(value: object, key: str, p: Problems) -> str | None:
         if value in choices:
@@ -180,11 +192,29 @@ def weight(value: object, key: str, p: Problems) -> float | None:
     return None
 
 
+def public_keys(value: object, key: str, p: Problems) -> tuple[str, ...]:
+    keys = str_list(value, key, p)
+    for text in keys:
+        try:
+            public_key_bytes(text)
+        except ValueError as err:
+            p.add(key, f"{err}; `muster keygen` prints a user's public key")
+    return keys
+
+
+def positive_number(value: object, key: str, p: Problems) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    p.add(key, f"expected a number above 0, got {value!r}")
+    return None
+
+
 CLUSTER: dict[str, Reader] = {
     "name": string,
     "default_partition": string,
     "default_qos": string,
     "max_array_index": whole,
+    "private_data": private_data,
 }
 PARTITION: dict[str, Reader] = {
     "nodes": str_list,
@@ -219,6 +249,12 @@ ACCOUNT: dict[str, Reader] = {
     "coordinators": str_list,
     "description": string,
 }
-USER: dict[str, Reader] = {"accounts": str_list, "default_account": string}
+USER: dict[str, Reader] = {"accounts": str_list, "default_account": string, "keys": public_keys}
+LIMITS: dict[str, Reader] = {
+    "submit_rate": positive_number,
+    "submit_burst": positive,
+    "max_script_bytes": positive,
+    "max_request_bytes": positive,
+}
 ROLES: dict[str, Reader] = {"operators": str_list}
 BILLING: dict[str, Reader] = {"default_gpu_weight": weight, "gpu_weights": weights}

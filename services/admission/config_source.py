@@ -25,9 +25,11 @@ class ConfigSource:
     def __init__(self, path: str) -> None:
         self.path = path
         self.config: ClusterConfig | None = None
+        self.text = ""  # the text of the configuration in force (identities are read from it)
         self._stamp: tuple[int, int] | None = None
         if path:
-            self.config = load_config(Path(path).read_text())
+            self.text = Path(path).read_text()
+            self.config = load_config(self.text)
             self._stamp = self._mtime()
 
     def _mtime(self) -> tuple[int, int] | None:
@@ -43,9 +45,10 @@ class ConfigSource:
         if not self.path:
             return False, "no configuration file (MUSTER_CLUSTER_CONFIG is not set)"
         stamp = self._mtime()
-        config = load_config(Path(self.path).read_text())
+        text = Path(self.path).read_text()
+        config = load_config(text)
         changed = config != self.config
-        self.config, self._stamp = config, stamp
+        self.config, self._stamp, self.text = config, stamp, text
         log.info("configuration loaded", extra=kv(path=self.path, changed=changed))
         return changed, f"configuration {'reloaded' if changed else 'unchanged'}: {self.path}"
 

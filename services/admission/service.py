@@ -24,10 +24,11 @@ from services.admission.batch import JobBatcher
 from services.admission.cluster_shape import NodeShape, shape
 from services.admission.commands import JobCommands
 from services.admission.config import ConfigError
-from services.admission.config_model import ClusterConfig
+from services.admission.config_model import ClusterConfig, Limits
 from services.admission.config_source import ConfigSource
 from services.admission.errors_api import Refused
 from services.admission.policy import NO_POLICY, JobPolicy, job_policy
+from services.admission.ratelimit import Bucket, take
 from services.admission.sbatch import parse_submission
 from services.admission.validate import SubmitCounts, admit, validate
 from services.admission.views import node_views
@@ -44,9 +45,11 @@ from shared.api import (
     SubmitReply,
     SubmitRequest,
 )
-from shared.apiserve import enveloped, typed
+from shared.apiserve import Route, enveloped
 from shared.db import outbox_add
 from shared.events import JobSubmitted, NodeDrainRequested
+from shared.identity import R, Verifier, authenticated
+from shared.identity_files import IdentitySource
 from shared.jobspec import JobSpec
 from shared.logs import kv
 from shared.runtime import ServiceContext, every, until_ready, until_stopped
@@ -64,7 +67,8 @@ CONFIG_CHECK_S = 2.0
 
 
 def _no_config(operators: frozenset[str]) -> ClusterConfig:
-    """Without a configuration file: no accounts, and these operators."""
+    """Without a configuration file: no accounts, and these operators (none unless a
+    test passes some: operators come from the configuration)."""
     return ClusterConfig(
         default_partition="", default_qos="normal", partitions={}, qos={},
         operators=tuple(sorted(operators)),
@@ -75,7 +79,7 @@ class Admission:
     def __init__(
         self,
         ctx: ServiceContext,
-        operators: frozenset[str] = frozenset({"root"}),
+        operators: frozenset[str] = frozenset(),
         config: ConfigSource | None = None,
     ) -> None:
         self.ctx = ctx
@@ -83,7 +87,12 @@ class Admission:
         self.source = config if config is not None else ConfigSource(ctx.settings.cluster_config)
         self._published: ClusterConfig | None = None
         self._fallback = _no_config(operators)
-        self.jobs = JobCommands(ctx, self.authz_config)
+        self.identity = IdentitySource(
+            self.source.path, ctx.settings.user_keys_dir, config_text=lambda: self.source.text
+        )
+        self.verifier = Verifier(self.identity.directory)
+        self._buckets: dict[str, Bucket] = {}
+        self.jobs = JobCommands(ctx, self.authz_config, self.identity.directory)
         self.batcher = JobBatcher(ctx.pool)
         self._shapes: tuple[float, list[NodeShape]] = (0.0, [])
         self._inflight: set[asyncio.Task[None]] = set()
@@ -93,24 +102,25 @@ class Admission:
         return self.source.config or self._fallback
 
     async def run(self, stop: asyncio.Event) -> None:
-        routes: dict[str, Callable[[bytes], Awaitable[msgspec.Struct]]] = {
-            "submit": typed(SubmitRequest, self.submit),
-            "cancel": typed(JobSelector, self.jobs.cancel),
-            "hold": typed(JobSelector, self.jobs.hold),
-            "release": typed(JobSelector, self.jobs.release),
-            "approve": typed(JobSelector, self.jobs.approve),
-            "queue": typed(QueueRequest, self.jobs.queue),
-            "show": typed(ShowJobRequest, self.jobs.show),
-            "nodes": typed(QueueRequest, self.nodes),
-            "drain": typed(NodeAction, self.drain),
-            "resume": typed(NodeAction, self.resume),
+        routes: dict[str, Route] = {
+            "submit": self._signed("submit", SubmitRequest, self.submit),
+            "cancel": self._signed("cancel", JobSelector, self.jobs.cancel),
+            "hold": self._signed("hold", JobSelector, self.jobs.hold),
+            "release": self._signed("release", JobSelector, self.jobs.release),
+            "approve": self._signed("approve", JobSelector, self.jobs.approve),
+            "queue": self._signed("queue", QueueRequest, self.jobs.queue),
+            "show": self._signed("show", ShowJobRequest, self.jobs.show),
+            "nodes": self._signed("nodes", QueueRequest, self.nodes),
+            "drain": self._signed("drain", NodeAction, self.drain),
+            "resume": self._signed("resume", NodeAction, self.resume),
         }
         # PostgreSQL may be away right after the connect: wait for it, do not exit.
         await until_ready("publish the policy", self._publish_policy, stop)
         for verb, route in routes.items():
             await self._serve(API_PREFIX + verb, "admission", route)
         # Every replica reloads: no queue group, the first reply answers the caller.
-        await self._serve(API_PREFIX + "reload", "", typed(Request, self.reload))
+        reload = self._signed("reload", Request, self.reload)
+        await self._serve(API_PREFIX + "reload", "", reload)
 
         async def watch(stop: asyncio.Event) -> None:
             await every(CONFIG_CHECK_S, stop, self._check_config_file)
@@ -121,6 +131,12 @@ class Admission:
             if self._inflight:
                 await asyncio.wait(self._inflight, timeout=self.ctx.settings.drain_timeout_s)
 
+    def _signed(
+        self, verb: str, kind: type[R], fn: Callable[[R], Awaitable[msgspec.Struct]]
+    ) -> Route:
+        """Every request is verified (shared.identity) before `fn` sees it, as its user."""
+        return authenticated(self.verifier, API_PREFIX + verb, kind, fn, time.time)
+
     async def _check_config_file(self) -> None:
         self.source.reload_if_changed()
         if self.source.config is not self._published:
@@ -130,12 +146,11 @@ class Admission:
         """The placer schedules by the policy in force: partitions' nodes, QOS limits."""
         config = self.source.config
         async with self.ctx.pool.acquire() as conn, conn.transaction():
-            await repo.publish_policy(conn, config)
+            await repo.publish_policy(conn, _placement(config))
+        self.verifier.max_request_bytes = (config.limits if config else Limits()).max_request_bytes
         self._published = config
 
-    async def _serve(
-        self, subject: str, queue: str, route: Callable[[bytes], Awaitable[msgspec.Struct]]
-    ) -> None:
+    async def _serve(self, subject: str, queue: str, route: Route) -> None:
         """Each request in its own task (bounded), so one replica overlaps many round
         trips to PostgreSQL instead of answering one request at a time."""
         handler = enveloped(route)
@@ -168,6 +183,7 @@ class Admission:
     # --- submit ---------------------------------------------------------------------
 
     async def submit(self, req: SubmitRequest) -> SubmitReply:
+        self._within_limits(req, time.time())
         parsed = parse_submission(
             req.argv,
             req.script,
@@ -180,7 +196,7 @@ class Admission:
         if parsed.errors or parsed.spec is None:
             _refuse_all(tuple(str(e) for e in parsed.errors), "invalid")
         assert parsed.spec is not None
-        config = self.source.config
+        config = _placement(self.source.config)
         shapes = await self._node_shapes()
         if config is None:
             spec, policy = parsed.spec, NO_POLICY
@@ -200,6 +216,28 @@ class Admission:
             warnings += (f"partition {spec.partition!r} needs an operator's approval; "
                          "the job waits held until then",)  # fmt: skip
         return SubmitReply(job_ids=tuple(ids), warnings=warnings)
+
+    def _within_limits(self, req: SubmitRequest, now: float) -> None:
+        """The abuse limits, checked before anything is parsed or stored."""
+        limits = self.source.config.limits if self.source.config else Limits()
+        size = len(req.script.encode())
+        if size > limits.max_script_bytes:
+            raise Refused(
+                f"the script is {size} bytes; the limit (limits.max_script_bytes) is "
+                f"{limits.max_script_bytes} bytes: keep data out of the script and read it "
+                "from a file",
+                "too_large",
+            )
+        bucket, refusal = take(
+            self._buckets.get(req.user),
+            now,
+            rate=limits.submit_rate,
+            burst=limits.submit_burst,
+            user=req.user,
+        )
+        self._buckets[req.user] = bucket
+        if refusal is not None:
+            raise Refused(refusal.message, "rate_limited")
 
     def _admit(
         self,
@@ -375,6 +413,12 @@ class Admission:
             )
         self.ctx.relay.kick()
         return Ok(message=f"{verb} requested for {req.node}")
+
+
+def _placement(config: ClusterConfig | None) -> ClusterConfig | None:
+    """The configuration that places jobs: none for an identity-only file (no partitions),
+    which then checks submissions against the registered nodes alone."""
+    return config if config is not None and config.partitions else None
 
 
 def _refuse_all(messages: tuple[str, ...], code: str) -> None:

@@ -3,7 +3,8 @@
 One record per job (its latest state, first start, end, and every attempt's charge
 summed) and, on request, one per attempt (`12.2` is attempt 2 of job 12): an attempt
 that is not the job's current one ended REQUEUED. GPU-seconds are what fairshare
-charged, so they agree with `muster share`.
+charged, so they agree with `muster share`. Other users' records and share rows are
+left out where the configuration makes usage private (`visible_*`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from typing import Any
 
 import msgspec
 
+from services.fairshare.core import ShareRow
 from services.fairshare.render import AcctRow
+from shared.identity import Directory
 from shared.jobspec import JobSpec
+from shared.privacy import PrivateData, may_see
 from shared.states import JobState
 
 Row = Mapping[str, Any]
@@ -93,4 +97,20 @@ def _attempt_row(
         billed=float(bill["billed"]) if bill else 0.0,
         exit_code=base.exit_code if current else None,
         nodes=tuple(a["nodes"] or ()),
+    )
+
+
+def visible_acct_rows(rows: Iterable[AcctRow], actor: str, directory: Directory) -> list[AcctRow]:
+    """Only the records `actor` may see when usage is private (shared.privacy)."""
+    return [r for r in rows if may_see(actor, r.user, r.account, PrivateData.USAGE, directory)]
+
+
+def visible_share_rows(
+    rows: Iterable[ShareRow], actor: str, directory: Directory
+) -> tuple[ShareRow, ...]:
+    """Account rows (aggregates) for everyone; a user's row for whoever may see it."""
+    return tuple(
+        r
+        for r in rows
+        if r.user is None or may_see(actor, r.user, r.account, PrivateData.USAGE, directory)
     )

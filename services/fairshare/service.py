@@ -29,7 +29,7 @@ import msgspec
 
 from services.fairshare import repo
 from services.fairshare.accounting import charge, tick_from_event
-from services.fairshare.acct import acct_rows
+from services.fairshare.acct import acct_rows, visible_acct_rows, visible_share_rows
 from services.fairshare.api import (
     ACCT_VERB,
     QUEUE_GROUP,
@@ -47,9 +47,11 @@ from services.fairshare.decay import decay_factor, period_start, reset_due
 from services.fairshare.priority import PriorityBreakdown, PriorityWeights
 from services.fairshare.ranking import RankPolicy, rank
 from shared.api import API_PREFIX
-from shared.apiserve import enveloped, typed
+from shared.apiserve import Route, enveloped
 from shared.db import Conn, inbox_first_time
 from shared.events import AnyEvent, JobFinished, JobRequeued, UsageTicked
+from shared.identity import R, Verifier, authenticated
+from shared.identity_files import IdentitySource
 from shared.logs import kv
 from shared.runtime import ServiceContext, every, until_stopped
 
@@ -76,6 +78,10 @@ class FairShare:
         self.weights = {**self.cluster.billing_weights, **self.config.billing_weights}
         self.priority_weights = _with_cluster_priorities(self.config.priority, self.cluster)
         self._wake = asyncio.Event()
+        # Requests are verified as admission's are; the same file names users and keys.
+        settings = ctx.settings
+        self.identity = IdentitySource(settings.cluster_config, settings.user_keys_dir)
+        self.verifier = Verifier(self.identity.directory)
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.serve_api()
@@ -170,11 +176,16 @@ class FairShare:
 
     async def serve_api(self) -> None:
         routes: dict[str, Callable[[bytes], Awaitable[msgspec.Struct]]] = {
-            SHARE_VERB: typed(ShareRequest, self.share),
-            ACCT_VERB: typed(AcctRequest, self.acct),
+            SHARE_VERB: self._signed(SHARE_VERB, ShareRequest, self.share),
+            ACCT_VERB: self._signed(ACCT_VERB, AcctRequest, self.acct),
         }
         for verb, route in routes.items():
             await self.ctx.bus.serve(API_PREFIX + verb, QUEUE_GROUP, enveloped(route))
+
+    def _signed(
+        self, verb: str, kind: type[R], fn: Callable[[R], Awaitable[msgspec.Struct]]
+    ) -> Route:
+        return authenticated(self.verifier, API_PREFIX + verb, kind, fn, time.time)
 
     async def share(self, req: ShareRequest) -> ShareReply:
         now = self.clock()
@@ -188,7 +199,11 @@ class FairShare:
         return ShareReply(
             algorithm=self.config.algorithm,
             half_life_s=self.config.half_life_s,
-            rows=filter_share_rows(calc.rows, req.accounts, req.users),
+            rows=visible_share_rows(
+                filter_share_rows(calc.rows, req.accounts, req.users),
+                req.user,
+                self.identity.directory(),
+            ),
         )
 
     async def acct(self, req: AcctRequest) -> AcctReply:
@@ -203,7 +218,7 @@ class FairShare:
                 limit=req.limit,
             )
         rows = acct_rows(jobs, attempts, charges, per_attempt=req.attempts, states=req.states)
-        return AcctReply(rows=tuple(rows))
+        return AcctReply(rows=tuple(visible_acct_rows(rows, req.user, self.identity.directory())))
 
 
 async def _decay_state(conn: Conn) -> tuple[float, float | None]:

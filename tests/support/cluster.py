@@ -20,6 +20,8 @@ from muster.client import agent, call
 from muster.cluster import Cluster, NodeDef
 from shared.api import InjectFault, QueueReply, QueueRequest, SubmitReply, SubmitRequest
 from shared.events import Event, encode, subject_of
+from shared.identity import encode_seed
+from shared.identity_files import load_signer, write_seed
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -39,10 +41,46 @@ FAST = {
 }
 
 
+# The users tests act as: each gets a key (state/keys/NAME.nk, its public key in
+# NAME.pub, which the services honour through MUSTER_USER_KEYS_DIR).
+TEST_USERS = ("root", "admin", "alice", "bob", "carol", "dave", "mallory")
+# A cluster a test starts without a configuration of its own gets this identity-only
+# one (no partitions: no placement policy): operators come only from configuration.
+IDENTITY_CONFIG = '[roles]\noperators = ["root", "admin"]\n'
+
+
+def provision_keys(folder: Path, users: tuple[str, ...] = TEST_USERS) -> Path:
+    """A key per user in `folder` (kept if there): NAME.nk (the seed, 0600), NAME.pub."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in users:
+        seed_file = folder / f"{name}.nk"
+        if not seed_file.exists():
+            write_seed(str(seed_file), encode_seed(os.urandom(32)))
+        (folder / f"{name}.pub").write_text(load_signer(str(seed_file)).public_key + "\n")
+    return folder
+
+
 def make_cluster(state: Path, nats_url: str, database_url: str) -> Cluster:
+    """A cluster in `state` whose test users have keys, signing as the request's user
+    (MUSTER_KEY_DIR) and registered with the services (MUSTER_USER_KEYS_DIR). These
+    variables and MUSTER_CLUSTER_CONFIG are set on every call, so nothing of an earlier
+    test's cluster is taken for this one's; a test's own config wins (running_cluster's
+    env, or a spawn's extra variables)."""
     os.environ.update(FAST)
     os.environ.setdefault("PYTHONPATH", str(REPO))
+    keys = use_test_keys(state / "keys")
+    identity = state / "identity.toml"
+    identity.write_text(IDENTITY_CONFIG)
+    os.environ.update(MUSTER_USER_KEYS_DIR=str(keys), MUSTER_CLUSTER_CONFIG=str(identity))
     return Cluster(state, nats_url, database_url)
+
+
+def use_test_keys(folder: Path) -> Path:
+    """Provision the test users' keys in `folder` and sign this process's requests (and
+    its children's) with them: `muster.client` picks NAME.nk for a request of NAME."""
+    provision_keys(folder)
+    os.environ["MUSTER_KEY_DIR"] = str(folder)
+    return folder
 
 
 @contextlib.asynccontextmanager
