@@ -157,7 +157,10 @@ class Monitor:
             CheckPassed(node=reg.node, boot_id=reg.boot_id, reset_pending=reg.reset_pending)
             if passed
             else CheckFailed(
-                node=reg.node, problems=reg.check_problems, unhealthy_gpus=reg.unhealthy_gpus
+                node=reg.node,
+                boot_id=reg.boot_id,
+                problems=reg.check_problems,
+                unhealthy_gpus=reg.unhealthy_gpus,
             )
         )
         await repo.record_check(

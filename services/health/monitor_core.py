@@ -125,16 +125,13 @@ def _heartbeat(node: NodeHealth, hb: Heartbeat, now: float, p: HealthPolicy) -> 
         known = {g.index: g for g in gpus}
         gpus = tuple(known.get(i, GpuHealth(index=i)) for i in range(hb.gpu_count))
     same_boot = not hb.boot_id or not node.boot_id or hb.boot_id == node.boot_id
-    node = _set(
-        node,
-        last_heartbeat=now,
-        running=hb.running,
-        gpus=gpus,
-        boot_id=hb.boot_id or node.boot_id,
-    )
+    away = node.state in (NodeState.SUSPECT, NodeState.DOWN)
+    # A node back from a new boot is alive, but only its registration's check (which
+    # carries the boot) may return it: its heartbeats do not adopt the new boot.
+    boot = node.boot_id if away and not same_boot else hb.boot_id or node.boot_id
+    node = _set(node, last_heartbeat=now, running=hb.running, gpus=gpus, boot_id=boot)
     if node.state is NodeState.SUSPECT:
-        # Silent, but not long enough to be DOWN: back where it was, no fault. A new
-        # boot waits for its registration's check (its workers are gone).
+        # Silent, but not long enough to be DOWN: back where it was, no fault.
         return _settle(node, now, "heartbeat resumed") if same_boot else (node, [])
     if node.state is NodeState.DOWN:
         # Back after a silence. Same boot and no reboot owed: it only lost contact (a
@@ -213,7 +210,9 @@ def _check_failed(node: NodeHealth, chk: CheckFailed, now: float, p: HealthPolic
     known = {g.index: g for g in node.gpus}
     for i in chk.unhealthy_gpus:
         known[i] = msgspec.structs.replace(known.get(i, GpuHealth(index=i)), healthy=False)
-    node = _set(node, gpus=tuple(known[i] for i in sorted(known)))
+    node = _set(
+        node, gpus=tuple(known[i] for i in sorted(known)), boot_id=chk.boot_id or node.boot_id
+    )
     reason = "health check failed: " + "; ".join(chk.problems)
     if node.recovery is Recovery.NONE:
         node = _set(node, recovery=Recovery.RESET)  # owed wherever the node is now

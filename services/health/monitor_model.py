@@ -113,6 +113,7 @@ class CheckPassed(Observation, frozen=True, tag="check_passed"):
 
 class CheckFailed(Observation, frozen=True, tag="check_failed"):
     node: str
+    boot_id: str = ""
     problems: tuple[str, ...] = ()
     unhealthy_gpus: tuple[int, ...] = ()
 

@@ -170,6 +170,30 @@ CASES: dict[str, Case] = {
         DOWN,
         [],
     ),
+    "heartbeats from a new boot do not return a DOWN node without its check": (
+        [(0, hb()), (21, Tick()), (22, hb(boot="b2")), (23, hb(boot="b2"))],
+        P,
+        DOWN,
+        [],
+    ),
+    "nor a SUSPECT one": (
+        [(0, hb()), (11, Tick()), (12, hb(boot="b2")), (13, hb(boot="b2"))],
+        P,
+        SUSPECT,
+        [],
+    ),
+    "a failed check from the new boot keeps the node out, owing a reset": (
+        [
+            (0, hb()),
+            (21, Tick()),
+            (22, hb(boot="b2")),
+            (22, CheckFailed(node="n1", boot_id="b2", unhealthy_gpus=(1,))),
+            (23, hb(boot="b2", running=0)),
+        ],
+        P,
+        DRAINED,
+        [(K.NODE_DRAINED, DOWN, DRAINED)],
+    ),
     "a health check returns a node that came back from a new boot": (
         [(0, hb()), (21, Tick()), (22, hb(boot="b2")), (23, check("b2"))],
         P,
