@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from muster import cli_accounting, cli_cluster, cli_jobs
+from muster import cli_accounting, cli_cluster, cli_jobs, cli_users
 from muster.client import ApiRefused
 
 
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("rest", nargs=argparse.REMAINDER)
     s.set_defaults(fn=cmd_sim)
     cli_accounting.register(sub)
+    cli_users.register(sub)
     return p
 
 

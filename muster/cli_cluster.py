@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
+import os
 import sys
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from muster import cluster as local
 from muster import render
 from muster.client import ApiRefused, agent, call, current_user, nats_url, refused
 from shared.api import AgentReply, InjectFault, NodeAction, NodesReply, Ok, QueueRequest
+from shared.identity_files import provision_keys
 from shared.states import NodeState
 
 DEFAULT_TOPOLOGY = Path(__file__).resolve().parent.parent / "deploy" / "local" / "topology.toml"
@@ -29,6 +33,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if (state / "cluster.json").exists():
         print(f"a cluster is already up in {state}; `muster down` first", file=sys.stderr)
         return 1
+    keys = provision_local_users(state)
     try:
         c = local.up(state, Path(args.topology))
     except RuntimeError as err:  # the supervisor did not start: its log says why
@@ -38,7 +43,21 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"  supervised (restarted if they exit) by pid {c.pids['supervisor']}")
     print(f"  state and logs: {c.state_dir} (logs/ has one file per process)")
     print(f"  NATS: {c.nats_url}   PostgreSQL: {c.database_url}")
+    print(f"  users' keys: {keys} (act as one with MUSTER_USER=NAME)")
     return _wait_for_nodes(c, len(c.nodes), args.wait)
+
+
+def provision_local_users(state: Path) -> Path:
+    """A local cluster's users: a key for you and for each user of its configuration in
+    `state/keys`, registered with the services it starts (MUSTER_USER_KEYS_DIR)."""
+    config = Path(os.environ.get("MUSTER_CLUSTER_CONFIG") or local.DEFAULT_CLUSTER_CONFIG)
+    users = tuple(tomllib.loads(config.read_text()).get("users", {}))
+    keys = (state / "keys").resolve()
+    provision_keys(str(keys), tuple(dict.fromkeys((getpass.getuser(), *users))))
+    # The services honour these keys; this process (the demo, the wait for nodes) signs
+    # with them.
+    os.environ.update(MUSTER_USER_KEYS_DIR=str(keys), MUSTER_KEY_DIR=str(keys))
+    return keys
 
 
 def _wait_for_nodes(c: local.Cluster, want: int, timeout: float) -> int:
@@ -73,6 +92,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from muster.demo import run_demo
 
+    provision_local_users(Path(args.state))
     return run_demo(Path(args.state), Path(args.topology))
 
 

@@ -242,6 +242,7 @@ class Verifier:
     def _check(
         self, req: SignedRequest, body: bytes, subject: str, now: float
     ) -> Verified | AuthRefusal:
+        self.nonces.prune(now)  # forgotten as time passes, not only when one is added
         if not (req.sig and req.key and req.nonce):
             return _refusal(AuthCode.UNSIGNED, f"the request is not signed; {KEYGEN_HINT}")
         off = req.ts / 1000 - now

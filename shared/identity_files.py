@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shared.identity import Directory, Signer, directory_of
+from shared.identity import Directory, Signer, directory_of, encode_seed
 from shared.logs import kv
 from shared.privacy import DEFAULT_PRIVATE, PrivateData
 
@@ -169,3 +169,15 @@ def write_seed(path: str, seed: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(seed + "\n")
+
+
+def provision_keys(folder: str, users: tuple[str, ...]) -> None:
+    """A key per user in `folder`, kept if there: NAME.nk (the seed, 0600) and NAME.pub
+    (what the services honour through `user_keys_dir`). For local and test clusters,
+    whose one operator holds every user's key."""
+    Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
+    for name in users:
+        seed_file = os.path.join(folder, f"{name}.nk")
+        if not os.path.exists(seed_file):
+            write_seed(seed_file, encode_seed(os.urandom(32)))
+        Path(folder, f"{name}.pub").write_text(load_signer(seed_file).public_key + "\n")

@@ -20,8 +20,7 @@ from muster.client import agent, call
 from muster.cluster import Cluster, NodeDef
 from shared.api import InjectFault, QueueReply, QueueRequest, SubmitReply, SubmitRequest
 from shared.events import Event, encode, subject_of
-from shared.identity import encode_seed
-from shared.identity_files import load_signer, write_seed
+from shared.identity_files import provision_keys
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -49,17 +48,6 @@ TEST_USERS = ("root", "admin", "alice", "bob", "carol", "dave", "mallory")
 IDENTITY_CONFIG = '[roles]\noperators = ["root", "admin"]\n'
 
 
-def provision_keys(folder: Path, users: tuple[str, ...] = TEST_USERS) -> Path:
-    """A key per user in `folder` (kept if there): NAME.nk (the seed, 0600), NAME.pub."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in users:
-        seed_file = folder / f"{name}.nk"
-        if not seed_file.exists():
-            write_seed(str(seed_file), encode_seed(os.urandom(32)))
-        (folder / f"{name}.pub").write_text(load_signer(str(seed_file)).public_key + "\n")
-    return folder
-
-
 def make_cluster(state: Path, nats_url: str, database_url: str) -> Cluster:
     """A cluster in `state` whose test users have keys, signing as the request's user
     (MUSTER_KEY_DIR) and registered with the services (MUSTER_USER_KEYS_DIR). These
@@ -78,7 +66,7 @@ def make_cluster(state: Path, nats_url: str, database_url: str) -> Cluster:
 def use_test_keys(folder: Path) -> Path:
     """Provision the test users' keys in `folder` and sign this process's requests (and
     its children's) with them: `muster.client` picks NAME.nk for a request of NAME."""
-    provision_keys(folder)
+    provision_keys(str(folder), TEST_USERS)
     os.environ["MUSTER_KEY_DIR"] = str(folder)
     return folder
 
