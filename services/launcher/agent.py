@@ -47,6 +47,7 @@ from shared.api import AGENT_PREFIX, AgentReply, StopWorkers, WorkerSpec
 from shared.bus import Bus
 from shared.events import RunningWorker, WorkerExited, encode, subject_of
 from shared.logs import kv
+from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
@@ -270,7 +271,9 @@ class NodeExecutor:
             try:
                 await self.bus.publish_raw(subject_of(event), encode(event), msg_id, {})
                 break
-            except (TimeoutError, OSError) as err:
+            except Exception as err:
+                if not is_transient(err):  # e.g. JetStream not answering yet after a restart
+                    raise
                 log.warning("cannot report worker exit yet", extra=kv(error=repr(err)))
                 await asyncio.sleep(_PUBLISH_RETRY_S)
         log.info("worker exit reported", extra=kv(job=record.job_id, ending=str(ending.ending)))
