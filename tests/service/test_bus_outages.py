@@ -167,3 +167,34 @@ async def test_a_message_in_an_outage_at_shutdown_goes_back_and_the_next_consume
 
 async def _value(n: int) -> int:
     return n
+
+
+async def test_a_message_that_kills_its_consumer_every_time_is_dead_lettered_at_last(
+    nats_url: str,
+) -> None:
+    """Deliveries that end with no outcome (the consumer killed mid-handler, modelled
+    by a subscriber that never acks) are not failures, until there are ten times the
+    poison budget of them."""
+    bus = await Bus.connect(nats_url, name="crash-test", max_deliver=1, ack_wait_s=0.3)
+    try:
+        await bus.ensure_streams()
+        crashing = await bus._pull_subscription("t", SUBJECTS)
+        await bus.publish(drain("node01"))
+        for _ in range(bus.crash_limit):
+            [msg] = await crashing.fetch(1, timeout=10)  # then "dies" without an ack
+        assert msg.metadata.num_delivered == bus.crash_limit
+        await crashing.unsubscribe()
+
+        handler = FailingHandler(failures=0, error=RuntimeError("unused"))
+        stop = asyncio.Event()
+        task = asyncio.create_task(bus.consume("t", SUBJECTS, handler, stop))
+        try:
+            [(_, headers)] = await eventually(lambda: _dead(bus), bool, what="a dead letter")
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, timeout=30)
+    finally:
+        await bus.close()
+
+    assert headers["Muster-Error"] == "delivered 11 times without an outcome"
+    assert handler.calls == 0
