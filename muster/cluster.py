@@ -220,8 +220,18 @@ def _alive(pid: int) -> bool:
     try:
         waited, _ = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
-        return True  # not our child: it exists
+        return not _zombie(pid)  # not our child: it runs, unless only its exit status is left
     return waited == 0
+
+
+def _zombie(pid: int) -> bool:
+    """An exited process its parent has not reaped yet (an orphan waits on init for
+    that, and some containers' init never reaps): it runs nothing."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # gone meanwhile
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
 
 
 def up(state_dir: Path, topology: Path, *, fast: bool = False, wait_s: float = 60.0) -> Cluster:

@@ -22,7 +22,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from tests.support.cluster import FAST, REPO, eventually, submit
+from tests.support.cluster import FAST, REPO, eventually
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +46,13 @@ def cli(state: Path, *args: str, timeout: float = 120) -> subprocess.CompletedPr
         timeout=timeout,
         cwd=str(state.parent),
     )
+
+
+def submitted(state: Path, *options: str) -> int:
+    """`muster submit OPTIONS` as you, signed with the key `muster up` gave you."""
+    done = cli(state, "submit", f"--chdir={state}", *options, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return int(done.stdout.split()[-1])
 
 
 def pids(state: Path) -> dict[str, int]:
@@ -95,7 +102,6 @@ async def test_killed_processes_come_back_and_down_leaves_nothing(up: Path) -> N
     before = pids(state)
     assert {"supervisor", "server-nats", "server-postgres", "placer", "node-node01"} <= set(before)
     data = json.loads((state / "cluster.json").read_text())
-    url = data["nats_url"]
 
     for key in ("placer", "node-node01"):
         os.kill(before[key], signal.SIGKILL)
@@ -117,17 +123,17 @@ async def test_killed_processes_come_back_and_down_leaves_nothing(up: Path) -> N
             lambda n: n == 2,
             what="both nodes UP again",
         )
-        reply = await submit(url, "#!/bin/bash\necho hi\n", ("--nodes=2",), workdir=str(state))
+        job_id = await asyncio.to_thread(submitted, state, "--nodes=2", "--wrap", "echo hi")
         await eventually(
-            lambda: db.fetchval("SELECT state FROM job_runs WHERE job_id = $1", reply.job_ids[0]),
+            lambda: db.fetchval("SELECT state FROM job_runs WHERE job_id = $1", job_id),
             lambda s: s == "COMPLETED",
             timeout=60,
             what="a job on both nodes",
         )
         # A job left running when the cluster goes down: `down` stops its workers too.
         marks = state / "worker.pids"
-        sleeper = f"#!/bin/bash\necho $$ >> {marks}\nexec sleep 300\n"
-        await submit(url, sleeper, ("--nodes=2",), workdir=str(state))
+        sleeper = f"echo $$ >> {marks}; exec sleep 300"
+        await asyncio.to_thread(submitted, state, "--nodes=2", "--wrap", sleeper)
         workers = await eventually(
             lambda: asyncio.to_thread(lambda: marks.read_text().split() if marks.exists() else []),
             lambda found: len(found) == 2,
