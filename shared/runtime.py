@@ -89,9 +89,19 @@ async def service_context(
             await until_ready("migrate", lambda: _migrate(pool), stop)
             yield ServiceContext(settings, bus, pool, Relay(pool, bus))
         finally:
-            await asyncio.wait_for(pool.close(), timeout=settings.drain_timeout_s)
+            await _close_pool(pool, settings.drain_timeout_s)
     finally:
         await bus.close()
+
+
+async def _close_pool(pool: Pool, timeout_s: float) -> None:
+    """Close gracefully; a pool that cannot (PostgreSQL away, a query stuck) is
+    terminated, so a stop during an outage still ends the process cleanly."""
+    try:
+        await asyncio.wait_for(pool.close(), timeout=timeout_s)
+    except TimeoutError:
+        log.warning("pool did not close in time, terminating its connections")
+        pool.terminate()
 
 
 async def _migrate(pool: Pool) -> None:

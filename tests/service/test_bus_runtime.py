@@ -163,3 +163,25 @@ async def test_stop_while_waiting_for_the_servers_ends_the_start_promptly() -> N
     stop.set()
     with pytest.raises(StoppedBeforeReady):
         await asyncio.wait_for(starting, timeout=30)
+
+
+async def test_a_service_stopped_while_postgresql_is_down_still_ends_cleanly(
+    own_dir: Path, nats_url: str
+) -> None:
+    server = embedded.start_postgres(own_dir / "pg-state")
+    url = embedded.create_database(server.url, "muster")
+    settings = Settings(nats_url=nats_url, database_url=url, drain_timeout_s=2.0)
+    stop = asyncio.Event()
+    try:
+        t0 = time.monotonic()
+        async with service_context(settings, stop) as ctx, ctx.pool.acquire() as conn:
+            await conn.fetchval("SELECT 1")  # a connection in use when the server dies
+            await asyncio.to_thread(server.kill)
+            t0 = time.monotonic()
+            with pytest.raises(Exception) as lost:
+                await conn.fetchval("SELECT 1")
+    finally:
+        server.stop()
+
+    assert is_transient(lost.value)
+    assert time.monotonic() - t0 < 20  # the drain timeout, not a hang
