@@ -22,6 +22,7 @@ from services.health.sim_backend import SimulatedGpuBackend
 from shared.api import AgentReply, JobSelector, Ok, StopWorkers
 from shared.bus import Bus
 from shared.events import JobPreemptRequested
+from shared.identity_files import provision_keys
 from tests.support.accounts import AccountUnavailable, run_as_account
 from tests.support.cluster import (
     eventually,
@@ -207,7 +208,7 @@ async def test_a_gang_that_cannot_start_on_one_node_is_requeued_without_it_and_l
                 lambda: _agent_status(nats_url, "node01"), lambda r: not r.workers, 15
             )
             assert status.workers == ()
-            assert not _processes_of_job(job_id)
+            assert not _processes_of_job(job_id, tmp_path)
             outcome = await db.fetchval("SELECT outcome FROM attempts WHERE job_id = $1", job_id)
             assert "could not start on ghost" in outcome
     finally:
@@ -219,10 +220,11 @@ async def _agent_status(url: str, node: str) -> AgentReply:
     return msgspec.json.decode(raw, type=AgentReply)
 
 
-def _processes_of_job(job_id: int) -> list[int]:
-    """Live processes whose environment names this job."""
+def _processes_of_job(job_id: int, workdir: Path) -> list[int]:
+    """Live processes whose environment names this job of this test (other tests on
+    the machine run job ids of their own, from the same numbers)."""
     found = []
-    needle = f"MUSTER_JOB_ID={job_id}\0".encode()
+    needles = (f"MUSTER_JOB_ID={job_id}\0".encode(), f"SLURM_SUBMIT_DIR={workdir}\0".encode())
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -231,7 +233,7 @@ def _processes_of_job(job_id: int) -> list[int]:
             state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if needle in env and state not in ("Z", "X"):
+        if all(n in env for n in needles) and state not in ("Z", "X"):
             found.append(int(name))
     return found
 
@@ -261,7 +263,7 @@ async def test_cancel_leaves_no_child_or_grandchild_of_a_forking_script_alive(
     await eventually(lambda: job_state(db, job_id), lambda s: s == "CANCELLED", 30, "cancelled")
     alive = [p for p in pids if _alive(p)]
     assert alive == []
-    assert not _processes_of_job(job_id)
+    assert not _processes_of_job(job_id, tmp_path)
 
 
 def _alive(pid: int) -> bool:
@@ -293,6 +295,8 @@ async def test_a_job_runs_as_the_submitting_user(
     state = await asyncio.to_thread(tempfile.mkdtemp, prefix="muster-state-", dir="/tmp")
     await asyncio.to_thread(os.chmod, state, 0o755)
     c = make_cluster(Path(state), nats_url, database_url)
+    # The account submits its own job, so it needs a key of its own, as every user does.
+    provision_keys(str(Path(state) / "keys"), (account.name,))
     c.start_services()
     c.start_node(nodes(1)[0])
     try:
