@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from services.launcher.executor import LaunchError, process_gone, resolve_run_as
+from services.launcher.executor import LaunchError, RunAs, process_gone, resolve_run_as
 from services.launcher.worker_table import (
     StepExit,
     StepSpec,
@@ -181,20 +181,7 @@ class NodeExecutor:
             spool=spool,
         )
         self.table.save(record)  # before stepd exists: a record for everything that may run
-        step = StepSpec(
-            argv=tuple(a.replace("{spool}", spool) for a in spec.argv),
-            env={k: v.replace("{spool}", spool) for k, v in spec.env.items()},
-            workdir=spec.workdir,
-            stdout=spec.stdout,
-            stderr=spec.stderr,
-            run_as=run_as,
-            allow_root=self.allow_root,
-            append=True,  # every node (and restart) of a job adds to its files
-            contact=str(self.table.contact),
-            fence_s=self.fence_s,
-            grace_s=self.grace_s,
-        )
-        write_struct(folder / "spec.json", step)
+        write_struct(folder / "spec.json", self._step(spec, run_as, spool))
         proc = _start_stepd(folder)
         outcome: StepStarted | StepExit | None = None
         try:
@@ -213,6 +200,22 @@ class NodeExecutor:
             record = msgspec.structs.replace(record, stepd=started.stepd, worker=started.worker)
             self.table.save(record)
         return _Running(record, proc=proc)
+
+    def _step(self, spec: WorkerSpec, run_as: RunAs | None, spool: str) -> StepSpec:
+        """What stepd runs: the spec with its spool folder filled in, and the fence."""
+        return StepSpec(
+            argv=tuple(a.replace("{spool}", spool) for a in spec.argv),
+            env={k: v.replace("{spool}", spool) for k, v in spec.env.items()},
+            workdir=spec.workdir,
+            stdout=spec.stdout,
+            stderr=spec.stderr,
+            run_as=run_as,
+            allow_root=self.allow_root,
+            append=True,  # every node (and restart) of a job adds to its files
+            contact=str(self.table.contact),
+            fence_s=self.fence_s,
+            grace_s=self.grace_s,
+        )
 
     def _spool(self, spec: WorkerSpec, uid: int | None) -> str:
         """Write the job's script where this node's worker runs it."""

@@ -146,24 +146,12 @@ async def test_a_hung_agent_fences_its_job_before_the_job_runs_elsewhere(
             lambda: run_row(db, job_id), lambda r: r and r["state"] == "RUNNING"
         )
         victim = first["nodes"][0]
-        record = await eventually(
-            lambda: _async(records(state, victim).get(job_id)),
-            lambda r: r is not None and r.worker is not None,
-        )
-        assert record.worker is not None
-        group = await eventually(
-            lambda: _async(group_members(record.worker.pid)), lambda g: len(g) >= 2
-        )
+        record, group = await started_worker(state, victim, job_id)
 
         agent_pid = c.pids[f"node-{victim}"]
         os.kill(agent_pid, signal.SIGSTOP)
         try:
-            moved = await eventually(
-                lambda: run_row(db, job_id),
-                lambda r: r is not None and r["state"] == "RUNNING" and victim not in r["nodes"],
-                timeout=60,
-                what="the job running on the other node",
-            )
+            moved = await moved_off(db, job_id, victim)
             # The moment the database says it runs elsewhere, the old one is gone.
             assert [p for p in group if alive_pid(p)] == []
             assert (
@@ -198,29 +186,40 @@ async def test_a_node_frozen_whole_comes_back_only_once_its_old_job_is_gone(
         job_id = reply.job_ids[0]
         first = await eventually(lambda: run_row(db, job_id), running)
         victim = first["nodes"][0]
-        record = await eventually(
-            lambda: _async(records(state, victim).get(job_id)),
-            lambda r: r is not None and r.worker is not None and r.stepd is not None,
-        )
-        assert record.worker is not None and record.stepd is not None
-        group = await eventually(
-            lambda: _async(group_members(record.worker.pid)), lambda g: len(g) >= 2
-        )
+        record, group = await started_worker(state, victim, job_id)
+        assert record.stepd is not None
         frozen = [c.pids[f"node-{victim}"], record.stepd.pid, *group]
         for pid in frozen:
             os.kill(pid, signal.SIGSTOP)
         try:
-            await eventually(
-                lambda: run_row(db, job_id),
-                lambda r: r is not None and r["state"] == "RUNNING" and victim not in r["nodes"],
-                timeout=60,
-                what="the job running on the other node",
-            )
+            await moved_off(db, job_id, victim)
         finally:
             for pid in reversed(frozen):  # the job first, its agent last
                 os.kill(pid, signal.SIGCONT)
         await up_only_when_clean(db, victim, group)
         assert [p for p in group if alive_pid(p)] == []
+
+
+async def started_worker(state: Path, node: str, job_id: int) -> tuple[WorkerRecord, list[int]]:
+    """The job's worker record on `node` (pids known) and its process group (>= 2)."""
+    record = await eventually(
+        lambda: _async(records(state, node).get(job_id)),
+        lambda r: r is not None and r.worker is not None and r.stepd is not None,
+        what="the worker record with pids",
+    )
+    worker = record.worker
+    assert worker is not None
+    group = await eventually(lambda: _async(group_members(worker.pid)), lambda g: len(g) >= 2)
+    return record, group
+
+
+async def moved_off(db: asyncpg.Connection, job_id: int, node: str) -> asyncpg.Record:
+    return await eventually(
+        lambda: run_row(db, job_id),
+        lambda r: r is not None and r["state"] == "RUNNING" and node not in r["nodes"],
+        timeout=60,
+        what="the job running on another node",
+    )
 
 
 async def up_only_when_clean(
