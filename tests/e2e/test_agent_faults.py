@@ -200,6 +200,42 @@ async def test_a_node_frozen_whole_comes_back_only_once_its_old_job_is_gone(
         assert [p for p in group if alive_pid(p)] == []
 
 
+async def test_a_worker_left_without_its_stepd_is_killed_by_the_next_agent_and_reported(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    """Agent and stepd both SIGKILLed: nothing supervises the worker or could record its
+    end, so the next agent kills it and reports it lost; it must not run on unseen."""
+    state = tmp_path / "state"
+    [node] = nodes(1)
+    async with running_cluster(state, nats_url, database_url, db, [node], **RESTART_ENV) as c:
+        reply = await submit(nats_url, STUBBORN, ONE_GPU)
+        job_id = reply.job_ids[0]
+        first = await eventually(lambda: run_row(db, job_id), running)
+        record, group = await started_worker(state, node.name, job_id)
+        assert record.stepd is not None
+        kill9(c, f"node-{node.name}")
+        os.kill(record.stepd.pid, signal.SIGKILL)
+        assert alive(record.worker), "the worker outlives both"
+        c.start_node(node, **RESTART_ENV)
+
+        await eventually(
+            lambda: _async([p for p in group if alive_pid(p)]),
+            lambda left: left == [],
+            what="the orphaned worker group killed",
+        )
+        await eventually(
+            lambda: _async(set(records(state, node.name))),
+            lambda ids: job_id not in ids,
+            what="its loss reported and the record removed",
+        )
+        row = await eventually(
+            lambda: run_row(db, job_id),
+            lambda r: r is not None and (r["state"], r["attempt"]) != ("RUNNING", first["attempt"]),
+            what="the launcher ending or restarting the lost attempt",
+        )
+        assert row["state"] != "RUNNING" or row["restart_count"] > first["restart_count"]
+
+
 async def started_worker(state: Path, node: str, job_id: int) -> tuple[WorkerRecord, list[int]]:
     """The job's worker record on `node` (pids known) and its process group (>= 2)."""
     record = await eventually(
