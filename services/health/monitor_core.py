@@ -73,6 +73,8 @@ __all__ = [
 
 # -- the step ----------------------------------------------------------------------------
 
+CLEANING_REASON = "re-registered with workers running: waiting for the launcher to stop stale ones"
+
 Result = tuple[ClusterHealth, tuple[Transition, ...]]
 _NodeResult = tuple[NodeHealth, list[Transition]]
 
@@ -241,7 +243,7 @@ def _workers_found(node: NodeHealth, found: WorkersFound, now: float) -> _NodeRe
     node = _set(node, clean_boot_id=boot)
     if node.state is not NodeState.UP:
         return node, []  # where it rests after this (a check, a heartbeat) is CLEANING
-    reason = f"re-registered with {found.workers} workers running: waiting for the launcher"
+    reason = f"{CLEANING_REASON} ({found.workers} reported)"
     node = _move(node, NodeState.CLEANING, reason, now)
     return node, [
         Transition(
@@ -410,7 +412,11 @@ def _settle(node: NodeHealth, now: float, reason: str) -> _NodeResult:
     before = node.state
     if to is before:
         return node, []
-    node = _move(node, to, reason if to is NodeState.UP else node.reason, now)
+    if to is NodeState.CLEANING:
+        reason = CLEANING_REASON
+    elif to is not NodeState.UP:
+        reason = node.reason
+    node = _move(node, to, reason, now)
     kind = {
         NodeState.UP: TransitionKind.NODE_RECOVERED,
         NodeState.DRAINED: TransitionKind.NODE_DRAINED,

@@ -658,6 +658,14 @@ def test_a_tick_under_the_guard_declares_nobody_down_and_says_so_once() -> None:
     assert out == () and state.guard is Guard.MASS_SILENCE
 
 
+def test_a_cleaning_node_says_what_it_waits_for_wherever_it_came_from() -> None:
+    at_once: Script = [(0, hb()), (1, found(2))]
+    after_silence: Script = [(0, hb()), (1, found(1)), (12, Tick()), (13, hb())]
+    for script in (at_once, after_silence):
+        state, _ = run(script, P)
+        assert "waiting for the launcher" in state.nodes["n1"].reason
+
+
 def test_step_never_mutates_its_input() -> None:
     before, _ = run([(0, hb())], P)
     snapshot = before.nodes["n1"]
