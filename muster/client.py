@@ -92,7 +92,7 @@ def signer_for(user: str = "") -> Signer:
         try:
             _signers[path] = load_signer(str(path))
         except KeyFileError as err:
-            raise ApiRefused(f"no usable key: {err}", "no_key", (KEYGEN_HINT,)) from err
+            raise ApiRefused(f"no usable key: {err}; {KEYGEN_HINT}", "no_key", ()) from err
     return _signers[path]
 
 

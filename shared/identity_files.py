@@ -113,19 +113,26 @@ class IdentitySource:
         self.config_text = config_text
         self.check_s = check_s
         self._checked = float("-inf")
-        self._seen: tuple[Any, ...] | None = None
+        self._stamps: tuple[Any, ...] = ()
+        self._text: str | None = None
+        self._seen: tuple[tuple[Any, ...], str | None] | None = None
         self._current = Directory()
 
     def directory(self) -> Directory:
-        now = time.monotonic()
-        if now - self._checked < self.check_s:
-            return self._current
-        self._checked = now
+        """The directory in force: files re-checked at most once per `check_s`; a new
+        accepted configuration text (admission's reload) at once."""
         text = self.config_text() if self.config_text is not None else None
-        seen = (_stamp(self.config_path if text is None else "", self.keys_dir), id(text))
-        if seen != self._seen:
+        now = time.monotonic()
+        due = now - self._checked >= self.check_s
+        if text is self._text and not due:
+            return self._current
+        if due:
+            self._checked = now
+            self._stamps = _stamp(self.config_path if text is None else "", self.keys_dir)
+        if (self._stamps, text) != self._seen:
             self._reload(text)
-            self._seen = seen
+            self._seen = (self._stamps, text)
+        self._text = text
         return self._current
 
     def _reload(self, text: str | None) -> None:

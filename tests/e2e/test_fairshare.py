@@ -32,6 +32,7 @@ from shared.runtime import ServiceContext, service_context
 from shared.settings import Settings
 from tests.support.cluster import (
     eventually,
+    identity_settings,
     job_state,
     kill9,
     make_cluster,
@@ -55,8 +56,13 @@ CLUSTER = ClusterView(
 
 
 @pytest.fixture
-async def ctx(nats_url: str, database_url: str) -> AsyncIterator[ServiceContext]:
-    settings = Settings(nats_url=nats_url, database_url=database_url, service_name="fairshare")
+async def ctx(nats_url: str, database_url: str, tmp_path: Path) -> AsyncIterator[ServiceContext]:
+    settings = Settings(
+        nats_url=nats_url,
+        database_url=database_url,
+        service_name="fairshare",
+        **identity_settings(tmp_path),  # requests are signed; root is an operator
+    )
     async with service_context(settings) as c:
         yield c
 
@@ -198,7 +204,7 @@ async def test_share_and_acct_answer_over_nats_in_their_queue_group(
     task = asyncio.create_task(fs.run(stop))
     try:
         share = await eventually(
-            lambda: _call(nats_url, "share", ShareRequest(user="alice"), ShareReply),
+            lambda: _call(nats_url, "share", ShareRequest(user="root"), ShareReply),
             lambda r: r is not None,
             what="share reply",
         )
@@ -215,7 +221,7 @@ async def test_share_and_acct_answer_over_nats_in_their_queue_group(
             (job, None, 50.0, 100.0)
         ]
         assert acct.rows[0].state == "PENDING"  # no launcher ran it in this test
-        filtered = await call(nats_url, "acct", AcctRequest(user="a", users=("bob",)), AcctReply)
+        filtered = await call(nats_url, "acct", AcctRequest(user="root", users=("bob",)), AcctReply)
         assert filtered.rows == ()
 
         text = await asyncio.to_thread(cli, tmp_path, nats_url, "share", "-A", "research")

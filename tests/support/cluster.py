@@ -56,11 +56,21 @@ def make_cluster(state: Path, nats_url: str, database_url: str) -> Cluster:
     env, or a spawn's extra variables)."""
     os.environ.update(FAST)
     os.environ.setdefault("PYTHONPATH", str(REPO))
-    keys = use_test_keys(state / "keys")
-    identity = state / "identity.toml"
-    identity.write_text(IDENTITY_CONFIG)
-    os.environ.update(MUSTER_USER_KEYS_DIR=str(keys), MUSTER_CLUSTER_CONFIG=str(identity))
+    identity = identity_settings(state)
+    os.environ.update(
+        MUSTER_USER_KEYS_DIR=identity["user_keys_dir"],
+        MUSTER_CLUSTER_CONFIG=identity["cluster_config"],
+    )
     return Cluster(state, nats_url, database_url)
+
+
+def identity_settings(folder: Path) -> dict[str, str]:
+    """The Settings fields of an in-process service that answers the test users (their
+    keys, operators root and admin), this process signing as them."""
+    keys = use_test_keys(folder / "keys")
+    config = folder / "identity.toml"
+    config.write_text(IDENTITY_CONFIG)
+    return {"cluster_config": str(config), "user_keys_dir": str(keys)}
 
 
 def use_test_keys(folder: Path) -> Path:
