@@ -5,7 +5,8 @@ own clock, the time from the job's commit (`jobs.submitted_at`) to its workers r
 on every node (`job_runs.started_at`, written once all agents report a started
 process). Prints one line per percentile, then one JSON object.
 
-    .venv/bin/python bench/submit_latency.py [--jobs 100]
+    .venv/bin/python bench/submit_latency.py [--jobs 100] [--nodes 1 --gpus-per-node 1]
+        [--gap-max 0.6]
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -27,37 +29,70 @@ from shared.api import SubmitReply, SubmitRequest
 SCRIPT = "#!/bin/bash\ntrue\n"
 
 
-async def measure(nats_url: str, db_url: str, jobs: int) -> list[float]:
+# the placer's leg is timed by the poll itself (the first poll that sees the allocation,
+# on the database's clock: `allocations.created_at` is the start of a cycle's
+# transaction, which may predate the submit it places); the rest is the launcher's
+POLL = (
+    "SELECT extract(epoch FROM r.started_at - j.submitted_at)::float8 AS s, r.state,"
+    " extract(epoch FROM clock_timestamp() - j.submitted_at)::float8 AS t,"
+    " EXISTS (SELECT 1 FROM allocations a WHERE a.job_id = j.job_id) AS placed"
+    " FROM jobs j LEFT JOIN job_runs r USING (job_id) WHERE j.job_id = $1"
+)
+
+
+async def measure(
+    nats_url: str, db_url: str, jobs: int, argv: tuple[str, ...], gap_max_s: float = 0.0
+) -> tuple[list[float], list[float]]:
+    """Each job is submitted once the one before has ended (its run no longer RUNNING),
+    after a seeded random gap in [0, gap_max_s): the moment right after a job ends is
+    where a latency tail hid. Returns submit -> running and submit -> allocated (to
+    5 ms, the poll period)."""
     db = await asyncpg.connect(db_url)
     await wait_for_nodes(db, 2)
-    latencies = []
+    gaps = random.Random(20)
+    latencies, placed = [], []
     for _ in range(jobs):
-        req = SubmitRequest(user="root", script=SCRIPT, argv=("--nodes=2", "--gpus-per-node=2"))
+        req = SubmitRequest(user="root", script=SCRIPT, argv=argv)
         job_id = (await call(nats_url, "submit", req, SubmitReply)).job_ids[0]
+        seen: float | None = None
         while True:
-            row = await db.fetchrow(
-                "SELECT extract(epoch FROM r.started_at - j.submitted_at)::float8 AS s, r.state"
-                " FROM jobs j JOIN job_runs r USING (job_id) WHERE job_id = $1",
-                job_id,
-            )
-            if row is not None and row["s"] is not None and row["state"] not in ("RUNNING",):
+            row = await db.fetchrow(POLL, job_id)
+            if seen is None and row["placed"]:
+                seen = row["t"]
+            if row["s"] is not None and row["state"] not in ("RUNNING",):
                 latencies.append(row["s"])
+                placed.append(seen if seen is not None else row["s"])
                 break
             await asyncio.sleep(0.005)
+        await asyncio.sleep(gaps.uniform(0.0, gap_max_s))
     await db.close()
-    return latencies
+    return latencies, placed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=100)
+    parser.add_argument("--nodes", type=int, default=2, help="nodes per job (of 2)")
+    parser.add_argument("--gpus-per-node", type=int, default=2, help="of 4")
+    parser.add_argument("--gap-max", type=float, default=0.0, help="seconds after an end")
     args = parser.parse_args()
+    argv = (f"--nodes={args.nodes}", f"--gpus-per-node={args.gpus_per_node}")
     with local_cluster(2) as cluster:
-        lat = asyncio.run(measure(cluster.nats_url, cluster.database_url, args.jobs))
-    result = latency_figures("submit_to_running", lat, nodes_per_job=2)
+        lat, placed = asyncio.run(
+            measure(cluster.nats_url, cluster.database_url, args.jobs, argv, args.gap_max)
+        )
+    leg = latency_figures("submit_to_allocated", placed)
+    result = latency_figures("submit_to_running", lat, nodes_per_job=args.nodes)
+    result["gpus_per_node"], result["gap_max_s"] = args.gpus_per_node, args.gap_max
+    result["placer_p50_ms"], result["placer_p99_ms"] = leg["p50_ms"], leg["p99_ms"]
+    result["over_100ms"] = sum(1 for s in lat if s > 0.1)
+    print(
+        f"submit -> allocated over {len(placed)} jobs:"
+        f" p50 {leg['p50_ms']} ms, p99 {leg['p99_ms']} ms, max {leg['max_ms']} ms"
+    )
     print(
         f"submit -> running over {len(lat)} jobs:"
-        f" p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms"
+        f" p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms, {result['over_100ms']} over 100 ms"
     )
     print(json.dumps(result))
 

@@ -62,6 +62,7 @@ class Placer:
         self.epoch: int | None = None
         self.cycles = 0
         self._wake = asyncio.Event()
+        self._woken_at: float | None = None  # first wake-up not yet served by a cycle
         self._reasons: dict[int, Wait] = {}  # pending reasons as last written
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -70,13 +71,21 @@ class Placer:
         )
 
     async def _consume(self, stop: asyncio.Event) -> None:
-        await self.ctx.bus.consume("placer", SUBJECTS, self.handle, stop)
+        # One message per pull: every event is only a wake-up, and a batch pull that has
+        # one message in hand waits for more until its deadline (up to 1 s) before
+        # returning it -- the submit right after a job's end waited out that deadline.
+        await self.ctx.bus.consume("placer", SUBJECTS, self.handle, stop, batch=1)
 
     async def handle(self, event: AnyEvent) -> None:
         """Every event the placer hears is a reason to look again; state is in the DB.
         A request for spares is answered at once (the job is stopped, waiting)."""
         if isinstance(event, JobSparesRequested):
             await self.grant_spares(event)
+        self.wake()
+
+    def wake(self) -> None:
+        if self._woken_at is None:
+            self._woken_at = time.perf_counter()
         self._wake.set()
 
     async def grant_spares(self, ask: JobSparesRequested) -> None:
@@ -125,7 +134,7 @@ class Placer:
                 self.epoch = epoch
                 self._reasons = {}  # another leader may have written since
                 log.info("leading", extra=kv(holder=self.holder, epoch=epoch))
-                self._wake.set()
+                self.wake()
 
     async def _cycle_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -145,11 +154,13 @@ class Placer:
         started = datetime.now(UTC)
         now = started.timestamp()  # the one clock reading of this transaction
         t0 = time.perf_counter()
+        woken, self._woken_at = self._woken_at, None
         with tracer.start_as_current_span("placer.cycle") as span:
             async with self.ctx.pool.acquire() as conn, conn.transaction():
                 if not await repo.lock_lease(conn, self.holder, epoch):
                     self.epoch = None
                     return None
+                locked = time.perf_counter()
                 await repo.release_finished(conn)
                 await repo.release_dropped_nodes(conn)
                 snapshot = await _load_snapshot(conn)
@@ -181,6 +192,8 @@ class Placer:
                 placed=len(plan.starts),
                 preempt=len(plan.preemptions),
                 ms=round(duration * 1000, 1),
+                lock_ms=round((locked - t0) * 1000, 1),  # connection + lease row
+                woke_ms=None if woken is None else round((t0 - woken) * 1000, 1),
             ),
         )
         return plan
