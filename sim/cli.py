@@ -21,6 +21,7 @@ import msgspec
 from services.placer.core import Node
 from sim.cluster import load_topology, make_cluster, openb_cluster
 from sim.engine import POLICIES, run
+from sim.limits import LimitMode, LimitModel
 from sim.metrics import SimResult
 from sim.workload import FORMATS, load
 
@@ -51,7 +52,15 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--queue-depth", type=int, default=100, help="jobs each pass looks at")
     p.add_argument("--mtbf", type=float, help="node mean time between failures, seconds")
-    p.add_argument("--seed", type=int, default=0, help="seed of the failure draws")
+    p.add_argument("--seed", type=int, default=0, help="seed of the failure and limit draws")
+    p.add_argument(
+        "--limits",
+        choices=[m.value for m in LimitMode],
+        default=LimitMode.REALISTIC.value,
+        help="time limits of jobs the trace gives none: drawn over-estimates (realistic, "
+        "see sim/limits.py) or exactly --limit-factor x the runtime (padded)",
+    )
+    p.add_argument("--limit-factor", type=float, default=1.5, help="padded limits only")
     p.add_argument("--json", action="store_true", help="print results as one JSON line")
     p.add_argument("--plot", type=Path, metavar="DIR", help="write charts here (matplotlib)")
     return p
@@ -91,6 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             mtbf_s=args.mtbf,
             rng=random.Random(args.seed) if args.mtbf else None,
             queue_depth=args.queue_depth,
+            limits=LimitModel(
+                mode=LimitMode(args.limits), seed=args.seed, factor=args.limit_factor
+            ),
         )
         for name in policies
     ]
@@ -98,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(msgspec.to_builtins(results)))
     else:
         gpus = sum(len(n.gpus) for n in cluster)
-        print(f"{len(jobs)} jobs on {len(cluster)} nodes / {gpus} GPUs")
+        print(f"{len(jobs)} jobs on {len(cluster)} nodes / {gpus} GPUs, {args.limits} limits")
         print(table(results))
     if args.plot is not None:
         return plot(results, args.plot)

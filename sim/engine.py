@@ -30,6 +30,7 @@ from services.placer.core import (
     place,
 )
 from shared.states import NodeState
+from sim.limits import REALISTIC, LimitModel, limit_of
 from sim.metrics import Ledger, SimResult
 from sim.workload import TraceJob
 
@@ -44,14 +45,7 @@ POLICIES: dict[str, PolicyConfig] = {
 DONE, KILL, FAIL, REPAIR = "done", "kill", "fail", "repair"
 
 
-def time_limit(job: TraceJob, factor: float) -> int:
-    """The job's limit, or its duration padded as users pad theirs, to the next minute."""
-    if job.time_limit_s is not None:
-        return job.time_limit_s
-    return int(math.ceil(job.duration_s * factor / 60.0) * 60)
-
-
-def request(job: TraceJob, factor: float) -> JobRequest:
+def request(job: TraceJob, limits: LimitModel) -> JobRequest:
     return JobRequest(
         job_id=job.job_id,
         user=job.user,
@@ -63,7 +57,7 @@ def request(job: TraceJob, factor: float) -> JobRequest:
         nodes_max=job.nodes,
         gpus_per_node=job.gpus_per_node,
         gpus_total=job.gpus_total,
-        time_limit_s=time_limit(job, factor),
+        time_limit_s=limit_of(job, limits),
     )
 
 
@@ -78,7 +72,7 @@ class Simulation:
         *,
         priority_fn: PriorityFn | None,
         queue_depth: int,
-        limit_factor: float,
+        limits: LimitModel,
     ) -> None:
         self.jobs = {j.job_id: j for j in workload}
         self.arrivals = sorted(workload, key=lambda j: (j.submit_s, j.job_id))
@@ -86,7 +80,7 @@ class Simulation:
         self.config = config
         self.priority_fn = priority_fn
         self.queue_depth = queue_depth
-        self.requests = {j.job_id: request(j, limit_factor) for j in workload}
+        self.requests = {j.job_id: request(j, limits) for j in workload}
         self.pending: list[tuple[tuple[int, float, bool, float, int], int]] = []
         self.running: dict[int, Running] = {}
         self.attempt: dict[int, int] = {}
@@ -228,13 +222,15 @@ def run(
     repair_s: float = 3600.0,
     rng: random.Random | None = None,
     queue_depth: int = 100,
-    limit_factor: float = 1.5,
+    limits: LimitModel = REALISTIC,
 ) -> SimResult:
     """Replay `workload` on `cluster` under a policy (fifo, easy, muster or a PolicyConfig).
 
     priority_fn(job, now, gpu_seconds_by_account) -> priority, if given, re-ranks the queue
     at every pass (a fair-share hook). mtbf_s turns on node failures, drawn from `rng`
-    (required then) per node, each repaired after repair_s.
+    (required then) per node, each repaired after repair_s. Jobs without a limit of
+    their own get one from `limits` (sim/limits.py: drawn over-estimates by default,
+    PADDED for the old 1.5 x runtime); a job still running at its limit is killed.
     """
     config = POLICIES[policy] if isinstance(policy, str) else policy
     name = policy if isinstance(policy, str) else "custom"
@@ -244,7 +240,7 @@ def run(
         config,
         priority_fn=priority_fn,
         queue_depth=queue_depth,
-        limit_factor=limit_factor,
+        limits=limits,
     )
     if mtbf_s is not None:
         if rng is None:

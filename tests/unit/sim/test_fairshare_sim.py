@@ -11,6 +11,7 @@ from services.fairshare.tree import Account, AccountTree, UserAssoc
 from services.placer.core import JobRequest
 from sim import POLICIES, TraceJob, make_cluster
 from sim.engine import Simulation
+from sim.limits import PADDED
 
 HOUR = 3600.0
 WEEK = 7 * 24 * HOUR
@@ -89,7 +90,7 @@ def simulate() -> tuple[Simulation, WeekWatcher]:
         POLICIES["muster"],
         priority_fn=watcher,
         queue_depth=100,
-        limit_factor=1.5,
+        limits=PADDED,
     )
     sim.loop()
     return sim, watcher
