@@ -60,6 +60,7 @@ def main() -> None:
                 boot_id=kernel_boot,
                 fence_s=settings.fence_s,
                 grace_s=settings.fault_kill_wait_s,
+                address=settings.node_address,
             )
             executor.touch_contact()  # connected: the control plane is reachable now
             await executor.adopt()

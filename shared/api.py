@@ -215,3 +215,4 @@ class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
     ok: bool
     message: str = ""
     workers: tuple[tuple[int, int, int], ...] = ()  # (job_id, attempt, generation) alive
+    port: int = 0  # `port`: a TCP port free on the node's own address right now

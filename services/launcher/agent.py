@@ -27,7 +27,13 @@ from typing import Any
 
 import msgspec
 
-from services.launcher.executor import LaunchError, RunAs, process_gone, resolve_run_as
+from services.launcher.executor import (
+    LaunchError,
+    RunAs,
+    free_port,
+    process_gone,
+    resolve_run_as,
+)
 from services.launcher.worker_table import (
     StepExit,
     StepSpec,
@@ -76,8 +82,10 @@ class NodeExecutor:
         boot_id: str,
         fence_s: float,
         grace_s: float,
+        address: str = "127.0.0.1",
     ) -> None:
         self.bus = bus
+        self.address = address  # this node's own address: rendezvous ports are bound on it
         self.spool_root = spool_root
         self.node = node
         self.allow_root = allow_root
@@ -120,6 +128,7 @@ class NodeExecutor:
         await self.bus.serve(prefix + "start", self.node, self._on_start)
         await self.bus.serve(prefix + "stop", self.node, self._on_stop)
         await self.bus.serve(prefix + "status", self.node, self._on_status)
+        await self.bus.serve(prefix + "port", self.node, self._on_port)
 
     async def shutdown(self, grace_s: float) -> None:
         """Agent stopping: workers are left running only if we are killed; on a clean
@@ -204,8 +213,8 @@ class NodeExecutor:
     def _step(self, spec: WorkerSpec, run_as: RunAs | None, spool: str) -> StepSpec:
         """What stepd runs: the spec with its spool folder filled in, and the fence."""
         return StepSpec(
-            argv=tuple(a.replace("{spool}", spool) for a in spec.argv),
-            env={k: v.replace("{spool}", spool) for k, v in spec.env.items()},
+            argv=tuple(self._fill(a, spool) for a in spec.argv),
+            env={k: self._fill(v, spool) for k, v in spec.env.items()},
             workdir=spec.workdir,
             stdout=spec.stdout,
             stderr=spec.stderr,
@@ -325,6 +334,15 @@ class NodeExecutor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(current.watcher), timeout=5.0)
         return msgspec.json.encode(AgentReply(ok=True, message="stopped"))
+
+    def _fill(self, text: str, spool: str) -> str:
+        """The placeholders only this node can fill: its spool folder and its address."""
+        return text.replace("{spool}", spool).replace("{node_address}", self.address)
+
+    async def _on_port(self, _payload: bytes, _subject: str) -> bytes:
+        """A port free on this node, for a rendezvous it will host (rank 0's c10d store):
+        only the node can know which of its ports are free."""
+        return msgspec.json.encode(AgentReply(ok=True, port=free_port(self.address)))
 
     async def _on_status(self, _payload: bytes, _subject: str) -> bytes:
         alive_ = tuple((w.job_id, w.attempt, w.generation) for w in self.running_workers())
