@@ -29,6 +29,7 @@ from services.placer.core import (
     order_key,
     place,
 )
+from services.placer.core.predict import Outcome, Predictor
 from shared.states import NodeState
 from sim.limits import REALISTIC, LimitModel, limit_of
 from sim.metrics import Ledger, SimResult
@@ -37,9 +38,13 @@ from sim.workload import TraceJob
 PriorityFn = Callable[[JobRequest, float, Mapping[str, float]], float]
 
 POLICIES: dict[str, PolicyConfig] = {
-    "fifo": PolicyConfig(strict_order=True, backfill=False, preemption=False),
-    "easy": PolicyConfig(backfill=True, reservation_depth=1, preemption=False),
-    "muster": PolicyConfig(),
+    "fifo": PolicyConfig(
+        strict_order=True, backfill=False, preemption=False, use_predictions=False
+    ),
+    "easy": PolicyConfig(
+        backfill=True, reservation_depth=1, preemption=False, use_predictions=False
+    ),
+    "muster": PolicyConfig(),  # the real placer's default: predictions included
 }
 
 DONE, KILL, FAIL, REPAIR = "done", "kill", "fail", "repair"
@@ -90,6 +95,8 @@ class Simulation:
         self.passes = 0
         self.special = 0  # pending jobs that need no free GPU to be served
         self.free_gpus = sum(sum(g.healthy for g in n.gpus) for n in cluster)
+        self.predictor = Predictor()  # learns each finished job, as the placer does
+        self.predicted: dict[int, int] = {}  # job id: predicted runtime at its start
 
     def push(self, at: float, kind: str, subject: int | str, attempt: int = 0) -> None:
         self.seq += 1
@@ -140,6 +147,11 @@ class Simulation:
         self.ledger.ended(job_id, run, t, gpus, requeued=requeue)
         if requeue:
             self.enqueue(job_id)
+        else:
+            req = self.requests[job_id]
+            self.predictor.learn(
+                Outcome(req.user, req.name, gpus, req.time_limit_s, t - run.started_at)
+            )
 
     def node_event(self, t: float, kind: str, name: str) -> bool:
         """Failure hooks: a failed node goes DOWN, its jobs are requeued; repair brings it back."""
@@ -164,6 +176,8 @@ class Simulation:
         head = [self.requests[j] for _, j in self.pending[: self.queue_depth]]
         if self.priority_fn is not None:
             head = self._reprioritised(t)
+        if self.config.use_predictions:
+            head = [self._with_prediction(r) for r in head]
         snap = Snapshot(nodes=tuple(self.nodes.values()), running=tuple(self.running.values()))
         plan = place(snap, head, now=t, config=self.config)
         self.passes += 1
@@ -181,6 +195,14 @@ class Simulation:
                 )
                 self.ledger.preemptions += 1
                 self.push(t + p.grace_s, KILL, p.victim_job_id, self.attempt[p.victim_job_id])
+
+    def _with_prediction(self, req: JobRequest) -> JobRequest:
+        got = self.predictor.for_job(req)
+        if got is None:
+            self.predicted.pop(req.job_id, None)
+            return req
+        self.predicted[req.job_id] = got.seconds
+        return msgspec.structs.replace(req, predicted_s=got.seconds)
 
     def _reprioritised(self, t: float) -> list[JobRequest]:
         assert self.priority_fn is not None
@@ -203,6 +225,7 @@ class Simulation:
             started_at=t,
             time_limit_s=req.time_limit_s,
             grants=grants,  # type: ignore[arg-type]
+            predicted_s=self.predicted.get(job_id),
         )
         self.running[job_id] = run
         attempt = self.attempt[job_id] = self.attempt.get(job_id, 0) + 1

@@ -65,6 +65,8 @@ def _as_running(job: JobRequest, start: Start, now: float) -> Running:
         started_at=now,
         time_limit_s=job.time_limit_s,
         grants=start.grants,
+        exclusive=job.exclusive,
+        predicted_s=job.predicted_s,
     )
 
 

@@ -53,6 +53,7 @@ class Running(msgspec.Struct, frozen=True, kw_only=True):
     grants: tuple[Grant, ...]
     exclusive: bool = False  # holds its nodes whole, whatever GPUs it uses
     preempted_by: int | None = None  # already being preempted for this job (in its grace)
+    predicted_s: int | None = None  # expected runtime (predict.py): plans, never kills
 
 
 class JobRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,6 +84,9 @@ class JobRequest(msgspec.Struct, frozen=True, kw_only=True):
     min_runtime_s: int = 0
     reservation: str | None = None  # run inside this advance reservation only
     requeued: bool = False  # back in the queue after a fault or preemption: head of its priority
+    name: str = ""  # the job's name: runtime predictions learn per user and name
+    predicted_s: int | None = None  # expected runtime (predict.py): backfill and bookings
+    # plan on it; the kill stays at time_limit_s
 
 
 class Recurrence(StrEnum):
@@ -145,6 +149,8 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_switch_wait_s: int = 300  # --switches=K without @T waits this long (as Slurm)
     booking_window_s: int = 86_400  # bookings further ahead are estimates only, hold
     # nothing (Slurm bf_window): far-off promises would idle GPUs for days
+    use_predictions: bool = True  # plan on predicted runtimes where jobs carry one
+    # (predict.py); off: on the users' limits, as textbook EASY does
 
 
 class Waiting(StrEnum):

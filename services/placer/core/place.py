@@ -31,6 +31,7 @@ from services.placer.core.model import (
     Wait,
     Waiting,
 )
+from services.placer.core.predict import planned_end, planned_runtime
 from services.placer.core.preempt import candidates, choose_victims
 from services.placer.core.select import (
     NO_TOPOLOGY,
@@ -80,7 +81,7 @@ class Prepared:
         self.usage = Usage.of(snapshot.running) if self.limited else Usage()
         self.future = Future(ix)
         for r in snapshot.running:
-            end = max(now, r.started_at + r.time_limit_s)
+            end = planned_end(r, now, config.use_predictions)
             if r.preempted_by is not None:
                 end = min(end, now + r.grace_s)
             picks = [
@@ -140,6 +141,9 @@ class Prepared:
             return got
         return self._blocked(job, pool, shape, got, preempts)
 
+    def _runtime(self, job: JobRequest) -> int:
+        return planned_runtime(job, self.config.use_predictions)
+
     def _wait(
         self, job: JobRequest, reason: Waiting, detail: str = "", at: float | None = None
     ) -> Wait:
@@ -157,7 +161,7 @@ class Prepared:
             if mine.start > now:
                 return self._wait(job, Waiting.RESERVATION, "not open yet", mine.start)
             only = mine.nodes
-        end = now + job.time_limit_s
+        end = now + self._runtime(job)
         plain = not avoid and only is None and shape.total is None and not _filters(job)
         free_nodes = pool.ge[ROOT][shape.g] if shape.g <= self.ix.width else 0
         if plain and free_nodes + self.held_nodes < shape.nmin:
@@ -239,7 +243,7 @@ class Prepared:
                 ix.hold_node(i)
             picks.append((i, mask))
             grants.append(Grant(node=ix.nodes[i].name, gpus=ix.gpus_of(i, mask)))
-        self.future.add(self.now + job.time_limit_s, picks, job.job_id)
+        self.future.add(self.now + self._runtime(job), picks, job.job_id)
         gpus = sum(m.bit_count() for _, m in picks)
         if self.limited:
             self.usage.add(job.user, job.account, job.qos, gpus)
@@ -302,7 +306,8 @@ class Prepared:
 
     def _book(self, job: JobRequest, pool: Pool, shape: Shape) -> float | None:
         ix = self.ix
-        need = Need(shape.g, shape.nmin, job.time_limit_s, self.now, whole=job.exclusive)
+        runtime = self._runtime(job)
+        need = Need(shape.g, shape.nmin, runtime, self.now, whole=job.exclusive)
         ok = self._need_ok(job, pool)
         found = earliest(ix, self.future, IndexView(ix, pool), self.future.releases(), need, ok)
         if found is None:
@@ -321,7 +326,7 @@ class Prepared:
         if isinstance(chosen, str):
             return None
         picks = whole_nodes(ix, chosen.picks) if job.exclusive else chosen.picks
-        until = at + job.time_limit_s
+        until = at + runtime
         self.future.promise(picks, at, until)
         self.future.add(until, picks, job.job_id)
         held = tuple((i, m & ix.free[i]) for i, m in picks if m & ix.free[i])
@@ -337,7 +342,15 @@ class Prepared:
         cands = candidates(self.snapshot.running, self.victims, job, self.now)
         ok = self._need_ok(job, pool)
         got = choose_victims(
-            self.ix, self.future, cands, job, pool=pool, shape=shape, ok=ok, now=self.now
+            self.ix,
+            self.future,
+            cands,
+            job,
+            pool=pool,
+            shape=shape,
+            ok=ok,
+            now=self.now,
+            runtime=self._runtime(job),
         )
         if got is None:
             return None
@@ -348,7 +361,7 @@ class Prepared:
         held = [(i, m & ix.free[i]) for i, m in picks if m & ix.free[i]]
         for i, m in held:
             ix.take(i, m)
-        until = self.now + grace + job.time_limit_s
+        until = self.now + grace + self._runtime(job)
         self.future.promise(picks, self.now, until)
         self.future.add(until, picks, job.job_id)
         for v in victims:

@@ -55,9 +55,11 @@ def choose_victims(
     shape: Shape,
     ok: Callable[[int], bool],
     now: float,
+    runtime: int,
 ) -> tuple[list[tuple[int, int]], list[Running]] | None:
     """The preemptor's GPUs (node id, mask) and the victims (among `cands`, cheapest
-    first) that free them, or None. `ok` filters the nodes it may use."""
+    first) that free them, or None. `ok` filters the nodes it may use; `runtime` is
+    what the preemptor is planned to run (promises overlapping it are off limits)."""
     if not cands:
         return None
     releases = [
@@ -66,7 +68,7 @@ def choose_victims(
         for g in r.grants
         if g.node in ix.id_of
     ]
-    need = Need(shape.g, shape.nmin, job.time_limit_s, now, ranked=True, whole=job.exclusive)
+    need = Need(shape.g, shape.nmin, runtime, now, ranked=True, whole=job.exclusive)
     found = earliest(ix, future, IndexView(ix, pool), releases, need, ok)
     if found is None:
         return None

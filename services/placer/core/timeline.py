@@ -1,8 +1,9 @@
 """Pure core, the future: when GPUs come free, and what is promised to whom.
 
-Running jobs release their GPUs at started_at + time_limit_s (their promise, the only
-end a scheduler can count on). Backfill reservations ("bookings") promise specific GPUs
-to a blocked job from an estimated start until that start plus its time limit; nobody
+Running jobs release their GPUs at their planned end (predict.py: the predicted
+runtime, extended once outlived, never past started_at + time_limit_s; without a
+prediction, the limit). Backfill reservations ("bookings") promise specific GPUs to a
+blocked job from an estimated start until that start plus its planned runtime; nobody
 else may plan on those GPUs inside that window. The same walk over releases, ordered by
 cost instead of time, picks preemption victims.
 """

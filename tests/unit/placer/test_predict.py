@@ -1,0 +1,118 @@
+"""Table tests of runtime prediction (core/predict.py) and of placement planning on it."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.placer.core import Backfill, Fit, Plan, Start, Wait, Waiting, place
+from services.placer.core.predict import Outcome, Prediction, Predictor, planned_end
+from tests.unit.placer.helpers import T0, gang, node, running, snapshot, whole
+
+H = 3600.0
+
+
+def learned(*outcomes: Outcome) -> Predictor:
+    p = Predictor()
+    for o in outcomes:
+        p.learn(o)
+    return p
+
+
+ALICE_TRAIN = (
+    Outcome("alice", "train", 8, 86_400, 1000.0),
+    Outcome("alice", "train", 8, 86_400, 3000.0),
+)
+
+PREDICT = {
+    "no history: no prediction (plan on the limit)": (learned(), ("alice", "train", 8, 7200), None),
+    "one finished job is not history enough": (
+        learned(ALICE_TRAIN[0]),
+        ("alice", "train", 8, 7200),
+        None,
+    ),
+    "the same user, name and size: the mean of the last two": (
+        learned(*ALICE_TRAIN),
+        ("alice", "train", 8, 86_400),
+        Prediction(2000, "mean of the last 2 jobs of alice named train on 8 GPUs"),
+    ),
+    "a new name falls back to the user's jobs of that size": (
+        learned(*ALICE_TRAIN),
+        ("alice", "eval", 8, 86_400),
+        Prediction(2000, "mean of the last 2 jobs of alice on 8 GPUs"),
+    ),
+    "a new size falls back to the user's jobs": (
+        learned(*ALICE_TRAIN),
+        ("alice", "train", 64, 86_400),
+        Prediction(2000, "mean of the last 2 jobs of alice"),
+    ),
+    "never past the job's own limit": (
+        learned(*ALICE_TRAIN),
+        ("alice", "train", 8, 1200),
+        Prediction(1200, "mean of the last 2 jobs of alice named train on 8 GPUs"),
+    ),
+    "only the last two count": (
+        learned(*ALICE_TRAIN, Outcome("alice", "train", 8, 86_400, 5000.0)),
+        ("alice", "train", 8, 86_400),
+        Prediction(4000, "mean of the last 2 jobs of alice named train on 8 GPUs"),
+    ),
+    "another user's history is not ours": (learned(*ALICE_TRAIN), ("bob", "train", 8, 7200), None),
+}
+
+
+@pytest.mark.parametrize(("predictor", "ask", "want"), PREDICT.values(), ids=PREDICT.keys())
+def test_predict(
+    predictor: Predictor, ask: tuple[str, str, int, int], want: Prediction | None
+) -> None:
+    assert predictor.predict(*ask) == want
+
+
+ENDS = {
+    "no prediction: the limit": (running(1, whole("a"), started_at=T0 - H), T0 + H),
+    "a prediction not yet reached": (
+        running(1, whole("a"), started_at=T0 - H, predicted_s=int(1.5 * H)),
+        T0 + H / 2,
+    ),
+    "outlived: doubled until it passes now": (
+        running(1, whole("a"), started_at=T0 - H, predicted_s=1000),
+        T0 - H + 4000,
+    ),
+    "outlived past the limit: the limit": (
+        running(1, whole("a"), started_at=T0 - 7000, predicted_s=4000),
+        T0 + 200,
+    ),
+}
+
+
+@pytest.mark.parametrize(("run", "want"), ENDS.values(), ids=ENDS.keys())
+def test_planned_end(run: object, want: float) -> None:
+    assert planned_end(run, T0) == want  # type: ignore[arg-type]
+
+
+def test_a_job_predicted_to_end_before_the_reserved_start_is_backfilled() -> None:
+    """Job 1 holds n0 for another hour; job 2 wants both nodes; job 3 asks 2 h but its
+    user's jobs run 20 minutes: it is backfilled on n1 (on its limit it would wait)."""
+    snap = snapshot(node("n0"), node("n1"), running=(running(1, whole("n0")),))
+    wide = gang(2, nodes=2, gpus_per_node=8, priority=10)
+    short = gang(3, gpus_per_node=8, time_limit_s=7200, predicted_s=1200)
+    plan = place(snap, [wide, short], now=T0)
+    assert plan == Plan(
+        starts=(
+            Start(
+                job_id=3,
+                grants=(whole("n1"),),
+                backfilled=True,
+                fit=Fit.NODE,
+                backfill=Backfill.BEFORE_RESERVED_START,
+                around=2,
+            ),
+        ),
+        waits=(Wait(job_id=2, reason=Waiting.RESOURCES, estimated_start=T0 + H),),
+    )
+    unpredicted = place(snap, [wide, gang(3, gpus_per_node=8, time_limit_s=7200)], now=T0)
+    assert not unpredicted.starts
+
+
+def test_a_running_job_predicted_to_end_early_brings_the_estimated_start_forward() -> None:
+    snap = snapshot(node("n0"), running=(running(1, whole("n0"), predicted_s=4000),))
+    plan = place(snap, [gang(2, gpus_per_node=8)], now=T0)
+    assert plan.waits == (Wait(job_id=2, reason=Waiting.RESOURCES, estimated_start=T0 - H + 4000),)
