@@ -47,7 +47,15 @@ TRANSIENT: tuple[type[BaseException], ...] = (*POSTGRES, *NATS, OSError, Timeout
 
 # asyncpg raises a bare InterfaceError both for a closed connection (an outage) and for
 # misuse (a bug); only the former is transient, and only its message tells them apart.
-_CLOSED_MARKERS = ("connection is closed", "connection was closed", "pool is clos")
+# "Released back to the pool" is what a connection in use says once its server died:
+# the pool detaches it when it sees the close (using one after its `async with` would
+# say the same, but that bug fails every time, in every test).
+_CLOSED_MARKERS = (
+    "connection is closed",
+    "connection was closed",
+    "pool is clos",
+    "released back to the pool",
+)
 
 # JetStream API answers that mean "not now": 503 no responders, 408 request timeout.
 _RETRY_API_CODES = frozenset({408, 503})

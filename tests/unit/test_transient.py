@@ -48,6 +48,12 @@ CASES: dict[str, tuple[BaseException, bool]] = {
         ),
         True,
     ),
+    "the pool detached a connection in use when its server died": (
+        asyncpg.InterfaceError(
+            "cannot call Connection.fetchval(): connection has been released back to the pool"
+        ),
+        True,
+    ),
     "the pool is closing at shutdown": (asyncpg.InterfaceError("pool is closing"), True),
     "lock_timeout expired": (
         asyncpg.LockNotAvailableError("canceling statement due to lock timeout"),
