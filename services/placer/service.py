@@ -28,11 +28,13 @@ from services.placer.core import (
     place_spares,
 )
 from services.placer.core.blockers import blockers
+from services.placer.core.predict import Predictor, learned, with_predictions
 from shared.db import Conn, inbox_first_time, outbox_add
 from shared.events import (
     AnyEvent,
     Grant,
     JobAllocated,
+    JobFinished,
     JobPreemptRequested,
     JobSparesAnswered,
     JobSparesRequested,
@@ -64,6 +66,7 @@ class Placer:
         self._wake = asyncio.Event()
         self._woken_at: float | None = None  # first wake-up not yet served by a cycle
         self._reasons: dict[int, Wait] = {}  # pending reasons as last written
+        self._predictor: Predictor | None = None  # rebuilt from job history after an end
 
     async def run(self, stop: asyncio.Event) -> None:
         await until_stopped(
@@ -81,6 +84,8 @@ class Placer:
         A request for spares is answered at once (the job is stopped, waiting)."""
         if isinstance(event, JobSparesRequested):
             await self.grant_spares(event)
+        if isinstance(event, JobFinished):
+            self._predictor = None  # one more outcome to learn
         self.wake()
 
     def wake(self) -> None:
@@ -166,7 +171,10 @@ class Placer:
                 snapshot = await _load_snapshot(conn)
                 pending = await _load_requests(conn, now)
                 kept = await repo.load_kept(conn)
-                plan = place_keeping(snapshot, [p.request for p in pending], now, kept, self.policy)
+                requests = [p.request for p in pending]
+                if self.policy.use_predictions:
+                    requests, snapshot = await self._predicted(conn, requests, snapshot)
+                plan = place_keeping(snapshot, requests, now, kept, self.policy)
                 attempts = {p.request.job_id: p.attempt for p in pending}
                 events = await _apply(conn, plan, attempts, epoch)
                 # Only what changed since this leader last wrote: 50,000 waiting jobs
@@ -197,6 +205,16 @@ class Placer:
             ),
         )
         return plan
+
+    async def _predicted(
+        self, conn: Conn, requests: list[JobRequest], snapshot: Snapshot
+    ) -> tuple[list[JobRequest], Snapshot]:
+        """Queue and running jobs with their predicted runtimes; the predictor is
+        relearned from the job history only after a job has finished."""
+        if self._predictor is None:
+            self._predictor = learned(await repo.load_outcomes(conn))
+        requests, running = with_predictions(self._predictor, requests, snapshot.running)
+        return requests, msgspec.structs.replace(snapshot, running=running)
 
 
 async def _load_snapshot(conn: Conn) -> Snapshot:

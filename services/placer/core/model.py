@@ -54,6 +54,7 @@ class Running(msgspec.Struct, frozen=True, kw_only=True):
     exclusive: bool = False  # holds its nodes whole, whatever GPUs it uses
     preempted_by: int | None = None  # already being preempted for this job (in its grace)
     predicted_s: int | None = None  # expected runtime (predict.py): plans, never kills
+    name: str = ""  # the job's name (what its runtime is predicted from)
 
 
 class JobRequest(msgspec.Struct, frozen=True, kw_only=True):

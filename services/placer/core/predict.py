@@ -18,9 +18,14 @@ Deterministic: the same outcomes learned in the same order give the same predict
 from __future__ import annotations
 
 from collections import deque
-from typing import NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple, TypeVar
+
+import msgspec
 
 from services.placer.core.model import JobRequest, Running
+
+_T = TypeVar("_T", JobRequest, Running)
 
 RECENT = 2  # finished jobs averaged per key (EASY++ uses the last two)
 FLOOR_S = 60  # no prediction below a minute: start-up alone takes that long
@@ -80,6 +85,33 @@ class Predictor:
 
     def for_job(self, job: JobRequest) -> Prediction | None:
         return self.predict(job.user, job.name, _gpus(job), job.time_limit_s)
+
+    def for_running(self, run: Running) -> Prediction | None:
+        gpus = sum(len(g.gpus) for g in run.grants)
+        return self.predict(run.user, run.name, gpus, run.time_limit_s)
+
+
+def learned(outcomes: Iterable[Outcome]) -> Predictor:
+    """A predictor that has learned `outcomes`, in order."""
+    p = Predictor()
+    for o in outcomes:
+        p.learn(o)
+    return p
+
+
+def with_predictions(
+    predictor: Predictor, pending: Sequence[JobRequest], running: Sequence[Running]
+) -> tuple[list[JobRequest], tuple[Running, ...]]:
+    """The queue and the running jobs, each with its predicted runtime (if any)."""
+    jobs = [_predicted(j, predictor.for_job(j)) for j in pending]
+    runs = tuple(_predicted(r, predictor.for_running(r)) for r in running)
+    return jobs, runs
+
+
+def _predicted(item: _T, got: Prediction | None) -> _T:
+    if got is None:
+        return item
+    return msgspec.structs.replace(item, predicted_s=got.seconds)
 
 
 def _said(key: Key) -> str:

@@ -5,6 +5,7 @@ a transaction, loads facts or writes what the core decided, and decides nothing.
 - `snapshot`: nodes, GPUs, running allocations, policy and priorities -> core types
 - `pending`: the queue, and the facts its blockers are decided on (`core/blockers.py`)
 - `allocations`: allocations and their release, pending reasons, preemptions, spares
+- `history`: finished jobs' runtimes, for runtime prediction (`core/predict.py`)
 
 The placer writes `placer_lease`, `allocations*`, `pending_reasons`, `placer_cycles` and
 `preemptions`; it reads the other services' tables to build its snapshot.
@@ -21,6 +22,7 @@ from services.placer.repo.allocations import (
     swap_nodes,
     write_waits,
 )
+from services.placer.repo.history import load_outcomes
 from services.placer.repo.lease import acquire_lease, lock_lease, renew_lease
 from services.placer.repo.pending import PendingJob, load_blocker_facts, load_pending
 from services.placer.repo.snapshot import (
@@ -42,6 +44,7 @@ __all__ = [
     "load_kept",
     "load_limits",
     "load_nodes",
+    "load_outcomes",
     "load_pending",
     "load_priorities",
     "load_reservations",

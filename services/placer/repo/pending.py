@@ -80,6 +80,7 @@ def _request(row: asyncpg.Record, spec: JobSpec) -> JobRequest:
         can_preempt=row["can_preempt"],
         grace_s=row["grace_s"],
         min_runtime_s=row["min_runtime_s"],
+        name=spec.name,
     )
 
 

@@ -124,6 +124,8 @@ async def load_running(conn: Conn) -> tuple[Running, ...]:
     rows = await conn.fetch(
         "SELECT a.alloc_id, a.job_id, a.created_at, j.user_name, j.account, j.partition, j.qos,"
         " j.time_limit_s, r.started_at, j.tier, j.preemptible, j.grace_s, j.min_runtime_s,"
+        " coalesce((j.spec->>'exclusive')::boolean, false) AS exclusive,"
+        " coalesce(j.spec->>'name', '') AS name,"
         " (SELECT p.for_job_id FROM preemptions p WHERE p.victim_alloc_id = a.alloc_id)"
         "   AS preempted_by,"
         " array_agg(n.node ORDER BY n.rank) AS nodes, array_agg(array_to_string(n.gpus, ',')"
@@ -147,6 +149,8 @@ async def load_running(conn: Conn) -> tuple[Running, ...]:
             grace_s=r["grace_s"],
             min_runtime_s=r["min_runtime_s"],
             preempted_by=r["preempted_by"],
+            exclusive=r["exclusive"],  # its nodes are held whole, not only its GPUs
+            name=r["name"],
             grants=tuple(
                 Grant(node=node, gpus=tuple(int(g) for g in gpus.split(",") if g))
                 for node, gpus in zip(r["nodes"], r["gpus"], strict=True)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from services.placer.core import Backfill, Fit, Plan, Start, Wait, Waiting, place
-from services.placer.core.predict import Outcome, Prediction, Predictor, planned_end
+from services.placer.core.predict import (
+    Outcome,
+    Prediction,
+    Predictor,
+    planned_end,
+    with_predictions,
+)
 from tests.unit.placer.helpers import T0, gang, node, running, snapshot, whole
 
 H = 3600.0
@@ -116,3 +122,14 @@ def test_a_running_job_predicted_to_end_early_brings_the_estimated_start_forward
     snap = snapshot(node("n0"), running=(running(1, whole("n0"), predicted_s=4000),))
     plan = place(snap, [gang(2, gpus_per_node=8)], now=T0)
     assert plan.waits == (Wait(job_id=2, reason=Waiting.RESOURCES, estimated_start=T0 - H + 4000),)
+
+
+def test_the_queue_and_the_running_jobs_get_their_predictions() -> None:
+    """What the placer's cycle does with the job history (services/placer/service.py)."""
+    predictor = learned(*ALICE_TRAIN)
+    queue = [gang(1, gpus_per_node=8, name="train", time_limit_s=86_400), gang(2, user="bob")]
+    runs = (running(3, whole("a"), user="alice", name="train", time_limit_s=86_400),)
+    jobs, now_running = with_predictions(predictor, queue, runs)
+    assert [j.predicted_s for j in jobs] == [2000, None]
+    assert [r.predicted_s for r in now_running] == [2000]
+    assert jobs[1] is queue[1]
