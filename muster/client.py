@@ -25,6 +25,7 @@ from nats.errors import NoRespondersError
 from shared.api import API_PREFIX, Envelope
 from shared.identity import KEYGEN_HINT, Signer
 from shared.identity_files import KeyFileError, load_signer
+from shared.settings import nats_servers
 
 T = TypeVar("T")
 NO_RESPONDERS_WAIT_S = 15.0
@@ -112,7 +113,7 @@ async def call(
     signer: Signer | None = None,
 ) -> T:
     payload = signed(verb, request, signer)
-    nc = await nats.connect(url, connect_timeout=5)
+    nc = await nats.connect(nats_servers(url), connect_timeout=5)
     try:
         msg = await _request(nc, API_PREFIX + verb, payload, timeout)
     finally:
@@ -144,7 +145,7 @@ async def _request(nc: Client, subject: str, payload: bytes, timeout: float) -> 
 async def agent(
     url: str, node: str, verb: str, body: msgspec.Struct, timeout: float = 10.0
 ) -> bytes:
-    nc = await nats.connect(url, connect_timeout=5)
+    nc = await nats.connect(nats_servers(url), connect_timeout=5)
     try:
         msg = await nc.request(
             f"muster.agent.{node}.{verb}", msgspec.json.encode(body), timeout=timeout

@@ -27,6 +27,7 @@ from opentelemetry import trace
 
 from shared.events import AnyEvent, Event, decode, encode, subject_of, tag_of
 from shared.logs import kv
+from shared.settings import nats_servers
 from shared.telemetry import extract_context, inject_headers
 from shared.transient import Backoff, is_transient
 
@@ -62,8 +63,16 @@ class PermanentError(Exception):
 class Bus:
     """A connection to NATS with JetStream, owned by one process."""
 
-    def __init__(self, nc: Client, *, max_deliver: int = 5, ack_wait_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        *,
+        max_deliver: int = 5,
+        ack_wait_s: float = 30.0,
+        stream_replicas: int = 1,
+    ) -> None:
         self.nc = nc
+        self.stream_replicas = stream_replicas
         self.js: JetStreamContext = nc.jetstream()
         self.max_deliver = max_deliver
         self.ack_wait_s = ack_wait_s
@@ -74,7 +83,13 @@ class Bus:
 
     @classmethod
     async def connect(
-        cls, url: str, *, name: str, max_deliver: int = 5, ack_wait_s: float = 30.0
+        cls,
+        url: str,
+        *,
+        name: str,
+        max_deliver: int = 5,
+        ack_wait_s: float = 30.0,
+        stream_replicas: int = 1,
     ) -> Bus:
         """Connect once (callers wait out a server that is not up, see
         `shared.runtime.until_ready`); afterwards nats.py reconnects for ever, and the
@@ -95,7 +110,7 @@ class Bus:
         # bound it, so the caller's retry loop can see `stop` between tries.
         nc = await asyncio.wait_for(
             nats.connect(
-                url,
+                nats_servers(url),
                 name=name,
                 connect_timeout=5,
                 allow_reconnect=True,
@@ -107,7 +122,9 @@ class Bus:
             ),
             timeout=FIRST_CONNECT_S,
         )
-        return cls(nc, max_deliver=max_deliver, ack_wait_s=ack_wait_s)
+        return cls(
+            nc, max_deliver=max_deliver, ack_wait_s=ack_wait_s, stream_replicas=stream_replicas
+        )
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -124,6 +141,7 @@ class Bus:
                 storage=api.StorageType.FILE,
                 duplicate_window=120.0,
                 max_age=7 * 24 * 3600.0,
+                num_replicas=self.stream_replicas,
             )
             try:
                 await self.js.add_stream(config)

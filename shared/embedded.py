@@ -237,3 +237,74 @@ def _read_from(path: Path, offset: int) -> bytes:
     with path.open("rb") as f:
         f.seek(offset)
         return f.read()
+
+
+@dataclass
+class NatsCluster:
+    """A JetStream cluster of nats-servers on the loopback, each with its own config
+    file, store folder and log; `url` names every server, comma-separated, so a client
+    that finds one gone connects to another."""
+
+    servers: list[Server]
+    configs: list[Path]
+
+    @property
+    def url(self) -> str:
+        return ",".join(s.url for s in self.servers)
+
+    def restart(self, index: int, timeout: float = 30.0) -> Server:
+        """Start member `index` again on its config (same name, ports and store), as
+        an operator would after a crash; it rejoins and catches up from its peers."""
+        old = self.servers[index]
+        old.kill()
+        proc, offset = _spawn_nats(self.configs[index], old.log_path)
+        _wait_for_line(proc, old.log_path, "metadata leader", "nats", timeout, offset)
+        self.servers[index] = Server(old.name, old.url, proc, old.log_path)
+        return self.servers[index]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for server in self.servers:
+            server.stop(timeout)
+
+
+def start_nats_cluster(state_dir: Path, size: int = 3, timeout: float = 30.0) -> NatsCluster:
+    """Start `size` nats-servers as one JetStream cluster on 127.0.0.1 (free ports,
+    distinct server names and store folders under `state_dir/nats-N`), routed to each
+    other. Every write is fsynced before it is acknowledged (`sync_interval: always`):
+    with the default lazy fsync a cluster that loses power together loses acknowledged
+    messages (Jepsen, NATS 2.12.1). Returns once each server is ready."""
+    client = [free_port() for _ in range(size)]
+    route = [free_port() for _ in range(size)]
+    routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in route)
+    configs = [state_dir / f"nats-{i}.conf" for i in range(size)]
+    for i, config in enumerate(configs):
+        store = state_dir / f"nats-{i}"
+        store.mkdir(parents=True, exist_ok=True)
+        config.write_text(
+            f'server_name: "muster-{i}"\nhost: "127.0.0.1"\nport: {client[i]}\n'
+            f'jetstream {{ store_dir: "{store}", sync_interval: always }}\n'
+            f'cluster {{ name: "muster", host: "127.0.0.1", port: {route[i]},'
+            f" routes: [{routes}] }}\n"
+        )
+    # All started before any is waited for: a member is ready only once it has met
+    # its peers, and JetStream needs a quorum of them to elect a meta leader.
+    logs = [state_dir / f"nats-{i}.log" for i in range(size)]
+    spawned = [_spawn_nats(config, log) for config, log in zip(configs, logs, strict=True)]
+    servers = []
+    for i, (proc, offset) in enumerate(spawned):
+        _wait_for_line(proc, logs[i], "Server is ready", "nats", timeout, offset)
+        servers.append(Server(f"nats-{i}", f"nats://127.0.0.1:{client[i]}", proc, logs[i]))
+    # A stream cannot be created before the members have elected their meta leader.
+    proc, offset = spawned[0]
+    _wait_for_line(proc, logs[0], "new metadata leader", "nats", timeout, offset)
+    return NatsCluster(servers, configs)
+
+
+def _spawn_nats(config: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """Start one cluster member; returns it and where its new log lines begin."""
+    offset = _size(log_path)
+    argv = [nats_binary(), "-c", str(config), "-l", str(log_path)]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    return proc, offset

@@ -77,6 +77,7 @@ async def service_context(
             name=f"{settings.service_name}-{settings.instance}",
             max_deliver=settings.max_deliver,
             ack_wait_s=settings.ack_wait_s,
+            stream_replicas=settings.stream_replicas,
         ),
         stop,
     )

@@ -23,7 +23,10 @@ class SettingsError(ValueError):
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
-    nats_url: str = "nats://127.0.0.1:4222"
+    nats_url: str = "nats://127.0.0.1:4222"  # several servers: comma-separated URLs
+    # Copies of each stream kept by a NATS cluster: 3 on a three-server cluster, so one
+    # server lost loses nothing; 1 on a single server.
+    stream_replicas: int = 1
     database_url: str = "postgresql://postgres@127.0.0.1:5432/muster"
     state_dir: str = ".muster"
     service_name: str = "muster"
@@ -102,6 +105,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 str(value).lower() if isinstance(value, bool) else str(value)
             )
         return out
+
+
+def nats_servers(url: str) -> list[str]:
+    """The servers a NATS URL setting names: one URL, or several comma-separated (a
+    cluster: a client connects to any of them and fails over to the others)."""
+    return [u.strip() for u in url.split(",") if u.strip()]
 
 
 def _coerce(key: str, raw: str, default: object) -> object:
