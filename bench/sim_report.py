@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/sim_report.py [--quick] [--only philly|kalos|openb]
 
-Each experiment replays one trace on one cluster under fifo, easy and muster; figures
+Each experiment replays one trace on one cluster under fifo, easy, slurm and muster, with
+realistic (drawn) time limits (sim/limits.py); figures
 are printed as a markdown table, then ONE JSON line with every result.
 """
 

@@ -31,6 +31,7 @@ from services.placer.core import (
 )
 from services.placer.core.predict import Outcome, Predictor
 from shared.states import NodeState
+from sim.baselines import SLURM, slurm_priority
 from sim.limits import REALISTIC, LimitModel, limit_of
 from sim.metrics import Ledger, SimResult
 from sim.workload import TraceJob
@@ -44,6 +45,7 @@ POLICIES: dict[str, PolicyConfig] = {
     "easy": PolicyConfig(
         backfill=True, reservation_depth=1, preemption=False, use_predictions=False
     ),
+    "slurm": SLURM,  # with slurm_priority (sim/baselines.py) unless told another
     "muster": PolicyConfig(),  # the real placer's default: predictions included
 }
 
@@ -247,7 +249,8 @@ def run(
     queue_depth: int = 100,
     limits: LimitModel = REALISTIC,
 ) -> SimResult:
-    """Replay `workload` on `cluster` under a policy (fifo, easy, muster or a PolicyConfig).
+    """Replay `workload` on `cluster` under a policy (fifo, easy, slurm, muster or a
+    PolicyConfig).
 
     priority_fn(job, now, gpu_seconds_by_account) -> priority, if given, re-ranks the queue
     at every pass (a fair-share hook). mtbf_s turns on node failures, drawn from `rng`
@@ -257,6 +260,8 @@ def run(
     """
     config = POLICIES[policy] if isinstance(policy, str) else policy
     name = policy if isinstance(policy, str) else "custom"
+    if name == "slurm" and priority_fn is None:
+        priority_fn = slurm_priority
     sim = Simulation(
         workload,
         cluster,

@@ -12,6 +12,7 @@ import pytest
 from services.placer.core import JobRequest
 from shared.states import NodeState
 from sim import TraceJob, load, load_topology, make_cluster, run
+from sim.baselines import slurm_priority
 from sim.cli import main
 from sim.traces import traces_root
 
@@ -238,3 +239,21 @@ def test_the_shipped_fat_tree_and_a_plot(tmp_path: Path) -> None:
     path.write_text(TRACES["csv"][0])
     assert main([str(path), "--topology", str(example), "--plot", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out/policies.png").exists()
+
+
+def test_slurm_ranks_a_light_account_ahead_and_old_jobs_climb() -> None:
+    """The slurm baseline's multifactor priority (sim/baselines.py)."""
+    fresh = JobRequest(job_id=1, user="u", account="light", submitted_at=1000.0)
+    heavy = msgspec.structs.replace(fresh, job_id=2, account="heavy")
+    usage = {"heavy": 900.0, "light": 100.0}
+    assert slurm_priority(fresh, 1000.0, usage) > slurm_priority(heavy, 1000.0, usage)
+    week = 7 * 86_400.0
+    assert slurm_priority(heavy, 1000.0 + week, usage) - slurm_priority(
+        heavy, 1000.0, usage
+    ) == pytest.approx(1000.0)
+    assert slurm_priority(fresh, 1000.0, {}) == pytest.approx(11_000.0 - 1000.0)
+
+
+def test_slurm_backfills_the_classic_gap_on_user_limits() -> None:
+    result = run(CLASSIC, make_cluster(nodes=4, nodes_per_leaf=4), "slurm")
+    assert result.queue_delay_mean_s == pytest.approx((0 + 999 + 0) / 3)
