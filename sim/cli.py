@@ -125,6 +125,8 @@ ROWS = [
     ("GPU utilization", "gpu_utilization"),
     ("multi-node in one leaf", "multi_node_in_one_leaf"),
     ("longest wait >=64 GPUs (s)", "longest_wait_64gpu_s"),
+    ("start estimate error med (s)", "estimate_error_median_s"),
+    ("start estimate error p90 (s)", "estimate_error_p90_s"),
     ("preemptions", "preemptions"),
     ("never started", "never_started"),
     ("place() calls", "passes"),

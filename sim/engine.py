@@ -189,6 +189,9 @@ class Simulation:
             self.special -= sum(self._special(j) for j in started)
         for s in plan.starts:
             self.start(t, s.job_id, s.grants)
+        for w in plan.waits:
+            if w.estimated_start is not None:
+                self.ledger.estimated(w.job_id, w.estimated_start)
         for p in plan.preemptions:
             victim = self.running.get(p.victim_job_id)
             if victim is not None and victim.preempted_by is None:

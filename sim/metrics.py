@@ -34,6 +34,12 @@ class SimResult(msgspec.Struct, frozen=True, kw_only=True):
     production_delay_mean_s: float | None = None  # the traced cluster's own, where known
     production_delay_median_s: float | None = None
     production_delay_p99_s: float | None = None
+    # each job's first estimated start (a booking's) against its real first start
+    estimated_jobs: int = 0  # jobs that got an estimate while waiting, and then started
+    estimate_error_median_s: float | None = None  # |real - first estimate|
+    estimate_error_p90_s: float | None = None
+    estimate_late_share: float | None = None  # share that started after their estimate
+    waits_64gpu_s: dict[int, float] = {}  # job id: queueing delay, jobs of >= 64 GPUs
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -49,6 +55,7 @@ class Ledger:
     def __init__(self, cluster: tuple[Node, ...]) -> None:
         self.gpus = sum(sum(g.healthy for g in n.gpus) for n in cluster)
         self.first_start: dict[int, float] = {}
+        self.first_estimate: dict[int, float] = {}
         self.finished_at: dict[int, float] = {}
         self.by_account: dict[str, float] = {}
         self.multi = 0
@@ -65,6 +72,11 @@ class Ledger:
             self.multi += 1
             leaves = {nodes[g.node].topology[-1:] for g in run.grants}
             self.multi_one_leaf += len(leaves) == 1
+
+    def estimated(self, job_id: int, at: float) -> None:
+        """A waiting job's estimated start; only the first one given counts."""
+        if job_id not in self.first_start:
+            self.first_estimate.setdefault(job_id, at)
 
     def ended(self, job_id: int, run: Running, t: float, gpus: int, *, requeued: bool) -> None:
         used = gpus * (t - run.started_at)
@@ -88,9 +100,17 @@ class Ledger:
     ) -> SimResult:
         delays = [self.first_start[j] - jobs[j].submit_s for j in self.first_start]
         jcts = [self.finished_at[j] - jobs[j].submit_s for j in self.finished_at]
-        big = [
-            self.first_start[j] - jobs[j].submit_s for j in self.first_start if jobs[j].gpus >= 64
+        big = {
+            j: self.first_start[j] - jobs[j].submit_s
+            for j in self.first_start
+            if jobs[j].gpus >= 64
+        }
+        signed = [
+            self.first_start[j] - at
+            for j, at in self.first_estimate.items()
+            if j in self.first_start
         ]
+        errors = [abs(e) for e in signed]
         first = min((j.submit_s for j in jobs.values()), default=0.0)
         span = max(self.last - first, 1.0)
         prod = [j.production_delay_s for j in jobs.values() if j.production_delay_s is not None]
@@ -110,7 +130,7 @@ class Ledger:
             multi_node_in_one_leaf=self.multi_one_leaf / self.multi
             if self.multi and self.topology
             else None,
-            longest_wait_64gpu_s=max(big) if big else None,
+            longest_wait_64gpu_s=max(big.values()) if big else None,
             preemptions=self.preemptions,
             failures=self.failures,
             requeues=self.requeues,
@@ -121,4 +141,9 @@ class Ledger:
             production_delay_mean_s=statistics.fmean(prod) if prod else None,
             production_delay_median_s=statistics.median(prod) if prod else None,
             production_delay_p99_s=_pct(prod, 0.99) if prod else None,
+            estimated_jobs=len(errors),
+            estimate_error_median_s=statistics.median(errors) if errors else None,
+            estimate_error_p90_s=_pct(errors, 0.90) if errors else None,
+            estimate_late_share=sum(e > 0 for e in signed) / len(signed) if signed else None,
+            waits_64gpu_s=big,
         )

@@ -257,3 +257,13 @@ def test_slurm_ranks_a_light_account_ahead_and_old_jobs_climb() -> None:
 def test_slurm_backfills_the_classic_gap_on_user_limits() -> None:
     result = run(CLASSIC, make_cluster(nodes=4, nodes_per_leaf=4), "slurm")
     assert result.queue_delay_mean_s == pytest.approx((0 + 999 + 0) / 3)
+
+
+def test_each_jobs_first_estimated_start_is_compared_with_its_real_start() -> None:
+    exact = run(CLASSIC, make_cluster(nodes=4, nodes_per_leaf=4), "easy")
+    assert (exact.estimated_jobs, exact.estimate_error_median_s) == (1, 0.0)
+    # job 1 asks twice what it runs: job 2's booking says 2,000 s, it starts at 1,000 s
+    padded = [msgspec.structs.replace(CLASSIC[0], time_limit_s=2000), *CLASSIC[1:]]
+    early = run(padded, make_cluster(nodes=4, nodes_per_leaf=4), "easy")
+    assert (early.estimated_jobs, early.estimate_error_median_s) == (1, 1000.0)
+    assert early.estimate_late_share == 0.0
