@@ -1,0 +1,220 @@
+"""Shell of the chaos checker: what PostgreSQL and the dead-letter stream hold once a
+run is over, judged by the invariants of the design brief (rules in checker.py).
+
+Every function takes a connection and returns violations; none raises for a broken
+invariant, so one run reports every violation it found, not only the first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+
+import asyncpg
+import nats
+from nats.js.errors import NotFoundError
+
+from shared.bus import DLQ_STREAM
+from shared.events import JobFinished, JobRequeued, decode
+from shared.states import TERMINAL
+from tests.chaos.checker import (
+    Invariant,
+    NodeSample,
+    Violation,
+    excluded_placements,
+)
+
+# Each GPU's holding from the moment its node joined the allocation to the release. A
+# node dropped earlier (a shrink, a lost node swapped for a spare) was freed at a moment
+# no row records, so only nodes of an attempt's last generation (or of an attempt that
+# never started) are judged here; the sampler checks the live rows as the run goes.
+OVERLAPS = """
+WITH held AS (
+  SELECT g.node, g.gpu, g.alloc_id,
+         tstzrange(n.added_at, coalesce(a.released_at, 'infinity')) AS span
+  FROM allocation_gpus g
+  JOIN allocation_nodes n USING (alloc_id, node)
+  JOIN allocations a USING (alloc_id)
+  LEFT JOIN LATERAL (
+    SELECT t.nodes FROM attempts t
+    WHERE t.job_id = a.job_id AND t.attempt = a.attempt ORDER BY t.seq DESC LIMIT 1
+  ) last ON true
+  WHERE last.nodes IS NULL OR g.node = ANY(last.nodes)
+)
+SELECT x.node, x.gpu, x.alloc_id AS one, y.alloc_id AS other
+FROM held x JOIN held y ON x.node = y.node AND x.gpu = y.gpu AND x.alloc_id < y.alloc_id
+WHERE x.span && y.span
+"""
+# A deposed placer's allocation would be one of an older epoch made after a newer one's.
+EPOCHS_OUT_OF_ORDER = """
+SELECT old.alloc_id AS old, new.alloc_id AS new, old.epoch AS old_epoch, new.epoch AS new_epoch
+FROM allocations old JOIN allocations new
+  ON old.epoch < new.epoch AND old.created_at > new.created_at
+"""
+ATTEMPT_NODES = """
+SELECT t.job_id, t.attempt, t.seq, t.nodes,
+       coalesce(array_agg(n.node) FILTER (WHERE n.node IS NOT NULL), '{}') AS allocated
+FROM attempts t
+LEFT JOIN allocations a ON a.job_id = t.job_id AND a.attempt = t.attempt
+LEFT JOIN allocation_nodes n ON n.alloc_id = a.alloc_id
+GROUP BY t.job_id, t.attempt, t.seq, t.nodes
+"""
+CHARGES = "SELECT job_id, attempt, charged FROM usage_charges"
+ENDINGS = (
+    "SELECT payload FROM outbox WHERE subject IN ('muster.job.finished', 'muster.job.requeued')"
+)
+
+
+async def gpus_held_once(db: asyncpg.Connection) -> list[Violation]:
+    return [
+        Violation(
+            Invariant.GPU_ONCE,
+            f"GPU {r['gpu']} of {r['node']} held by allocations {r['one']} and {r['other']}",
+        )
+        for r in await db.fetch(OVERLAPS)
+    ]
+
+
+async def jobs_kept(
+    db: asyncpg.Connection, accepted: Iterable[int]
+) -> tuple[list[Violation], dict[str, int]]:
+    """Invariant 2: every job admission accepted is in the database and ended in exactly
+    one terminal state (one job.finished), or waits with a reason. Also returns how many
+    jobs ended in each state."""
+    found = []
+    known = {r["job_id"] for r in await db.fetch("SELECT job_id FROM jobs")}
+    found += [
+        Violation(Invariant.NO_JOB_LOST, f"job {j} was accepted but is not in the database")
+        for j in sorted(set(accepted) - known)
+    ]
+    runs = {r["job_id"]: r for r in await db.fetch("SELECT job_id, state, reason FROM job_runs")}
+    reasons: dict[int, str] = {
+        r["job_id"]: r["reason"]
+        for r in await db.fetch("SELECT job_id, reason FROM pending_reasons")
+    }
+    finished = await _finished_events(db)
+    states: Counter[str] = Counter()
+    for job_id in sorted(known):
+        run = runs.get(job_id)
+        state = run["state"] if run else "PENDING"
+        states[state] += 1
+        why = (run["reason"] if run else "") or reasons.get(job_id, "")
+        if state not in TERMINAL and not why:
+            found.append(Violation(Invariant.NO_JOB_LOST, f"job {job_id} is {state}, no reason"))
+        want = 1 if state in TERMINAL else 0
+        if finished[job_id] != want:
+            found.append(
+                Violation(
+                    Invariant.NO_JOB_LOST,
+                    f"job {job_id} is {state} with {finished[job_id]} job.finished events",
+                )
+            )
+    return found, dict(states)
+
+
+async def _finished_events(db: asyncpg.Connection) -> Counter[int]:
+    rows = await db.fetch("SELECT payload FROM outbox WHERE subject = 'muster.job.finished'")
+    count: Counter[int] = Counter()
+    for r in rows:
+        event = decode(bytes(r["payload"]))
+        if isinstance(event, JobFinished):
+            count[event.job_id] += 1
+    return count
+
+
+async def gangs_whole(db: asyncpg.Connection) -> list[Violation]:
+    """Invariant 3 in the database: every generation started only on allocated nodes."""
+    return [
+        Violation(
+            Invariant.GANG,
+            f"job {r['job_id']} attempt {r['attempt']} generation {r['seq']} ran on"
+            f" {sorted(set(r['nodes']) - set(r['allocated']))}, not allocated",
+        )
+        for r in await db.fetch(ATTEMPT_NODES)
+        if not set(r["nodes"]) <= set(r["allocated"])
+    ]
+
+
+async def excluded_nodes_unused(
+    db: asyncpg.Connection, samples: Mapping[str, Sequence[NodeSample]]
+) -> list[Violation]:
+    rows = await db.fetch(
+        "SELECT alloc_id, node, extract(epoch FROM added_at)::float8 AS t FROM allocation_nodes"
+    )
+    return excluded_placements(samples, [(r["alloc_id"], r["node"], r["t"]) for r in rows])
+
+
+async def one_placer(db: asyncpg.Connection) -> list[Violation]:
+    return [
+        Violation(
+            Invariant.ONE_PLACER,
+            f"allocation {r['old']} of epoch {r['old_epoch']} made after allocation"
+            f" {r['new']} of epoch {r['new_epoch']}",
+        )
+        for r in await db.fetch(EPOCHS_OUT_OF_ORDER)
+    ]
+
+
+async def usage_once(db: asyncpg.Connection) -> list[Violation]:
+    """Invariant 6: what fairshare charged each attempt equals the GPU-seconds the
+    launcher said it used when it ended it (job.requeued or job.finished), and the
+    usage totals equal the charges."""
+    used: dict[tuple[int, int], float] = {}
+    for r in await db.fetch(ENDINGS):
+        event = decode(bytes(r["payload"]))
+        if isinstance(event, JobFinished | JobRequeued):
+            used[(event.job_id, event.attempt)] = event.gpu_seconds
+    charged = {(r["job_id"], r["attempt"]): r["charged"] for r in await db.fetch(CHARGES)}
+    found = [
+        Violation(
+            Invariant.USAGE_ONCE,
+            f"job {job} attempt {attempt} used {used.get((job, attempt), 0.0):.3f} GPU-s,"
+            f" charged {charged.get((job, attempt), 0.0):.3f}",
+        )
+        for job, attempt in sorted(set(used) | set(charged))
+        if not _same(used.get((job, attempt), 0.0), charged.get((job, attempt), 0.0))
+    ]
+    total = await db.fetchval("SELECT coalesce(sum(gpu_seconds), 0) FROM usage")
+    if not _same(total, sum(charged.values())):
+        found.append(
+            Violation(
+                Invariant.USAGE_ONCE,
+                f"usage holds {total:.3f} GPU-s, the charges {sum(charged.values()):.3f}",
+            )
+        )
+    return found
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)
+
+
+async def dead_letters(nats_url: str, poison: bytes) -> tuple[list[Violation], int]:
+    """Invariant 9: the dead-letter stream holds the poison the test sent and nothing
+    else. Returns the violations and how many copies of the poison it holds (one per
+    consumer of its subject)."""
+    nc = await nats.connect(nats_url, connect_timeout=5)
+    try:
+        js = nc.jetstream()
+        info = await js.stream_info(DLQ_STREAM)
+        found, copies = [], 0
+        for seq in range(info.state.first_seq, info.state.last_seq + 1):
+            try:
+                msg = await js.get_msg(DLQ_STREAM, seq)
+            except NotFoundError:
+                continue
+            if msg.data == poison:
+                copies += 1
+            else:
+                found.append(
+                    Violation(
+                        Invariant.DEAD_LETTERS,
+                        f"{msg.subject} dead-lettered {(msg.data or b'')[:160]!r}",
+                    )
+                )
+        if copies == 0:
+            found.append(Violation(Invariant.DEAD_LETTERS, "the poison was not dead-lettered"))
+        return found, copies
+    finally:
+        await nc.close()

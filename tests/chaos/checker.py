@@ -1,0 +1,173 @@
+"""Pure core of the chaos checker: facts in, violations of the design brief's invariants
+out, each naming its invariant and what broke it.
+
+Two kinds of facts: what the machine showed at one moment (`WorkerProc`s from /proc,
+with the runs and allocations the database held then), judged by `Watch.observe` as the
+run goes, and what the database holds at the end, judged by tests/chaos/audit.py with
+the row-level rules here. No I/O and no clock: every time is passed in.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from shared.states import LIVE_RUN, TERMINAL
+from tests.chaos.machine import WorkerProc
+
+# A worker of an ended attempt may take this long to go: the launcher's stop (SIGTERM,
+# then SIGKILL after MUSTER_KILL_WAIT_S), or for a node cut off, its agent's fence
+# (MUSTER_FENCE_S) and the same grace. "A few seconds later", with room for a loaded
+# two-core machine.
+STALE_GRACE_S = 12.0
+# Node states that take no new work.
+EXCLUDED = frozenset({"SUSPECT", "CLEANING", "DRAINING", "DRAINED", "DOWN", "FAILED"})
+
+
+class Invariant(StrEnum):
+    GPU_ONCE = "1"
+    NO_JOB_LOST = "2"
+    GANG = "3"
+    EXCLUDED_NODE = "4"
+    ONE_PLACER = "5"
+    USAGE_ONCE = "6"
+    ONE_LIVE_ATTEMPT = "7"
+    ONE_OWNER = "8"
+    DEAD_LETTERS = "9"
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: Invariant
+    detail: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """A job_runs row, as far as the checker needs it."""
+
+    state: str
+    attempt: int
+    generation: int
+
+
+def gpu_conflicts(procs: Sequence[WorkerProc]) -> list[Violation]:
+    """Invariant 1 on the machine: two live workers of different generations on one GPU."""
+    holders: dict[tuple[str, int], set[tuple[int, int, int]]] = defaultdict(set)
+    for p in procs:
+        for gpu in p.gpus:
+            holders[(p.node, gpu)].add(p.run)
+    return [
+        Violation(Invariant.GPU_ONCE, f"GPU {gpu} of {node} used by workers of {sorted(runs)}")
+        for (node, gpu), runs in sorted(holders.items())
+        if len(runs) > 1
+    ]
+
+
+def outside_allocation(
+    procs: Sequence[WorkerProc], allocated: Mapping[tuple[int, int], frozenset[str]]
+) -> list[Violation]:
+    """Invariant 3 on the machine: a worker runs only on a node of its attempt's allocation."""
+    seen = sorted({(p.job_id, p.attempt, p.node) for p in procs})
+    return [
+        Violation(Invariant.GANG, f"job {j} attempt {a} has a worker on {n}, not allocated")
+        for j, a, n in seen
+        if n not in allocated.get((j, a), frozenset())
+    ]
+
+
+def is_stale(proc: WorkerProc, runs: Mapping[int, Run]) -> bool:
+    """A worker of no live generation: its run ended, or moved to another attempt or
+    generation."""
+    run = runs.get(proc.job_id)
+    return (
+        run is None
+        or run.state not in LIVE_RUN
+        or (run.attempt, run.generation) != (proc.attempt, proc.generation)
+    )
+
+
+@dataclass
+class Watch:
+    """What the run looked like so far: when each stale worker was first seen stale, and
+    each job's last state, so a worker that outlives its attempt and a job that leaves
+    a terminal state are caught as they happen."""
+
+    stale_since: dict[tuple[int, int], float] = field(default_factory=dict)
+    reported: set[tuple[int, int]] = field(default_factory=set)
+    last_state: dict[int, str] = field(default_factory=dict)
+
+    def observe(
+        self,
+        t: float,
+        procs: Sequence[WorkerProc],
+        runs: Mapping[int, Run],
+        allocated: Mapping[tuple[int, int], frozenset[str]],
+    ) -> list[Violation]:
+        found = gpu_conflicts(procs) + outside_allocation(procs, allocated)
+        found += self._terminal_left(runs)
+        stale = {(p.pid, p.start): p for p in procs if is_stale(p, runs)}
+        self.stale_since = {k: self.stale_since.get(k, t) for k in stale}
+        for key, since in self.stale_since.items():
+            if t - since > STALE_GRACE_S and key not in self.reported:
+                self.reported.add(key)
+                p = stale[key]
+                run = runs.get(p.job_id)
+                found.append(
+                    Violation(
+                        Invariant.ONE_LIVE_ATTEMPT,
+                        f"pid {p.pid} of job {p.job_id} attempt {p.attempt} generation"
+                        f" {p.generation} on {p.node} alive {t - since:.1f} s after its"
+                        f" run became {run}",
+                    )
+                )
+        return found
+
+    def _terminal_left(self, runs: Mapping[int, Run]) -> list[Violation]:
+        found = []
+        for job_id, run in runs.items():
+            before = self.last_state.get(job_id)
+            if before in TERMINAL and run.state != before:
+                found.append(
+                    Violation(Invariant.NO_JOB_LOST, f"job {job_id} left {before} for {run.state}")
+                )
+            self.last_state[job_id] = run.state
+        return found
+
+
+@dataclass(frozen=True)
+class NodeSample:
+    t: float  # the database's clock, epoch seconds
+    state: str
+
+
+def excluded_placements(
+    samples: Mapping[str, Sequence[NodeSample]],
+    placements: Iterable[tuple[int, str, float]],
+) -> list[Violation]:
+    """Invariant 4: an allocation (alloc_id, node, added_at) made on a node between two
+    consecutive samples that both saw it excluded."""
+    found = []
+    for alloc_id, node, added in placements:
+        seq = samples.get(node, ())
+        for a, b in itertools.pairwise(seq):
+            if a.state in EXCLUDED and b.state in EXCLUDED and a.t < added < b.t:
+                found.append(
+                    Violation(
+                        Invariant.EXCLUDED_NODE,
+                        f"allocation {alloc_id} placed on {node} while it was {a.state}",
+                    )
+                )
+                break
+    return found
+
+
+def tally(violations: Iterable[Violation]) -> dict[str, int]:
+    """How many violations of each invariant, every invariant named (0 where none)."""
+    out = dict.fromkeys((i.value for i in Invariant), 0)
+    for v in violations:
+        out[v.invariant.value] += 1
+    return out

@@ -1,0 +1,293 @@
+"""Shell: one seeded chaos run, start to verdict.
+
+`run_chaos(settings, folder)` brings up a bed of its own (a PostgreSQL and a NATS server
+it may kill, every service, one node agent per node, each agent in its own network
+namespace where the machine allows, so a node can be partitioned), sends one poison
+message, runs the mixed workload while it carries out the seeded fault schedule, lets
+every accepted job finish, and returns a `Report`: what it did, and every violation of
+invariants 1-9 it found on the machine (sampled through the run) and in the database
+and the dead-letter stream (at the end). Replay a run with its seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+
+from muster.cluster import SERVICES, Cluster
+from shared import embedded
+from shared.db import migrate
+from shared.states import TERMINAL
+from tests.chaos import audit
+from tests.chaos.checker import Violation, tally
+from tests.chaos.faults import FaultRecord, carry_out, resume
+from tests.chaos.machine import workers
+from tests.chaos.sampler import Sampler
+from tests.chaos.schedule import ALL_KINDS, Fault, Kind, Targets, counts, schedule
+from tests.chaos.workload import CONFIG, POISON, Workload, send_poison
+from tests.support import netns
+from tests.support.cluster import make_cluster, nodes, nodes_up
+
+GPUS_PER_NODE = 2
+
+
+@dataclass(frozen=True)
+class ChaosSettings:
+    seed: int
+    n_faults: int
+    duration_s: float
+    kinds: tuple[Kind, ...] = ALL_KINDS
+    nodes: int = 3
+    drain_s: float = 120.0
+
+
+@dataclass
+class ChaosBed:
+    """The servers, the cluster and (where it can be made) the network test bed."""
+
+    folder: Path
+    pg: embedded.Server
+    pg_port: int
+    database_url: str
+    nats_servers: dict[str, embedded.Server]
+    nats_host: str
+    cluster: Cluster
+    net: netns.TestBed | None
+
+    @property
+    def url(self) -> str:
+        return self.cluster.nats_url
+
+    def restart_postgres(self) -> None:
+        self.pg = embedded.start_postgres(self.folder / "pg", self.pg_port)
+
+    def restart_nats(self, key: str) -> None:
+        port = int(self.nats_servers[key].url.rsplit(":", 1)[1])
+        self.nats_servers[key] = embedded.start_nats(self.folder / key, port, host=self.nats_host)
+
+    def partition(self, node: str) -> None:
+        assert self.net is not None, "no network test bed: partitions are not scheduled"
+        self.net.partition(node)
+
+    def heal(self, node: str) -> None:
+        assert self.net is not None
+        self.net.heal(node)
+
+    def targets(self) -> Targets:
+        return Targets(
+            services=tuple(k for k in self.cluster.pids if k.split("-")[0] in SERVICES),
+            nodes=tuple(self.cluster.nodes),
+            nats_servers=tuple(self.nats_servers),
+            gpus_per_node=GPUS_PER_NODE,
+        )
+
+
+@contextlib.asynccontextmanager
+async def chaos_bed(folder: Path, n_nodes: int, want_net: bool) -> AsyncIterator[ChaosBed]:
+    defs = nodes(n_nodes, gpus=GPUS_PER_NODE)
+    net = netns.TestBed() if want_net and not netns.available() else None
+    servers: list[embedded.Server] = []
+    cluster: Cluster | None = None
+    try:
+        hosts = await asyncio.to_thread(net.create, [d.name for d in defs]) if net else {}
+        host = net.control_address if net else "127.0.0.1"
+        pg = await asyncio.to_thread(embedded.start_postgres, folder / "pg")
+        servers.append(pg)
+        db_url = await asyncio.to_thread(embedded.create_database, pg.url, "muster")
+        conn = await asyncpg.connect(db_url)
+        await migrate(conn)
+        bus = await asyncio.to_thread(embedded.start_nats, folder / "server-nats", host=host)
+        servers.append(bus)
+        cluster = make_cluster(folder / "state", bus.url, db_url)
+        config = folder / "cluster.toml"
+        config.write_text(CONFIG)
+        os.environ["MUSTER_CLUSTER_CONFIG"] = str(config)
+        cluster.start_services()
+        for d in defs:
+            h = hosts.get(d.name)
+            if h is None:
+                cluster.start_node(d)
+            else:
+                cluster.start_node(d, prefix=h.exec_prefix(), MUSTER_NODE_ADDRESS=h.address)
+        await nodes_up(conn, n_nodes, timeout=60)
+        await conn.close()
+        port = int(pg.url.rsplit(":", 1)[1])
+        bed = ChaosBed(folder, pg, port, db_url, {"server-nats": bus}, host, cluster, net)
+        yield bed
+        servers = [bed.pg, *bed.nats_servers.values()]
+    finally:
+        await _tear_down(cluster, servers, net)
+
+
+async def _tear_down(
+    cluster: Cluster | None, servers: list[embedded.Server], net: netns.TestBed | None
+) -> None:
+    if cluster is not None:
+        await asyncio.to_thread(cluster.stop_all, 10)
+    for server in servers:
+        await asyncio.to_thread(server.stop)
+    if net is not None:
+        await asyncio.to_thread(net.destroy)
+
+
+@dataclass
+class Report:
+    seed: int
+    faults: list[FaultRecord] = field(default_factory=list)
+    jobs_submitted: int = 0
+    job_states: dict[str, int] = field(default_factory=dict)
+    violations: list[Violation] = field(default_factory=list)
+    orphans: int = 0
+    services_exited: list[str] = field(default_factory=list)
+    poison_copies: int = 0
+    refused: int = 0
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "seed": self.seed,
+            "faults_injected": counts([r.fault for r in self.faults]),
+            "jobs_submitted": self.jobs_submitted,
+            "jobs_completed": self.job_states.get("COMPLETED", 0),
+            "job_states": self.job_states,
+            "violations": tally(self.violations),
+            "orphans": self.orphans,
+            "services_exited": self.services_exited,
+            "poison_copies": self.poison_copies,
+            "submits_refused": self.refused,
+            "failover_s": failover(self.faults),
+        }
+
+    def verdict(self) -> str:
+        """Empty when the run kept every invariant; else what broke, and how to replay."""
+        broken = [f"invariant {v.invariant.value}: {v.detail}" for v in self.violations]
+        broken += [f"{key} exited during the run" for key in self.services_exited]
+        broken += [f"{self.orphans} worker processes outlived the run"] if self.orphans else []
+        if not broken:
+            return ""
+        replay = f"MUSTER_CHAOS_SEED={self.seed} pytest tests/chaos"
+        head = f"chaos seed {self.seed} failed; replay: {replay}"
+        return "\n".join([head, *broken[:40]])
+
+
+def failover(records: list[FaultRecord]) -> dict[str, dict[str, float]]:
+    """p50/p99 seconds per kind from a fault to the first progress after its undo."""
+    by_kind: dict[str, list[float]] = {}
+    for r in records:
+        if r.recovered_s is not None:
+            by_kind.setdefault(r.fault.kind.value, []).append(r.recovered_s)
+    return {kind: _percentiles(xs) for kind, xs in sorted(by_kind.items())}
+
+
+def _percentiles(xs: list[float]) -> dict[str, float]:
+    if len(xs) == 1:
+        return {"n": 1, "p50": round(xs[0], 3), "p99": round(xs[0], 3)}
+    cuts = statistics.quantiles(xs, n=100, method="inclusive")
+    return {"n": len(xs), "p50": round(cuts[49], 3), "p99": round(cuts[98], 3)}
+
+
+async def run_chaos(settings: ChaosSettings) -> Report:
+    folder = Path(tempfile.mkdtemp(prefix=f"muster-chaos-{settings.seed}-"))
+    workdir = folder / "work"
+    workdir.mkdir()
+    async with chaos_bed(folder, settings.nodes, Kind.PARTITION in settings.kinds) as bed:
+        kinds = tuple(k for k in settings.kinds if k is not Kind.PARTITION or bed.net)
+        plan = schedule(settings.seed, kinds, settings.n_faults, settings.duration_s, bed.targets())
+        report = Report(settings.seed)
+        sampler = Sampler(bed.database_url, workdir)
+        workload = Workload(bed.url, workdir, settings.seed)
+        await send_poison(bed.url)
+        async with sampler.running():
+            await _fault_phase(bed, plan, workload, sampler, report)
+            await _drain(bed, settings.drain_s)
+        report.jobs_submitted = len(workload.accepted)
+        report.refused = workload.refused
+        report.orphans = await _orphans(workdir)
+        report.violations = sampler.violations + await _audit(bed, sampler, workload, report)
+        report.services_exited = [
+            k for k in bed.targets().services if bed.cluster.procs[k].poll() is not None
+        ]
+    return report
+
+
+async def _fault_phase(
+    bed: ChaosBed, plan: list[Fault], workload: Workload, sampler: Sampler, report: Report
+) -> None:
+    stop = asyncio.Event()
+    t0 = time.monotonic()
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(workload.run(stop))
+        try:
+            for fault in plan:
+                await asyncio.sleep(max(0.0, t0 + fault.at - time.monotonic()))
+                record = await carry_out(bed, fault)
+                report.faults.append(record)
+                sampler.watch_recovery(record)
+        finally:
+            stop.set()
+
+
+async def _drain(bed: ChaosBed, timeout_s: float) -> None:
+    """Return every node an XID took out, then wait for every job to end."""
+    for node in bed.cluster.nodes:
+        await resume(bed.url, node)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, asyncpg.PostgresError, TimeoutError):
+            conn = await asyncpg.connect(bed.database_url, timeout=5)
+            try:
+                left = await conn.fetchval(
+                    "SELECT count(*) FROM jobs j LEFT JOIN job_runs r USING (job_id)"
+                    " WHERE r.state IS NULL OR r.state <> ALL($1::text[])",
+                    sorted(TERMINAL),
+                )
+            finally:
+                await conn.close()
+            if left == 0:
+                return
+        await asyncio.sleep(1.0)
+
+
+async def _orphans(workdir: Path) -> int:
+    """Workers of this run still alive once every job ended (given the grace a stop takes)."""
+    deadline = time.monotonic() + 15.0
+    left = await asyncio.to_thread(workers, workdir)
+    while left and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        left = await asyncio.to_thread(workers, workdir)
+    return len(left)
+
+
+async def _audit(
+    bed: ChaosBed, sampler: Sampler, workload: Workload, report: Report
+) -> list[Violation]:
+    conn = await asyncpg.connect(bed.database_url, timeout=10)
+    try:
+        found, report.job_states = await audit.jobs_kept(conn, workload.accepted)
+        found += await audit.gpus_held_once(conn)
+        found += await audit.gangs_whole(conn)
+        found += await audit.excluded_nodes_unused(conn, sampler.node_samples)
+        found += await audit.one_placer(conn)
+        found += await _settled_usage(conn)
+    finally:
+        await conn.close()
+    letters, report.poison_copies = await audit.dead_letters(bed.url, POISON)
+    return found + letters
+
+
+async def _settled_usage(conn: asyncpg.Connection, timeout_s: float = 30.0) -> list[Violation]:
+    """Usage is charged by fairshare after the job ends: give it time to settle."""
+    deadline = time.monotonic() + timeout_s
+    found = await audit.usage_once(conn)
+    while found and time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+        found = await audit.usage_once(conn)
+    return found

@@ -1,0 +1,106 @@
+"""Shell: the chaos run's mixed workload, submitted through the real API while faults
+land, and the one poison message the dead-letter check expects.
+
+Job kinds: single-GPU jobs, gangs (two nodes, all or nothing), arrays, elastic
+torchrun-style jobs (`--nodes=1:2`: they shrink when a node goes and read their world
+from MUSTER_NODELIST), and preemption pairs (a low-tier job holding a whole node, then a
+high-tier one that needs it). Every job sleeps a drawn while and exits 0, in the run's
+own working folder (how tests/chaos/machine.py tells its workers from other tests').
+Which job comes next is drawn from the run's seed too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nats
+import nats.errors
+
+from muster.client import ApiRefused
+from tests.support.cluster import submit
+
+# The cluster config of a chaos run: two tiers, so a high job preempts (requeues) a
+# low one after a one-second grace.
+CONFIG = """
+[cluster]
+name = "chaos"
+default_partition = "low"
+
+[partitions.low]
+default_time = "5:00"
+priority_tier = 10
+preempt_mode = "requeue"
+grace_time = "0:01"
+
+[partitions.high]
+default_time = "5:00"
+priority_tier = 100
+preempt_mode = "off"
+can_preempt = ["low"]
+
+[roles]
+operators = ["root", "admin"]
+"""
+
+SLEEPER = "#!/bin/bash\nsleep {seconds}\n"
+# An elastic job as torchrun would see it: its world is the node list of this generation.
+ELASTIC = (
+    '#!/bin/bash\necho "world ${{MUSTER_NODELIST}} gen ${{MUSTER_GENERATION}}"\nsleep {seconds}\n'
+)
+KINDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "single": (("--gpus-per-node=1",), SLEEPER),
+    "gang": (("--nodes=2", "--gpus-per-node=1"), SLEEPER),
+    "array": (("--array=0-2", "--gpus-per-node=1"), SLEEPER),
+    "elastic": (("--nodes=1:2", "--gpus-per-node=1"), ELASTIC),
+    "preemptible": (("--partition=low", "--gpus-per-node=2"), SLEEPER),
+    "urgent": (("--partition=high", "--gpus-per-node=2"), SLEEPER),
+}
+# What the dead-letter stream must hold, and nothing else: undecodable on purpose.
+POISON = b"\x00chaos-poison: not an event\xff"
+POISON_SUBJECT = "muster.job.submitted"
+SUBMIT_ERRORS = (ApiRefused, TimeoutError, OSError, nats.errors.Error)
+
+
+@dataclass
+class Workload:
+    url: str
+    workdir: Path
+    seed: int
+    every_s: float = 1.5
+    accepted: list[int] = field(default_factory=list)
+    submitted: dict[str, int] = field(default_factory=dict)
+    refused: int = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Submit a drawn job every `every_s` until `stop`; a refusal (the control plane
+        is down) is counted and the job is not retried: it was never accepted."""
+        rng = random.Random(self.seed ^ 0x5EED)
+        while not stop.is_set():
+            kind = rng.choice(tuple(KINDS))
+            argv, script = KINDS[kind]
+            text = script.format(seconds=round(rng.uniform(1.0, 4.0), 1))
+            try:
+                reply = await submit(self.url, text, argv, str(self.workdir))
+            except SUBMIT_ERRORS:
+                self.refused += 1
+            else:
+                self.accepted += reply.job_ids
+                self.submitted[kind] = self.submitted.get(kind, 0) + len(reply.job_ids)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.every_s)
+
+
+async def send_poison(url: str) -> None:
+    """Publish the poison on a subject every service consumes, as a broken producer would."""
+    nc = await nats.connect(url, connect_timeout=5)
+    try:
+        await nc.jetstream().publish(
+            POISON_SUBJECT, POISON, headers={"Nats-Msg-Id": f"poison-{uuid.uuid4()}"}, timeout=5
+        )
+    finally:
+        await nc.close()
