@@ -14,9 +14,12 @@ so it includes parse, validation against the configuration and the nodes, the co
 
     .venv/bin/python bench/admission_throughput.py [--replicas 1] [--seconds 10]
 
-The local configuration's per-user submit limits (500 queued jobs) would refuse most of
-a benchmark's jobs, so they are lifted here; with a limit set, admission counts the
-user's queued jobs in the same transaction (one more query per submission).
+Every request is signed (shared.identity) with its user's key, each with a fresh nonce,
+and admission verifies each signature, as in production: authentication cannot be
+switched off. The local configuration's per-user submit limits (500 queued jobs, and
+the submit rate of `[limits]`) would refuse most of a benchmark's jobs, so they are
+lifted here; with a queued-jobs limit set, admission counts the user's queued jobs in
+the same transaction (one more query per submission).
 """
 
 from __future__ import annotations
@@ -40,8 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from muster.cluster import Cluster
 from shared import embedded
-from shared.api import API_PREFIX, Envelope, QueueReply, QueueRequest, SubmitRequest
+from shared.api import API_PREFIX, Envelope, QueueRequest, SubmitRequest
 from shared.bus import STREAM
+from shared.identity import Signer
+from shared.identity_files import load_signer, provision_keys
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = "#!/bin/bash\n#SBATCH --gpus-per-node=1\ntrue\n"
@@ -51,6 +56,7 @@ USERS = ("alice", "bob", "carol", "dave")
 def bench_config(folder: Path) -> Path:
     text = (REPO / "deploy" / "local" / "cluster.toml").read_text()
     text = re.sub(r"(?m)^max_submitted_jobs_per_\w+ = \d+\n", "", text)
+    text += "\n[limits]\nsubmit_rate = 1e9\nsubmit_burst = 1000000000\n"
     path = folder / "cluster.toml"
     path.write_text(text)
     return path
@@ -75,42 +81,57 @@ async def register_nodes(db_url: str) -> None:
         await db.close()
 
 
-async def wait_ready(url: str, replicas: int) -> None:
+def signers(keys: str) -> list[Signer]:
+    return [load_signer(f"{keys}/{user}.nk") for user in USERS]
+
+
+def sign(signer: Signer, body: bytes) -> bytes:
+    return signer.sign(API_PREFIX + "submit", body, now=time.time(), nonce=os.urandom(16))
+
+
+async def wait_ready(url: str, replicas: int, signer: Signer) -> None:
     nc = await nats.connect(url)
+    body = msgspec.json.encode(QueueRequest(job_ids=(0,)))
     try:
         for _ in range(300):
             try:
-                raw = await nc.request(
-                    API_PREFIX + "queue",
-                    msgspec.json.encode(QueueRequest(user="x", job_ids=(0,))),
-                    timeout=1,
+                payload = signer.sign(
+                    API_PREFIX + "queue", body, now=time.time(), nonce=os.urandom(16)
                 )
-                msgspec.json.decode(raw.data, type=Envelope)
-                break
+                raw = await nc.request(API_PREFIX + "queue", payload, timeout=1)
+                if msgspec.json.decode(raw.data, type=Envelope).error is None:
+                    break
             except Exception:
                 await asyncio.sleep(0.2)
         await asyncio.sleep(1.0 + 0.3 * replicas)  # every replica subscribed
     finally:
         await nc.close()
-    _ = QueueReply
 
 
-async def client_proc(url: str, clients: int, connections: int, seconds: float) -> dict[str, int]:
+async def client_proc(
+    url: str, clients: int, connections: int, seconds: float, keys: str
+) -> dict[str, int]:
     conns = [await nats.connect(url) for _ in range(connections)]
-    payloads = [
-        msgspec.json.encode(SubmitRequest(user=u, script=SCRIPT, script_path="job.sh"))
-        for u in USERS
-    ]
+    bodies = list(
+        zip(
+            signers(keys),
+            (
+                msgspec.json.encode(SubmitRequest(script=SCRIPT, script_path="job.sh"))
+                for _ in USERS
+            ),
+            strict=True,
+        )
+    )
     accepted = refused = errors = 0
     deadline = time.monotonic() + seconds
 
     async def one(i: int) -> None:
         nonlocal accepted, refused, errors
         nc = conns[i % len(conns)]
-        payload = payloads[i % len(payloads)]
+        signer, body = bodies[i % len(bodies)]
         while time.monotonic() < deadline:
-            try:
-                msg = await nc.request(API_PREFIX + "submit", payload, timeout=10)
+            try:  # each request signed afresh: a nonce is accepted once
+                msg = await nc.request(API_PREFIX + "submit", sign(signer, body), timeout=10)
             except Exception:
                 errors += 1
                 continue
@@ -126,10 +147,12 @@ async def client_proc(url: str, clients: int, connections: int, seconds: float) 
     return {"accepted": accepted, "refused": refused, "errors": errors}
 
 
-def _client_main(url: str, clients: int, connections: int, seconds: float, out: mp.Queue) -> None:
+def _client_main(
+    url: str, clients: int, connections: int, seconds: float, keys: str, out: mp.Queue
+) -> None:
     import uvloop
 
-    out.put(uvloop.run(client_proc(url, clients, connections, seconds)))
+    out.put(uvloop.run(client_proc(url, clients, connections, seconds, keys)))
 
 
 async def drained(url: str, db_url: str, accepted: int) -> tuple[float, int, int]:
@@ -157,20 +180,26 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         config = bench_config(state)
         nats_server = embedded.start_nats(state)
         pg = embedded.start_postgres(state, fast=True)
-        os.environ.update(MUSTER_LOG_LEVEL="WARNING", MUSTER_CLUSTER_CONFIG=str(config))
+        keys = str(state / "keys")
+        provision_keys(keys, USERS)
+        os.environ.update(
+            MUSTER_LOG_LEVEL="WARNING",
+            MUSTER_CLUSTER_CONFIG=str(config),
+            MUSTER_USER_KEYS_DIR=keys,
+        )
         cluster = Cluster(state, nats_server.url, embedded.create_database(pg.url, "muster"))
         try:
             for i in range(args.replicas):
                 key = "admission" if i == 0 else f"admission-{i}"
                 cluster.spawn(key, "services.admission", MUSTER_INSTANCE=str(i))
             asyncio.run(register_nodes(cluster.database_url))
-            asyncio.run(wait_ready(cluster.nats_url, args.replicas))
+            asyncio.run(wait_ready(cluster.nats_url, args.replicas, signers(keys)[0]))
             out: mp.Queue = mp.Queue()
             per = max(1, args.clients // args.client_procs)
             procs = [
                 mp.Process(
                     target=_client_main,
-                    args=(cluster.nats_url, per, args.connections, args.seconds, out),
+                    args=(cluster.nats_url, per, args.connections, args.seconds, keys, out),
                 )
                 for _ in range(args.client_procs)
             ]

@@ -15,6 +15,7 @@ so is a nonce already seen within that window (a replay). Outcomes are values
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import collections
@@ -34,6 +35,7 @@ DEFAULT_SKEW_S = 60.0
 NONCE_BYTES = 16
 MAX_NONCES = 2_000_000  # a window's worth at ~15,000 requests/s; beyond, refuse
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
+MAX_BATCH = 256  # signatures checked per worker-thread hop
 _PREFIX_USER = 20 << 3  # NKeys: the first byte of a user public key ('U...')
 _PREFIX_SEED = 18 << 3  # and of a seed ('S...')
 KEYGEN_HINT = (
@@ -221,46 +223,88 @@ class Verifier:
         self.max_request_bytes = max_request_bytes
         self.nonces = nonces if nonces is not None else NonceCache()
         self._keys: dict[str, nacl.signing.VerifyKey] = {}  # decoded once per key
+        self._batches = _Batches(lambda item: self._signed(*item))
 
     def verify(
         self, payload: bytes, subject: str, now: float
     ) -> tuple[Verified | AuthRefusal, bytes]:
         """The signer (or why not) and the request body it signed."""
+        req, body, user = self._before_signature(payload, now)
+        if isinstance(user, AuthRefusal):
+            return user, body
+        return self._after_signature(req, user, self._signed(req, body, subject), now), body
+
+    async def averify(
+        self, payload: bytes, subject: str, now: float
+    ) -> tuple[Verified | AuthRefusal, bytes]:
+        """As `verify`, the signature checked off the event loop with others in a batch
+        (libsodium runs without the GIL): the loop keeps decoding and committing."""
+        req, body, user = self._before_signature(payload, now)
+        if isinstance(user, AuthRefusal):
+            return user, body
+        ok = await self._batches.check((req, body, subject))
+        return self._after_signature(req, user, ok, now), body
+
+    async def aclose(self) -> None:
+        await self._batches.aclose()
+
+    def _before_signature(
+        self, payload: bytes, now: float
+    ) -> tuple[SignedRequest, bytes, str | AuthRefusal]:
+        """Decode, and the checks that need no cryptography: size, credential, window, key."""
         if len(payload) > self.max_request_bytes:
-            return _refusal(
-                AuthCode.TOO_LARGE,
-                f"the request is {len(payload)} bytes; the limit (max_request_bytes) is "
-                f"{self.max_request_bytes}",
-            ), b""
+            return (
+                SignedRequest(),
+                b"",
+                _refusal(
+                    AuthCode.TOO_LARGE,
+                    f"the request is {len(payload)} bytes; the limit (max_request_bytes) is "
+                    f"{self.max_request_bytes}",
+                ),
+            )
         try:
             req = msgspec.json.decode(payload, type=SignedRequest)
         except (msgspec.DecodeError, msgspec.ValidationError):
             req = SignedRequest()
         body = bytes(req.body)
-        return self._check(req, body, subject, now), body
-
-    def _check(
-        self, req: SignedRequest, body: bytes, subject: str, now: float
-    ) -> Verified | AuthRefusal:
         self.nonces.prune(now)  # forgotten as time passes, not only when one is added
         if not (req.sig and req.key and req.nonce):
-            return _refusal(AuthCode.UNSIGNED, f"the request is not signed; {KEYGEN_HINT}")
+            return (
+                req,
+                body,
+                _refusal(AuthCode.UNSIGNED, f"the request is not signed; {KEYGEN_HINT}"),
+            )
         off = req.ts / 1000 - now
         if abs(off) > self.skew_s:
-            return _refusal(
-                AuthCode.STALE,
-                f"the request's timestamp is {abs(off):.0f} s {'behind' if off < 0 else 'ahead of'}"
-                f" the server's clock (at most {self.skew_s:.0f} s allowed): set this machine's "
-                "clock (NTP) and send it again",
+            side = "behind" if off < 0 else "ahead of"
+            return (
+                req,
+                body,
+                _refusal(
+                    AuthCode.STALE,
+                    f"the request's timestamp is {abs(off):.0f} s {side} the server's clock (at "
+                    f"most {self.skew_s:.0f} s allowed): set this machine's clock (NTP) and send "
+                    "it again",
+                ),
             )
         user = self.directory().users_by_key.get(req.key)
         if user is None:
-            return _refusal(
-                AuthCode.UNKNOWN_KEY,
-                f"key {req.key} is not registered to any user: ask an operator to run "
-                f"`muster user add NAME --key {req.key}`",
+            return (
+                req,
+                body,
+                _refusal(
+                    AuthCode.UNKNOWN_KEY,
+                    f"key {req.key} is not registered to any user: ask an operator to run "
+                    f"`muster user add NAME --key {req.key}`",
+                ),
             )
-        if not self._signed(req, body, subject):
+        return req, body, user
+
+    def _after_signature(
+        self, req: SignedRequest, user: str, signed: bool, now: float
+    ) -> Verified | AuthRefusal:
+        """Only a verified request's nonce is remembered, so junk cannot fill the cache."""
+        if not signed:
             return _refusal(
                 AuthCode.BAD_SIGNATURE,
                 f"the signature does not match the request (key {req.key}): it was altered, "
@@ -287,6 +331,50 @@ class Verifier:
         except (ValueError, binascii.Error, nacl.exceptions.BadSignatureError):
             return False
         return True
+
+
+_Item = tuple[SignedRequest, bytes, str]
+
+
+class _Batches:
+    """Signature checks gathered while one batch runs in a worker thread, then run
+    together: one thread hop per batch, not per request. The one drain task is owned
+    and awaited at `aclose`."""
+
+    def __init__(self, check: Callable[[_Item], bool]) -> None:
+        self._check = check
+        self._queue: list[tuple[_Item, asyncio.Future[bool]]] = []
+        self._drain: asyncio.Task[None] | None = None
+
+    async def check(self, item: _Item) -> bool:
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.append((item, future))
+        if self._drain is None or self._drain.done():
+            self._drain = asyncio.get_running_loop().create_task(self._run())
+        return await future
+
+    async def _run(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            try:
+                items = [item for item, _ in batch]
+                results: list[bool | Exception] = await asyncio.to_thread(self._check_all, items)
+            except Exception as err:  # a waiter must never hang on a lost batch
+                results = [err] * len(batch)
+            for (_, future), ok in zip(batch, results, strict=True):
+                if future.done():
+                    continue
+                if isinstance(ok, Exception):
+                    future.set_exception(ok)
+                else:
+                    future.set_result(ok)
+
+    def _check_all(self, items: list[_Item]) -> list[bool | Exception]:
+        return [self._check(item) for item in items]
+
+    async def aclose(self) -> None:
+        if self._drain is not None:
+            await asyncio.wait({self._drain}, timeout=5)
 
 
 def _refusal(code: AuthCode, message: str) -> AuthRefusal:
@@ -325,7 +413,7 @@ def authenticated(
     `fn` the request with `user` set to the verified user (refusing anything else)."""
 
     async def call(payload: bytes) -> msgspec.Struct:
-        outcome, body = verifier.verify(payload, subject, clock())
+        outcome, body = await verifier.averify(payload, subject, clock())
         if isinstance(outcome, AuthRefusal):
             raise Refused(outcome.message, str(outcome.code))
         try:

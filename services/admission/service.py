@@ -130,6 +130,7 @@ class Admission:
         finally:
             if self._inflight:
                 await asyncio.wait(self._inflight, timeout=self.ctx.settings.drain_timeout_s)
+            await self.verifier.aclose()
 
     def _signed(
         self, verb: str, kind: type[R], fn: Callable[[R], Awaitable[msgspec.Struct]]

@@ -4,6 +4,7 @@ and the nonces are passed in, so every case is a fixed input and a whole-value w
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import msgspec
@@ -201,3 +202,19 @@ def test_the_wire_form_is_stable() -> None:
     assert doc["v"] == 1 and doc["ts"] == int(T0 * 1000)
     assert base64.b64decode(doc["nonce"]) == nonce(1)
     assert msgspec.json.encode(doc["body"]) == BODY
+
+
+async def test_checked_in_batches_off_the_loop_the_outcomes_are_the_same() -> None:
+    v = verifier()
+    wires = [_sent(ALICE, n=100 + i) for i in range(50)] + [_sent(STRANGER), BODY]
+    wires.append(tampered(_sent(ALICE, n=500), key=BOB.public_key))
+    outcomes = await asyncio.gather(*(v.averify(w, SUBMIT, T0) for w in wires))
+    codes = [o.code if isinstance(o, AuthRefusal) else o.user for o, _ in outcomes]
+    assert codes == ["alice"] * 50 + [
+        AuthCode.UNKNOWN_KEY,
+        AuthCode.UNSIGNED,
+        AuthCode.BAD_SIGNATURE,
+    ]
+    again, _ = await v.averify(wires[0], SUBMIT, T0)
+    assert isinstance(again, AuthRefusal) and again.code is AuthCode.REPLAYED
+    await v.aclose()
