@@ -35,11 +35,16 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 1
     keys = provision_local_users(state)
     try:
-        c = local.up(state, Path(args.topology))
+        c = local.up(
+            state, Path(args.topology), replicas=args.replicas, nats_servers=args.nats_servers
+        )
     except RuntimeError as err:  # the supervisor did not start: its log says why
         print(f"{err}; `muster down` stops what did start", file=sys.stderr)
         return 1
-    print(f"muster is up: {len(c.nodes)} nodes, services {', '.join(local.SERVICES)}")
+    services = ", ".join(
+        f"{name} x{local.replicas_of(name, args.replicas)}" for name in local.SERVICES
+    )
+    print(f"muster is up: {len(c.nodes)} nodes, services {services}")
     print(f"  supervised (restarted if they exit) by pid {c.pids['supervisor']}")
     print(f"  state and logs: {c.state_dir} (logs/ has one file per process)")
     print(f"  NATS: {c.nats_url}   PostgreSQL: {c.database_url}")
@@ -130,6 +135,19 @@ def register_local(sub: Any) -> None:
     s = sub.add_parser("up", help="start a local cluster")
     s.add_argument("--topology", default=str(DEFAULT_TOPOLOGY))
     s.add_argument("--wait", type=float, default=60.0)
+    s.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="processes of every service (the launcher: one, until it shares jobs)",
+    )
+    s.add_argument(
+        "--nats-servers",
+        type=int,
+        default=1,
+        choices=(1, 3),
+        help="3: a JetStream cluster on the loopback, the streams kept on all three",
+    )
     s.set_defaults(fn=cmd_up)
     sub.add_parser("down", help="stop the local cluster").set_defaults(fn=cmd_down)
     s = sub.add_parser("demo", help="up, run a demo workload with a GPU fault, down")

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +26,9 @@ from services.launcher.worker_table import stop_recorded_workers
 from shared import embedded
 
 SERVICES = ("admission", "placer", "launcher", "health", "fairshare")
+# Services that are not yet safe at more than this many replicas: the launcher's jobs
+# have no per-job owner yet (issue 13), so `--replicas N` starts one launcher.
+MAX_REPLICAS = {"launcher": 1}
 # The policy `muster up` starts admission with, unless MUSTER_CLUSTER_CONFIG names another.
 DEFAULT_CLUSTER_CONFIG = (
     Path(__file__).resolve().parent.parent / "deploy" / "local" / "cluster.toml"
@@ -76,6 +79,7 @@ class Cluster:
     nodes: list[str] = field(default_factory=list)
     specs: dict[str, ProcSpec] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # ours only
+    stream_replicas: int = 1  # 3 on a three-server NATS cluster
 
     @property
     def state_file(self) -> Path:
@@ -89,6 +93,7 @@ class Cluster:
             "database_url": self.database_url,
             "pids": self.pids,
             "nodes": self.nodes,
+            "stream_replicas": self.stream_replicas,
             "specs": {
                 k: {"module": s.module, "env": s.env, "prefix": list(s.prefix)}
                 for k, s in self.specs.items()
@@ -106,7 +111,13 @@ class Cluster:
             for k, v in data.get("specs", {}).items()
         }
         return cls(
-            state_dir, data["nats_url"], data["database_url"], data["pids"], data["nodes"], specs
+            state_dir,
+            data["nats_url"],
+            data["database_url"],
+            data["pids"],
+            data["nodes"],
+            specs,
+            stream_replicas=int(data.get("stream_replicas", 1)),
         )
 
     def env(self, **extra: str) -> dict[str, str]:
@@ -118,6 +129,7 @@ class Cluster:
             MUSTER_NATS_URL=self.nats_url,
             MUSTER_DATABASE_URL=self.database_url,
             MUSTER_STATE_DIR=str(self.state_dir),
+            MUSTER_STREAM_REPLICAS=str(self.stream_replicas),
         )
         env.update(extra)
         return env
@@ -145,16 +157,21 @@ class Cluster:
         self.procs[key] = proc
         return proc.pid
 
-    def plan_services(self, replicas: int = 1) -> list[str]:
+    def plan_services(self, replicas: int | Mapping[str, int] = 1) -> list[str]:
+        """Record how to start every service: `replicas` of each (an int: of every
+        service, as far as `MAX_REPLICAS` allows; a mapping: per service, 1 for the
+        others), each replica its own process, `name`, `name-1`, ..., with its
+        MUSTER_INSTANCE."""
         keys = []
         for name in SERVICES:
-            for i in range(replicas if name == "admission" else 1):
+            count = replicas_of(name, replicas)
+            for i in range(count):
                 key = name if i == 0 else f"{name}-{i}"
                 self.specs[key] = ProcSpec(f"services.{name}", {"MUSTER_INSTANCE": str(i)})
                 keys.append(key)
         return keys
 
-    def start_services(self, replicas: int = 1) -> None:
+    def start_services(self, replicas: int | Mapping[str, int] = 1) -> None:
         for key in self.plan_services(replicas):
             self.respawn(key)
 
@@ -212,6 +229,13 @@ class Cluster:
                 os.killpg(pid, signal.SIGKILL)
 
 
+def replicas_of(service: str, replicas: int | Mapping[str, int]) -> int:
+    """How many replicas of `service` to run when asked for `replicas`."""
+    if isinstance(replicas, Mapping):
+        return max(1, replicas.get(service, 1))
+    return max(1, min(replicas, MAX_REPLICAS.get(service, replicas)))
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -234,16 +258,30 @@ def _zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] == "Z"
 
 
-def up(state_dir: Path, topology: Path, *, fast: bool = False, wait_s: float = 60.0) -> Cluster:
-    """Start servers (unless MUSTER_NATS_URL / MUSTER_DATABASE_URL name running ones),
-    then the supervisor (`muster.supervisor`), which starts every service and every
-    node of `topology` and keeps them running; returns once cluster.json lists them."""
+def up(
+    state_dir: Path,
+    topology: Path,
+    *,
+    fast: bool = False,
+    wait_s: float = 60.0,
+    replicas: int = 1,
+    nats_servers: int = 1,
+) -> Cluster:
+    """Start servers (unless MUSTER_NATS_URL / MUSTER_DATABASE_URL name running ones;
+    `nats_servers` 3: a JetStream cluster, the streams at R3), then the supervisor
+    (`muster.supervisor`), which starts `replicas` of every service and every node of
+    `topology` and keeps them running; returns once cluster.json lists them."""
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     nodes = load_topology(topology)
     pids: dict[str, int] = {}
     nats_url = os.environ.get("MUSTER_NATS_URL")
-    if not nats_url:
+    stream_replicas = int(os.environ.get("MUSTER_STREAM_REPLICAS", "1"))
+    if not nats_url and nats_servers > 1:
+        nc = embedded.start_nats_cluster(state_dir, nats_servers)
+        nats_url, stream_replicas = nc.url, min(nats_servers, 3)  # JetStream's most
+        pids.update({f"server-nats-{i}": s.process.pid for i, s in enumerate(nc.servers)})
+    elif not nats_url:
         nats = embedded.start_nats(state_dir)
         nats_url, pids["server-nats"] = nats.url, nats.process.pid
     db_url = os.environ.get("MUSTER_DATABASE_URL")
@@ -251,9 +289,9 @@ def up(state_dir: Path, topology: Path, *, fast: bool = False, wait_s: float = 6
         pg = embedded.start_postgres(state_dir, fast=fast)
         db_url = embedded.create_database(pg.url, "muster")
         pids["server-postgres"] = pg.process.pid
-    cluster = Cluster(state_dir, nats_url, db_url, pids)
+    cluster = Cluster(state_dir, nats_url, db_url, pids, stream_replicas=stream_replicas)
     os.environ.setdefault("MUSTER_CLUSTER_CONFIG", str(DEFAULT_CLUSTER_CONFIG))
-    cluster.plan_services()
+    cluster.plan_services(replicas)
     for node in nodes:
         cluster.plan_node(node)
     cluster.save()

@@ -296,7 +296,7 @@ def start_nats_cluster(state_dir: Path, size: int = 3, timeout: float = 30.0) ->
         servers.append(Server(f"nats-{i}", f"nats://127.0.0.1:{client[i]}", proc, logs[i]))
     # A stream cannot be created before the members have elected their meta leader.
     proc, offset = spawned[0]
-    _wait_for_line(proc, logs[0], "new metadata leader", "nats", timeout, offset)
+    _wait_for_line(proc, logs[0], "metadata leader", "nats", timeout, offset)
     return NatsCluster(servers, configs)
 
 

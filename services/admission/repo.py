@@ -241,7 +241,12 @@ async def nodes_view(conn: Conn) -> tuple[list[asyncpg.Record], list[asyncpg.Rec
 
 async def publish_policy(conn: Conn, config: ClusterConfig | None) -> None:
     """Write the placement policy of `config` for the placer: partitions' nodes and
-    tiers, the running limits of each QOS, and reservations. No config: no rows."""
+    tiers, the running limits of each QOS, and reservations. No config: no rows.
+
+    Replicas publish at once when they start (or reload one file): without the lock
+    both delete, both insert, and one dies on the primary key. Serialised, the later
+    one replaces the earlier's rows with the same ones."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtext('muster.admission.policy'))")
     await conn.execute("DELETE FROM partition_policy")
     await conn.execute("DELETE FROM qos_limits")
     await conn.execute("DELETE FROM reservations")

@@ -139,6 +139,12 @@ async def cluster_gpus(conn: Conn) -> int:
     return count
 
 
+async def lock_priorities(conn: Conn) -> None:
+    """One replica's priority pass at a time, for the rest of this transaction: two
+    passes that each replace the table would otherwise interleave (and may deadlock)."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtext('muster.fairshare.priorities'))")
+
+
 async def write_priorities(conn: Conn, priorities: Sequence[tuple[int, PriorityBreakdown]]) -> None:
     """Replace the table with the priorities of the jobs pending now."""
     await conn.execute(

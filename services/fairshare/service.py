@@ -156,6 +156,7 @@ class FairShare:
         now = self.clock() if now is None else now
         t0 = time.perf_counter()
         async with self.ctx.pool.acquire() as conn, conn.transaction():
+            await repo.lock_priorities(conn)  # replicas: one pass at a time
             usage = await repo.load_usage(conn)
             pending = await repo.load_pending(conn)
             policy = RankPolicy(

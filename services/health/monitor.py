@@ -22,12 +22,20 @@ no node for silence we could not have heard, and declares none DOWN within
 
 State is in the database, not here (level-triggered), so a restarted monitor resumes
 where the last one stopped.
+
+Replicas: any replica handles events (each transaction locks the nodes it concerns,
+the inbox makes each event apply once); only the holder of `health_lease` judges
+liveness. Its pass locks the lease row and checks its epoch (`shared.lease`), so a
+deposed or paused monitor's pass writes nothing, and a monitor that takes over counts
+as just reconnected: it declares no node DOWN for `down_after_s`, as it may not have
+heard every heartbeat the last one did. Standbys drop the heartbeats they hear.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Sequence
 
 import msgspec
@@ -68,6 +76,7 @@ from shared.events import (
     NodeRecovered,
     NodeRegistered,
 )
+from shared.lease import Lease
 from shared.logs import kv
 from shared.runtime import ServiceContext, every, until_stopped
 from shared.settings import Settings
@@ -105,11 +114,15 @@ class Monitor:
         self.reconnects = 0
         self._resets: list[tuple[str, tuple[int, ...]]] = []  # drained nodes' GPUs to reset
         self._tasks: set[asyncio.Task[None]] = set()  # GPU resets in flight, awaited at stop
+        holder = f"health-{ctx.settings.instance}-{uuid.uuid4().hex[:8]}"
+        self.lease = Lease("health_lease", holder, ctx.settings.lease_ttl_s)
 
     async def run(self, stop: asyncio.Event) -> None:
         sub = await self.ctx.bus.nc.subscribe(HEARTBEAT_PREFIX + "*", cb=self._on_heartbeat)
         try:
-            await until_stopped(stop, self._consume, self._liveness, self.ctx.relay.run)
+            await until_stopped(
+                stop, self._consume, self._lease_loop, self._liveness, self.ctx.relay.run
+            )
         finally:
             await sub.unsubscribe()
             await self._finish_resets()
@@ -201,6 +214,19 @@ class Monitor:
 
     # --- liveness -------------------------------------------------------------------
 
+    async def _lease_loop(self, stop: asyncio.Event) -> None:
+        await every(self.lease.ttl_s / 3, stop, self._hold_lease)
+
+    async def _hold_lease(self) -> None:
+        was = self.lease.epoch
+        async with self.ctx.pool.acquire() as conn:
+            taken = await self.lease.hold(conn)
+        if was is not None and self.lease.epoch != was:
+            log.warning("lost the health lease", extra=kv(epoch=was))
+        if taken:
+            self.connected_since = None  # a new judge: as if just reconnected
+            log.info("judging liveness", extra=kv(holder=self.lease.holder, epoch=self.lease.epoch))
+
     async def _liveness(self, stop: asyncio.Event) -> None:
         await every(min(1.0, self.policy.heartbeat_timeout_s / 4), stop, self.check_liveness)
 
@@ -209,7 +235,13 @@ class Monitor:
         database time: at most one pass late, in the node's favour), finish idle drains,
         and judge silence (SUSPECT, then DOWN unless the guard holds)."""
         heard, self.heard = self.heard, {}
+        if self.lease.epoch is None:
+            return  # a standby: the lease holder stamps the heartbeats
         async with self.ctx.pool.acquire() as conn, conn.transaction():
+            # A short pass: a paused judge's transaction must not hold the lease row
+            # (and so any takeover) for longer than the lease would have lasted.
+            if not await self.lease.lock(conn, idle_s=self.lease.ttl_s):
+                return
             now = await repo.db_now(conn)
             tick = Tick(connected_since=self._connected_since(now))
             nodes = await repo.load_health(conn)

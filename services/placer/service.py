@@ -163,6 +163,8 @@ class Placer:
         with tracer.start_as_current_span("placer.cycle") as span:
             async with self.ctx.pool.acquire() as conn, conn.transaction():
                 if not await repo.lock_lease(conn, self.holder, epoch):
+                    # Deposed (paused or cut off past the lease): this cycle writes nothing.
+                    log.warning("lost the placer lease", extra=kv(epoch=epoch, at="cycle"))
                     self.epoch = None
                     return None
                 locked = time.perf_counter()

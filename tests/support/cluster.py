@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -88,15 +88,18 @@ async def running_cluster(
     database_url: str,
     db: asyncpg.Connection,
     node_defs: list[NodeDef],
+    *,
+    replicas: int | Mapping[str, int] = 1,
     **env: str,
 ) -> AsyncIterator[Cluster]:
-    """Every service and `node_defs` as real processes, with `env` set for them; all
-    stopped on the way out, a failing start included."""
+    """Every service (`replicas` of each, see `Cluster.plan_services`) and `node_defs`
+    as real processes, with `env` set for them; all stopped on the way out, a failing
+    start included."""
     saved = {k: os.environ.get(k) for k in env}
     try:
         c = make_cluster(state, nats_url, database_url)
         os.environ.update(env)  # after make_cluster's FAST: the caller's values win
-        c.start_services()
+        c.start_services(replicas)
         for node in node_defs:
             c.start_node(node)
     finally:
