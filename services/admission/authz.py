@@ -3,7 +3,8 @@
 Users act on their own jobs; an account coordinator acts on every job of the accounts
 they coordinate and of those accounts' sub-accounts; operators act on everything.
 Node and cluster actions (drain, resume, approve, config reload) are operator-only.
-Anyone may view the queue, as in Slurm without PrivateData.
+The actor is the verified user of the request's key (shared.identity); who may *see*
+other users' jobs is shared.privacy's (`[cluster] private_data`).
 """
 
 from __future__ import annotations
