@@ -14,6 +14,7 @@ from pathlib import Path
 
 from muster.cluster import Cluster, NodeDef
 from shared import embedded
+from shared.identity_files import provision_keys
 
 FAST = {
     "MUSTER_CYCLE_INTERVAL_S": "0.5",
@@ -21,6 +22,16 @@ FAST = {
     "MUSTER_FAULT_KILL_WAIT_S": "1",
     "MUSTER_LOG_LEVEL": "WARNING",
 }
+
+
+def provision_identity(state: Path) -> None:
+    """Requests are signed: a key for root (the benchmarks' user), and root an operator
+    by an identity-only configuration unless the benchmark names its own."""
+    keys = str(state / "keys")
+    provision_keys(keys, ("root",))
+    (state / "identity.toml").write_text('[roles]\noperators = ["root"]\n')
+    os.environ.update(MUSTER_USER_KEYS_DIR=keys, MUSTER_KEY_DIR=keys)
+    os.environ.setdefault("MUSTER_CLUSTER_CONFIG", str(state / "identity.toml"))
 
 
 @contextlib.contextmanager
@@ -34,6 +45,7 @@ def local_cluster(node_count: int, gpus: int = 4, **env: str) -> Iterator[Cluste
         nats = embedded.start_nats(state)
         pg = embedded.start_postgres(state, fast=True)
         try:
+            provision_identity(state)
             cluster = Cluster(state, nats.url, embedded.create_database(pg.url, "muster"))
             cluster.start_services()
             for i in range(node_count):

@@ -26,7 +26,7 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._local import FAST, latency_figures, wait_for_nodes
+from bench._local import FAST, latency_figures, provision_identity, wait_for_nodes
 from muster.client import ApiRefused
 from muster.cluster import Cluster, NodeDef
 from shared import embedded
@@ -115,6 +115,7 @@ def main() -> None:
         state.chmod(0o755)
         nats = embedded.start_nats(state)
         pg = Postgres(state / "pg-state")
+        provision_identity(state)  # requests are signed
         cluster = Cluster(state, nats.url, embedded.create_database(pg.server.url, "muster"))
         try:
             cluster.start_services()
