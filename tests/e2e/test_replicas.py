@@ -1,0 +1,174 @@
+"""End to end: health, admission and fairshare at two replicas each (real processes
+on real NATS and PostgreSQL). One health replica judges liveness at a time (a lease
+with a fencing epoch); killed, the other goes on judging: a silenced node still goes
+DOWN, a live one never does. Replicas that start together all keep running (their
+policy publishes are serialised), and usage is charged once by two fairshares."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from muster.cluster import Cluster
+from services.admission import repo as admission_repo
+from services.admission.config import load_config
+from tests.support.cluster import (
+    IDENTITY_CONFIG,
+    eventually,
+    job_state,
+    kill9,
+    nodes,
+    running_cluster,
+    submit,
+)
+
+pytestmark = pytest.mark.slow
+
+TWO = {"health": 2, "admission": 2, "fairshare": 2}
+# A configuration with a partition, so each admission replica writes policy rows.
+POLICY = IDENTITY_CONFIG + (
+    '[cluster]\nname = "t"\ndefault_partition = "normal"\n'
+    '[partitions.normal]\nnodes = ["node[01-03]"]\nmax_time = "1:00:00"\n'
+)
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection):
+    config = tmp_path / "cluster.toml"
+    config.write_text(POLICY)
+    async with running_cluster(
+        tmp_path / "state",
+        nats_url,
+        database_url,
+        db,
+        nodes(3),
+        replicas=TWO,
+        MUSTER_CLUSTER_CONFIG=str(config),
+    ) as c:
+        yield c
+
+
+async def health_lease(db: asyncpg.Connection) -> tuple[str, int] | None:
+    row = await db.fetchrow("SELECT holder, epoch FROM health_lease WHERE id = 1")
+    return None if row is None else (row["holder"], row["epoch"])
+
+
+def key_of(holder: str) -> str:
+    """The process key of a lease holder (`health-<instance>-<nonce>`)."""
+    instance = holder.split("-")[1]
+    return "health" if instance == "0" else f"health-{instance}"
+
+
+async def states(db: asyncpg.Connection) -> dict[str, str]:
+    return {r["name"]: r["state"] for r in await db.fetch("SELECT name, state FROM nodes")}
+
+
+async def watch_down(db: asyncpg.Connection, silenced: str, live: list[str]) -> list[str]:
+    """Poll until `silenced` is DOWN; returns every live node seen DOWN on the way."""
+    seen: list[str] = []
+    deadline = asyncio.get_running_loop().time() + 60
+    while asyncio.get_running_loop().time() < deadline:
+        now = await states(db)
+        seen += [n for n in live if now.get(n) == "DOWN"]
+        if now.get(silenced) == "DOWN":
+            return seen
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{silenced} never went DOWN; states {await states(db)}")
+
+
+async def test_a_killed_health_judge_is_replaced_and_nodes_are_still_judged(
+    cluster: Cluster, db: asyncpg.Connection
+) -> None:
+    first = await eventually(lambda: health_lease(db), lambda r: r is not None, 30, "a judge")
+    assert first is not None
+    kill9(cluster, key_of(first[0]))
+    second = await eventually(
+        lambda: health_lease(db), lambda r: r is not None and r[1] > first[1], 30, "a new judge"
+    )
+    assert second is not None and key_of(second[0]) != key_of(first[0])
+
+    kill9(cluster, "node-node03")  # silenced: no heartbeat from now on
+    assert await watch_down(db, "node03", ["node01", "node02"]) == []
+    downs = await db.fetch(
+        "SELECT convert_from(payload, 'UTF8') AS body FROM outbox"
+        " WHERE subject = 'muster.node.down'"
+    )
+    assert [r["body"] for r in downs if '"node03"' not in r["body"]] == []
+    assert len(downs) == 1  # one judge: declared DOWN once
+
+
+async def test_a_paused_health_judge_resumed_after_a_takeover_judges_nothing(
+    cluster: Cluster, db: asyncpg.Connection
+) -> None:
+    first = await eventually(lambda: health_lease(db), lambda r: r is not None, 30, "a judge")
+    assert first is not None
+    old_key = key_of(first[0])
+    os.kill(cluster.pids[old_key], signal.SIGSTOP)
+    try:
+        await eventually(
+            lambda: health_lease(db), lambda r: r is not None and r[1] > first[1], 30, "takeover"
+        )
+        kill9(cluster, "node-node03")
+        assert await watch_down(db, "node03", ["node01", "node02"]) == []
+    finally:
+        os.kill(cluster.pids[old_key], signal.SIGCONT)
+    log = cluster.state_dir / "logs" / f"{old_key}.log"
+    await eventually(
+        lambda: asyncio.to_thread(log.read_text),
+        lambda text: "lost the health lease" in text,
+        30,
+        "the resumed judge notices it lost",
+    )
+    await asyncio.sleep(3)  # a few of its passes, had it gone on judging
+    text = log.read_text()
+    assert "node node_down" not in text and "node node_suspect" not in text
+    assert (await states(db))["node01"] == "UP"
+
+
+async def test_two_of_each_start_together_and_charge_usage_once(
+    cluster: Cluster, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    reply = await submit(
+        cluster.nats_url, "#!/bin/bash\nsleep 3\n", ("--gpus-per-node=2",), str(tmp_path)
+    )
+    job = reply.job_ids[0]
+    await eventually(lambda: job_state(db, job), lambda s: s == "COMPLETED", 60, "the job ends")
+    used = await db.fetchval("SELECT gpu_seconds FROM job_runs WHERE job_id = $1", job)
+    charged = await eventually(
+        lambda: db.fetchval("SELECT gpu_seconds FROM usage WHERE user_name = 'root'"),
+        lambda v: v is not None and v >= used,
+        30,
+        "usage charged",
+    )
+    assert charged == pytest.approx(used)  # two fairshares, every tick charged once
+    for key in ("admission", "admission-1", "fairshare", "fairshare-1", "health", "health-1"):
+        assert cluster.procs[key].poll() is None, f"{key} exited; see its log"
+    assert await db.fetchval("SELECT count(*) FROM partition_policy") == 1
+
+
+async def test_policy_publishes_that_overlap_are_serialised(database_url: str) -> None:
+    """Two admissions publishing at once (both start, or both reload one file): the
+    second waits for the first and replaces its rows, where it used to fail on the
+    partition's primary key and end the replica."""
+    config = load_config(POLICY)
+    a, b = await asyncpg.connect(database_url), await asyncpg.connect(database_url)
+    try:
+        ta, tb = a.transaction(), b.transaction()
+        await ta.start()
+        await tb.start()
+        await admission_repo.publish_policy(a, config)
+        second = asyncio.create_task(admission_repo.publish_policy(b, config))
+        await asyncio.sleep(0.5)
+        assert not second.done()  # waiting for the first publish, not racing it
+        await ta.commit()
+        await asyncio.wait_for(second, timeout=10)
+        await tb.commit()
+        assert await a.fetchval("SELECT count(*) FROM partition_policy") == 1
+    finally:
+        await a.close()
+        await b.close()
