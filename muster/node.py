@@ -45,7 +45,11 @@ def main() -> None:
     async def serve(stop: asyncio.Event) -> None:
         bus = await until_ready(  # NATS may not be up yet: wait for it, do not exit
             "connect to NATS",
-            lambda: Bus.connect(settings.nats_url, name=f"node-{settings.node}"),
+            lambda: Bus.connect(
+                settings.nats_url,
+                name=f"node-{settings.node}",
+                stream_replicas=settings.stream_replicas,  # or it would scale them down
+            ),
             stop,
         )
         backend = make_backend(settings)

@@ -7,8 +7,11 @@ policy publishes are serialised), and usage is charged once by two fairshares.""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import signal
+import tempfile
 from pathlib import Path
 
 import asyncpg
@@ -17,6 +20,8 @@ import pytest
 from muster.cluster import Cluster
 from services.admission import repo as admission_repo
 from services.admission.config import load_config
+from shared.bus import STREAM, Bus
+from tests.e2e.test_supervision import TOPOLOGY, cli, pids, processes_of, submitted
 from tests.support.cluster import (
     IDENTITY_CONFIG,
     eventually,
@@ -172,3 +177,69 @@ async def test_policy_publishes_that_overlap_are_serialised(database_url: str) -
     finally:
         await a.close()
         await b.close()
+
+
+async def test_up_with_replicas_on_three_nats_servers_survives_losing_one(
+    tmp_path: Path,
+) -> None:
+    """`muster up --replicas 2 --nats-servers 3`: every replica and server is in
+    cluster.json, the streams are kept on all three servers, a job runs, one server
+    killed, the next job runs too, and `muster down` leaves no process behind."""
+    root = Path(tempfile.mkdtemp(prefix="muster-ha-"))  # see test_supervision's `up`
+    state = root / "state"
+    state.mkdir()
+    topology = root / "topology.toml"
+    topology.write_text(TOPOLOGY)
+    try:
+        started = await asyncio.to_thread(
+            cli, state, "up", "--topology", str(topology), "--wait", "120",
+            "--replicas", "2", "--nats-servers", "3",
+        )  # fmt: skip
+        assert started.returncode == 0, started.stdout + started.stderr
+        found = pids(state)
+        want = {f"server-nats-{i}" for i in range(3)} | {"launcher", "supervisor"}
+        want |= {
+            f"{s}{i}" for s in ("admission", "placer", "health", "fairshare") for i in ("", "-1")
+        }
+        assert want <= set(found) and "launcher-1" not in found
+        data = json.loads((state / "cluster.json").read_text())
+        assert await stream_replicas(data["nats_url"]) == 3
+
+        await asyncio.to_thread(completed, state, data["database_url"])
+        os.kill(found["server-nats-0"], signal.SIGKILL)
+        await asyncio.to_thread(completed, state, data["database_url"])
+    finally:
+        if (state / "cluster.json").exists():
+            stopped = await asyncio.to_thread(cli, state, "down")
+            assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        left = await eventually(
+            lambda: asyncio.to_thread(processes_of, state), lambda p: not p, 15, "nothing left"
+        )
+        shutil.rmtree(root, ignore_errors=True)
+    assert left == []
+
+
+async def stream_replicas(url: str) -> int:
+    bus = await Bus.connect(url, name="replicas-test")
+    try:
+        return (await bus.js.stream_info(STREAM)).config.num_replicas or 1
+    finally:
+        await bus.close()
+
+
+def completed(state: Path, database_url: str) -> None:
+    job = submitted(state, "--nodes=2", "--wrap", "echo hi")
+
+    async def wait() -> None:
+        db = await asyncpg.connect(database_url)
+        try:
+            await eventually(
+                lambda: db.fetchval("SELECT state FROM job_runs WHERE job_id = $1", job),
+                lambda s: s == "COMPLETED",
+                90,
+                f"job {job} completes",
+            )
+        finally:
+            await db.close()
+
+    asyncio.run(wait())
