@@ -17,10 +17,12 @@ import random
 import time
 from bisect import insort
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import msgspec
 
 from services.placer.core import (
+    MUSTER_POLICY,
     JobRequest,
     Node,
     PolicyConfig,
@@ -28,6 +30,7 @@ from services.placer.core import (
     Snapshot,
     order_key,
     place,
+    rank_key,
 )
 from services.placer.core.predict import Outcome, Predictor
 from shared.states import NodeState
@@ -38,15 +41,14 @@ from sim.workload import TraceJob
 
 PriorityFn = Callable[[JobRequest, float, Mapping[str, float]], float]
 
+# the baselines plan on limits and keep the queue in submit order (within priority)
+TEXTBOOK: dict[str, Any] = {"use_predictions": False, "service_weight": 0.0, "max_wait_s": None}
+
 POLICIES: dict[str, PolicyConfig] = {
-    "fifo": PolicyConfig(
-        strict_order=True, backfill=False, preemption=False, use_predictions=False
-    ),
-    "easy": PolicyConfig(
-        backfill=True, reservation_depth=1, preemption=False, use_predictions=False
-    ),
+    "fifo": PolicyConfig(strict_order=True, backfill=False, preemption=False, **TEXTBOOK),
+    "easy": PolicyConfig(backfill=True, reservation_depth=1, preemption=False, **TEXTBOOK),
     "slurm": SLURM,  # with slurm_priority (sim/baselines.py) unless told another
-    "muster": PolicyConfig(),  # the real placer's default: predictions included
+    "muster": MUSTER_POLICY,  # the real placer's default: predictions, order, age bound
 }
 
 DONE, KILL, FAIL, REPAIR = "done", "kill", "fail", "repair"
@@ -88,7 +90,7 @@ class Simulation:
         self.priority_fn = priority_fn
         self.queue_depth = queue_depth
         self.requests = {j.job_id: request(j, limits) for j in workload}
-        self.pending: list[tuple[tuple[int, float, bool, float, int], int]] = []
+        self.pending: list[tuple[tuple[Any, ...], int]] = []  # (sort key, job id)
         self.running: dict[int, Running] = {}
         self.attempt: dict[int, int] = {}
         self.events: list[tuple[float, int, str, int | str, int]] = []
@@ -99,13 +101,24 @@ class Simulation:
         self.free_gpus = sum(sum(g.healthy for g in n.gpus) for n in cluster)
         self.predictor = Predictor()  # learns each finished job, as the placer does
         self.predicted: dict[int, int] = {}  # job id: predicted runtime at its start
+        # the core ranks by score with an age bound (order.py): the queue is kept by
+        # score, and by submit time for the aged jobs that go first
+        self.ranked = bool(config.service_weight or config.max_wait_s is not None)
+        self.by_submit: list[tuple[float, int]] = []
 
     def push(self, at: float, kind: str, subject: int | str, attempt: int = 0) -> None:
         self.seq += 1
         heapq.heappush(self.events, (at, self.seq, kind, subject, attempt))
 
     def enqueue(self, job_id: int) -> None:
-        insort(self.pending, (order_key(self.requests[job_id]), job_id))
+        req = self.requests[job_id]
+        if self.ranked:  # by the core's score, its prediction taken once, at enqueue
+            req = self.requests[job_id] = self._with_prediction(req)
+            key: tuple[Any, ...] = rank_key(req, -math.inf, self.config)
+            insort(self.by_submit, (req.submitted_at, job_id))
+        else:
+            key = order_key(req)
+        insort(self.pending, (key, job_id))
         self.special += self._special(job_id)
 
     def _special(self, job_id: int) -> bool:
@@ -176,6 +189,8 @@ class Simulation:
 
     def schedule(self, t: float) -> None:
         head = [self.requests[j] for _, j in self.pending[: self.queue_depth]]
+        if self.ranked:
+            head = self._ranked_head(t)
         if self.priority_fn is not None:
             head = self._reprioritised(t)
         if self.config.use_predictions:
@@ -186,6 +201,7 @@ class Simulation:
         started = {s.job_id for s in plan.starts}
         if started:
             self.pending = [p for p in self.pending if p[1] not in started]
+            self.by_submit = [p for p in self.by_submit if p[1] not in started]
             self.special -= sum(self._special(j) for j in started)
         for s in plan.starts:
             self.start(t, s.job_id, s.grants)
@@ -200,6 +216,18 @@ class Simulation:
                 )
                 self.ledger.preemptions += 1
                 self.push(t + p.grace_s, KILL, p.victim_job_id, self.attempt[p.victim_job_id])
+
+    def _ranked_head(self, t: float) -> list[JobRequest]:
+        """The first queue_depth jobs in the core's order at t: the aged ones (oldest
+        first) and the best-scored, ranked together."""
+        depth = self.queue_depth
+        ids = [j for _, j in self.pending[:depth]]
+        if self.config.max_wait_s is not None:
+            cut = t - self.config.max_wait_s
+            ids += [j for at, j in self.by_submit[:depth] if at <= cut]
+        reqs = [self.requests[j] for j in dict.fromkeys(ids)]
+        reqs.sort(key=lambda r: rank_key(r, t, self.config))
+        return reqs[:depth]
 
     def _with_prediction(self, req: JobRequest) -> JobRequest:
         got = self.predictor.for_job(req)

@@ -18,6 +18,7 @@ from opentelemetry import trace
 
 from services.placer import repo
 from services.placer.core import (
+    MUSTER_POLICY,
     JobRequest,
     Plan,
     PolicyConfig,
@@ -59,7 +60,7 @@ SUBJECTS = (
 class Placer:
     def __init__(self, ctx: ServiceContext, policy: PolicyConfig | None = None) -> None:
         self.ctx = ctx
-        self.policy = policy or PolicyConfig()
+        self.policy = policy or MUSTER_POLICY
         self.holder = f"placer-{ctx.settings.instance}-{uuid.uuid4().hex[:8]}"
         self.epoch: int | None = None
         self.cycles = 0

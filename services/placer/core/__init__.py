@@ -2,6 +2,7 @@
 
 from services.placer.core.kept import place_keeping
 from services.placer.core.model import (
+    MUSTER_POLICY,
     Backfill,
     Blocker,
     Fit,
@@ -24,11 +25,13 @@ from services.placer.core.model import (
     Waiting,
     describe,
 )
+from services.placer.core.order import rank_key
 from services.placer.core.place import Prepared, order_key, place, prepare
 from services.placer.core.spares import place_spares
 from shared.states import NodeState  # the one enum, re-exported for the core's users
 
 __all__ = [
+    "MUSTER_POLICY",
     "Backfill",
     "Blocker",
     "Fit",
@@ -57,4 +60,5 @@ __all__ = [
     "place_keeping",
     "place_spares",
     "prepare",
+    "rank_key",
 ]

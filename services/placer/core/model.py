@@ -152,6 +152,10 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True):
     # nothing (Slurm bf_window): far-off promises would idle GPUs for days
     use_predictions: bool = True  # plan on predicted runtimes where jobs carry one
     # (predict.py); off: on the users' limits, as textbook EASY does
+    service_weight: float = 0.0  # within a tier, priority - this x log2(1 + predicted
+    # GPU-hours): small jobs first inside each account's fair share (see order.py)
+    max_wait_s: float | None = None  # a job waiting this long goes ahead of every
+    # younger one of its tier, oldest first: nothing waits unboundedly behind small jobs
 
 
 class Waiting(StrEnum):
@@ -253,3 +257,8 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     starts: tuple[Start, ...] = ()
     preemptions: tuple[Preempt, ...] = ()
     waits: tuple[Wait, ...] = ()
+
+
+# The placer's own policy (the service's default and the simulator's `muster`): the
+# mechanism defaults above plus shortest-predicted-service-first with an age bound.
+MUSTER_POLICY = PolicyConfig(service_weight=10.0, max_wait_s=7 * 86_400)

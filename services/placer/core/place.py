@@ -1,6 +1,7 @@
 """Pure core: place(snapshot, pending, now) -> Plan, and the Prepared cluster behind it.
 
-One pass walks pending jobs in order (tier, priority, submit time, id). Each job either
+One pass walks pending jobs in order (order.py: tier, then priority less a predicted-
+service term, with an age bound; then submit time, id). Each job either
 starts now (topology-aware gang placement, see select.py), preempts lower tiers, or
 waits with a reason; the first `reservation_depth` blocked jobs get a booked start
 (timeline.py) that later jobs may not delay: that is backfill. No I/O, no clock, no
@@ -31,6 +32,7 @@ from services.placer.core.model import (
     Wait,
     Waiting,
 )
+from services.placer.core.order import rank_key
 from services.placer.core.predict import planned_end, planned_runtime
 from services.placer.core.preempt import candidates, choose_victims
 from services.placer.core.select import (
@@ -102,7 +104,8 @@ class Prepared:
         starts: list[Start] = []
         preempts: list[Preempt] = []
         waits: list[Wait] = []
-        for job in sorted(pending, key=order_key):
+        now, config = self.now, self.config
+        for job in sorted(pending, key=lambda j: rank_key(j, now, config)):
             out = self._decide(job, preempts)
             if isinstance(out, Start):
                 starts.append(out)

@@ -16,13 +16,14 @@ from services.placer.core import (
     Node,
     NodeState,
     Plan,
+    PolicyConfig,
     Recurrence,
     Reservation,
     Running,
     Snapshot,
     Waiting,
-    order_key,
     place,
+    rank_key,
 )
 from tests.unit.placer.helpers import T0, gang, node
 
@@ -218,7 +219,7 @@ def test_backfill_never_delays_the_reserved_job(world: tuple[Snapshot, list[JobR
 def test_waits_follow_the_queue_order(world: tuple[Snapshot, list[JobRequest]]) -> None:
     snap, pending = world
     plan = place(snap, pending, now=T0)
-    rank = {j.job_id: order_key(j) for j in pending}
+    rank = {j.job_id: rank_key(j, T0, PolicyConfig()) for j in pending}
     assert [w.job_id for w in plan.waits] == sorted(
         (w.job_id for w in plan.waits), key=lambda j: rank[j]
     )

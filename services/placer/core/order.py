@@ -1,0 +1,47 @@
+"""Pure core, queue order: which pending job is tried first in a pass.
+
+Within a tier (high first), jobs are ranked by a multifactor score:
+
+    score = priority - service_weight x log2(1 + predicted GPU-hours)
+
+`priority` is the fair-share service's (account fair share, age, QOS ...), so the
+service term orders jobs *inside* each account's share; it favours the jobs that free
+the queue soonest (shortest predicted service first, which minimises the mean wait),
+counted on the predicted runtime where there is one (predict.py), else the limit.
+Shortest-first starves wide and long jobs, so an age term bounds every wait: a job that
+has waited `max_wait_s` goes ahead of every younger job of its tier, and the first of
+those gets the pass's first booking. Aged jobs are ranked by their priority alone (no
+service term), so a queue that stays saturated for days is still served by fair share,
+and with equal priorities oldest first. Requeued jobs (a fault or preemption
+put them back) go first among equals; then submit time and id.
+"""
+
+from __future__ import annotations
+
+import math
+
+from services.placer.core.model import JobRequest, PolicyConfig
+from services.placer.core.predict import planned_runtime
+
+RankKey = tuple[int, bool, float, bool, float, int]
+
+
+def gpus_of(job: JobRequest) -> int:
+    if job.gpus_total is not None:
+        return job.gpus_total
+    return job.nodes_min * job.gpus_per_node
+
+
+def service_gpu_hours(job: JobRequest, config: PolicyConfig) -> float:
+    """GPU-hours the job is planned to use (a zero-GPU job counts as one GPU)."""
+    runtime = planned_runtime(job, config.use_predictions)
+    return max(gpus_of(job), 1) * runtime / 3600.0
+
+
+def rank_key(job: JobRequest, now: float, config: PolicyConfig) -> RankKey:
+    """Sort key of a pending job at `now`: smaller goes first (see the module doc)."""
+    aged = config.max_wait_s is not None and now - job.submitted_at >= config.max_wait_s
+    score = job.priority
+    if config.service_weight and not aged:
+        score -= config.service_weight * math.log2(1.0 + service_gpu_hours(job, config))
+    return (-job.tier, not aged, -score, not job.requeued, job.submitted_at, job.job_id)
