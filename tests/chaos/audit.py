@@ -17,6 +17,7 @@ from nats.js.errors import NotFoundError
 
 from shared.bus import DLQ_STREAM
 from shared.events import JobFinished, JobRequeued, decode
+from shared.settings import nats_servers
 from shared.states import TERMINAL
 from tests.chaos.checker import (
     Invariant,
@@ -194,7 +195,7 @@ async def dead_letters(nats_url: str, poison: bytes) -> tuple[list[Violation], i
     """Invariant 9: the dead-letter stream holds the poison the test sent and nothing
     else. Returns the violations and how many copies of the poison it holds (one per
     consumer of its subject)."""
-    nc = await nats.connect(nats_url, connect_timeout=5)
+    nc = await nats.connect(nats_servers(nats_url), connect_timeout=5)
     try:
         js = nc.jetstream()
         info = await js.stream_info(DLQ_STREAM)

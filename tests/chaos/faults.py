@@ -25,7 +25,7 @@ from tests.chaos.workload import SUBMIT_ERRORS
 from tests.support.cluster import inject, kill9
 
 if TYPE_CHECKING:
-    from tests.chaos.harness import ChaosBed
+    from tests.chaos.bed import ChaosBed
 
 APP_XID = 13  # a user's bug: fails the job on that GPU, never the node
 NODE_XID = 79  # fallen off the bus: the node is FAILED until an operator resumes it
@@ -71,7 +71,7 @@ async def _held(bed: ChaosBed, fault: Fault) -> AsyncIterator[None]:
         finally:
             await asyncio.to_thread(bed.restart_postgres)
     elif kind is Kind.KILL_NATS:
-        await asyncio.to_thread(bed.nats_servers[target].kill)
+        await asyncio.to_thread(bed.kill_nats, target)
         try:
             yield
         finally:

@@ -14,30 +14,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncpg
 
-from muster.cluster import SERVICES, Cluster
-from shared import embedded
-from shared.db import migrate
 from shared.states import TERMINAL
 from tests.chaos import audit
+from tests.chaos.bed import ChaosBed, chaos_bed
 from tests.chaos.checker import Violation, tally
 from tests.chaos.faults import FaultRecord, carry_out, resume
 from tests.chaos.machine import workers
 from tests.chaos.sampler import Sampler
-from tests.chaos.schedule import ALL_KINDS, Fault, Kind, Targets, counts, schedule
-from tests.chaos.workload import CONFIG, POISON, Workload, send_poison
-from tests.support import netns
-from tests.support.cluster import make_cluster, nodes, nodes_up
-
-GPUS_PER_NODE = 2
+from tests.chaos.schedule import ALL_KINDS, Fault, Kind, counts, schedule
+from tests.chaos.workload import POISON, Workload, send_poison
 
 
 @dataclass(frozen=True)
@@ -47,96 +41,9 @@ class ChaosSettings:
     duration_s: float
     kinds: tuple[Kind, ...] = ALL_KINDS
     nodes: int = 3
+    replicas: int = 1  # of every service, as muster.cluster plans them
+    nats_servers: int = 1  # 3: a JetStream cluster, streams at R3 (no partitions then)
     drain_s: float = 120.0
-
-
-@dataclass
-class ChaosBed:
-    """The servers, the cluster and (where it can be made) the network test bed."""
-
-    folder: Path
-    pg: embedded.Server
-    pg_port: int
-    database_url: str
-    nats_servers: dict[str, embedded.Server]
-    nats_host: str
-    cluster: Cluster
-    net: netns.TestBed | None
-
-    @property
-    def url(self) -> str:
-        return self.cluster.nats_url
-
-    def restart_postgres(self) -> None:
-        self.pg = embedded.start_postgres(self.folder / "pg", self.pg_port)
-
-    def restart_nats(self, key: str) -> None:
-        port = int(self.nats_servers[key].url.rsplit(":", 1)[1])
-        self.nats_servers[key] = embedded.start_nats(self.folder / key, port, host=self.nats_host)
-
-    def partition(self, node: str) -> None:
-        assert self.net is not None, "no network test bed: partitions are not scheduled"
-        self.net.partition(node)
-
-    def heal(self, node: str) -> None:
-        assert self.net is not None
-        self.net.heal(node)
-
-    def targets(self) -> Targets:
-        return Targets(
-            services=tuple(k for k in self.cluster.pids if k.split("-")[0] in SERVICES),
-            nodes=tuple(self.cluster.nodes),
-            nats_servers=tuple(self.nats_servers),
-            gpus_per_node=GPUS_PER_NODE,
-        )
-
-
-@contextlib.asynccontextmanager
-async def chaos_bed(folder: Path, n_nodes: int, want_net: bool) -> AsyncIterator[ChaosBed]:
-    defs = nodes(n_nodes, gpus=GPUS_PER_NODE)
-    net = netns.TestBed() if want_net and not netns.available() else None
-    servers: list[embedded.Server] = []
-    cluster: Cluster | None = None
-    try:
-        hosts = await asyncio.to_thread(net.create, [d.name for d in defs]) if net else {}
-        host = net.control_address if net else "127.0.0.1"
-        pg = await asyncio.to_thread(embedded.start_postgres, folder / "pg")
-        servers.append(pg)
-        db_url = await asyncio.to_thread(embedded.create_database, pg.url, "muster")
-        conn = await asyncpg.connect(db_url)
-        await migrate(conn)
-        bus = await asyncio.to_thread(embedded.start_nats, folder / "server-nats", host=host)
-        servers.append(bus)
-        cluster = make_cluster(folder / "state", bus.url, db_url)
-        config = folder / "cluster.toml"
-        config.write_text(CONFIG)
-        os.environ["MUSTER_CLUSTER_CONFIG"] = str(config)
-        cluster.start_services()
-        for d in defs:
-            h = hosts.get(d.name)
-            if h is None:
-                cluster.start_node(d)
-            else:
-                cluster.start_node(d, prefix=h.exec_prefix(), MUSTER_NODE_ADDRESS=h.address)
-        await nodes_up(conn, n_nodes, timeout=60)
-        await conn.close()
-        port = int(pg.url.rsplit(":", 1)[1])
-        bed = ChaosBed(folder, pg, port, db_url, {"server-nats": bus}, host, cluster, net)
-        yield bed
-        servers = [bed.pg, *bed.nats_servers.values()]
-    finally:
-        await _tear_down(cluster, servers, net)
-
-
-async def _tear_down(
-    cluster: Cluster | None, servers: list[embedded.Server], net: netns.TestBed | None
-) -> None:
-    if cluster is not None:
-        await asyncio.to_thread(cluster.stop_all, 10)
-    for server in servers:
-        await asyncio.to_thread(server.stop)
-    if net is not None:
-        await asyncio.to_thread(net.destroy)
 
 
 @dataclass
@@ -198,7 +105,13 @@ async def run_chaos(settings: ChaosSettings) -> Report:
     folder = Path(tempfile.mkdtemp(prefix=f"muster-chaos-{settings.seed}-"))
     workdir = folder / "work"
     workdir.mkdir()
-    async with chaos_bed(folder, settings.nodes, Kind.PARTITION in settings.kinds) as bed:
+    async with chaos_bed(
+        folder,
+        n_nodes=settings.nodes,
+        replicas=settings.replicas,
+        nats_servers=settings.nats_servers,
+        partitions=Kind.PARTITION in settings.kinds,
+    ) as bed:
         kinds = tuple(k for k in settings.kinds if k is not Kind.PARTITION or bed.net)
         plan = schedule(settings.seed, kinds, settings.n_faults, settings.duration_s, bed.targets())
         report = Report(settings.seed)
@@ -263,6 +176,9 @@ async def _orphans(workdir: Path) -> int:
     while left and time.monotonic() < deadline:
         await asyncio.sleep(0.5)
         left = await asyncio.to_thread(workers, workdir)
+    for proc in left:  # counted; now gone, so the next run's machine is clean
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
     return len(left)
 
 

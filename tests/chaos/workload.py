@@ -22,6 +22,7 @@ import nats
 import nats.errors
 
 from muster.client import ApiRefused
+from shared.settings import nats_servers
 from tests.support.cluster import submit
 
 # The cluster config of a chaos run: two tiers, so a high job preempts (requeues) a
@@ -97,7 +98,7 @@ class Workload:
 
 async def send_poison(url: str) -> None:
     """Publish the poison on a subject every service consumes, as a broken producer would."""
-    nc = await nats.connect(url, connect_timeout=5)
+    nc = await nats.connect(nats_servers(url), connect_timeout=5)
     try:
         await nc.jetstream().publish(
             POISON_SUBJECT, POISON, headers={"Nats-Msg-Id": f"poison-{uuid.uuid4()}"}, timeout=5

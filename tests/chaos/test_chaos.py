@@ -1,0 +1,46 @@
+"""Chaos, the short variant CI runs: a few seeds, each a run of its own (about a dozen
+faults of every kind over 45 s while a mixed workload flows), then invariants 1-9 from
+the machine, the database and the dead-letter stream (tests/chaos/harness.py).
+
+A failing run prints its seed and what broke, on stdout and in the assertion. Replay it:
+
+    MUSTER_CHAOS_SEED=<seed> .venv/bin/python -m pytest -q tests/chaos/test_chaos.py
+
+(MUSTER_CHAOS_FAULTS, MUSTER_CHAOS_DURATION_S and MUSTER_CHAOS_NATS_SERVERS change the
+run's size and shape; bench/chaos_soak.py runs the long variant.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.chaos.harness import ChaosSettings, run_chaos
+
+pytestmark = pytest.mark.slow
+
+REPLAY = os.environ.get("MUSTER_CHAOS_SEED")
+FAULTS = int(os.environ.get("MUSTER_CHAOS_FAULTS", "12"))
+DURATION_S = float(os.environ.get("MUSTER_CHAOS_DURATION_S", "45"))
+# seed -> NATS servers: one server (nodes in network namespaces, so partitions too), and
+# one seed on a three-server JetStream cluster (one of three killed).
+CI_SEEDS = {1: 1, 2: 1, 3: 3}
+SEEDS = {int(REPLAY): int(os.environ.get("MUSTER_CHAOS_NATS_SERVERS", "1"))} if REPLAY else CI_SEEDS
+
+
+@pytest.mark.parametrize(("seed", "nats_servers"), SEEDS.items(), ids=[f"seed{s}" for s in SEEDS])
+async def test_a_seeded_chaos_run_keeps_every_invariant(seed: int, nats_servers: int) -> None:
+    settings = ChaosSettings(
+        seed=seed, n_faults=FAULTS, duration_s=DURATION_S, nats_servers=nats_servers
+    )
+    report = await run_chaos(settings)
+    summary = report.summary()
+    print(json.dumps(summary))
+    verdict = report.verdict()
+    if verdict:
+        print(verdict)
+    assert not verdict, verdict
+    assert summary["jobs_submitted"], "no job was accepted: the run checked nothing"
+    assert report.poison_copies >= 1

@@ -1,0 +1,125 @@
+"""Table tests of the chaos checker's pure rules: each broken invariant is caught, and
+what the design allows (a stop within its grace, a node reused after it came back) is
+not taken for a violation."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.chaos.checker import (
+    STALE_GRACE_S,
+    Invariant,
+    NodeSample,
+    Run,
+    Violation,
+    Watch,
+    excluded_placements,
+    gpu_conflicts,
+    outside_allocation,
+    tally,
+)
+from tests.chaos.machine import WorkerProc
+
+
+def worker(pid: int, node: str, job: int, attempt: int = 1, gen: int = 0, gpus=(0,)) -> WorkerProc:  # type: ignore[no-untyped-def]
+    return WorkerProc(pid, 1000 + pid, node, job, attempt, gen, tuple(gpus))
+
+
+GPU_CASES = {
+    "two jobs on one GPU of one node clash": (
+        [worker(10, "n1", 1), worker(11, "n1", 2)],
+        [Violation(Invariant.GPU_ONCE, "GPU 0 of n1 used by workers of [(1, 1, 0), (2, 1, 0)]")],
+    ),
+    "a worker and its own child share the GPU": (
+        [worker(10, "n1", 1), worker(12, "n1", 1)],
+        [],
+    ),
+    "the same GPU index on two nodes is two GPUs": (
+        [worker(10, "n1", 1), worker(11, "n2", 2)],
+        [],
+    ),
+    "an old generation still on the GPU the new one uses clashes": (
+        [worker(10, "n1", 1, gen=0), worker(11, "n1", 1, gen=1)],
+        [Violation(Invariant.GPU_ONCE, "GPU 0 of n1 used by workers of [(1, 1, 0), (1, 1, 1)]")],
+    ),
+}
+
+
+@pytest.mark.parametrize(("procs", "want"), GPU_CASES.values(), ids=GPU_CASES.keys())
+def test_gpu_conflicts(procs: list[WorkerProc], want: list[Violation]) -> None:
+    assert gpu_conflicts(procs) == want
+
+
+def test_a_worker_on_a_node_its_attempt_was_not_given_breaks_the_gang() -> None:
+    allocated = {(1, 1): frozenset({"n1", "n2"})}
+    procs = [worker(10, "n1", 1), worker(11, "n3", 1), worker(12, "n1", 2)]
+    assert outside_allocation(procs, allocated) == [
+        Violation(Invariant.GANG, "job 1 attempt 1 has a worker on n3, not allocated"),
+        Violation(Invariant.GANG, "job 2 attempt 1 has a worker on n1, not allocated"),
+    ]
+
+
+ALLOC = {(1, 1): frozenset({"n1"})}
+
+
+def test_a_worker_of_an_ended_run_is_allowed_its_grace_then_reported_once() -> None:
+    watch = Watch()
+    old = [worker(10, "n1", 1)]
+    ended = {1: Run("COMPLETED", 1, 0)}
+    assert watch.observe(0.0, old, ended, ALLOC) == []
+    assert watch.observe(STALE_GRACE_S - 0.5, old, ended, ALLOC) == []
+    late = watch.observe(STALE_GRACE_S + 1.0, old, ended, ALLOC)
+    assert [v.invariant for v in late] == [Invariant.ONE_LIVE_ATTEMPT]
+    assert watch.observe(STALE_GRACE_S + 2.0, old, ended, ALLOC) == []  # reported once
+
+
+def test_a_worker_that_goes_within_its_grace_is_no_violation() -> None:
+    watch = Watch()
+    moved = {1: Run("RUNNING", 2, 0)}
+    assert watch.observe(0.0, [worker(10, "n1", 1)], moved, ALLOC) == []
+    assert watch.observe(5.0, [], moved, ALLOC) == []
+    assert watch.observe(100.0, [], moved, ALLOC) == []
+
+
+def test_the_live_generation_is_never_stale() -> None:
+    watch = Watch()
+    live = {1: Run("RUNNING", 1, 0)}
+    for t in (0.0, 50.0, 100.0):
+        assert watch.observe(t, [worker(10, "n1", 1)], live, ALLOC) == []
+
+
+def test_a_job_that_leaves_a_terminal_state_is_caught() -> None:
+    watch = Watch()
+    assert watch.observe(0.0, [], {1: Run("COMPLETED", 1, 0)}, {}) == []
+    assert watch.observe(1.0, [], {1: Run("RUNNING", 2, 0)}, {}) == [
+        Violation(Invariant.NO_JOB_LOST, "job 1 left COMPLETED for RUNNING")
+    ]
+
+
+SAMPLES = {
+    "n1": [NodeSample(10.0, "UP"), NodeSample(11.0, "FAILED"), NodeSample(12.0, "FAILED"),
+           NodeSample(13.0, "UP")],
+}  # fmt: skip
+PLACEMENT_CASES = {
+    "placed while two samples in a row saw the node failed": (
+        [(7, "n1", 11.5)],
+        [Violation(Invariant.EXCLUDED_NODE, "allocation 7 placed on n1 while it was FAILED")],
+    ),
+    "placed between up and failed: the fault may not have been known yet": ([(7, "n1", 10.5)], []),
+    "placed after it came back": ([(7, "n1", 13.5)], []),
+    "a node never sampled is not judged": ([(7, "n9", 11.5)], []),
+}
+
+
+@pytest.mark.parametrize(
+    ("placements", "want"), PLACEMENT_CASES.values(), ids=PLACEMENT_CASES.keys()
+)
+def test_excluded_placements(
+    placements: list[tuple[int, str, float]], want: list[Violation]
+) -> None:
+    assert excluded_placements(SAMPLES, placements) == want
+
+
+def test_tally_names_every_invariant() -> None:
+    got = tally([Violation(Invariant.USAGE_ONCE, "x"), Violation(Invariant.USAGE_ONCE, "y")])
+    assert got == {"1": 0, "2": 0, "3": 0, "4": 0, "5": 0, "6": 2, "7": 0, "8": 0, "9": 0}
