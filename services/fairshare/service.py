@@ -85,7 +85,10 @@ class FairShare:
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.serve_api()
-        await until_stopped(stop, self._consume, self._decay_loop, self._priority_loop)
+        try:
+            await until_stopped(stop, self._consume, self._decay_loop, self._priority_loop)
+        finally:
+            await self.verifier.aclose()  # its signature batch, if one is in flight
 
     async def _consume(self, stop: asyncio.Event) -> None:
         await self.ctx.bus.consume(CONSUMER, SUBJECTS, self.handle, stop)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from pathlib import Path
 
 import msgspec
 import nkeys
@@ -218,3 +219,17 @@ async def test_checked_in_batches_off_the_loop_the_outcomes_are_the_same() -> No
     again, _ = await v.averify(wires[0], SUBMIT, T0)
     assert isinstance(again, AuthRefusal) and again.code is AuthCode.REPLAYED
     await v.aclose()
+
+
+GOLDEN = Path(__file__).with_name("golden_signed_submit.json")
+
+
+def test_a_recorded_signed_request_is_signed_the_same_and_verifies_forever() -> None:
+    """ed25519 signatures are deterministic: the same key, body, time and nonce give
+    these bytes. A change to the canonical form or the wire fails here first."""
+    recorded = GOLDEN.read_bytes().strip()
+    body = msgspec.json.encode(msgspec.json.decode(recorded)["body"])
+    assert ALICE.sign(SUBMIT, body, now=1796119591.363, nonce=bytes(range(16))) == recorded
+    outcome, got = verifier().verify(recorded, SUBMIT, 1796119591.363 + 30)
+    assert outcome == Verified(user="alice", key=ALICE.public_key)
+    assert got == body
