@@ -261,4 +261,4 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
 
 # The placer's own policy (the service's default and the simulator's `muster`): the
 # mechanism defaults above plus shortest-predicted-service-first with an age bound.
-MUSTER_POLICY = PolicyConfig(service_weight=10.0, max_wait_s=7 * 86_400)
+MUSTER_POLICY = PolicyConfig(service_weight=10.0, max_wait_s=3 * 86_400)

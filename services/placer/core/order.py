@@ -8,12 +8,13 @@ Within a tier (high first), jobs are ranked by a multifactor score:
 service term orders jobs *inside* each account's share; it favours the jobs that free
 the queue soonest (shortest predicted service first, which minimises the mean wait),
 counted on the predicted runtime where there is one (predict.py), else the limit.
-Shortest-first starves wide and long jobs, so an age term bounds every wait: a job that
-has waited `max_wait_s` goes ahead of every younger job of its tier, and the first of
-those gets the pass's first booking. Aged jobs are ranked by their priority alone (no
-service term), so a queue that stays saturated for days is still served by fair share,
-and with equal priorities oldest first. Requeued jobs (a fault or preemption
-put them back) go first among equals; then submit time and id.
+Shortest-first starves wide and long jobs, so an age term bounds the wait: a job that
+has waited `max_wait_s` loses its service term (score = its priority), which puts it
+ahead of every younger job of equal or lower priority, oldest first, and the first of
+those gets the pass's first booking. It does not jump a clearly higher fair-share
+priority: a queue saturated for days is still served by fair share (a hard jump let an
+under-served account's older backlog take 43% against its 30% share). Requeued jobs
+(a fault or preemption put them back) go first among equals; then submit time and id.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import math
 from services.placer.core.model import JobRequest, PolicyConfig
 from services.placer.core.predict import planned_runtime
 
-RankKey = tuple[int, bool, float, bool, float, int]
+RankKey = tuple[int, float, bool, float, int]
 
 
 def gpus_of(job: JobRequest) -> int:
@@ -44,4 +45,4 @@ def rank_key(job: JobRequest, now: float, config: PolicyConfig) -> RankKey:
     score = job.priority
     if config.service_weight and not aged:
         score -= config.service_weight * math.log2(1.0 + service_gpu_hours(job, config))
-    return (-job.tier, not aged, -score, not job.requeued, job.submitted_at, job.job_id)
+    return (-job.tier, -score, not job.requeued, job.submitted_at, job.job_id)
