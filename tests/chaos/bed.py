@@ -107,9 +107,7 @@ async def _bus(
     folder: Path, nats_servers: int, net: netns.TestBed | None
 ) -> embedded.Server | embedded.NatsCluster:
     if nats_servers == 3:
-        os.environ["MUSTER_STREAM_REPLICAS"] = "3"
         return await asyncio.to_thread(embedded.start_nats_cluster, folder / "nats")
-    os.environ.pop("MUSTER_STREAM_REPLICAS", None)
     host = net.control_address if net else "127.0.0.1"
     return await asyncio.to_thread(embedded.start_nats, folder / "server-nats", host=host)
 
@@ -145,6 +143,7 @@ async def chaos_bed(
         bus = await _bus(folder, nats_servers, net)
         stops.append(bus.stop)
         cluster = make_cluster(folder / "state", bus.url, url)
+        cluster.stream_replicas = 3 if nats_servers == 3 else 1  # every process's streams
         bed = ChaosBed(folder, pg, url, bus, cluster, net)
         _start_cluster(bed, n_nodes, replicas)
         conn = await asyncpg.connect(url)
@@ -159,4 +158,3 @@ async def chaos_bed(
         else:
             for stop in reversed(stops):
                 await asyncio.to_thread(stop)
-        os.environ.pop("MUSTER_STREAM_REPLICAS", None)
