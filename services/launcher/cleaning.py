@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from services.launcher import repo_upkeep
+from services.launcher.driver import Driver
 from services.launcher.reconcile_core import stale_workers
 from shared.api import AgentReply
 from shared.db import inbox_first_time, outbox_add
 from shared.events import AnyEvent, NodeCleaned, NodeRegistered, RunningWorker
 from shared.logs import kv
 from shared.runtime import every
-
-if TYPE_CHECKING:
-    from services.launcher.coordinator import Coordinator
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +33,9 @@ SUBJECTS = ("muster.node.registered",)
 
 
 class Cleaner:
-    def __init__(self, coordinator: Coordinator) -> None:
+    def __init__(self, coordinator: Driver, *, retry_s: float) -> None:
         self.c = coordinator
+        self.retry_s = retry_s
 
     async def consume(self, stop: asyncio.Event) -> None:
         await self.c.ctx.bus.consume(CONSUMER, SUBJECTS, self.handle, stop)
@@ -45,7 +43,7 @@ class Cleaner:
     async def retry_loop(self, stop: asyncio.Event) -> None:
         """The nodes still owed an answer, every reconcile period, all at once: one
         node that never answers must not delay the others."""
-        await every(self.c.upkeep.reconcile_s, stop, self.retry_owed)
+        await every(self.retry_s, stop, self.retry_owed)
 
     async def retry_owed(self) -> None:
         async with self.c.ctx.pool.acquire() as conn:

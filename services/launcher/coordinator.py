@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import msgspec
@@ -28,9 +27,9 @@ import msgspec
 from services.launcher import coordinator_core as core
 from services.launcher import repo, repo_upkeep
 from services.launcher.cleaning import Cleaner
+from services.launcher.driver import Check, Choose
 from services.launcher.effects import EffectRunner, Effects
 from services.launcher.endings import decided_ending, end_run, end_unstarted, ending
-from services.launcher.executor import free_port
 from services.launcher.exitstatus import ExitStatus
 from services.launcher.gang import Agents, Generation
 from services.launcher.reconcile_core import AllocationRow, may_start
@@ -72,8 +71,6 @@ SUBJECTS = (
 CONSUMER = "launcher"
 LIVE = (JobState.STARTING, JobState.RUNNING)
 _CORE_DECODER = msgspec.json.Decoder(core.JobRun)
-Choose = Callable[[core.JobRun, float], core.AnyObservation | None]
-Check = Callable[[Conn, repo.Run], Awaitable[bool]]
 
 
 class Coordinator:
@@ -84,7 +81,7 @@ class Coordinator:
         self.agents = Agents(ctx.bus)
         self.effects = EffectRunner(self.agents, self.launch, self.end_stopped)
         self.upkeep = Upkeep(self)
-        self.cleaner = Cleaner(self)
+        self.cleaner = Cleaner(self, retry_s=self.upkeep.reconcile_s)
         self._locks: dict[int, asyncio.Lock] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -376,7 +373,11 @@ class Coordinator:
         async with self.ctx.pool.acquire() as conn:
             addresses = await repo.node_addresses(conn, list(gen.nodes))
         master = addresses.get(gen.nodes[0], "127.0.0.1")
-        replies = await self.agents.start(spec, gen, master, free_port())
+        port = await self.agents.free_port(gen.nodes[0])
+        if port.ok:
+            replies = await self.agents.start(spec, gen, master, port.port)
+        else:
+            replies = {gen.nodes[0]: port}
         failed = {n: r.message for n, r in replies.items() if not r.ok}
         if failed:
             obs = core.StartFailed(

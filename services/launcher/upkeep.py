@@ -18,10 +18,10 @@ import contextlib
 import logging
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from services.launcher import coordinator_core as core
 from services.launcher import repo, repo_upkeep
+from services.launcher.driver import Driver
 from services.launcher.effects import Effects
 from services.launcher.gang import Generation
 from services.launcher.reconcile_core import plan_reconcile
@@ -32,9 +32,6 @@ from shared.runtime import every
 from shared.states import JobState
 from shared.transient import is_transient
 
-if TYPE_CHECKING:
-    from services.launcher.coordinator import Coordinator
-
 log = logging.getLogger(__name__)
 
 RECONCILE_S = 5.0  # how often the tables are checked for what events may have missed
@@ -43,7 +40,7 @@ LOST_AFTER_S = 5.0
 
 
 class Upkeep:
-    def __init__(self, coordinator: Coordinator, *, reconcile_s: float = RECONCILE_S) -> None:
+    def __init__(self, coordinator: Driver, *, reconcile_s: float = RECONCILE_S) -> None:
         self.c = coordinator
         self.reconcile_s = reconcile_s
         self._wake = asyncio.Event()

@@ -1,0 +1,45 @@
+"""What the coordinator's helpers (upkeep.py, cleaning.py) use of it, as a Protocol:
+they take the coordinator through this, so neither imports coordinator.py, which
+builds both (no import cycle, not even one hidden under TYPE_CHECKING)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from services.launcher import coordinator_core as core
+from services.launcher import repo
+from services.launcher.effects import EffectRunner
+from services.launcher.gang import Agents
+from shared.db import Conn
+from shared.events import Event
+from shared.runtime import ServiceContext
+from shared.settings import Settings
+
+Choose = Callable[[core.JobRun, float], core.AnyObservation | None]
+Check = Callable[[Conn, repo.Run], Awaitable[bool]]
+
+
+class Driver(Protocol):
+    """The coordinator as its timers, reconcile and node cleaning see it."""
+
+    ctx: ServiceContext
+    settings: Settings
+    config: core.CoordinatorConfig
+    agents: Agents
+    effects: EffectRunner
+
+    def lock(self, job_id: int) -> asyncio.Lock: ...
+
+    async def observe(
+        self, job_id: int, choose: Choose, event: Event | None = None, check: Check | None = None
+    ) -> None: ...
+
+    async def start_allocation(self, job_id: int, attempt: int, event: Event | None) -> None: ...
+
+    async def settle_orphan(self, job_id: int) -> None: ...
+
+    async def end_stopped(self, job_id: int) -> None: ...
+
+    async def offer_growth(self) -> None: ...
