@@ -57,6 +57,7 @@ class Report:
     services_exited: list[str] = field(default_factory=list)
     poison_copies: int = 0
     refused: int = 0
+    workers_seen: int = 0  # 0 would mean the machine checks judged nothing
 
     def summary(self) -> dict[str, object]:
         return {
@@ -70,6 +71,7 @@ class Report:
             "services_exited": self.services_exited,
             "poison_copies": self.poison_copies,
             "submits_refused": self.refused,
+            "workers_seen": self.workers_seen,
             "failover_s": failover(self.faults),
         }
 
@@ -123,6 +125,7 @@ async def run_chaos(settings: ChaosSettings) -> Report:
             await _drain(bed, settings.drain_s)
         report.jobs_submitted = len(workload.accepted)
         report.refused = workload.refused
+        report.workers_seen = sampler.workers_seen
         report.orphans = await _orphans(workdir)
         report.violations = sampler.violations + await _audit(bed, sampler, workload, report)
         report.services_exited = [

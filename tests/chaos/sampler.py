@@ -52,6 +52,7 @@ class Sampler:
     node_samples: dict[str, list[NodeSample]] = field(default_factory=dict)
     open_faults: list[FaultRecord] = field(default_factory=list)
     ticks: int = 0
+    workers_seen: int = 0  # worker sightings: the machine checks saw something
 
     def watch_recovery(self, record: FaultRecord) -> None:
         self.open_faults.append(record)
@@ -110,6 +111,7 @@ class Sampler:
         self.violations += self.watch.observe(t, alive, runs, allocated)
         self._recoveries(progress)
         self.ticks += 1
+        self.workers_seen += len(alive)
 
     def _recoveries(self, progress: float | None) -> None:
         if progress is None:

@@ -6,8 +6,8 @@ A failing run prints its seed and what broke, on stdout and in the assertion. Re
 
     MUSTER_CHAOS_SEED=<seed> .venv/bin/python -m pytest -q tests/chaos/test_chaos.py
 
-(MUSTER_CHAOS_FAULTS, MUSTER_CHAOS_DURATION_S and MUSTER_CHAOS_NATS_SERVERS change the
-run's size and shape; bench/chaos_soak.py runs the long variant.)
+(MUSTER_CHAOS_FAULTS, MUSTER_CHAOS_DURATION_S, MUSTER_CHAOS_NATS_SERVERS and
+MUSTER_CHAOS_REPLICAS change the run's size and shape; bench/chaos_soak.py runs the long variant.)
 """
 
 from __future__ import annotations
@@ -24,16 +24,26 @@ pytestmark = pytest.mark.slow
 REPLAY = os.environ.get("MUSTER_CHAOS_SEED")
 FAULTS = int(os.environ.get("MUSTER_CHAOS_FAULTS", "12"))
 DURATION_S = float(os.environ.get("MUSTER_CHAOS_DURATION_S", "45"))
-# seed -> NATS servers: one server (nodes in network namespaces, so partitions too), and
-# one seed on a three-server JetStream cluster (one of three killed).
-CI_SEEDS = {1: 1, 2: 1, 3: 3}
-SEEDS = {int(REPLAY): int(os.environ.get("MUSTER_CHAOS_NATS_SERVERS", "1"))} if REPLAY else CI_SEEDS
+# seed -> (NATS servers, replicas of every service): one server (nodes in network
+# namespaces, so partitions too) at one and two replicas, and a three-server JetStream
+# cluster (one of three killed) at two replicas.
+CI_SEEDS = {1: (1, 1), 2: (1, 2), 3: (3, 2)}
+REPLAY_SHAPE = (
+    int(os.environ.get("MUSTER_CHAOS_NATS_SERVERS", "1")),
+    int(os.environ.get("MUSTER_CHAOS_REPLICAS", "1")),
+)
+SEEDS = {int(REPLAY): REPLAY_SHAPE} if REPLAY else CI_SEEDS
 
 
-@pytest.mark.parametrize(("seed", "nats_servers"), SEEDS.items(), ids=[f"seed{s}" for s in SEEDS])
-async def test_a_seeded_chaos_run_keeps_every_invariant(seed: int, nats_servers: int) -> None:
+@pytest.mark.parametrize(("seed", "shape"), SEEDS.items(), ids=[f"seed{s}" for s in SEEDS])
+async def test_a_seeded_chaos_run_keeps_every_invariant(seed: int, shape: tuple[int, int]) -> None:
+    nats_servers, replicas = shape
     settings = ChaosSettings(
-        seed=seed, n_faults=FAULTS, duration_s=DURATION_S, nats_servers=nats_servers
+        seed=seed,
+        n_faults=FAULTS,
+        duration_s=DURATION_S,
+        nats_servers=nats_servers,
+        replicas=replicas,
     )
     report = await run_chaos(settings)
     summary = report.summary()
@@ -44,3 +54,4 @@ async def test_a_seeded_chaos_run_keeps_every_invariant(seed: int, nats_servers:
     assert not verdict, verdict
     assert summary["jobs_submitted"], "no job was accepted: the run checked nothing"
     assert report.poison_copies >= 1
+    assert report.workers_seen, "no worker was seen on the machine: its checks judged nothing"

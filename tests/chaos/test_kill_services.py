@@ -5,6 +5,7 @@ and usage was charged exactly once (invariants 1, 2 and 6 of the design brief)."
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
@@ -25,7 +26,9 @@ JOB = "#!/bin/bash\nsleep 1.5\n"
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection):
+async def cluster(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> AsyncIterator[Cluster]:
     async with running_cluster(tmp_path / "state", nats_url, database_url, db, nodes(3)) as c:
         yield c
 
