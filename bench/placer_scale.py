@@ -26,9 +26,12 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from services.placer.core import (
+    MUSTER_POLICY,
     Gpu,
     Grant,
     JobRequest,
@@ -139,6 +142,12 @@ def main() -> None:
     ap.add_argument("--pending", type=int, default=50_000)
     ap.add_argument("--busy", type=float, default=0.7)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--policy",
+        choices=("muster", "mechanism"),
+        default="muster",
+        help="muster: the service's MUSTER_POLICY; mechanism: PolicyConfig() (old order)",
+    )
     args = ap.parse_args()
     rng = random.Random(7)
     trace = kalos_path()
@@ -147,8 +156,8 @@ def main() -> None:
     snap = Snapshot(nodes=nodes, running=fill(nodes, args.busy, rng, sizes))
     pending = [request(10_000_000 + i, rng, sizes) for i in range(args.pending)]
     gc.collect()
-    default = PolicyConfig()
-    unlimited = PolicyConfig(max_job_test=10**9)
+    default = MUSTER_POLICY if args.policy == "muster" else PolicyConfig()
+    unlimited = msgspec.structs.replace(default, max_job_test=10**9)
     passes, plan = [], None
     for _ in range(args.repeat):
         t = time.perf_counter()
