@@ -70,6 +70,8 @@ class SignedRequest(msgspec.Struct, frozen=True, kw_only=True):
 class Verified(msgspec.Struct, frozen=True, kw_only=True):
     user: str
     key: str
+    replay_id: str = ""  # "<key>:<nonce>": what a shared replay ledger records
+    forget_at: float = 0.0  # when the timestamp check alone refuses a replay
 
 
 class AuthRefusal(msgspec.Struct, frozen=True, kw_only=True):
@@ -310,7 +312,8 @@ class Verifier:
                 f"the signature does not match the request (key {req.key}): it was altered, "
                 "or signed for another request",
             )
-        seen = self.nonces.add(f"{req.key}:{req.nonce}", req.ts / 1000 + self.skew_s, now)
+        replay_id, forget_at = f"{req.key}:{req.nonce}", req.ts / 1000 + self.skew_s
+        seen = self.nonces.add(replay_id, forget_at, now)
         if seen is AuthCode.REPLAYED:
             return _refusal(
                 seen,
@@ -319,7 +322,7 @@ class Verifier:
             )
         if seen is AuthCode.OVERLOADED:
             return _refusal(seen, "too many requests in the replay window; try again shortly")
-        return Verified(user=user, key=req.key)
+        return Verified(user=user, key=req.key, replay_id=replay_id, forget_at=forget_at)
 
     def _signed(self, req: SignedRequest, body: bytes, subject: str) -> bool:
         key = self._keys.get(req.key)
@@ -402,20 +405,32 @@ def user_matches(payload_user: str, verified: Verified) -> AuthRefusal | None:
     )
 
 
+Ledger = Callable[[str, float], Awaitable[bool]]
+
+
 def authenticated(
     verifier: Verifier,
     subject: str,
     kind: type[R],
     fn: Callable[[R], Awaitable[msgspec.Struct]],
     clock: Callable[[], float],
+    ledger: Ledger | None = None,
 ) -> Route:
     """A route that verifies the signature, decodes the signed body as `kind` and hands
-    `fn` the request with `user` set to the verified user (refusing anything else)."""
+    `fn` the request with `user` set to the verified user (refusing anything else).
+    With a `ledger` (shared by every replica: `first_time(replay_id, forget_at)`), a
+    request another replica already received is refused as a replay too."""
 
     async def call(payload: bytes) -> msgspec.Struct:
         outcome, body = await verifier.averify(payload, subject, clock())
         if isinstance(outcome, AuthRefusal):
             raise Refused(outcome.message, str(outcome.code))
+        if ledger is not None and not await ledger(outcome.replay_id, outcome.forget_at):
+            raise Refused(
+                "this request was already received by another replica: a replayed request "
+                "is refused; send a new one",
+                str(AuthCode.REPLAYED),
+            )
         try:
             req: Any = msgspec.json.decode(body, type=kind)
         except (msgspec.DecodeError, msgspec.ValidationError) as err:

@@ -27,6 +27,7 @@ from services.admission.config import ConfigError
 from services.admission.config_model import ClusterConfig, Limits
 from services.admission.config_source import ConfigSource
 from services.admission.errors_api import Refused
+from services.admission.nonces import NonceLedger
 from services.admission.policy import NO_POLICY, JobPolicy, job_policy
 from services.admission.ratelimit import Bucket, take
 from services.admission.sbatch import parse_submission
@@ -64,6 +65,8 @@ __all__ = ["Admission", "Refused"]
 CONCURRENCY = 256
 SHAPES_TTL_S = 2.0
 CONFIG_CHECK_S = 2.0
+NONCE_SWEEP_S = 30.0
+READ_ONLY = frozenset({"queue", "show", "nodes"})  # a replay of these changes nothing
 
 
 def _no_config(operators: frozenset[str]) -> ClusterConfig:
@@ -91,6 +94,7 @@ class Admission:
             self.source.path, ctx.settings.user_keys_dir, config_text=lambda: self.source.text
         )
         self.verifier = Verifier(self.identity.directory)
+        self.ledger = NonceLedger(ctx.pool)
         self._buckets: dict[str, Bucket] = {}
         self.jobs = JobCommands(ctx, self.authz_config, self.identity.directory)
         self.batcher = JobBatcher(ctx.pool)
@@ -125,18 +129,24 @@ class Admission:
         async def watch(stop: asyncio.Event) -> None:
             await every(CONFIG_CHECK_S, stop, self._check_config_file)
 
+        async def sweep(stop: asyncio.Event) -> None:
+            await every(NONCE_SWEEP_S, stop, self.ledger.sweep)
+
         try:
-            await until_stopped(stop, self.ctx.relay.run, watch)
+            await until_stopped(stop, self.ctx.relay.run, watch, sweep)
         finally:
             if self._inflight:
                 await asyncio.wait(self._inflight, timeout=self.ctx.settings.drain_timeout_s)
             await self.verifier.aclose()
+            await self.ledger.aclose(self.ctx.settings.drain_timeout_s)
 
     def _signed(
         self, verb: str, kind: type[R], fn: Callable[[R], Awaitable[msgspec.Struct]]
     ) -> Route:
-        """Every request is verified (shared.identity) before `fn` sees it, as its user."""
-        return authenticated(self.verifier, API_PREFIX + verb, kind, fn, time.time)
+        """Every request is verified (shared.identity) before `fn` sees it, as its user;
+        one that changes something is also checked against the replicas' shared ledger."""
+        ledger = None if verb in READ_ONLY else self.ledger.first_time
+        return authenticated(self.verifier, API_PREFIX + verb, kind, fn, time.time, ledger)
 
     async def _check_config_file(self) -> None:
         self.source.reload_if_changed()
