@@ -23,7 +23,11 @@ from tests.chaos.machine import WorkerProc
 # (MUSTER_FENCE_S) and the same grace. "A few seconds later", with room for a loaded
 # two-core machine.
 STALE_GRACE_S = 12.0
+# Clock ticks are 10 ms: a worker that started later than this after its run ended was
+# started by someone who did not know it had ended.
+START_SLACK_S = 0.05
 # Node states that take no new work.
+ENDED = TERMINAL | {"REQUEUED"}
 EXCLUDED = frozenset({"SUSPECT", "CLEANING", "DRAINING", "DRAINED", "DOWN", "FAILED"})
 
 
@@ -52,6 +56,7 @@ class Run:
     state: str
     attempt: int
     generation: int
+    ended_at: float | None = None  # the database's clock, epoch seconds
 
 
 def gpu_conflicts(procs: Sequence[WorkerProc]) -> list[Violation]:
@@ -109,6 +114,7 @@ class Watch:
     ) -> list[Violation]:
         found = gpu_conflicts(procs) + outside_allocation(procs, allocated)
         found += self._terminal_left(runs)
+        found += self._started_after_end(procs, runs)
         stale = {(p.pid, p.start): p for p in procs if is_stale(p, runs)}
         self.stale_since = {k: self.stale_since.get(k, t) for k in stale}
         for key, since in self.stale_since.items():
@@ -122,6 +128,28 @@ class Watch:
                         f"pid {p.pid} of job {p.job_id} attempt {p.attempt} generation"
                         f" {p.generation} on {p.node} alive {t - since:.1f} s after its"
                         f" run became {run}",
+                    )
+                )
+        return found
+
+    def _started_after_end(
+        self, procs: Sequence[WorkerProc], runs: Mapping[int, Run]
+    ) -> list[Violation]:
+        """Invariant 7 without a grace: no worker of a run starts after the run ended."""
+        found = []
+        for p in procs:
+            run = runs.get(p.job_id)
+            if run is None or run.ended_at is None or run.state not in ENDED:
+                continue
+            key = (p.pid, p.start)
+            if p.started > run.ended_at + START_SLACK_S and key not in self.reported:
+                self.reported.add(key)
+                found.append(
+                    Violation(
+                        Invariant.ONE_LIVE_ATTEMPT,
+                        f"pid {p.pid} of job {p.job_id} attempt {p.attempt} generation"
+                        f" {p.generation} on {p.node} started"
+                        f" {p.started - run.ended_at:.2f} s after its run ended {run.state}",
                     )
                 )
         return found

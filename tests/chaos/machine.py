@@ -11,10 +11,12 @@ in. A process is named by its pid and its start tick, so a reused pid is another
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 PROC = Path("/proc")
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class WorkerProc:
     attempt: int
     generation: int
     gpus: tuple[int, ...]
+    started: float = 0.0  # wall clock, from its start tick and the kernel's boot
 
     @property
     def run(self) -> tuple[int, int, int]:
@@ -51,11 +54,18 @@ def _environ(pid: int) -> dict[str, str]:
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
+def _booted_at() -> float:
+    """The wall-clock moment of the kernel's boot, to 10 ms (/proc/stat's btime is whole
+    seconds: too coarse to tell a start just after an ending from one just before)."""
+    uptime = float((PROC / "uptime").read_text().split()[0])
+    return time.time() - uptime
+
+
 def _gpus(text: str) -> tuple[int, ...]:
     return tuple(sorted(int(g) for g in text.split(",") if g.strip().isdigit()))
 
 
-def _worker(pid: int, workdir: str) -> WorkerProc | None:
+def _worker(pid: int, workdir: str, booted: float) -> WorkerProc | None:
     try:
         cwd = os.readlink(PROC / str(pid) / "cwd")
     except OSError:
@@ -74,16 +84,18 @@ def _worker(pid: int, workdir: str) -> WorkerProc | None:
         attempt=int(env.get("MUSTER_ATTEMPT", "0")),
         generation=int(env.get("MUSTER_GENERATION", "0")),
         gpus=_gpus(env.get("CUDA_VISIBLE_DEVICES", "")),
+        started=booted + stat[1] / TICKS,
     )
 
 
 def workers(workdir: Path) -> list[WorkerProc]:
     """Every live process of a job whose working folder is `workdir`."""
     folder = str(workdir.resolve())
+    booted = _booted_at()
     found = []
     for entry in PROC.iterdir():
         if entry.name.isdigit():
-            proc = _worker(int(entry.name), folder)
+            proc = _worker(int(entry.name), folder, booted)
             if proc is not None:
                 found.append(proc)
     return found

@@ -26,7 +26,10 @@ from tests.chaos.machine import still_alive, workers
 PERIOD_S = 1.0
 DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
 
-RUNS = "SELECT job_id, state, attempt, restart_count FROM job_runs"
+RUNS = (
+    "SELECT job_id, state, attempt, restart_count,"
+    " extract(epoch FROM ended_at)::float8 AS ended_at FROM job_runs"
+)
 ALLOCATED = (
     "SELECT a.job_id, a.attempt, array_agg(n.node) AS nodes FROM allocations a"
     " JOIN allocation_nodes n USING (alloc_id) GROUP BY a.job_id, a.attempt"
@@ -89,7 +92,7 @@ class Sampler:
     async def _tick(self, conn: asyncpg.Connection) -> None:
         seen = await asyncio.to_thread(workers, self.workdir)
         runs = {
-            r["job_id"]: Run(r["state"], r["attempt"], r["restart_count"])
+            r["job_id"]: Run(r["state"], r["attempt"], r["restart_count"], r["ended_at"])
             for r in await conn.fetch(RUNS, timeout=5)
         }
         allocated = {

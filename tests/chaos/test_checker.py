@@ -123,3 +123,37 @@ def test_excluded_placements(
 def test_tally_names_every_invariant() -> None:
     got = tally([Violation(Invariant.USAGE_ONCE, "x"), Violation(Invariant.USAGE_ONCE, "y")])
     assert got == {"1": 0, "2": 0, "3": 0, "4": 0, "5": 0, "6": 2, "7": 0, "8": 0, "9": 0}
+
+
+def started(pid: int, job: int, at: float) -> WorkerProc:
+    return WorkerProc(pid, 1000 + pid, "n3", job, 1, 0, (1,), started=at)
+
+
+def test_a_worker_started_after_its_run_ended_is_caught_at_once() -> None:
+    # Seen in soak seed 100: an ended attempt's worker started again 0.18 s after the
+    # job COMPLETED, on the GPU the placer had given to the next job.
+    watch = Watch()
+    ended = {127: Run("COMPLETED", 1, 0, ended_at=100.0)}
+    got = watch.observe(
+        100.5, [started(12367, 127, at=100.18)], ended, {(127, 1): frozenset({"n3"})}
+    )
+    assert got == [
+        Violation(
+            Invariant.ONE_LIVE_ATTEMPT,
+            "pid 12367 of job 127 attempt 1 generation 0 on n3 started 0.18 s after its run"
+            " ended COMPLETED",
+        )
+    ]
+    assert (
+        watch.observe(101.0, [started(12367, 127, at=100.18)], ended, {(127, 1): frozenset({"n3"})})
+        == []
+    )
+
+
+def test_a_worker_that_started_before_its_run_ended_has_its_grace() -> None:
+    watch = Watch()
+    ended = {127: Run("COMPLETED", 1, 0, ended_at=100.0)}
+    assert (
+        watch.observe(100.5, [started(12032, 127, at=95.0)], ended, {(127, 1): frozenset({"n3"})})
+        == []
+    )
