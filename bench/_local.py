@@ -35,19 +35,28 @@ def provision_identity(state: Path) -> None:
 
 
 @contextlib.contextmanager
-def local_cluster(node_count: int, gpus: int = 4, **env: str) -> Iterator[Cluster]:
+def local_cluster(
+    node_count: int, gpus: int = 4, *, replicas: int = 1, nats_servers: int = 1, **env: str
+) -> Iterator[Cluster]:
+    """`replicas` of every service (`Cluster.plan_services`) on one NATS server or, with
+    `nats_servers` 3, a JetStream cluster with the streams at R3: the price of HA."""
     os.environ.update(FAST | env)
     # A benchmark stopped by SIGTERM (e.g. `timeout`) still stops its cluster.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="muster-bench-") as tmp:
         state = Path(tmp)
         state.chmod(0o755)
-        nats = embedded.start_nats(state)
+        nats = start_nats(state, nats_servers)
         pg = embedded.start_postgres(state, fast=True)
         try:
             provision_identity(state)
-            cluster = Cluster(state, nats.url, embedded.create_database(pg.url, "muster"))
-            cluster.start_services()
+            cluster = Cluster(
+                state,
+                nats.url,
+                embedded.create_database(pg.url, "muster"),
+                stream_replicas=min(nats_servers, 3),
+            )
+            cluster.start_services(replicas)
             for i in range(node_count):
                 leaf = f"leaf{i % 2 + 1}"
                 cluster.start_node(NodeDef(f"node{i + 1:02d}", gpus, "SIM-H100", ("spine0", leaf)))
@@ -58,6 +67,13 @@ def local_cluster(node_count: int, gpus: int = 4, **env: str) -> Iterator[Cluste
         finally:
             nats.stop()
             pg.stop()
+
+
+def start_nats(state: Path, servers: int) -> embedded.Server | embedded.NatsCluster:
+    """One NATS server, or a JetStream cluster of `servers` (both have `url`, `stop`)."""
+    if servers > 1:
+        return embedded.start_nats_cluster(state, servers)
+    return embedded.start_nats(state)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -41,12 +41,14 @@ import nats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._local import start_nats
 from muster.cluster import Cluster
 from shared import embedded
 from shared.api import API_PREFIX, Envelope, QueueRequest, SubmitRequest
 from shared.bus import STREAM
 from shared.identity import Signer
 from shared.identity_files import load_signer, provision_keys
+from shared.settings import nats_servers
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = "#!/bin/bash\n#SBATCH --gpus-per-node=1\ntrue\n"
@@ -90,7 +92,7 @@ def sign(signer: Signer, body: bytes) -> bytes:
 
 
 async def wait_ready(url: str, replicas: int, signer: Signer) -> None:
-    nc = await nats.connect(url)
+    nc = await nats.connect(nats_servers(url))
     body = msgspec.json.encode(QueueRequest(job_ids=(0,)))
     try:
         for _ in range(300):
@@ -111,7 +113,7 @@ async def wait_ready(url: str, replicas: int, signer: Signer) -> None:
 async def client_proc(
     url: str, clients: int, connections: int, seconds: float, keys: str
 ) -> dict[str, int]:
-    conns = [await nats.connect(url) for _ in range(connections)]
+    conns = [await nats.connect(nats_servers(url)) for _ in range(connections)]
     bodies = list(
         zip(
             signers(keys),
@@ -158,7 +160,7 @@ def _client_main(
 async def drained(url: str, db_url: str, accepted: int) -> tuple[float, int, int]:
     """Wait until the outbox is empty; (last publish epoch, events in JetStream, jobs)."""
     db = await asyncpg.connect(db_url)
-    nc = await nats.connect(url)
+    nc = await nats.connect(nats_servers(url))
     try:
         for _ in range(2400):  # two minutes at most
             if not await db.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NULL"):
@@ -178,7 +180,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         state = Path(tmp)
         state.chmod(0o755)
         config = bench_config(state)
-        nats_server = embedded.start_nats(state)
+        nats_server = start_nats(state, args.nats_servers)
         pg = embedded.start_postgres(state, fast=True)
         keys = str(state / "keys")
         provision_keys(keys, USERS)
@@ -187,7 +189,12 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             MUSTER_CLUSTER_CONFIG=str(config),
             MUSTER_USER_KEYS_DIR=keys,
         )
-        cluster = Cluster(state, nats_server.url, embedded.create_database(pg.url, "muster"))
+        cluster = Cluster(
+            state,
+            nats_server.url,
+            embedded.create_database(pg.url, "muster"),
+            stream_replicas=min(args.nats_servers, 3),
+        )
         try:
             for i in range(args.replicas):
                 key = "admission" if i == 0 else f"admission-{i}"
@@ -221,6 +228,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     return {
         "bench": "admission_throughput",
         "replicas": args.replicas,
+        "nats_servers": args.nats_servers,
         "clients": per * args.client_procs,
         "seconds": args.seconds,
         "accepted": accepted,
@@ -236,6 +244,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--nats-servers", type=int, default=1, choices=(1, 3))
     parser.add_argument("--clients", type=int, default=256)
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--client-procs", type=int, default=1)

@@ -75,15 +75,18 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=2, help="nodes per job (of 2)")
     parser.add_argument("--gpus-per-node", type=int, default=2, help="of 4")
     parser.add_argument("--gap-max", type=float, default=0.0, help="seconds after an end")
+    parser.add_argument("--replicas", type=int, default=1, help="of every service")
+    parser.add_argument("--nats-servers", type=int, default=1, choices=(1, 3))
     args = parser.parse_args()
     argv = (f"--nodes={args.nodes}", f"--gpus-per-node={args.gpus_per_node}")
-    with local_cluster(2) as cluster:
+    with local_cluster(2, replicas=args.replicas, nats_servers=args.nats_servers) as cluster:
         lat, placed = asyncio.run(
             measure(cluster.nats_url, cluster.database_url, args.jobs, argv, args.gap_max)
         )
     leg = latency_figures("submit_to_allocated", placed)
     result = latency_figures("submit_to_running", lat, nodes_per_job=args.nodes)
     result["gpus_per_node"], result["gap_max_s"] = args.gpus_per_node, args.gap_max
+    result["replicas"], result["nats_servers"] = args.replicas, args.nats_servers
     result["placer_p50_ms"], result["placer_p99_ms"] = leg["p50_ms"], leg["p99_ms"]
     result["over_100ms"] = sum(1 for s in lat if s > 0.1)
     print(

@@ -44,6 +44,18 @@ async def renew(conn: Conn, table: LeaseTable, holder: str, epoch: int, ttl_s: f
     return bool(row)
 
 
+async def release(conn: Conn, table: LeaseTable, holder: str, epoch: int) -> bool:
+    """Let the lease expire now (a clean stop), so a standby takes it at its next try
+    instead of waiting out the TTL; a lease someone else holds is left alone."""
+    row = await conn.fetchval(
+        f"UPDATE {table} SET expires_at = now() WHERE id = 1 AND holder = $1 AND epoch = $2"
+        " RETURNING true",
+        holder,
+        epoch,
+    )
+    return bool(row)
+
+
 async def lock(
     conn: Conn, table: LeaseTable, holder: str, epoch: int, *, idle_s: float | None = None
 ) -> bool:
@@ -85,6 +97,11 @@ class Lease:
             return False
         self.epoch = await acquire(conn, self.table, self.holder, self.ttl_s)
         return self.epoch is not None
+
+    async def release(self, conn: Conn) -> bool:
+        """Give the lease up (a clean stop); True when we held it."""
+        epoch, self.epoch = self.epoch, None
+        return epoch is not None and await release(conn, self.table, self.holder, epoch)
 
     async def lock(self, conn: Conn, *, idle_s: float | None = None) -> bool:
         """`lock` with our epoch, in the caller's transaction; a lost lease is forgotten."""

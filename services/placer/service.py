@@ -42,6 +42,7 @@ from shared.events import (
 )
 from shared.logs import kv
 from shared.runtime import ServiceContext, every, until_stopped
+from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -55,6 +56,9 @@ SUBJECTS = (
     "muster.job.spares_requested",
     "muster.node.>",
 )
+
+
+LEASE_RELEASE_S = 2.0  # how long a stopping placer tries to hand its lease over
 
 
 class Placer:
@@ -73,6 +77,22 @@ class Placer:
         await until_stopped(
             stop, self._consume, self._lease_loop, self._cycle_loop, self.ctx.relay.run
         )
+        await self._release_lease()
+
+    async def _release_lease(self) -> None:
+        """A clean stop hands the lease over at once instead of after its TTL."""
+        epoch, self.epoch = self.epoch, None
+        if epoch is None:
+            return
+        try:
+            async with asyncio.timeout(LEASE_RELEASE_S), self.ctx.pool.acquire() as conn:
+                await repo.release_lease(conn, self.holder, epoch)
+        except Exception as err:  # PostgreSQL away: the lease simply expires
+            if not is_transient(err):
+                raise
+            log.warning("lease not released", extra=kv(epoch=epoch, error=repr(err)))
+            return
+        log.info("released the placer lease", extra=kv(epoch=epoch))
 
     async def _consume(self, stop: asyncio.Event) -> None:
         # One message per pull: every event is only a wake-up, and a batch pull that has

@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from muster.cluster import Cluster
-from tests.support.cluster import eventually, job_state, kill9, nodes, running_cluster, submit
+from tests.support.cluster import eventually, kill9, nodes, running_cluster, submit
 
 pytestmark = pytest.mark.slow
 
@@ -41,9 +41,17 @@ def key_of(holder: str) -> str:
     return "placer" if instance == "0" else f"placer-{instance}"
 
 
-async def running(db: asyncpg.Connection, url: str, what: str) -> int:
+async def placed(db: asyncpg.Connection, url: str, what: str) -> int:
+    """Submit a whole-node job and wait for its allocation: the placer's own write."""
     job_id = (await submit(url, SLEEPER, ("--gpus-per-node=4",))).job_ids[0]
-    await eventually(lambda: job_state(db, job_id), lambda s: s == "RUNNING", 60, what)
+    await eventually(
+        lambda: db.fetchval(
+            "SELECT count(*) FROM allocations WHERE job_id = $1 AND released_at IS NULL", job_id
+        ),
+        lambda n: n == 1,
+        60,
+        what,
+    )
     return job_id
 
 
@@ -64,7 +72,7 @@ async def test_killing_the_leading_placer_hands_over_within_the_lease(
 ) -> None:
     first = await eventually(lambda: lease(db), lambda r: r is not None, 30, "a leader")
     assert first is not None
-    await running(db, cluster.nats_url, "a job placed by the first leader")
+    await placed(db, cluster.nats_url, "a job placed by the first leader")
 
     kill9(cluster, key_of(first[0]))
     took = asyncio.get_running_loop().time()
@@ -73,7 +81,7 @@ async def test_killing_the_leading_placer_hands_over_within_the_lease(
     )
     handover = asyncio.get_running_loop().time() - took
     assert second is not None and key_of(second[0]) != key_of(first[0])
-    job = await running(db, cluster.nats_url, "a job placed by the new leader")
+    job = await placed(db, cluster.nats_url, "a job placed by the new leader")
 
     epoch = await db.fetchval("SELECT epoch FROM allocations WHERE job_id = $1", job)
     assert epoch == second[1]
@@ -87,7 +95,7 @@ async def test_a_paused_leader_resumed_after_a_takeover_writes_nothing(
     first = await eventually(lambda: lease(db), lambda r: r is not None, 30, "a leader")
     assert first is not None
     old_key = key_of(first[0])
-    await running(db, cluster.nats_url, "a job placed by the first leader")
+    await placed(db, cluster.nats_url, "a job placed by the first leader")
 
     os.kill(cluster.pids[old_key], signal.SIGSTOP)
     try:
@@ -95,7 +103,7 @@ async def test_a_paused_leader_resumed_after_a_takeover_writes_nothing(
             lambda: lease(db), lambda r: r is not None and r[1] > first[1], 90, "a takeover"
         )
         assert second is not None
-        job = await running(db, cluster.nats_url, "a job placed while the old leader sleeps")
+        job = await placed(db, cluster.nats_url, "a job placed while the old leader sleeps")
     finally:
         os.kill(cluster.pids[old_key], signal.SIGCONT)
     resumed = await db.fetchval("SELECT now()")
@@ -106,7 +114,7 @@ async def test_a_paused_leader_resumed_after_a_takeover_writes_nothing(
         30,
         "the resumed placer notices it lost",
     )
-    later = await running(db, cluster.nats_url, "a job placed after the old leader woke")
+    later = await placed(db, cluster.nats_url, "a job placed after the old leader woke")
 
     # Every write since the takeover came from the new epoch; the old one made none.
     stale = await db.fetchval(
@@ -127,3 +135,20 @@ async def test_a_paused_leader_resumed_after_a_takeover_writes_nothing(
             first[1],
         )
     assert await gpus_held_twice(db) == []
+
+
+async def test_a_stopped_leader_hands_its_lease_over_at_once(
+    cluster: Cluster, db: asyncpg.Connection
+) -> None:
+    first = await eventually(lambda: lease(db), lambda r: r is not None, 30, "a leader")
+    assert first is not None
+    key = key_of(first[0])
+    cluster.kill(key, signal.SIGTERM)  # a clean stop: a rolling restart, `muster down`
+    assert cluster.procs[key].wait(30) == 0
+    log = (cluster.state_dir / "logs" / f"{key}.log").read_text()
+    assert "released the placer lease" in log
+    second = await eventually(
+        lambda: lease(db), lambda r: r is not None and r[1] > first[1], 30, "a new leader"
+    )
+    assert second is not None and key_of(second[0]) != key
+    await placed(db, cluster.nats_url, "a job placed by the new leader")

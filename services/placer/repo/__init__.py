@@ -23,7 +23,7 @@ from services.placer.repo.allocations import (
     write_waits,
 )
 from services.placer.repo.history import load_outcomes
-from services.placer.repo.lease import acquire_lease, lock_lease, renew_lease
+from services.placer.repo.lease import acquire_lease, lock_lease, release_lease, renew_lease
 from services.placer.repo.pending import PendingJob, load_blocker_facts, load_pending
 from services.placer.repo.snapshot import (
     load_kept,
@@ -54,6 +54,7 @@ __all__ = [
     "record_preemption",
     "release_dropped_nodes",
     "release_finished",
+    "release_lease",
     "renew_lease",
     "swap_nodes",
     "write_waits",

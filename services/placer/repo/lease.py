@@ -26,3 +26,7 @@ async def lock_lease(conn: Conn, holder: str, epoch: int) -> bool:
     """Serialise cycles and check we still lead, for the rest of this transaction. No
     short idle limit: the core's pass between the snapshot and the writes may be long."""
     return await lease.lock(conn, "placer_lease", holder, epoch)
+
+
+async def release_lease(conn: Conn, holder: str, epoch: int) -> bool:
+    return await lease.release(conn, "placer_lease", holder, epoch)
