@@ -202,6 +202,10 @@ class StopWorkers(msgspec.Struct, frozen=True, kw_only=True):
     grace_s: float = 10.0
     signal: str = "SIGTERM"
     wait: bool = True
+    # Set: stop only a worker of this attempt (and generation), so a stop aimed at a
+    # stale worker can never hit a newer one of the same job.
+    attempt: int | None = None
+    generation: int | None = None
 
 
 class InjectFault(msgspec.Struct, frozen=True, kw_only=True):

@@ -20,6 +20,8 @@ class LauncherSettings(Settings, frozen=True, kw_only=True):
     failure_settle_s: float = _DEFAULTS.failure_settle_s
     restart_backoff_s: float = _DEFAULTS.backoff_base_s
     restart_backoff_max_s: float = _DEFAULTS.backoff_max_s
+    # A replica silent this long loses its shards of the jobs to another (owners.py).
+    launcher_lease_s: float = 2.0
 
 
 def coordinator_config(settings: LauncherSettings) -> CoordinatorConfig:
@@ -41,7 +43,7 @@ def main() -> None:
 
     async def serve(stop: asyncio.Event) -> None:
         async with service_context(settings, stop) as ctx:
-            await Coordinator(ctx, config).run(stop)
+            await Coordinator(ctx, config, lease_s=settings.launcher_lease_s).run(stop)
 
     run_service(settings, serve)
 

@@ -322,6 +322,8 @@ class NodeExecutor:
         if current is None:
             return msgspec.json.encode(AgentReply(ok=True, message="not running"))
         # `B:SIGUSR1` (from `--signal=B:USR1`): the job's script only, not its group.
+        if not aimed_at(req, current.record):
+            return msgspec.json.encode(AgentReply(ok=True, message="another worker runs"))
         leader_only, _, name = req.signal.rpartition(":")
         sig = _signal.Signals[name] if name.startswith("SIG") else _signal.SIGTERM
         if not req.wait:
@@ -350,6 +352,13 @@ class NodeExecutor:
 
 
 def _start_stepd(folder: Path) -> subprocess.Popen[bytes]:
+def aimed_at(req: StopWorkers, record: WorkerRecord) -> bool:
+    """Whether a stop names this worker: by job alone, or also by attempt/generation."""
+    if req.attempt is not None and req.attempt != record.attempt:
+        return False
+    return req.generation is None or req.generation == record.generation
+
+
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     with (folder / "stepd.log").open("ab") as out:

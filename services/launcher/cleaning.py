@@ -92,7 +92,8 @@ class Cleaner:
 
             async def stop() -> None:
                 grace = self.c.config.restart_grace_s
-                replies = await self.c.agents.stop(job_id, (node,), grace)
+                key = (worker.attempt, worker.generation)  # never a newer worker
+                replies = await self.c.agents.stop(job_id, (node,), grace, key)
                 answer.set_result(replies[node])
 
             task = self.c.effects.after(job_id, stop)

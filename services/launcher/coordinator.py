@@ -32,6 +32,8 @@ from services.launcher.effects import EffectRunner, Effects
 from services.launcher.endings import decided_ending, end_run, end_unstarted, ending
 from services.launcher.exitstatus import ExitStatus
 from services.launcher.gang import Agents, Generation
+from services.launcher.owners import Owners
+from services.launcher.owners_core import shard_of
 from services.launcher.reconcile_core import AllocationRow, may_start
 from services.launcher.upkeep import Upkeep
 from shared.db import Conn, inbox_first_time, outbox_add
@@ -74,12 +76,15 @@ _CORE_DECODER = msgspec.json.Decoder(core.JobRun)
 
 
 class Coordinator:
-    def __init__(self, ctx: ServiceContext, config: core.CoordinatorConfig) -> None:
+    def __init__(
+        self, ctx: ServiceContext, config: core.CoordinatorConfig, *, lease_s: float = 2.0
+    ) -> None:
         self.ctx = ctx
         self.settings = ctx.settings
         self.config = config
         self.agents = Agents(ctx.bus)
-        self.effects = EffectRunner(self.agents, self.launch, self.end_stopped)
+        self.owners = Owners(ctx.settings.instance, lease_s)
+        self.effects = EffectRunner(self.agents, self.launch, self.end_stopped, self.owns)
         self.upkeep = Upkeep(self)
         self.cleaner = Cleaner(self, retry_s=self.upkeep.reconcile_s)
         self._locks: dict[int, asyncio.Lock] = {}
@@ -89,15 +94,33 @@ class Coordinator:
             await until_stopped(
                 stop, self._consume, self.cleaner.consume, self.cleaner.retry_loop,
                 self.upkeep.timers, self.upkeep.ticks, self.upkeep.reconcile_loop,
-                self.ctx.relay.run,
+                self.upkeep.hold_loop, self.upkeep.mailbox_loop, self.ctx.relay.run,
             )  # fmt: skip
         finally:
             await self.effects.close(self.settings.drain_timeout_s)
+            await self.upkeep.hand_over()
 
     async def _consume(self, stop: asyncio.Event) -> None:
         await self.ctx.bus.consume(CONSUMER, SUBJECTS, self.handle, stop)
 
     async def handle(self, event: AnyEvent) -> None:
+        match event:
+            case NodeFault() if event.affects_job or event.excludes_node:
+                await self.node_lost(event)
+            case NodeDown():
+                await self.node_lost(event)
+            case NodeRecovered() if self.settings.grow_back:
+                await self.offer_growth()
+            case JobAllocated() | WorkerExited() | JobCancelRequested():
+                await self.dispatch(event.job_id, event)
+            case JobSparesAnswered() | JobPreemptRequested():
+                await self.dispatch(event.job_id, event)
+            case _:
+                return
+
+    async def dispatch(self, job_id: int, event: AnyEvent) -> None:
+        """One job's share of an event; the owner acts on it, any other replica parks
+        it in the mailbox for the owner (`park_unless_mine`)."""
         match event:
             case JobAllocated():
                 await self.start_allocation(event.job_id, event.attempt, event)
@@ -112,16 +135,12 @@ class Coordinator:
                     spawn_failed=event.spawn_failed,
                 )
                 await self.observe(event.job_id, _always(obs), event)
-            case NodeFault() if event.affects_job or event.excludes_node:
-                await self.node_lost(event)
-            case NodeDown():
-                await self.node_lost(event)
+            case NodeFault() | NodeDown():
+                await self.observe(job_id, _always(_lost(event)), event)
             case JobCancelRequested():
                 await self.cancel(event)
             case JobSparesAnswered():
                 await self.observe(event.job_id, _answer(event), event)
-            case NodeRecovered() if self.settings.grow_back:
-                await self.offer_growth()
             case JobPreemptRequested():
                 await self.observe(
                     event.job_id, _always(core.Preempt(grace_s=event.grace_s)), event
@@ -136,6 +155,8 @@ class Coordinator:
         job has no run of it yet (the business key; the inbox spares a repeat)."""
         async with self.lock(job_id):
             async with self.ctx.pool.acquire() as conn, conn.transaction():
+                if not await self.park_unless_mine(conn, job_id, event):
+                    return
                 if event is not None and not await inbox_first_time(conn, CONSUMER, event.event_id):
                     return
                 alloc = await repo_upkeep.live_allocation(conn, job_id, attempt)
@@ -185,15 +206,9 @@ class Coordinator:
     async def node_lost(self, ev: NodeFault | NodeDown) -> None:
         async with self.ctx.pool.acquire() as conn:
             jobs = await repo.runs_on_node(conn, ev.node)
-        obs: core.AnyObservation
-        if isinstance(ev, NodeFault):
-            if ev.job_id is not None and not ev.excludes_node:
-                jobs = [j for j in jobs if j == ev.job_id]
-            why = f"xid {ev.xid} ({ev.fault_class})" if ev.xid is not None else ev.fault_class
-            obs = core.NodeFault(node=ev.node, reason=why, excludes_node=ev.excludes_node)
-        else:
-            obs = core.NodeDown(node=ev.node, reason=ev.reason)
-        await asyncio.gather(*(self.observe(job, _always(obs), ev) for job in jobs))
+        if isinstance(ev, NodeFault) and ev.job_id is not None and not ev.excludes_node:
+            jobs = [j for j in jobs if j == ev.job_id]
+        await asyncio.gather(*(self.dispatch(job, ev) for job in jobs))
 
     async def offer_growth(self) -> None:
         """A node came back: elastic jobs below their maximum ask the placer for room
@@ -207,6 +222,7 @@ class Coordinator:
                     keep=run.nodes,
                 )
                 for run, spec in await repo.shrunk_elastic_runs(conn)
+                if self.owns(run.job_id)
             ]
             await outbox_add(conn, *asks)
         if asks:
@@ -219,6 +235,8 @@ class Coordinator:
         async with self.lock(ev.job_id):
             fx: Effects | None = None
             async with self.ctx.pool.acquire() as conn, conn.transaction():
+                if not await self.park_unless_mine(conn, ev.job_id, ev):
+                    return
                 if not await inbox_first_time(conn, CONSUMER, ev.event_id):
                     return
                 run = await repo.lock_run(conn, ev.job_id)
@@ -240,7 +258,9 @@ class Coordinator:
 
     async def _signal_only(self, ev: JobCancelRequested) -> None:
         sig = core.parse_signal(ev.signal or "")
-        async with self.ctx.pool.acquire() as conn:
+        async with self.ctx.pool.acquire() as conn, conn.transaction():
+            if not await self.park_unless_mine(conn, ev.job_id, ev):
+                return
             run = await repo.lock_run(conn, ev.job_id)
         if sig is not None and run is not None and run.state in LIVE:
             await self.agents.signal(ev.job_id, run.nodes, sig, leader_only=False)
@@ -254,6 +274,8 @@ class Coordinator:
         `check` (the reconcile's) re-asks, under the run's lock, whether to go on."""
         async with self.lock(job_id):
             async with self.ctx.pool.acquire() as conn, conn.transaction():
+                if not await self.park_unless_mine(conn, job_id, event):
+                    return
                 if event is not None and not await inbox_first_time(
                     conn, f"{CONSUMER}:{job_id}", event.event_id
                 ):
@@ -310,7 +332,7 @@ class Coordinator:
             await repo.close_attempt(
                 conn, (run.job_id, run.attempt), rec.generation, closed, outcome
             )
-        fx = Effects(spec=spec, job_id=run.job_id)
+        fx = Effects(spec=spec, job_id=run.job_id, stop_key=(run.attempt, before.generation))
         for action in decision.actions:
             match action:
                 case core.SignalWorkers():
@@ -333,6 +355,9 @@ class Coordinator:
                         keep=action.keep, exclude=action.exclude,
                     )  # fmt: skip
                     await outbox_add(conn, ask)
+        delay_s = max(fx.start_delay_s, fx.end_delay_s or 0.0)
+        if delay_s > 0:  # persisted: a new owner resumes the backoff, not restarts it
+            await repo.resume_in(conn, run.job_id, delay_s)
         await self._save_core(conn, after, now)
         return fx
 
@@ -373,6 +398,8 @@ class Coordinator:
         async with self.ctx.pool.acquire() as conn:
             addresses = await repo.node_addresses(conn, list(gen.nodes))
         master = addresses.get(gen.nodes[0], "127.0.0.1")
+        if not self.owns(gen.job_id):
+            return  # lost the job meanwhile: its new owner starts the STARTING run
         port = await self.agents.free_port(gen.nodes[0])
         if port.ok:
             replies = await self.agents.start(spec, gen, master, port.port)
@@ -387,6 +414,8 @@ class Coordinator:
             await self.observe(gen.job_id, _always(obs))
             return
         async with self.ctx.pool.acquire() as conn, conn.transaction():
+            if not await self.owners.lock(conn, gen.job_id):
+                return  # the new owner's reconcile sees the run STARTING and starts it
             current = await repo.lock_run(conn, gen.job_id)
             if current is None or current.state != JobState.STARTING:
                 return  # superseded while starting: a later decision stops these
@@ -403,12 +432,35 @@ class Coordinator:
     async def end_stopped(self, job_id: int) -> None:
         """The workers of a COMPLETING run are gone (or their node is): end it."""
         async with self.ctx.pool.acquire() as conn, conn.transaction():
+            if not await self.owners.lock(conn, job_id):
+                return  # the new owner's reconcile stops and ends it
             run = await repo.lock_run(conn, job_id)
             loaded = await repo.load_spec(conn, job_id)
             if run is None or loaded is None or run.state != JobState.COMPLETING:
                 return
             await end_run(conn, loaded[0], run, repo.ending_of(run), datetime.now(UTC))
         self.ctx.relay.kick()
+
+    async def park_unless_mine(self, conn: Conn, job_id: int, event: Event | None) -> bool:
+        """True: this replica owns `job_id` (checked and held for the transaction).
+        Otherwise the job's event, if any, is parked for its owner."""
+        if await self.owners.lock(conn, job_id):
+            return True
+        if event is not None:
+            await repo_upkeep.park(conn, job_id, event)
+        return False
+
+    def owns(self, job_id: int) -> bool:
+        """Whether this replica may act on `job_id`'s workers now."""
+        return self.owners.owns(job_id)
+
+    def mine(self, job_ids: list[int]) -> list[int]:
+        return self.owners.mine(job_ids)
+
+    def acting_on(self, shard: int) -> bool:
+        """Whether a job of `shard` is being decided or carried out here."""
+        busy = [j for j, k in self._locks.items() if k.locked()] + self.effects.jobs()
+        return any(shard_of(j) == shard for j in busy)
 
     def lock(self, job_id: int) -> asyncio.Lock:
         """The job's lock in this process: decisions and their enqueued effects in order."""
@@ -422,6 +474,13 @@ class Coordinator:
 
 def _always(obs: core.AnyObservation) -> Choose:
     return lambda _run, _now: obs
+
+
+def _lost(ev: NodeFault | NodeDown) -> core.AnyObservation:
+    if isinstance(ev, NodeFault):
+        why = f"xid {ev.xid} ({ev.fault_class})" if ev.xid is not None else ev.fault_class
+        return core.NodeFault(node=ev.node, reason=why, excludes_node=ev.excludes_node)
+    return core.NodeDown(node=ev.node, reason=ev.reason)
 
 
 def _answer(ev: JobSparesAnswered) -> Choose:

@@ -12,8 +12,9 @@ from services.launcher import coordinator_core as core
 from services.launcher import repo
 from services.launcher.effects import EffectRunner
 from services.launcher.gang import Agents
+from services.launcher.owners import Owners
 from shared.db import Conn
-from shared.events import Event
+from shared.events import AnyEvent, Event
 from shared.runtime import ServiceContext
 from shared.settings import Settings
 
@@ -30,7 +31,17 @@ class Driver(Protocol):
     agents: Agents
     effects: EffectRunner
 
+    owners: Owners
+
     def lock(self, job_id: int) -> asyncio.Lock: ...
+
+    def owns(self, job_id: int) -> bool: ...
+
+    def mine(self, job_ids: list[int]) -> list[int]: ...
+
+    def acting_on(self, shard: int) -> bool: ...
+
+    async def dispatch(self, job_id: int, event: AnyEvent) -> None: ...
 
     async def observe(
         self, job_id: int, choose: Choose, event: Event | None = None, check: Check | None = None

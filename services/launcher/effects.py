@@ -32,8 +32,9 @@ class AgentCalls(Protocol):
     """What the runner asks of the node agents (`gang.Agents`; a fake in tests)."""
 
     async def stop(
-        self, job_id: int, nodes: tuple[str, ...], grace_s: float
-    ) -> dict[str, AgentReply]: ...
+        self, job_id: int, nodes: tuple[str, ...], grace_s: float,
+        key: tuple[int, int | None] | None = None,
+    ) -> dict[str, AgentReply]: ...  # fmt: skip
 
     async def signal(
         self, job_id: int, nodes: tuple[str, ...], sig: int, *, leader_only: bool
@@ -42,6 +43,7 @@ class AgentCalls(Protocol):
 
 Launch = Callable[[JobSpec, Generation], Awaitable[None]]
 EndStopped = Callable[[int], Awaitable[None]]
+Owns = Callable[[int], bool]
 
 
 class Effects(msgspec.Struct, kw_only=True):
@@ -49,6 +51,9 @@ class Effects(msgspec.Struct, kw_only=True):
 
     spec: JobSpec
     job_id: int
+    # (attempt, generation) the stops aim at: the agents stop no other worker of the
+    # job (None: whatever of the job runs, as after an agent restart).
+    stop_key: tuple[int, int | None] | None = None
     signal: core.SignalWorkers | None = None
     stops: list[core.StopWorkers] = []
     start: Generation | None = None
@@ -61,8 +66,12 @@ class Effects(msgspec.Struct, kw_only=True):
 
 
 class EffectRunner:
-    def __init__(self, agents: AgentCalls, launch: Launch, end_stopped: EndStopped) -> None:
+    def __init__(
+        self, agents: AgentCalls, launch: Launch, end_stopped: EndStopped,
+        owns: Owns = lambda _job_id: True,  # one replica alone owns every job
+    ) -> None:  # fmt: skip
         self.agents = agents
+        self.owns = owns
         self._launch = launch
         self._end_stopped = end_stopped
         self._chains: dict[int, asyncio.Task[None]] = {}
@@ -72,6 +81,10 @@ class EffectRunner:
     def busy(self, job_id: int) -> bool:
         """Whether effects of `job_id` are still being carried out in this process."""
         return job_id in self._chains
+
+    def jobs(self) -> list[int]:
+        """The jobs whose effects are being carried out in this process."""
+        return list(self._chains)
 
     def enqueue(self, fx: Effects) -> None:
         """Carry out `fx` after every effect enqueued before for its job."""
@@ -120,24 +133,39 @@ class EffectRunner:
         await self._tasks.close(timeout_s)
 
     async def _carry_out(self, fx: Effects) -> None:
+        """Each step first asks whether this replica still owns the job: one that lost
+        it (paused past its lease) leaves the rest to the new owner's reconcile."""
+        if not self._still_owned(fx.job_id):
+            return
         for stop in (s for s in fx.stops if s.best_effort):
-            self.spawn(self._ask_to_stop(fx.job_id, stop), f"best-effort stop of {fx.job_id}")
+            self.spawn(self._ask_to_stop(fx, stop), f"best-effort stop of {fx.job_id}")
         if fx.signal is not None:
             s = fx.signal
             await self.agents.signal(fx.job_id, s.nodes, s.signal, leader_only=s.leader_only)
         waited = [s for s in fx.stops if not s.best_effort]
-        await asyncio.gather(*(self.agents.stop(fx.job_id, s.nodes, s.grace_s) for s in waited))
+        await asyncio.gather(
+            *(self.agents.stop(fx.job_id, s.nodes, s.grace_s, fx.stop_key) for s in waited)
+        )
         if fx.start is not None:
             if fx.start_delay_s > 0:
                 await asyncio.sleep(fx.start_delay_s)
+            if not self._still_owned(fx.job_id):
+                return
             await self._launch(fx.spec, fx.start)
         if fx.end_delay_s is not None:
             if fx.end_delay_s > 0:  # a requeue's backoff: the GPUs stay held meanwhile
                 await asyncio.sleep(fx.end_delay_s)
             await self._end_stopped(fx.job_id)
 
-    async def _ask_to_stop(self, job_id: int, stop: core.StopWorkers) -> None:
-        replies = await self.agents.stop(job_id, stop.nodes, stop.grace_s)
+    def _still_owned(self, job_id: int) -> bool:
+        if self.owns(job_id):
+            return True
+        log.warning("no longer the job's owner: left to the new one", extra=kv(job=job_id))
+        return False
+
+    async def _ask_to_stop(self, fx: Effects, stop: core.StopWorkers) -> None:
+        job_id = fx.job_id
+        replies = await self.agents.stop(job_id, stop.nodes, stop.grace_s, fx.stop_key)
         for node, reply in replies.items():
             log.info(
                 "asked a lost node to stop",

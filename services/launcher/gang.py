@@ -52,11 +52,14 @@ class Agents:
         return dict(zip(nodes, replies, strict=True))
 
     async def stop(
-        self, job_id: int, nodes: tuple[str, ...], grace_s: float
-    ) -> dict[str, AgentReply]:
+        self, job_id: int, nodes: tuple[str, ...], grace_s: float,
+        key: tuple[int, int | None] | None = None,
+    ) -> dict[str, AgentReply]:  # fmt: skip
         """SIGTERM, SIGKILL after `grace_s`; each node's answer, once every node answered
-        or ran out of time (the grace plus a margin, so a lost node cannot hang us)."""
-        req = StopWorkers(job_id=job_id, grace_s=grace_s)
+        or ran out of time (the grace plus a margin, so a lost node cannot hang us).
+        `key` (attempt, generation): stop only that worker, never a newer one."""
+        attempt, generation = key if key is not None else (None, None)
+        req = StopWorkers(job_id=job_id, grace_s=grace_s, attempt=attempt, generation=generation)
         timeout = grace_s + 10.0
         replies = await asyncio.gather(*(self.call(n, "stop", req, timeout=timeout) for n in nodes))
         return dict(zip(nodes, replies, strict=True))

@@ -124,7 +124,7 @@ async def start_run(
         " restart_count, reason) VALUES ($1, 'STARTING', $2, $3, $4::jsonb, $5, $6, $7, $8)"
         " ON CONFLICT (job_id) DO UPDATE SET state = 'STARTING', attempt = $2, nodes = $3,"
         " gpus = $4::jsonb, excluded_nodes = $5, world_size = $6, restart_count = $7,"
-        " reason = $8, stopping_to = NULL, exit_code = NULL, signal = NULL,"
+        " reason = $8, stopping_to = NULL, exit_code = NULL, signal = NULL, resume_at = NULL,"
         # Usage is per allocation attempt: the last attempt was settled under its own key.
         " gpu_seconds = 0, segment_start = NULL, segment_gpus = 0, updated_at = now()"
         # The business key of a start, as reconcile_core.may_start: guards the write too.
@@ -149,6 +149,15 @@ async def save_core(conn: Conn, job_id: int, core: bytes, due_at: float | None) 
         job_id,
         core.decode(),
         due_at,
+    )
+
+
+async def resume_in(conn: Conn, job_id: int, delay_s: float) -> None:
+    """A restart backoff or requeue delay: the run's next start (or end) is due then."""
+    await conn.execute(
+        "UPDATE job_runs SET resume_at = now() + make_interval(secs => $2) WHERE job_id = $1",
+        job_id,
+        delay_s,
     )
 
 

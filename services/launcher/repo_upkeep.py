@@ -1,5 +1,6 @@
 """Launcher SQL for the level-triggered repairs: the placer's live allocations as rows
-(read only; the placer owns them) and the launcher's `node_cleanings`. Every function
+(read only; the placer owns them), the launcher's `node_cleanings` and its mailbox of
+events parked for another replica's jobs. Every function
 runs inside the caller's transaction."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import msgspec
 
 from services.launcher.reconcile_core import AllocationRow, RunRow
 from shared.db import Conn
-from shared.events import RunningWorker
+from shared.events import AnyEvent, Event, RunningWorker, decode, encode
 from shared.states import LIVE_RUN, JobState
 
 _WORKERS = msgspec.json.Decoder(tuple[RunningWorker, ...])
@@ -113,3 +114,36 @@ async def settle_cleaning(conn: Conn, node: str, boot_id: str) -> bool:
 
 async def count_try(conn: Conn, node: str) -> None:
     await conn.execute("UPDATE node_cleanings SET tries = tries + 1 WHERE node = $1", node)
+
+
+# --- the mailbox: events for jobs another replica owns (owners.py) ------------------
+
+
+async def park(conn: Conn, job_id: int, event: Event) -> None:
+    await conn.execute(
+        "INSERT INTO launcher_mailbox(job_id, event) VALUES ($1, $2)", job_id, encode(event)
+    )
+
+
+async def parked(conn: Conn, shards: list[int], limit: int) -> list[tuple[int, int, AnyEvent]]:
+    """The oldest events parked for jobs of `shards`: (row id, job id, event)."""
+    rows = await conn.fetch(
+        "SELECT id, job_id, event FROM launcher_mailbox"
+        " WHERE launcher_shard(job_id) = ANY($1::int[]) ORDER BY id LIMIT $2",
+        shards,
+        limit,
+    )
+    return [(r["id"], r["job_id"], decode(r["event"])) for r in rows]
+
+
+async def unpark(conn: Conn, row_id: int) -> None:
+    await conn.execute("DELETE FROM launcher_mailbox WHERE id = $1", row_id)
+
+
+async def resume_after_s(conn: Conn, job_id: int) -> float:
+    """How long until a run's persisted backoff (`resume_at`) runs out; 0 if none."""
+    left: float | None = await conn.fetchval(
+        "SELECT extract(epoch FROM resume_at - now())::float8 FROM job_runs WHERE job_id = $1",
+        job_id,
+    )
+    return max(0.0, left or 0.0)

@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 RECONCILE_S = 5.0  # how often the tables are checked for what events may have missed
 # An allocation younger than this is left to its job.allocated, most likely in flight.
 LOST_AFTER_S = 5.0
+MAILBOX_S = 0.2  # how often the events parked for this replica's jobs are looked for
 
 
 class Upkeep:
@@ -70,6 +71,7 @@ class Upkeep:
         async with self.c.ctx.pool.acquire() as conn:
             due, later = await repo.due(conn)
             stuck = await repo.stuck_stopping(conn, self._stuck_after_s())
+        due, stuck = self.c.mine(due), self.c.mine(stuck)  # the owner's timers, resumed
         await asyncio.gather(*(self.c.observe(job_id, core.due_observation) for job_id in due))
         for job_id in stuck:
             if not self.c.effects.busy(job_id):  # not still stopping in this process
@@ -90,7 +92,10 @@ class Upkeep:
         or reordered tick is harmless."""
         now = datetime.now(UTC)
         async with self.c.ctx.pool.acquire() as conn, conn.transaction():
-            runs = [r for r in await repo.active_runs(conn) if r.state == JobState.RUNNING]
+            runs = [
+                r for r in await repo.active_runs(conn)
+                if r.state == JobState.RUNNING and self.c.owns(r.job_id)
+            ]  # fmt: skip
             ticks = []
             for run in runs:
                 loaded = await repo.load_spec(conn, run.job_id)
@@ -118,9 +123,13 @@ class Upkeep:
     async def reconcile(self) -> None:
         """One level-triggered pass over the tables (see the module docstring)."""
         async with self.c.ctx.pool.acquire() as conn:
-            allocs = await repo_upkeep.live_allocations(conn)
+            allocs = [a for a in await repo_upkeep.live_allocations(conn) if self.c.owns(a.job_id)]
             runs = await repo_upkeep.run_rows(conn, [a.job_id for a in allocs])
-            unsettled = [r for r in await repo.active_runs(conn) if r.state != JobState.RUNNING]
+            unsettled = [
+                r for r in await repo.active_runs(conn)
+                if r.state != JobState.RUNNING and self.c.owns(r.job_id)
+            ]  # fmt: skip
+        runs = {j: r for j, r in runs.items() if self.c.owns(j)}
         plan = plan_reconcile(allocs, runs, LOST_AFTER_S)
         for alloc in plan.start:
             log.warning("starting an allocation no event started", extra=kv(job=alloc.job_id))
@@ -141,18 +150,64 @@ class Upkeep:
             async with self.c.ctx.pool.acquire() as conn:
                 current = await repo.lock_run(conn, run.job_id)
                 loaded = await repo.load_spec(conn, run.job_id)
+                wait_s = await repo_upkeep.resume_after_s(conn, run.job_id)
             if current is None or loaded is None or current.state != run.state:
                 return
             if self.c.effects.busy(run.job_id):
                 return
-            fx = Effects(spec=loaded[0], job_id=run.job_id)
-            if current.state == JobState.STARTING:
+            # A COMPLETING run's restart count may be its requeue's next one already:
+            # any worker of the ending attempt is stopped, and no other.
+            fx = Effects(spec=loaded[0], job_id=run.job_id, stop_key=(current.attempt, None))
+            if current.state == JobState.STARTING:  # what is left of a restart backoff
                 fx.start = Generation(
                     job_id=current.job_id, attempt=current.attempt,
                     generation=current.restart_count, nodes=current.nodes, gpus=current.gpus,
                 )  # fmt: skip
-            else:
+                fx.start_delay_s = wait_s
+            else:  # what is left of a requeue's delay
                 grace = self.c.config.kill_wait_s
                 fx.stops = [core.StopWorkers(nodes=current.nodes, grace_s=grace)]
-                fx.end_delay_s = 0.0
+                fx.end_delay_s = wait_s
             self.c.effects.enqueue(fx)
+
+    # --- ownership: the shard leases and the mailbox ----------------------------------
+
+    async def hold_loop(self, stop: asyncio.Event) -> None:
+        """Renew, take and release shards every ttl/4; a shard just taken is swept at
+        once (its timers, runs and parked events), not at the next reconcile."""
+        await every(self.c.owners.ttl_s / 4, stop, self.hold)
+
+    async def hold(self) -> None:
+        async with self.c.ctx.pool.acquire() as conn, conn.transaction():
+            taken = await self.c.owners.hold(conn, self.c.acting_on)
+        if taken:
+            await self.check_timers()
+            await self.drain()
+            await self.reconcile()
+
+    async def mailbox_loop(self, stop: asyncio.Event) -> None:
+        await every(MAILBOX_S, stop, self.drain)
+
+    async def drain(self) -> None:
+        """The events other replicas parked for this one's jobs, oldest first; each is
+        handled (idempotent: the inbox) and then dropped."""
+        shards = self.c.owners.shards()
+        if not shards:
+            return
+        async with self.c.ctx.pool.acquire() as conn:
+            parked = await repo_upkeep.parked(conn, shards, 200)
+        for row_id, job_id, event in parked:
+            await self.c.dispatch(job_id, event)
+            async with self.c.ctx.pool.acquire() as conn:
+                await repo_upkeep.unpark(conn, row_id)
+
+    async def hand_over(self) -> None:
+        """At a clean stop: free the shards now, so another replica takes them at
+        once; a failure leaves them to expire."""
+        try:
+            async with self.c.ctx.pool.acquire() as conn, conn.transaction():
+                await self.c.owners.release_all(conn)
+        except Exception as err:
+            if not is_transient(err):
+                raise
+            log.warning("shards left to expire", extra=kv(error=repr(err)))

@@ -27,11 +27,14 @@ class FakeAgents:
     def __init__(self, delays: dict[str, float] | None = None) -> None:
         self.calls: list[tuple[str, int, tuple[str, ...]]] = []
         self.delays = delays or {}
+        self.keys: list[tuple[int, int | None] | None] = []
 
     async def stop(
-        self, job_id: int, nodes: tuple[str, ...], grace_s: float
-    ) -> dict[str, AgentReply]:
+        self, job_id: int, nodes: tuple[str, ...], grace_s: float,
+        key: tuple[int, int | None] | None = None,
+    ) -> dict[str, AgentReply]:  # fmt: skip
         self.calls.append(("stop", job_id, nodes))
+        self.keys.append(key)
         await asyncio.sleep(max(self.delays.get(n, 0.0) for n in nodes))
         return {n: AgentReply(ok=True) for n in nodes}
 
@@ -116,3 +119,16 @@ HOLDS = {
 @pytest.mark.parametrize(("stops", "want"), HOLDS.values(), ids=HOLDS.keys())
 def test_holds_gpus(stops: list[StopWorkers], want: bool) -> None:
     assert Effects(spec=SPEC, job_id=7, stops=stops).holds_gpus() is want
+
+
+async def test_a_replica_that_lost_the_job_acts_on_no_agent_and_stops_with_the_key() -> None:
+    agents = FakeAgents()
+    rec = Recorder(agents)
+    owned = {7}
+    fx = EffectRunner(agents, rec.launch, rec.end_stopped, owns=lambda job: job in owned)
+    keyed = [StopWorkers(nodes=("a",), grace_s=1)]
+    fx.enqueue(Effects(spec=SPEC, job_id=7, stop_key=(2, 3), stops=keyed, start=gen()))
+    fx.enqueue(Effects(spec=SPEC, job_id=8, stops=keyed, start=gen(), end_delay_s=0.0))
+    await fx.close(5.0)
+    assert agents.calls == [("stop", 7, ("a",)), ("start", 7, ("a",))]
+    assert agents.keys == [(2, 3)]
