@@ -215,6 +215,10 @@ class InjectFault(msgspec.Struct, frozen=True, kw_only=True):
     lose_gpu: bool = False
 
 
+class FreePortRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """`muster.agent.<node>.port`: a TCP port free on that node, for a rendezvous."""
+
+
 class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
     ok: bool
     message: str = ""

@@ -34,6 +34,7 @@ from services.launcher.executor import (
     process_gone,
     resolve_run_as,
 )
+from services.launcher.torchrun import fill_on_node
 from services.launcher.worker_table import (
     StepExit,
     StepSpec,
@@ -321,9 +322,9 @@ class NodeExecutor:
         current = self.running.get(req.job_id)
         if current is None:
             return msgspec.json.encode(AgentReply(ok=True, message="not running"))
-        # `B:SIGUSR1` (from `--signal=B:USR1`): the job's script only, not its group.
         if not aimed_at(req, current.record):
             return msgspec.json.encode(AgentReply(ok=True, message="another worker runs"))
+        # `B:SIGUSR1` (from `--signal=B:USR1`): the job's script only, not its group.
         leader_only, _, name = req.signal.rpartition(":")
         sig = _signal.Signals[name] if name.startswith("SIG") else _signal.SIGTERM
         if not req.wait:
@@ -339,7 +340,7 @@ class NodeExecutor:
 
     def _fill(self, text: str, spool: str) -> str:
         """The placeholders only this node can fill: its spool folder and its address."""
-        return text.replace("{spool}", spool).replace("{node_address}", self.address)
+        return fill_on_node(text, spool=spool, address=self.address)
 
     async def _on_port(self, _payload: bytes, _subject: str) -> bytes:
         """A port free on this node, for a rendezvous it will host (rank 0's c10d store):
@@ -351,7 +352,6 @@ class NodeExecutor:
         return msgspec.json.encode(AgentReply(ok=True, workers=alive_))
 
 
-def _start_stepd(folder: Path) -> subprocess.Popen[bytes]:
 def aimed_at(req: StopWorkers, record: WorkerRecord) -> bool:
     """Whether a stop names this worker: by job alone, or also by attempt/generation."""
     if req.attempt is not None and req.attempt != record.attempt:
@@ -359,6 +359,7 @@ def aimed_at(req: StopWorkers, record: WorkerRecord) -> bool:
     return req.generation is None or req.generation == record.generation
 
 
+def _start_stepd(folder: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     with (folder / "stepd.log").open("ab") as out:

@@ -16,8 +16,8 @@ import sys
 import msgspec
 
 from services.launcher.env import build_env, place_worker
-from services.launcher.torchrun import worker_argv
-from shared.api import AGENT_PREFIX, AgentReply, StopWorkers, WorkerSpec
+from services.launcher.torchrun import SPOOL, worker_argv
+from shared.api import AGENT_PREFIX, AgentReply, FreePortRequest, StopWorkers, WorkerSpec
 from shared.bus import Bus
 from shared.jobspec import JobSpec
 from shared.outputs import output_paths
@@ -50,6 +50,13 @@ class Agents:
             *(self.call(n, "start", s) for n, s in zip(nodes, specs, strict=True))
         )
         return dict(zip(nodes, replies, strict=True))
+
+    async def free_port(self, node: str) -> AgentReply:
+        """A port free on `node` itself (the rendezvous host): only it can know."""
+        reply = await self.call(node, "port", FreePortRequest())
+        if reply.ok and reply.port <= 0:
+            return AgentReply(ok=False, message=f"node {node} named no free port")
+        return reply
 
     async def stop(
         self, job_id: int, nodes: tuple[str, ...], grace_s: float,
@@ -105,7 +112,7 @@ def worker_spec(spec: JobSpec, gen: Generation, node: str, master: str, port: in
         master_addr=master,
         rdzv_endpoint=f"{master}:{port}",
     )
-    runnable = msgspec.structs.replace(spec, script="{spool}/" + spec.script_name)
+    runnable = msgspec.structs.replace(spec, script=f"{SPOOL}/{spec.script_name}")
     out, err = output_paths(spec, gen.job_id, node)
     return WorkerSpec(
         job_id=gen.job_id,

@@ -23,6 +23,14 @@ from services.launcher.env import WorkerPlacement
 from shared.jobspec import JobSpec
 
 TORCHRUN_MODULE = "torch.distributed.run"
+SPOOL = "{spool}"  # placeholders only the node's agent can fill: see `fill_on_node`
+NODE_ADDRESS = "{node_address}"
+
+
+def fill_on_node(text: str, *, spool: str, address: str) -> str:
+    """A worker's argument or variable with the node's own facts in: the folder its
+    script was written to and the node's address."""
+    return text.replace(SPOOL, spool).replace(NODE_ADDRESS, address)
 
 
 def nproc_per_node(spec: JobSpec, placement: WorkerPlacement) -> int:
@@ -51,6 +59,9 @@ def torchrun_argv(spec: JobSpec, placement: WorkerPlacement, python: str) -> lis
         f"--rdzv-endpoint={placement.rdzv_endpoint}",
         f"--rdzv-id={placement.rdzv_id}",
         f"--rdzv-conf=is_host={is_host}",
+        # The node's own address, filled in by its agent: torchrun would otherwise
+        # advertise whatever the host name resolves to, which other nodes may not reach.
+        f"--local-addr={NODE_ADDRESS}",
         "--max-restarts=0",
     ]
     if not is_python_script(spec.script):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from shared import embedded
 from tests.support import netns
 from tests.support.cluster import (
     eventually,
+    inject,
     job_state,
     make_cluster,
     nodes,
@@ -34,6 +36,7 @@ from tests.support.cluster import (
 )
 
 WHY_NOT = netns.available()
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_elastic.py"
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "-")]
 
 
@@ -113,6 +116,37 @@ async def test_a_gang_runs_in_its_nodes_namespaces_and_meets_at_the_first_nodes_
         for node, (namespace, master) in seen.items():
             assert namespace == net_namespace_of(mh.bed.hosts[node].exec_prefix())
             assert master == first
+
+
+async def test_a_torch_job_shrinks_across_hosts_after_an_xid_79(
+    tmp_path: Path, database_url: str, db: asyncpg.Connection
+) -> None:
+    pytest.importorskip("torch", reason="scripts/test installs torch==2.13.0 (CPU)")
+    async with multihost(tmp_path, database_url, db, nodes(3, gpus=1)) as mh:
+        ckpt = tmp_path / "ckpt"
+        argv = (
+            "--torchrun", "--nodes=2:3", "--gpus-per-node=1", "--time=10", "--job-name=train",
+            f"--export=ALL,GLOO_SOCKET_IFNAME={netns.IFACE}",
+        )  # fmt: skip
+        args = ("--steps", "40", "--ckpt-every", "5", "--ckpt-dir", str(ckpt), "--sleep", "0.25")
+        reply = await submit(
+            mh.url, EXAMPLE.read_text(), argv, str(tmp_path), args=args, script_path=str(EXAMPLE)
+        )
+        job_id = reply.job_ids[0]
+        log = tmp_path / f"slurm-{job_id}.out"
+        await eventually(
+            lambda: asyncio.to_thread(read, log), lambda t: "step=8 world_size=3" in t, 120, "3"
+        )
+        victim = (await run_nodes(db, job_id))[-1]
+        await inject(mh.url, victim, 79)
+
+        await eventually(lambda: job_state(db, job_id), lambda s: s == "COMPLETED", 180, "done")
+        text = log.read_text()
+        steps2 = [int(m) for m in re.findall(r"step=(\d+) world_size=2 rank=0", text)]
+        resumed = [int(m) for m in re.findall(r"resumed_from=(\d+)", text)]
+        assert steps2 and resumed and resumed[-1] > 0, text[-2000:]
+        assert min(steps2) == resumed[-1] + 1 and max(steps2) == 40
+        assert victim not in await run_nodes(db, job_id)
 
 
 async def test_a_partitioned_node_fences_its_job_before_the_job_runs_elsewhere(

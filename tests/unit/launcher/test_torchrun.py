@@ -31,28 +31,33 @@ CASES = {
     "rank 0 of a fixed-size GPU job hosts the rendezvous, one process per GPU": (
         argv(torchrun=True, gpus_per_node=8),
         [PY, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=8", *RDZV,
-         "--rdzv-conf=is_host=true", "--max-restarts=0", "train.py", "--lr", "3e-4"],
+         "--rdzv-conf=is_host=true", "--local-addr={node_address}",
+         "--max-restarts=0", "train.py", "--lr", "3e-4"],
     ),
     "another node only joins it": (
         argv(node="node02", torchrun=True, gpus_per_node=8),
         [PY, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=8", *RDZV,
-         "--rdzv-conf=is_host=false", "--max-restarts=0", "train.py", "--lr", "3e-4"],
+         "--rdzv-conf=is_host=false", "--local-addr={node_address}",
+         "--max-restarts=0", "train.py", "--lr", "3e-4"],
     ),
     "an elastic job rendezvouses at exactly the size of this attempt": (
         argv(nodes=("node01", "node02", "node03"), torchrun=True, gpus_per_node=4,
              nodes_min=2, nodes_max=4, elastic=True),
         [PY, "-m", "torch.distributed.run", "--nnodes=3", "--nproc-per-node=4", *RDZV,
-         "--rdzv-conf=is_host=true", "--max-restarts=0", "train.py", "--lr", "3e-4"],
+         "--rdzv-conf=is_host=true", "--local-addr={node_address}",
+         "--max-restarts=0", "train.py", "--lr", "3e-4"],
     ),
     "a CPU-only torchrun job runs ntasks_per_node processes": (
         argv(torchrun=True, ntasks_per_node=2),
         [PY, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2", *RDZV,
-         "--rdzv-conf=is_host=true", "--max-restarts=0", "train.py", "--lr", "3e-4"],
+         "--rdzv-conf=is_host=true", "--local-addr={node_address}",
+         "--max-restarts=0", "train.py", "--lr", "3e-4"],
     ),
     "a non-Python program runs under torchrun without python": (
         argv(torchrun=True, script="./run.sh", args=()),
         [PY, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", *RDZV,
-         "--rdzv-conf=is_host=true", "--max-restarts=0", "--no-python", "./run.sh"],
+         "--rdzv-conf=is_host=true", "--local-addr={node_address}",
+         "--max-restarts=0", "--no-python", "./run.sh"],
     ),
     "once per node, a Python script runs under the launcher's python": (
         argv(),

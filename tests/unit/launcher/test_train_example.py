@@ -19,7 +19,7 @@ import pytest
 
 from services.launcher.env import build_env, place_worker
 from services.launcher.executor import Worker, free_port, spawn_worker
-from services.launcher.torchrun import torchrun_argv
+from services.launcher.torchrun import fill_on_node, torchrun_argv
 from shared.jobspec import JobSpec
 
 pytest.importorskip("torch", reason="torch (CPU) is needed to run the training example")
@@ -44,7 +44,9 @@ async def launch(tmp: Path, *, attempt: int, procs: int, args: tuple[str, ...]) 
     )  # fmt: skip
     env = build_env(spec, placement, {k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     return await spawn_worker(
-        torchrun_argv(spec, placement, sys.executable), env, str(tmp),
+        [fill_on_node(a, spool=str(tmp), address="127.0.0.1")
+         for a in torchrun_argv(spec, placement, sys.executable)],
+        env, str(tmp),
         f"attempt{attempt}.out", f"attempt{attempt}.err", allow_root=True,
     )  # fmt: skip
 
