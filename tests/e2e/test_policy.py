@@ -1,6 +1,7 @@
 """End to end: the cluster configuration reaches the placer — partitions' node sets,
-QOS running limits, preemption of a lower tier with its grace time — and the blockers the
-placer decides from what its repo loads (a singleton's live namesake, a future begin)."""
+QOS running limits, preemption of a lower tier with its grace time — the blockers the
+placer decides from what its repo loads (a singleton's live namesake, a future begin),
+and runtime predictions learned from the job history."""
 
 from __future__ import annotations
 
@@ -242,3 +243,32 @@ async def test_gpus_kept_for_debug_stay_free_for_a_debug_job(
         )
         assert node == "node02"
         assert await job_state(db, big[1]) is None  # still waiting: debug's GPUs are kept
+
+
+async def test_a_waiting_job_is_booked_on_the_predicted_end_of_the_job_before_it(
+    cluster: Cluster, db: asyncpg.Connection
+) -> None:
+    """Two short runs of `quick` teach the placer its runtime; a third one, asking an
+    hour, holds both nodes: the job behind it is booked a minute or two after it began
+    (the prediction, extended if outlived), not an hour after (its limit)."""
+    wide = ("-J", "quick", "-N", "2", "--gpus-per-node=4", "-q", "wide", "-t", "1:00:00")
+    for _ in range(2):
+        short = (await submit(cluster.nats_url, "#!/bin/bash\nsleep 1\n", wide)).job_ids[0]
+        await eventually(lambda j=short: job_state(db, j), lambda s: s == "COMPLETED", 120, "ran")
+    blocker = (await submit(cluster.nats_url, SLEEP, wide)).job_ids[0]
+    await eventually(lambda: job_state(db, blocker), lambda s: s == "RUNNING", 30, "blocker")
+    behind = await submit(cluster.nats_url, SLEEP, ("-N", "2", "--gpus-per-node=4", "-q", "wide"))
+    waiting = behind.job_ids[0]
+    assert await _wait_reason(db, waiting) == "RESOURCES"
+    ahead = await eventually(
+        lambda: db.fetchval(
+            "SELECT extract(epoch FROM p.estimated_start - r.started_at)::float8"
+            " FROM pending_reasons p, job_runs r WHERE p.job_id = $1 AND r.job_id = $2",
+            waiting,
+            blocker,
+        ),
+        lambda s: s is not None,
+        20,
+        "an estimated start",
+    )
+    assert 0 < ahead < 1800, f"booked {ahead:.0f} s after the blocker began, not on its limit"
