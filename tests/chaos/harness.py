@@ -128,8 +128,9 @@ async def run_chaos(settings: ChaosSettings) -> Report:
         report.workers_seen = sampler.workers_seen
         report.orphans = await _orphans(workdir)
         report.violations = sampler.violations + await _audit(bed, sampler, workload, report)
+        # A node agent counts too: an outage delays it, never ends it.
         report.services_exited = [
-            k for k in bed.targets().services if bed.cluster.procs[k].poll() is not None
+            k for k, proc in bed.cluster.procs.items() if proc.poll() is not None
         ]
     return report
 

@@ -24,7 +24,14 @@ from tests.chaos.faults import FaultRecord
 from tests.chaos.machine import still_alive, workers
 
 PERIOD_S = 1.0
-DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
+# InternalClientError: a connection left mid-operation by a timeout is unusable after.
+DB_ERRORS = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions._base.InternalClientError,
+    TimeoutError,
+)
 
 RUNS = (
     "SELECT job_id, state, attempt, restart_count,"
@@ -82,6 +89,8 @@ class Sampler:
                     )
                     await self._tick(conn)
                 except DB_ERRORS:
+                    if conn is not None:
+                        conn.terminate()  # it may be mid-operation: never reuse it
                     conn = None  # PostgreSQL is away: skip this tick
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), PERIOD_S)
