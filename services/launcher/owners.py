@@ -9,8 +9,9 @@ incarnation, so a restarted replica is a new holder.
 Two checks, one for each kind of act:
 - a transaction writing a job's rows calls `lock(conn, job_id)` first: it checks holder
   and epoch in the database and holds the shard row (FOR SHARE) to the commit, so a
-  takeover waits for it, and names this replica to the `launcher_fence` trigger, which
-  refuses a write to `job_runs`, `attempts` or `worker_exits` by a non-owner;
+  takeover waits for it, and names this replica and its epoch to the `launcher_fence`
+  trigger, which refuses a write to `job_runs`, `attempts` or `worker_exits` by a
+  non-owner (one transaction acts on one job: a second shard's lock fails it closed);
 - a call to a node agent first asks `owns(job_id)`: the shard was renewed less than a
   ttl ago by this process's monotonic clock (measured from before the renewal was
   sent), so a replica resumed from SIGSTOP after its lease ran out acts on no agent.
@@ -58,8 +59,10 @@ class Owners:
         # takeover, until the server ends it: a few ttls, not the pool's minute.
         await conn.execute(
             "SELECT set_config('muster.launcher_holder', $1, true),"
-            " set_config('idle_in_transaction_session_timeout', $2, true)",
+            " set_config('muster.launcher_epoch', $2, true),"
+            " set_config('idle_in_transaction_session_timeout', $3, true)",
             self.holder,
+            str(self._held[shard]),
             f"{max(1, round(self.ttl_s * 2000))}ms",
         )
         found = await conn.fetchval(
@@ -83,6 +86,9 @@ class Owners:
             self.holder,
             self.ttl_s,
         )
+        lost = sorted(set(self._held) - {r["shard"] for r in renewed})
+        if lost:  # expired (we were paused or cut off) and perhaps taken by another
+            log.warning("lost shards", extra=kv(shards=lost, holder=self.holder))
         self._held = {r["shard"]: r["epoch"] for r in renewed}
         self._valid_until = sent + self.ttl_s
         replicas = await self._seen(conn)

@@ -3,8 +3,8 @@
 A job belongs to shard `job_id % SHARDS`; a replica holds a shard by a lease row. Each
 pass, a replica keeps what it holds up to its fair share (the shards over the replicas
 seen lately, rounded up), takes free or expired shards up to that share, and lets go
-of the excess, but never of a shard one of whose jobs it is still acting on (the new
-owner would find its work half done).
+of the excess (odd shards first), but never of a shard one of whose jobs it is still
+acting on (the new owner would find its work half done).
 """
 
 from __future__ import annotations
@@ -31,5 +31,6 @@ def plan_shards(
     share = -(-shards // max(1, replicas))
     if len(held) <= share:
         return ShardPlan(take=share - len(held), release=())
-    idle = sorted((s for s in held if s not in busy), reverse=True)
+    # Odd shards first: consecutive job ids (an array) then land on both replicas.
+    idle = sorted((s for s in held if s not in busy), key=lambda s: (s % 2 == 0, -s))
     return ShardPlan(take=0, release=tuple(sorted(idle[: len(held) - share])))

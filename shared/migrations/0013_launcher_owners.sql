@@ -33,9 +33,10 @@ CREATE INDEX launcher_mailbox_shard ON launcher_mailbox (launcher_shard(job_id),
 -- end) of a STARTING (COMPLETING) run no earlier than this.
 ALTER TABLE job_runs ADD COLUMN resume_at timestamptz;
 
--- The last line of defence: a launcher transaction names its replica
--- (`muster.launcher_holder`, set by owners.py with the shard check); a write of a job's
--- rows by a replica that does not hold the job's shard, unexpired, is refused. Writes
+-- The last line of defence: a launcher transaction names its replica and the epoch it
+-- holds the job's shard at (`muster.launcher_holder`, `muster.launcher_epoch`, set by
+-- owners.py with the shard check); a write of a job's rows by a replica that does not
+-- hold the job's shard at that epoch, unexpired, is refused. Writes
 -- that name no replica (migrations, operators' tools, tests) are not launcher writes.
 CREATE FUNCTION launcher_fence() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -45,7 +46,9 @@ BEGIN
         RETURN NEW;
     END IF;
     PERFORM 1 FROM launcher_shards
-        WHERE shard = launcher_shard(NEW.job_id) AND holder = me AND expires_at > now();
+        WHERE shard = launcher_shard(NEW.job_id) AND holder = me
+          AND epoch = current_setting('muster.launcher_epoch', true)::bigint
+          AND expires_at > now();
     IF NOT FOUND THEN
         RAISE EXCEPTION 'launcher % does not own job % (shard %): fenced off',
             me, NEW.job_id, launcher_shard(NEW.job_id) USING ERRCODE = 'P0001';

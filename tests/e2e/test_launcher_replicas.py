@@ -1,0 +1,172 @@
+"""End to end: two launcher replicas (real processes on real NATS and PostgreSQL) share
+the jobs by shard (services/launcher/owners.py). Both run jobs; the owner of a running
+job SIGKILLed, the other takes the job over and its time limit still fires on time
+(the persisted deadline); the owner SIGSTOPped past its lease, the other acts on a
+cancel, and the resumed one writes nothing and starts or stops nothing (fencing)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from muster.client import call
+from muster.cluster import Cluster
+from shared.api import JobSelector, Ok
+from tests.support.cluster import (
+    eventually,
+    job_state,
+    kill9,
+    nodes,
+    process_alive,
+    running_cluster,
+    submit,
+)
+
+pytestmark = pytest.mark.slow
+
+LEASE_S = 2.0
+RECORDS_ITSELF = """#!/bin/bash
+echo $$ > "pid-$MUSTER_JOB_ID-$MUSTER_ATTEMPT-$MUSTER_GENERATION"
+exec sleep 600
+"""
+QUICK = "#!/bin/bash\nsleep 1\n"
+
+
+@pytest.fixture
+async def cluster(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> AsyncIterator[Cluster]:
+    async with running_cluster(
+        tmp_path / "state", nats_url, database_url, db, nodes(3),
+        replicas={"launcher": 2}, MUSTER_LAUNCHER_LEASE_S=str(LEASE_S),
+    ) as c:  # fmt: skip
+        yield c
+
+
+async def holders(db: asyncpg.Connection) -> set[str]:
+    rows = await db.fetch("SELECT DISTINCT holder FROM launcher_shards WHERE expires_at > now()")
+    return {r["holder"] for r in rows}
+
+
+async def owner(db: asyncpg.Connection, job_id: int) -> str | None:
+    holder: str | None = await db.fetchval(
+        "SELECT holder FROM launcher_shards WHERE shard = launcher_shard($1)"
+        " AND expires_at > now()",
+        job_id,
+    )
+    return holder
+
+
+def key_of(holder: str) -> str:
+    """The process key of a shard holder (`launcher-<instance>-<pid>-<nonce>`)."""
+    instance = holder.split("-")[1]
+    return "launcher" if instance == "0" else f"launcher-{instance}"
+
+
+async def running(cluster: Cluster, db: asyncpg.Connection, workdir: Path, *args: str) -> int:
+    job_id = (await submit(cluster.nats_url, RECORDS_ITSELF, args, str(workdir))).job_ids[0]
+    await eventually(lambda: job_state(db, job_id), lambda s: s == "RUNNING", 60, "running")
+    return job_id
+
+
+async def worker_pid(workdir: Path, job_id: int) -> int:
+    pid_file = workdir / f"pid-{job_id}-1-0"
+    await eventually(lambda: asyncio.to_thread(pid_file.exists), bool, 30, "the worker's pid")
+    return int(pid_file.read_text())
+
+
+async def test_two_launchers_share_the_shards_and_both_run_jobs(
+    cluster: Cluster, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    both = await eventually(lambda: holders(db), lambda h: len(h) == 2, 60, "the shards shared")
+    assert {key_of(h) for h in both} == {"launcher", "launcher-1"}
+    reply = await submit(cluster.nats_url, QUICK, ("--array=1-8",), str(tmp_path))
+    for job_id in reply.job_ids:
+        await eventually(lambda j=job_id: job_state(db, j), lambda s: s == "COMPLETED", 90, "done")
+    owners = {await owner(db, j) for j in reply.job_ids}
+    assert owners <= both and len(owners) == 2  # 8 consecutive ids span both halves
+    runs = await db.fetch(
+        "SELECT job_id, attempt, seq, outcome, reason FROM attempts"
+        " WHERE job_id = ANY($1::bigint[])"
+        " ORDER BY job_id, attempt, seq",
+        list(reply.job_ids),
+    )
+    assert [tuple(r)[:3] for r in runs] == [(j, 1, 0) for j in reply.job_ids], runs  # each ran once
+
+
+async def test_a_killed_owners_job_is_taken_over_and_times_out_on_time(
+    cluster: Cluster, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    await eventually(lambda: holders(db), lambda h: len(h) == 2, 60, "the shards shared")
+    job_id = await running(cluster, db, tmp_path, "--time=0:15")
+    pid = await worker_pid(tmp_path, job_id)
+    first = await owner(db, job_id)
+    assert first is not None
+
+    kill9(cluster, key_of(first))
+    await eventually(
+        lambda: owner(db, job_id), lambda h: h is not None and h != first, 30, "a new owner"
+    )
+    await eventually(lambda: job_state(db, job_id), lambda s: s == "TIMEOUT", 60, "timed out")
+    row = await db.fetchrow(
+        "SELECT extract(epoch FROM ended_at - started_at)::float8 AS ran FROM job_runs"
+        " WHERE job_id = $1",
+        job_id,
+    )
+    assert 13.0 <= row["ran"] < 15.0 + 10.0  # the deadline from the table, not restarted
+    await eventually(lambda: asyncio.to_thread(process_alive, pid), lambda a: not a, 30, "gone")
+
+
+async def test_a_paused_owner_loses_its_job_and_its_resumed_writes_are_refused(
+    cluster: Cluster, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    await eventually(lambda: holders(db), lambda h: len(h) == 2, 60, "the shards shared")
+    job_id = await running(cluster, db, tmp_path)
+    pid = await worker_pid(tmp_path, job_id)
+    first = await owner(db, job_id)
+    assert first is not None
+    old_key = key_of(first)
+    old_epoch = await db.fetchval(
+        "SELECT epoch FROM launcher_shards WHERE shard = launcher_shard($1)", job_id
+    )
+
+    os.kill(cluster.pids[old_key], signal.SIGSTOP)
+    try:
+        await eventually(
+            lambda: owner(db, job_id), lambda h: h is not None and h != first, 60, "a takeover"
+        )
+        await call(cluster.nats_url, "cancel", JobSelector(user="root", job_ids=(job_id,)), Ok)
+        await eventually(lambda: job_state(db, job_id), lambda s: s == "CANCELLED", 60, "ended")
+        await eventually(
+            lambda: asyncio.to_thread(process_alive, pid), lambda a: not a, 30, "stopped"
+        )
+        before = await db.fetchrow("SELECT * FROM job_runs WHERE job_id = $1", job_id)
+    finally:
+        os.kill(cluster.pids[old_key], signal.SIGCONT)
+    log = cluster.state_dir / "logs" / f"{old_key}.log"
+    await eventually(
+        lambda: asyncio.to_thread(log.read_text), lambda t: "lost shards" in t, 30, "it noticed"
+    )
+    await asyncio.sleep(3 * LEASE_S)  # whatever the resumed replica had in hand, it tried
+
+    assert await db.fetchrow("SELECT * FROM job_runs WHERE job_id = $1", job_id) == before
+    seqs = await db.fetch("SELECT attempt, seq FROM attempts WHERE job_id = $1", job_id)
+    assert [(r["attempt"], r["seq"]) for r in seqs] == [(1, 0)]  # nothing ran twice
+    started = await asyncio.to_thread(lambda: sorted(p.name for p in tmp_path.glob("pid-*")))
+    assert started == [f"pid-{job_id}-1-0"]  # no worker started since
+    # And the database itself refuses the deposed replica (the trigger, the last defence).
+    with pytest.raises(asyncpg.RaiseError, match="fenced off"):
+        async with db.transaction():
+            await db.execute(
+                "SELECT set_config('muster.launcher_holder', $1, true),"
+                " set_config('muster.launcher_epoch', $2, true)",
+                first,
+                str(old_epoch),
+            )
+            await db.execute("UPDATE job_runs SET reason = 'stale' WHERE job_id = $1", job_id)
