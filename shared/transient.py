@@ -41,6 +41,7 @@ NATS: tuple[type[BaseException], ...] = (
     nats.errors.OutboundBufferLimitError,  # publishes buffered while reconnecting
     nats.errors.TimeoutError,
     nats.js.errors.ServiceUnavailableError,  # 503 from the JetStream API
+    nats.js.errors.NoStreamResponseError,  # a replicated stream electing a new leader
 )
 
 TRANSIENT: tuple[type[BaseException], ...] = (*POSTGRES, *NATS, OSError, TimeoutError)

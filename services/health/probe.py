@@ -61,6 +61,7 @@ from shared.bus import Bus
 from shared.events import GpuSlot, GpuXidObserved, NodeRegistered, RunningWorker
 from shared.logs import kv
 from shared.runtime import every
+from shared.transient import Backoff, is_transient
 
 log = logging.getLogger(__name__)
 
@@ -274,6 +275,20 @@ class NodeProbe:
                 continue
             await self.report(sighting)
 
+    async def _publish_through_outages(self, event: GpuXidObserved) -> None:
+        """An XID seen while NATS fails over is reported once it is back: a transient
+        bus error used to end the reporter's task group, and with it the node agent."""
+        backoff = Backoff()
+        while True:
+            try:
+                await self.bus.publish(event)
+                return
+            except Exception as err:
+                if not is_transient(err):
+                    raise
+                log.warning("cannot report the xid yet", extra=kv(error=repr(err)))
+                await asyncio.sleep(backoff.next_s())
+
     async def report(self, sighting: Sighting) -> GpuXidObserved | None:
         """Publish a sighting unless it repeats one already reported."""
         self._dedupe, passed = dedupe(self._dedupe, sighting)
@@ -295,7 +310,7 @@ class NodeProbe:
         log.warning(
             "xid", extra=kv(node=self.node, gpu=passed.gpu, xid=passed.xid, src=passed.source)
         )
-        await self.bus.publish(observed)
+        await self._publish_through_outages(observed)
         self.reported = [*self.reported[-31:], observed]
         return observed
 

@@ -73,6 +73,10 @@ CASES: dict[str, tuple[BaseException, bool]] = {
     "no NATS server reachable": (nats.errors.NoServersError(), True),
     "a NATS request timed out during a reconnect": (nats.errors.TimeoutError(), True),
     "JetStream API has no responders during a restart": (nats.errors.NoRespondersError(), True),
+    "a stream answers nothing while its cluster elects a new leader": (
+        nats.js.errors.NoStreamResponseError(),
+        True,
+    ),
     "JetStream API answered 503": (nats.js.errors.ServiceUnavailableError(code=503), True),
     "JetStream API answered 408": (nats.js.errors.APIError(code=408), True),
     "a service error raised from a lost connection": (
