@@ -63,7 +63,8 @@ def load_topology(path: Path) -> list[NodeDef]:
 @dataclass(frozen=True)
 class ProcSpec:
     """How to start one process of the cluster again: its module and extra variables,
-    and a command it runs under (`ip netns exec NS` puts an agent on another host)."""
+    and a command it runs under (`ip netns exec NS` puts an agent on another host). No
+    module: `prefix` is the whole command (a NATS server of a cluster)."""
 
     module: str
     env: dict[str, str]
@@ -146,7 +147,7 @@ class Cluster:
         logs.mkdir(parents=True, exist_ok=True)
         with (logs / f"{key}.log").open("ab") as log:
             proc = subprocess.Popen(
-                [*spec.prefix, sys.executable, "-m", spec.module],
+                [*spec.prefix, sys.executable, "-m", spec.module] if spec.module else spec.prefix,
                 env=self.env(**spec.env),
                 stdout=log,
                 stderr=log,
@@ -222,7 +223,7 @@ class Cluster:
         deadline = time.monotonic() + timeout
         for key in keys:
             pid = self.pids[key]
-            while _alive(pid) and time.monotonic() < deadline:
+            while alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
             # Each process leads its own session: what it left behind goes with it.
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -236,7 +237,7 @@ def replicas_of(service: str, replicas: int | Mapping[str, int]) -> int:
     return max(1, min(replicas, MAX_REPLICAS.get(service, replicas)))
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -275,12 +276,14 @@ def up(
     state_dir.mkdir(parents=True, exist_ok=True)
     nodes = load_topology(topology)
     pids: dict[str, int] = {}
+    servers: dict[str, tuple[str, ...]] = {}  # restarted by the supervisor if they exit
     nats_url = os.environ.get("MUSTER_NATS_URL")
     stream_replicas = int(os.environ.get("MUSTER_STREAM_REPLICAS", "1"))
     if not nats_url and nats_servers > 1:
         nc = embedded.start_nats_cluster(state_dir, nats_servers)
         nats_url, stream_replicas = nc.url, min(nats_servers, 3)  # JetStream's most
         pids.update({f"server-nats-{i}": s.process.pid for i, s in enumerate(nc.servers)})
+        servers = {f"server-nats-{i}": command for i, command in enumerate(nc.commands())}
     elif not nats_url:
         nats = embedded.start_nats(state_dir)
         nats_url, pids["server-nats"] = nats.url, nats.process.pid
@@ -292,6 +295,8 @@ def up(
     cluster = Cluster(state_dir, nats_url, db_url, pids, stream_replicas=stream_replicas)
     os.environ.setdefault("MUSTER_CLUSTER_CONFIG", str(DEFAULT_CLUSTER_CONFIG))
     cluster.plan_services(replicas)
+    for key, command in servers.items():
+        cluster.specs[key] = ProcSpec("", {}, command)
     for node in nodes:
         cluster.plan_node(node)
     cluster.save()

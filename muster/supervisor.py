@@ -1,13 +1,14 @@
 """Shell: the supervisor of a local cluster, `python -m muster.supervisor`.
 
 `muster up` starts the servers, writes what to run into the state folder's
-`cluster.json` (`specs`: every service and node agent) and leaves this small process in
-the background. It starts each of them and restarts any that exits, whatever the exit
-status, with an exponential backoff that resets once a process has stayed up (as
-systemd's `Restart=always` with `RestartSec` would). It keeps every CURRENT pid in
-`cluster.json`, rewritten atomically at each start, so an operator or a test can kill
-any of them. SIGTERM ends it and nothing else: `muster down` stops it first, so nothing
-is restarted while the rest is stopped.
+`cluster.json` (`specs`: every service and node agent, and the NATS servers of a
+three-server cluster) and leaves this small process in the background. It starts each
+of them (adopting the servers `muster up` already started) and restarts any that
+exits, whatever the exit status, with an exponential backoff that resets once a
+process has stayed up (as systemd's `Restart=always` with `RestartSec` would). It
+keeps every CURRENT pid in `cluster.json`, rewritten atomically at each start, so an
+operator or a test can kill any of them. SIGTERM ends it and nothing else: `muster
+down` stops it first, so nothing is restarted while the rest is stopped.
 
 The backoff rule (`next_restart`) is pure, and table-tested.
 """
@@ -22,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from muster.cluster import Cluster
+from muster.cluster import Cluster, alive
 from shared.logs import kv, setup_logging
 
 log = logging.getLogger("muster.supervisor")  # also when run as __main__
@@ -57,7 +58,8 @@ def supervise(cluster: Cluster, stop: threading.Event) -> None:
     """Start every process of `cluster.specs` and keep them running until `stop`."""
     watched: dict[str, Watched] = {}
     for key in sorted(cluster.specs):
-        cluster.respawn(key)
+        if not _running(cluster, key):  # `muster up` started the servers: adopted
+            cluster.respawn(key)
         watched[key] = Watched(started=time.monotonic())
     cluster.save()
     log.info("supervising", extra=kv(processes=len(watched)))
@@ -66,9 +68,9 @@ def supervise(cluster: Cluster, stop: threading.Event) -> None:
         restarted = False
         for key, w in watched.items():
             if w.due is None:
-                code = cluster.procs[key].poll()
-                if code is None:
+                if _running(cluster, key):
                     continue
+                code = cluster.procs[key].poll() if key in cluster.procs else None
                 plan = next_restart(w.failures, now - w.started)
                 w.failures, w.due = plan.failures, now + plan.delay_s
                 log.warning(
@@ -81,6 +83,16 @@ def supervise(cluster: Cluster, stop: threading.Event) -> None:
                 log.info("process restarted", extra=kv(process=key, pid=pid))
         if restarted:
             cluster.save()
+
+
+def _running(cluster: Cluster, key: str) -> bool:
+    """Whether process `key` runs: ours by its exit status, an adopted one (not our
+    child: a server `muster up` started) by its pid."""
+    proc = cluster.procs.get(key)
+    if proc is not None:
+        return proc.poll() is None
+    pid = cluster.pids.get(key)
+    return pid is not None and alive(pid)
 
 
 def main() -> None:

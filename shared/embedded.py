@@ -252,6 +252,10 @@ class NatsCluster:
     def url(self) -> str:
         return ",".join(s.url for s in self.servers)
 
+    def commands(self) -> list[tuple[str, ...]]:
+        """The command line that starts each member again (what a supervisor runs)."""
+        return [_nats_argv(c, s.log_path) for c, s in zip(self.configs, self.servers, strict=True)]
+
     def restart(self, index: int, timeout: float = 30.0) -> Server:
         """Start member `index` again on its config (same name, ports and store), as
         an operator would after a crash; it rejoins and catches up from its peers."""
@@ -300,11 +304,17 @@ def start_nats_cluster(state_dir: Path, size: int = 3, timeout: float = 30.0) ->
     return NatsCluster(servers, configs)
 
 
+def _nats_argv(config: Path, log_path: Path) -> tuple[str, ...]:
+    return (nats_binary(), "-c", str(config), "-l", str(log_path))
+
+
 def _spawn_nats(config: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], int]:
     """Start one cluster member; returns it and where its new log lines begin."""
     offset = _size(log_path)
-    argv = [nats_binary(), "-c", str(config), "-l", str(log_path)]
     proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        _nats_argv(config, log_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     return proc, offset

@@ -184,7 +184,8 @@ async def test_up_with_replicas_on_three_nats_servers_survives_losing_one(
 ) -> None:
     """`muster up --replicas 2 --nats-servers 3`: every replica and server is in
     cluster.json, the streams are kept on all three servers, a job runs, one server
-    killed, the next job runs too, and `muster down` leaves no process behind."""
+    killed, the next job runs too and the supervisor starts the server again, and
+    `muster down` leaves no process behind."""
     root = Path(tempfile.mkdtemp(prefix="muster-ha-"))  # see test_supervision's `up`
     state = root / "state"
     state.mkdir()
@@ -208,6 +209,13 @@ async def test_up_with_replicas_on_three_nats_servers_survives_losing_one(
         await asyncio.to_thread(completed, state, data["database_url"])
         os.kill(found["server-nats-0"], signal.SIGKILL)
         await asyncio.to_thread(completed, state, data["database_url"])
+        again = await eventually(
+            lambda: asyncio.to_thread(pids, state),
+            lambda p: p["server-nats-0"] != found["server-nats-0"],
+            30,
+            "the supervisor restarts the killed NATS server",
+        )
+        os.kill(again["server-nats-0"], 0)  # alive, on its old config and store
     finally:
         if (state / "cluster.json").exists():
             stopped = await asyncio.to_thread(cli, state, "down")
