@@ -17,6 +17,7 @@ from nats.js.errors import NoStreamResponseError
 from shared import embedded
 from shared.bus import STREAM, Bus
 from shared.events import NodeDown
+from shared.runtime import until_ready
 from shared.transient import is_transient
 
 
@@ -40,7 +41,8 @@ async def test_the_streams_are_replicated_to_all_three_servers(
 ) -> None:
     bus = await Bus.connect(cluster.url, name="r3-test", stream_replicas=3)
     try:
-        await bus.ensure_streams()
+        # As a service does: a cluster just formed may answer its first call late.
+        await until_ready("create streams", bus.ensure_streams, asyncio.Event())
         info = await bus.js.stream_info(STREAM)
     finally:
         await bus.close()
@@ -56,7 +58,8 @@ async def test_killing_the_stream_leader_loses_no_acknowledged_event(
 ) -> None:
     bus = await Bus.connect(cluster.url, name="r3-kill", stream_replicas=3)
     try:
-        await bus.ensure_streams()
+        # As a service does: a cluster just formed may answer its first call late.
+        await until_ready("create streams", bus.ensure_streams, asyncio.Event())
         sent = [event() for _ in range(20)]
         for e in sent[:10]:  # a new stream may still be electing its leader
             await _publish_through_failover(bus, e)
