@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -23,16 +25,21 @@ from shared.db import migrate
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_server() -> Iterator[str]:
     url = os.environ.get("MUSTER_TEST_DATABASE_URL")
     if url:
         yield url.rstrip("/")
         return
-    server = embedded.start_postgres(tmp_path_factory.mktemp("pg"), fast=True)
+    # Not under pytest's own temporary root: PostgreSQL runs as its own system user when
+    # we are root, and every pytest session that starts (another run on this machine)
+    # resets that root to mode 0700 and prunes old sessions' folders under it.
+    folder = Path(tempfile.mkdtemp(prefix="muster-test-pg-"))
+    server = embedded.start_postgres(folder, fast=True)
     try:
         yield server.url
     finally:
         server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
