@@ -54,6 +54,7 @@ from shared.identity import R, Verifier, authenticated
 from shared.identity_files import IdentitySource
 from shared.logs import kv
 from shared.runtime import ServiceContext, every, until_stopped
+from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,9 @@ class FairShare:
         while not stop.is_set():
             try:
                 await self.recompute()
-            except (TimeoutError, OSError, RuntimeError) as err:
+            except Exception as err:
+                if not is_transient(err):  # a bug: until_stopped logs and restarts the loop
+                    raise
                 log.warning("priority pass failed", extra=kv(error=repr(err)))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=MIN_RECOMPUTE_GAP_S)

@@ -39,7 +39,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
-from nats.errors import Error as NatsError
 
 from services.health.gpu import GpuBackend, GpuCounters, PciAddress
 from services.health.kmsg import KernelLogFollower
@@ -333,7 +332,9 @@ class NodeProbe:
         try:
             await self.bus.nc.publish(subject, self.boot_id.encode())
             await self.bus.nc.flush(timeout=CONTACT_TIMEOUT_S)
-        except (OSError, NatsError) as err:
+        except Exception as err:
+            if not is_transient(err):
+                raise
             log.debug("heartbeat without contact", extra=kv(error=repr(err)))
             return
         self._contact_at = self.clock()
@@ -342,7 +343,9 @@ class NodeProbe:
         if self._must_register:
             try:
                 await self.register()
-            except (OSError, NatsError) as err:
+            except Exception as err:
+                if not is_transient(err):
+                    raise
                 log.warning("cannot register again yet", extra=kv(error=repr(err)))
                 return
             self._must_register = False
