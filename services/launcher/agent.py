@@ -61,6 +61,7 @@ REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
 _POLL_S = 0.01
 _PUBLISH_RETRY_S = 0.5
+_ENDED_KEPT = 10_000  # ended workers remembered against a repeated start
 
 
 @dataclass
@@ -95,6 +96,10 @@ class NodeExecutor:
         self.fence_s = fence_s
         self.grace_s = grace_s
         self.running: dict[int, _Running] = {}
+        # (job, attempt, generation) of workers that ended since this agent started: a
+        # repeated start of one (a new launcher owner resuming a start it cannot know
+        # finished) must not run the generation twice.
+        self._ended: dict[tuple[int, int, int], None] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def touch_contact(self) -> None:
@@ -166,6 +171,8 @@ class NodeExecutor:
             if mine == (spec.attempt, spec.generation):
                 return AgentReply(ok=True, message="already running")
             await self._terminate(current, 2.0)
+        if (spec.job_id, spec.attempt, spec.generation) in self._ended:
+            return AgentReply(ok=True, message="already ran")
         try:
             run = await self._launch(spec)
         except (LaunchError, OSError) as err:
@@ -263,6 +270,9 @@ class NodeExecutor:
             kill_group(self.table.with_pids(record).worker, _signal.SIGKILL)
             ending = lost_exit()
         run.ended.set()
+        self._ended[(record.job_id, record.attempt, record.generation)] = None
+        if len(self._ended) > _ENDED_KEPT:  # the oldest first (insertion order)
+            del self._ended[next(iter(self._ended))]
         current = self.running.get(record.job_id)
         if current is run:
             del self.running[record.job_id]
