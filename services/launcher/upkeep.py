@@ -45,6 +45,7 @@ class Upkeep:
         self.c = coordinator
         self.reconcile_s = reconcile_s
         self._wake = asyncio.Event()
+        self._sweep = asyncio.Event()  # shards were taken: reconcile now
 
     # --- timers --------------------------------------------------------------------
 
@@ -118,7 +119,22 @@ class Upkeep:
     # --- reconcile -----------------------------------------------------------------
 
     async def reconcile_loop(self, stop: asyncio.Event) -> None:
-        await every(self.reconcile_s, stop, self.reconcile)
+        """A pass every `reconcile_s`, and at once when shards were just taken."""
+        while not stop.is_set():
+            self._sweep.clear()
+            try:
+                await self.reconcile()
+            except Exception as err:
+                if not is_transient(err):
+                    raise
+                log.warning("reconcile failed", extra=kv(error=repr(err)))
+            deadline = time.monotonic() + self.reconcile_s
+            while not stop.is_set() and not self._sweep.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):  # 1 s slices: `stop` seen
+                    await asyncio.wait_for(self._sweep.wait(), timeout=min(1.0, left))
 
     async def reconcile(self) -> None:
         """One level-triggered pass over the tables (see the module docstring)."""
@@ -174,16 +190,17 @@ class Upkeep:
 
     async def hold_loop(self, stop: asyncio.Event) -> None:
         """Renew, take and release shards every ttl/4; a shard just taken is swept at
-        once (its timers, runs and parked events), not at the next reconcile."""
+        once (its timers and a reconcile of its runs), not at the next period."""
         await every(self.c.owners.ttl_s / 4, stop, self.hold)
 
     async def hold(self) -> None:
+        """One pass; the sweep of shards just taken runs in the other loops, so a
+        long one never delays the next renewal."""
         async with self.c.ctx.pool.acquire() as conn, conn.transaction():
             taken = await self.c.owners.hold(conn, self.c.acting_on)
         if taken:
-            await self.check_timers()
-            await self.drain()
-            await self.reconcile()
+            self._wake.set()  # timers
+            self._sweep.set()  # reconcile (the mailbox is looked at every 0.2 s anyway)
 
     async def mailbox_loop(self, stop: asyncio.Event) -> None:
         await every(MAILBOX_S, stop, self.drain)
