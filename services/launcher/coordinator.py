@@ -27,11 +27,11 @@ import msgspec
 from services.launcher import coordinator_core as core
 from services.launcher import repo, repo_upkeep
 from services.launcher.cleaning import Cleaner
-from services.launcher.driver import Check, Choose
+from services.launcher.driver import Check
 from services.launcher.effects import EffectRunner, Effects
 from services.launcher.endings import decided_ending, end_run, end_unstarted, ending
-from services.launcher.exitstatus import ExitStatus
 from services.launcher.gang import Agents, Generation
+from services.launcher.observations import Choose, always, answer, at, exited, load_core, lost
 from services.launcher.owners import Owners
 from services.launcher.owners_core import shard_of
 from services.launcher.reconcile_core import AllocationRow, may_start
@@ -72,7 +72,6 @@ SUBJECTS = (
 )
 CONSUMER = "launcher"
 LIVE = (JobState.STARTING, JobState.RUNNING)
-_CORE_DECODER = msgspec.json.Decoder(core.JobRun)
 
 
 class Coordinator:
@@ -125,26 +124,15 @@ class Coordinator:
             case JobAllocated():
                 await self.start_allocation(event.job_id, event.attempt, event)
             case WorkerExited():
-                status = ExitStatus(
-                    exit_code=event.exit_code, signal=event.signal, oom_killed=event.oom_killed
-                )
-                obs = core.WorkerExited(
-                    node=event.node,
-                    generation=event.generation,
-                    status=status,
-                    spawn_failed=event.spawn_failed,
-                )
-                await self.observe(event.job_id, _always(obs), event)
+                await self.observe(event.job_id, always(exited(event)), event)
             case NodeFault() | NodeDown():
-                await self.observe(job_id, _always(_lost(event)), event)
+                await self.observe(job_id, always(lost(event)), event)
             case JobCancelRequested():
                 await self.cancel(event)
             case JobSparesAnswered():
-                await self.observe(event.job_id, _answer(event), event)
+                await self.observe(event.job_id, answer(event), event)
             case JobPreemptRequested():
-                await self.observe(
-                    event.job_id, _always(core.Preempt(grace_s=event.grace_s)), event
-                )
+                await self.observe(event.job_id, always(core.Preempt(grace_s=event.grace_s)), event)
             case _:
                 return
 
@@ -167,7 +155,7 @@ class Coordinator:
                 spec, cancelled = loaded
                 now = time.time()
                 if cancelled:
-                    await end_unstarted(conn, spec, job_id, "cancelled", _at(now))
+                    await end_unstarted(conn, spec, job_id, "cancelled", at(now))
                     gen = None
                 else:
                     gen = await self._start_run(conn, spec, alloc, current, now)
@@ -192,7 +180,7 @@ class Coordinator:
             spec, job_id=alloc.job_id, nodes=row.nodes, now=now, generation=count,
             restart_count=count, excluded_nodes=excluded,
         )  # fmt: skip
-        before = _load_core(current, spec)
+        before = load_core(current, spec)
         if before is not None:  # the restart limit spans requeues
             state = msgspec.structs.replace(state, fault_restarts=before.fault_restarts)
         await self._save_core(conn, state, now)
@@ -245,12 +233,12 @@ class Coordinator:
                     return
                 spec, now = loaded[0], time.time()
                 if run is None:
-                    await end_unstarted(conn, spec, ev.job_id, ev.reason, _at(now))
+                    await end_unstarted(conn, spec, ev.job_id, ev.reason, at(now))
                 elif run.state == JobState.REQUEUED:
                     end = ending(run, JobState.CANCELLED, ev.reason)
-                    await end_run(conn, spec, run, end, _at(now))
+                    await end_run(conn, spec, run, end, at(now))
                 elif run.state in LIVE:
-                    cancel = _always(core.Cancel(reason=ev.reason))
+                    cancel = always(core.Cancel(reason=ev.reason))
                     fx = await self._decide(conn, spec, run, cancel, now)
             self.ctx.relay.kick()
             if fx is not None:
@@ -304,12 +292,12 @@ class Coordinator:
         async def gone(conn: Conn, run: repo.Run) -> bool:
             return not await repo_upkeep.allocation_is_live(conn, job_id, run.attempt)
 
-        await self.observe(job_id, _always(core.AllocationGone()), check=gone)
+        await self.observe(job_id, always(core.AllocationGone()), check=gone)
 
     async def _decide(
         self, conn: Conn, spec: JobSpec, run: repo.Run, choose: Choose, now: float
     ) -> Effects | None:
-        before = _load_core(run, spec)
+        before = load_core(run, spec)
         obs = None if before is None else choose(before, now)
         if before is None or obs is None:
             return None
@@ -327,7 +315,7 @@ class Coordinator:
         before, decision = decided
         after = decision.run
         for rec in after.history[len(before.history) :]:
-            closed = (rec.nodes, rec.world_size, _at(rec.started_at), _at(rec.ended_at))
+            closed = (rec.nodes, rec.world_size, at(rec.started_at), at(rec.ended_at))
             outcome = f"{rec.verdict}: {rec.reason}"
             await repo.close_attempt(
                 conn, (run.job_id, run.attempt), rec.generation, closed, outcome
@@ -348,7 +336,7 @@ class Coordinator:
                         await repo.begin_stopping(conn, run.job_id, end)
                         fx.end_delay_s = action.delay_s if isinstance(action, core.Requeue) else 0
                     else:
-                        await end_run(conn, spec, run, end, _at(now))
+                        await end_run(conn, spec, run, end, at(now))
                 case core.RequestSpares():  # the placer answers with job.spares_answered
                     ask = JobSparesRequested(
                         job_id=run.job_id, attempt=run.attempt, count=action.count,
@@ -370,7 +358,7 @@ class Coordinator:
         why = decision.run.history[-1].reason if decision.run.history else ""
         await repo.reshape(
             conn, run, gpus, restart_count=start.restart_count, world_size=len(gpus),
-            reason=f"{decision.verdict}: {why}", now=_at(now),
+            reason=f"{decision.verdict}: {why}", now=at(now),
         )  # fmt: skip
         dropped = tuple(n for n in run.nodes if n not in gpus)
         grants = tuple(Grant(node=n, gpus=tuple(g)) for n, g in gpus.items())
@@ -411,7 +399,7 @@ class Coordinator:
                 generation=gen.generation, nodes=tuple(failed),
                 reason="; ".join(failed.values()),
             )  # fmt: skip
-            await self.observe(gen.job_id, _always(obs))
+            await self.observe(gen.job_id, always(obs))
             return
         async with self.ctx.pool.acquire() as conn, conn.transaction():
             if not await self.owners.lock(conn, gen.job_id):
@@ -467,40 +455,3 @@ class Coordinator:
         if len(self._locks) > 10_000:  # forget idle jobs' locks
             self._locks = {j: k for j, k in self._locks.items() if k.locked()}
         return self._locks.setdefault(job_id, asyncio.Lock())
-
-
-# --- pure helpers ----------------------------------------------------------------------
-
-
-def _always(obs: core.AnyObservation) -> Choose:
-    return lambda _run, _now: obs
-
-
-def _lost(ev: NodeFault | NodeDown) -> core.AnyObservation:
-    if isinstance(ev, NodeFault):
-        why = f"xid {ev.xid} ({ev.fault_class})" if ev.xid is not None else ev.fault_class
-        return core.NodeFault(node=ev.node, reason=why, excludes_node=ev.excludes_node)
-    return core.NodeDown(node=ev.node, reason=ev.reason)
-
-
-def _answer(ev: JobSparesAnswered) -> Choose:
-    """The placer's answer is spares for a job waiting on them, or room to grow back
-    for a running elastic job."""
-    nodes = tuple(g.node for g in ev.grants)
-
-    def choose(run: core.JobRun, _now: float) -> core.AnyObservation:
-        if run.phase is core.Phase.AWAITING_SPARE:
-            return core.SparesGranted(nodes=nodes) if nodes else core.SparesDenied()
-        return core.NodesAvailable(nodes=nodes)
-
-    return choose
-
-
-def _load_core(run: repo.Run | None, spec: JobSpec) -> core.JobRun | None:
-    if run is None or run.core is None:
-        return None
-    return msgspec.structs.replace(_CORE_DECODER.decode(run.core), spec=spec)
-
-
-def _at(epoch_s: float) -> datetime:
-    return datetime.fromtimestamp(epoch_s, UTC)

@@ -12,13 +12,13 @@ from services.launcher import coordinator_core as core
 from services.launcher import repo
 from services.launcher.effects import EffectRunner
 from services.launcher.gang import Agents
+from services.launcher.observations import Choose
 from services.launcher.owners import Owners
 from shared.db import Conn
 from shared.events import AnyEvent, Event
 from shared.runtime import ServiceContext
 from shared.settings import Settings
 
-Choose = Callable[[core.JobRun, float], core.AnyObservation | None]
 Check = Callable[[Conn, repo.Run], Awaitable[bool]]
 
 
