@@ -45,11 +45,18 @@ STREAM_SUBJECTS = [
 DLQ_STREAM = "MUSTER_DLQ"
 DLQ_PREFIX = "muster.dlq."
 BACKOFF_S = (0.2, 1.0, 3.0, 10.0, 30.0)
+NOT_MINE_DELAY_S = 1.0  # a hand-back to the replica that owns the work
 CRASH_LIMIT_FACTOR = 10
 FIRST_CONNECT_S = 10.0
 
 Handler = Callable[[AnyEvent], Awaitable[None]]
 RequestHandler = Callable[[bytes, str], Awaitable[bytes]]
+
+
+class NotMine(Exception):
+    """This replica may not apply the message now, another one can (a standby placer
+    asked for spares the leader grants): it is handed back at once, and a hand-back is
+    no failure, so it never spends the poison budget (only the crash limit bounds it)."""
 
 
 class PermanentError(Exception):
@@ -262,6 +269,10 @@ class Bus:
                 return
             except _StoppedRetrying:
                 await msg.nak()
+                return
+            except NotMine as err:
+                log.debug("not this replica's", extra=kv(subject=msg.subject, why=str(err)))
+                await msg.nak(delay=NOT_MINE_DELAY_S)
                 return
             except Exception as err:
                 span.record_exception(err)

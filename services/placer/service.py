@@ -30,6 +30,7 @@ from services.placer.core import (
 )
 from services.placer.core.blockers import blockers
 from services.placer.core.predict import Predictor, learned, with_predictions
+from shared.bus import NotMine
 from shared.db import Conn, inbox_first_time, outbox_add
 from shared.events import (
     AnyEvent,
@@ -302,8 +303,9 @@ async def _apply(
     return events
 
 
-class NotLeading(RuntimeError):
-    """Only the lease holder places; the bus redelivers the request to try again."""
+class NotLeading(NotMine):
+    """Only the lease holder places: the bus hands the request back for the leader,
+    without counting it as a failure (a standby must not dead-letter it)."""
 
 
 def _spare_gang(ask: JobSparesRequested, alloc: repo.LiveAllocation) -> JobRequest:

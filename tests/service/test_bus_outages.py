@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from shared import embedded
-from shared.bus import STREAM, Bus
+from shared.bus import STREAM, Bus, NotMine
 from shared.events import AnyEvent, NodeDrainRequested
 from tests.support.cluster import eventually
 
@@ -85,6 +85,21 @@ async def test_a_handler_failing_transiently_more_than_max_deliver_times_is_appl
     assert await _dead(bus) == []
     info = await bus.js.consumer_info(STREAM, "t")
     assert (info.num_redelivered, info.num_ack_pending) == (0, 0)
+
+
+async def test_a_message_another_replica_owns_is_handed_back_past_max_deliver_and_never_dead(
+    bus: Bus,
+) -> None:
+    # A standby placer asked for spares: not a failure, however often it happens.
+    event = drain("node01")
+    handler = FailingHandler(failures=3, error=NotMine("spares are granted by the leader"))
+    await bus.publish(event)
+
+    await _consume_until(bus, handler, handler.done)
+
+    assert handler.handled == [event]
+    assert handler.calls == 4  # 3 hand-backs > max_deliver=2, then applied
+    assert await _dead(bus) == []
 
 
 async def test_a_handler_that_keeps_failing_with_a_bug_is_dead_lettered(bus: Bus) -> None:
