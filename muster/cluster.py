@@ -26,9 +26,6 @@ from services.launcher.worker_table import stop_recorded_workers
 from shared import embedded
 
 SERVICES = ("admission", "placer", "launcher", "health", "fairshare")
-# Services that are not yet safe at more than this many replicas: the launcher's jobs
-# have no per-job owner yet (issue 13), so `--replicas N` starts one launcher.
-MAX_REPLICAS = {"launcher": 1}
 # The policy `muster up` starts admission with, unless MUSTER_CLUSTER_CONFIG names another.
 DEFAULT_CLUSTER_CONFIG = (
     Path(__file__).resolve().parent.parent / "deploy" / "local" / "cluster.toml"
@@ -160,9 +157,9 @@ class Cluster:
 
     def plan_services(self, replicas: int | Mapping[str, int] = 1) -> list[str]:
         """Record how to start every service: `replicas` of each (an int: of every
-        service, as far as `MAX_REPLICAS` allows; a mapping: per service, 1 for the
-        others), each replica its own process, `name`, `name-1`, ..., with its
-        MUSTER_INSTANCE."""
+        service, the launcher's replicas sharing the jobs by shard lease; a mapping:
+        per service, 1 for the others), each replica its own process, `name`,
+        `name-1`, ..., with its MUSTER_INSTANCE."""
         keys = []
         for name in SERVICES:
             count = replicas_of(name, replicas)
@@ -234,7 +231,7 @@ def replicas_of(service: str, replicas: int | Mapping[str, int]) -> int:
     """How many replicas of `service` to run when asked for `replicas`."""
     if isinstance(replicas, Mapping):
         return max(1, replicas.get(service, 1))
-    return max(1, min(replicas, MAX_REPLICAS.get(service, replicas)))
+    return max(1, replicas)
 
 
 def alive(pid: int) -> bool:

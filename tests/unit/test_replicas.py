@@ -13,9 +13,9 @@ from shared.settings import nats_servers
 
 REPLICAS: dict[str, tuple[int | Mapping[str, int], dict[str, int]]] = {
     "one of each by default": (1, dict.fromkeys(SERVICES, 1)),
-    "two of every service, but one launcher until it shares jobs": (
+    "two of every service, the launcher included (its replicas share jobs by shard)": (
         2,
-        {"admission": 2, "placer": 2, "launcher": 1, "health": 2, "fairshare": 2},
+        dict.fromkeys(SERVICES, 2),
     ),
     "a mapping names only the services it scales; the rest run one": (
         {"placer": 3},
