@@ -180,7 +180,17 @@ async def measure(c: Cluster, runs: int) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--suspect", type=float, help="MUSTER_HEARTBEAT_TIMEOUT_S")
+    parser.add_argument("--fence", type=float, help="MUSTER_FENCE_S (below --down)")
+    parser.add_argument("--down", type=float, help="MUSTER_DOWN_AFTER_S")
     args = parser.parse_args()
+    for flag, variable in (
+        ("suspect", "MUSTER_HEARTBEAT_TIMEOUT_S"),
+        ("fence", "MUSTER_FENCE_S"),
+        ("down", "MUSTER_DOWN_AFTER_S"),
+    ):
+        if getattr(args, flag) is not None:
+            ENV[variable] = str(getattr(args, flag))
     with local_cluster(2, **ENV) as cluster:
         result = asyncio.run(measure(cluster, args.runs))
     print(
