@@ -133,6 +133,19 @@ class Bus:
             nc, max_deliver=max_deliver, ack_wait_s=ack_wait_s, stream_replicas=stream_replicas
         )
 
+    async def round_trip(self, timeout_s: int) -> None:
+        """A PING answered by the server's PONG: proof that it hears us right now.
+        Raises nats' FlushTimeoutError (transient) when no answer comes in time."""
+        try:
+            await self.nc.flush(timeout=timeout_s)
+        finally:
+            # nats.py leaves a timed-out flush's cancelled future queued for the next
+            # PONG, whose set_result then raises inside the client's read loop and wedges
+            # the connection for good (chaos seed 2, after a partition healed): drop
+            # every settled one, so a late PONG answers the next ping instead.
+            pongs = self.nc._pongs
+            pongs[:] = [f for f in pongs if not f.done()]
+
     async def close(self) -> None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.nc.drain(), timeout=5)

@@ -331,7 +331,7 @@ class NodeProbe:
                 await self.fence()
         try:
             await self.bus.nc.publish(subject, self.boot_id.encode())
-            await self.bus.nc.flush(timeout=CONTACT_TIMEOUT_S)
+            await self.bus.round_trip(CONTACT_TIMEOUT_S)
         except Exception as err:
             if not is_transient(err):
                 raise

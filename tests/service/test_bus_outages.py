@@ -5,6 +5,8 @@ consumer outlives a NATS restart on the same port."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -16,6 +18,7 @@ import pytest
 from shared import embedded
 from shared.bus import STREAM, Bus, NotMine
 from shared.events import AnyEvent, NodeDrainRequested
+from shared.transient import is_transient
 from tests.support.cluster import eventually
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -100,6 +103,29 @@ async def test_a_message_another_replica_owns_is_handed_back_past_max_deliver_an
     assert handler.handled == [event]
     assert handler.calls == 4  # 3 hand-backs > max_deliver=2, then applied
     assert await _dead(bus) == []
+
+
+async def test_a_round_trip_that_timed_out_leaves_the_connection_working(tmp_path: Path) -> None:
+    # A paused server answers the PING late: the late PONG must not break the client (in
+    # nats.py it met the timed-out flush's cancelled future and killed the read loop).
+    server = embedded.start_nats(tmp_path / "n")
+    bus = await Bus.connect(server.url, name="rt-test")
+    try:
+        os.kill(server.process.pid, signal.SIGSTOP)
+        with pytest.raises(Exception) as raised:
+            await bus.round_trip(1)
+        assert is_transient(raised.value)
+        os.kill(server.process.pid, signal.SIGCONT)
+        await asyncio.sleep(0.5)  # the late PONG arrives
+        for _ in range(3):
+            await bus.round_trip(2)
+        sub = await bus.nc.subscribe("rt.echo")
+        await bus.nc.publish("rt.echo", b"x")
+        assert (await sub.next_msg(timeout=2)).data == b"x"
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+        await bus.close()
+        server.stop()
 
 
 async def test_a_handler_that_keeps_failing_with_a_bug_is_dead_lettered(bus: Bus) -> None:
