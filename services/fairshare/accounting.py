@@ -5,10 +5,12 @@ final tick (settlement). Every tick carries the attempt's *cumulative* GPU-secon
 the tick's interval end, never an increment, so the ledger only has to remember the
 highest cumulative it has charged per attempt:
 
-    charge = max(0, cumulative - already_charged)
+    charge = max(0, cumulative - already_charged)      (a tick)
+    charge = final_total - already_charged             (the settlement)
 
 A redelivered tick, a tick that arrives after a later one, or one that arrives after
-settlement charges nothing; settlement charges whatever the ticks missed. Summed over
+settlement charges nothing; settlement charges whatever the ticks missed, or gives back
+what a tick stamped past the attempt's end overcharged. Summed over
 any order of any multiset of an attempt's ticks, charges equal the final cumulative
 (exactly, for whole GPU-seconds; the state itself always holds the exact maximum).
 Billed usage is GPU-seconds times the billing weight of the GPU model (default 1.0);
@@ -95,8 +97,9 @@ def charge(
 ) -> tuple[AttemptCharge, Charge]:
     """Apply one tick to its attempt's charge state: the new state and what to add.
 
-    `state` is None for an attempt never charged before. The charge is
-    `max(0, tick.gpu_seconds_total - state.charged)`; once settled, nothing more.
+    `state` is None for an attempt never charged before. A tick charges
+    `max(0, tick.gpu_seconds_total - state.charged)`; the settlement charges the
+    difference to its total, negative if a tick overshot; once settled, nothing more.
     """
     before = state or AttemptCharge(
         job_id=tick.job_id, attempt=tick.attempt, user=tick.user, account=tick.account
@@ -114,7 +117,11 @@ def charge(
     )
     if before.settled:
         return before, nothing
-    delta = max(0.0, tick.gpu_seconds_total - before.charged)
+    delta = tick.gpu_seconds_total - before.charged
+    if not tick.final:
+        delta = max(0.0, delta)  # a tick is provisional: late or repeated ones add nothing
+    # The settlement is the attempt's total: a tick stamped a moment past the attempt's
+    # end (the chaos suite saw 6 ms) is given back here, so the charges sum to it exactly.
     if delta == 0.0 and not tick.final:
         return before, nothing
     model = before.gpu_model or tick.gpu_model

@@ -107,11 +107,11 @@ class FairShare:
             after, charged = charge(state, tick, self.weights)
             if after != state:
                 await repo.save_charge(conn, after)
-            if charged.gpu_seconds > 0:
+            if charged.gpu_seconds != 0:  # negative: a settlement giving back an overshoot
                 await repo.add_usage(conn, charged)
-        if charged.gpu_seconds > 0 or tick.final:
+        if charged.gpu_seconds != 0 or tick.final:
             self._wake.set()
-        if charged.gpu_seconds > 0:
+        if charged.gpu_seconds != 0:
             log.debug(
                 "charged",
                 extra=kv(job=tick.job_id, user=tick.user, gpu_s=round(charged.gpu_seconds, 3)),

@@ -243,3 +243,14 @@ def test_usage_accrues_per_user_association_and_sums_per_account() -> None:
 
 def test_cumulative_gpu_seconds_counts_gpus_times_time_held() -> None:
     assert [cumulative_gpu_seconds(8, 100.0, t) for t in (50.0, 100.0, 160.0)] == [0.0, 0.0, 480.0]
+
+
+def test_a_settlement_below_a_tick_that_overshot_gives_the_difference_back() -> None:
+    # A tick stamped a moment past the attempt's end (seen in a chaos run: 5.718 charged,
+    # 5.712 used): the settlement is the attempt's total, so the charges sum to it.
+    base = {"job_id": 42, "attempt": 2, "user": "alice", "account": "physics"}
+    state, first = charge(None, UsageTick(**base, at=10.0, gpu_seconds_total=5.718))
+    state, last = charge(state, UsageTick(**base, at=9.9, gpu_seconds_total=5.712, final=True))
+    assert round(first.gpu_seconds + last.gpu_seconds, 9) == 5.712
+    assert round(last.gpu_seconds, 9) == -0.006
+    assert state.settled and state.charged == 5.712
