@@ -24,6 +24,7 @@ from muster.client import ApiRefused, agent, call, current_user, nats_url, refus
 from shared.api import AgentReply, InjectFault, NodeAction, NodesReply, Ok, QueueRequest
 from shared.identity_files import provision_keys
 from shared.states import NodeState
+from shared.transient import is_transient
 
 DEFAULT_TOPOLOGY = Path(__file__).resolve().parent.parent / "deploy" / "local" / "topology.toml"
 
@@ -77,8 +78,9 @@ def _wait_for_nodes(c: local.Cluster, want: int, timeout: float) -> int:
             if len(up) >= want:
                 print(f"  {len(up)} nodes UP, {sum(n.gpus_total for n in up)} GPUs")
                 return 0
-        except Exception:  # services still starting: no responders yet
-            pass
+        except Exception as err:
+            if not (is_transient(err) or isinstance(err, ApiRefused)):
+                raise  # a bug, not services still starting (no responders, unavailable)
         time.sleep(0.5)
     print("the cluster did not come up in time; see the logs", file=sys.stderr)
     return 1

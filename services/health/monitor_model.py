@@ -89,7 +89,7 @@ class ClusterHealth(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Observation(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
-    pass
+    """What the monitor core is told happened to a node; one tagged union."""
 
 
 class Heartbeat(Observation, frozen=True, tag="heartbeat"):

@@ -107,7 +107,7 @@ class JobRun(msgspec.Struct, frozen=True, kw_only=True):
 
 # Observations: what happened.
 class Observation(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
-    pass
+    """What happened to a run, as the core is told; one tagged union."""
 
 
 class NodeFault(Observation, frozen=True, tag="node_fault"):
@@ -129,15 +129,15 @@ class WorkerExited(Observation, frozen=True, tag="worker_exited"):
 
 
 class SignalDue(Observation, frozen=True, tag="signal_due"):
-    pass
+    """The `--signal` time before the limit has come."""
 
 
 class SettleElapsed(Observation, frozen=True, tag="settle_elapsed"):
-    pass
+    """The wait after a fault for the other nodes' reports is over."""
 
 
 class TimeLimitReached(Observation, frozen=True, tag="time_limit"):
-    pass
+    """The job's time limit has come."""
 
 
 class Preempt(Observation, frozen=True, tag="preempt"):
@@ -161,7 +161,7 @@ class SparesGranted(Observation, frozen=True, tag="spares_granted"):
 
 
 class SparesDenied(Observation, frozen=True, tag="spares_denied"):
-    pass
+    """The placer had no spare node, or did not answer in time."""
 
 
 class NodesAvailable(Observation, frozen=True, tag="nodes_available"):
@@ -196,7 +196,7 @@ AnyObservation = (
 
 # Actions: what the shell must do, in order.
 class Action(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
-    pass
+    """What the shell must do for a decision, in order; one tagged union."""
 
 
 class SignalWorkers(Action, frozen=True, tag="signal"):
