@@ -95,3 +95,17 @@ async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
         yield conn
     finally:
         await conn.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    """A failed test that ran a cluster shows the tail of each process's log, so a
+    failure on CI's machine can be understood from its output alone."""
+    report = yield
+    if report.failed and call.when == "call":
+        tmp = getattr(item, "funcargs", {}).get("tmp_path")
+        if isinstance(tmp, Path):
+            for log in sorted(tmp.rglob("logs/*.log"))[:12]:
+                lines = log.read_text(errors="replace").splitlines()[-25:]
+                report.sections.append((f"log {log.name}", "\n".join(lines)))
+    return report

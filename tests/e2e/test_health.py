@@ -15,12 +15,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import asyncpg
+import nats
 import pytest
+from nats.aio.msg import Msg
 
 from muster.client import agent, call
 from muster.cluster import Cluster
 from shared import embedded
 from shared.api import InjectFault, NodeAction, NodesReply, Ok, QueueRequest
+from shared.events import Event, NodeFault, decode
 from tests.support.cluster import (
     FAST,
     eventually,
@@ -210,21 +213,46 @@ async def test_a_gpu_reset_xid_drains_the_node_and_the_reset_brings_it_back(
     cluster: Cluster, db: asyncpg.Connection, tmp_path: Path
 ) -> None:
     job_id, node = await running_job(db, cluster.nats_url, tmp_path)
-    await inject(cluster.nats_url, node, 62, gpu=1)
+    # Drain, reset and check of an idle node take a fraction of a second: a poll of the
+    # node's state can miss them, so the test watches the events the monitor publishes.
+    seen: list[Event] = []
 
-    await eventually(lambda: node_state(db, node), lambda s: s != "UP", 20, "out of service")
-    # The job moves away (its node is drained), the idle node is reset, checked, and back.
-    await eventually(
-        lambda: db.fetchrow("SELECT state, nodes FROM job_runs WHERE job_id = $1", job_id),
-        lambda r: r["state"] == "RUNNING" and node not in r["nodes"],
-        30,
-        "job moved",
-    )
+    async def note(msg: Msg) -> None:
+        seen.append(decode(msg.data))
+
+    nc = await nats.connect(cluster.nats_url)
+    try:
+        sub = await nc.subscribe("muster.node.>", cb=note)
+        await nc.flush()
+        await inject(cluster.nats_url, node, 62, gpu=1)
+
+        # The job moves away (its node is drained), the idle node is reset, checked, back.
+        await eventually(
+            lambda: db.fetchrow("SELECT state, nodes FROM job_runs WHERE job_id = $1", job_id),
+            lambda r: r["state"] == "RUNNING" and node not in r["nodes"],
+            30,
+            "job moved",
+        )
+        await eventually(
+            lambda: kinds_about(seen, node),
+            lambda kinds: "NodeRecovered" in kinds,
+            30,
+            "the node recovered",
+        )
+        await sub.unsubscribe()
+    finally:
+        await nc.close()
+    [fault] = [e for e in seen if isinstance(e, NodeFault) and e.node == node]
+    assert (fault.xid, fault.gpu, fault.fault_class) == (62, 1, "gpu_reset")
     await eventually(lambda: node_state(db, node), lambda s: s == "UP", 30, "back in service")
     healthy = await db.fetchval("SELECT bool_and(healthy) FROM gpus WHERE node = $1", node)
     assert healthy
-    fault = await db.fetchval("SELECT last_fault FROM nodes WHERE name = $1", node)
-    assert '"xid": 62' in fault
+    last = await db.fetchval("SELECT last_fault FROM nodes WHERE name = $1", node)
+    assert '"xid": 62' in last
+
+
+async def kinds_about(seen: list[Event], node: str) -> list[str]:
+    return [type(e).__name__ for e in seen if getattr(e, "node", None) == node]
 
 
 async def attempt_on(db: asyncpg.Connection, job_id: int) -> tuple[str, int, list[str]]:
