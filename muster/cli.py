@@ -9,6 +9,7 @@ import sys
 
 from muster import cli_accounting, cli_cluster, cli_jobs, cli_users
 from muster.client import ApiRefused
+from shared.sbatch_options import Arg, Spec, split_own
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -36,15 +37,44 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# The options `muster submit` keeps for itself when they come before the script;
+# every other word is sbatch's (the shared table) or the script's own.
+SUBMIT_OWN = (
+    Spec("json", None, Arg.NONE),
+    Spec("dry-run", None, Arg.NONE),
+    Spec("help", None, Arg.NONE),
+)
+
+
+def _command_at(argv: list[str]) -> int | None:
+    """Where the subcommand is: the first word that is not a global option (`--state X`,
+    `--state=X`, `-h`), so a job or script named `submit` is never taken for it."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--state":
+            i += 2
+        elif word.startswith("--state=") or word in ("-h", "--help"):
+            i += 1
+        else:
+            return None if word.startswith("-") else i
+    return None
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     """The parsed command line; `submit` hands its sbatch options over whole, as they are
     the script's business, not argparse's."""
-    if "submit" not in argv:
+    at = _command_at(argv)
+    if at is None or argv[at] != "submit":
         return build_parser().parse_args(argv)
-    at = argv.index("submit")
-    own = [w for w in argv[at + 1 :] if w in cli_jobs.SUBMIT_OWN]
-    args = build_parser().parse_args([*argv[:at], "submit", *own])
-    args.words = [w for w in argv[at + 1 :] if w not in cli_jobs.SUBMIT_OWN]
+    split = split_own(argv[at + 1 :], SUBMIT_OWN)
+    own = {g.name for g in split.own}
+    args = build_parser().parse_args([*argv[:at], "submit", *(["-h"] if "help" in own else [])])
+    args.json = "json" in own
+    args.dry_run = "dry-run" in own
+    line = split.line
+    script = [] if line.script is None else ["--", line.script, *line.args]
+    args.words = [*line.options, *script]
     return args
 
 

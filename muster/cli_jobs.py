@@ -15,7 +15,6 @@ from typing import Any
 
 from muster import render
 from muster.client import ApiRefused, call, current_user, nats_url, refused
-from services.admission.sbatch import split_command_line
 from shared.api import (
     JobSelector,
     Ok,
@@ -28,9 +27,7 @@ from shared.api import (
     SubmitReply,
     SubmitRequest,
 )
-
-# The words `muster submit` keeps for itself; every other word is sbatch's.
-SUBMIT_OWN = ("--dry-run", "--json")
+from shared.sbatch_options import split_command_line
 
 
 def _print(lines: list[str]) -> None:

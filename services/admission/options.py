@@ -1,262 +1,30 @@
-"""Pure: the sbatch option table and a getopt_long-style tokenizer.
+"""Pure: the sbatch option table and tokenizer, now in `shared.sbatch_options` so the
+CLI reads the same table without importing a service; re-exported here for admission."""
 
-Every real sbatch long option is listed, so an option Muster does not implement is
-recognised (and warned about by the caller) while one sbatch itself does not know is
-refused the way sbatch refuses it. Long options may be abbreviated to any unique
-prefix, as getopt_long allows; short options take their value attached (`-N2`) or as
-the next word (`-N 2`); flags may be grouped (`-Hk`).
-"""
-
-from __future__ import annotations
-
-from collections.abc import Sequence
-from enum import Enum
-
-import msgspec
-
-
-class Arg(Enum):
-    NONE = "none"
-    REQUIRED = "required"
-    OPTIONAL = "optional"  # only `--opt=value` passes a value, as with getopt
-
-
-class Spec(msgspec.Struct, frozen=True):
-    long: str
-    short: str | None
-    arg: Arg
-
-
-_N, _R, _O = Arg.NONE, Arg.REQUIRED, Arg.OPTIONAL
-
-# The sbatch options (Slurm 23/24 man page) plus Muster's own extras at the end.
-TABLE: tuple[Spec, ...] = (
-    Spec("account", "A", _R),
-    Spec("acctg-freq", None, _R),
-    Spec("array", "a", _R),
-    Spec("batch", None, _R),
-    Spec("bb", None, _R),
-    Spec("bbf", None, _R),
-    Spec("begin", "b", _R),
-    Spec("chdir", "D", _R),
-    Spec("cluster-constraint", None, _R),
-    Spec("clusters", "M", _R),
-    Spec("comment", None, _R),
-    Spec("constraint", "C", _R),
-    Spec("container", None, _R),
-    Spec("container-id", None, _R),
-    Spec("contiguous", None, _N),
-    Spec("core-spec", "S", _R),
-    Spec("cores-per-socket", None, _R),
-    Spec("cpu-freq", None, _R),
-    Spec("cpus-per-gpu", None, _R),
-    Spec("cpus-per-task", "c", _R),
-    Spec("deadline", None, _R),
-    Spec("delay-boot", None, _R),
-    Spec("dependency", "d", _R),
-    Spec("distribution", "m", _R),
-    Spec("error", "e", _R),
-    Spec("exclude", "x", _R),
-    Spec("exclusive", None, _O),
-    Spec("export", None, _R),
-    Spec("export-file", None, _R),
-    Spec("extra", None, _R),
-    Spec("extra-node-info", "B", _R),
-    Spec("get-user-env", None, _O),
-    Spec("gid", None, _R),
-    Spec("gpu-bind", None, _R),
-    Spec("gpu-freq", None, _R),
-    Spec("gpus", "G", _R),
-    Spec("gpus-per-node", None, _R),
-    Spec("gpus-per-socket", None, _R),
-    Spec("gpus-per-task", None, _R),
-    Spec("gres", None, _R),
-    Spec("gres-flags", None, _R),
-    Spec("help", "h", _N),
-    Spec("hint", None, _R),
-    Spec("hold", "H", _N),
-    Spec("ignore-pbs", None, _N),
-    Spec("input", "i", _R),
-    Spec("job-name", "J", _R),
-    Spec("kill-on-invalid-dep", None, _R),
-    Spec("licenses", "L", _R),
-    Spec("mail-type", None, _R),
-    Spec("mail-user", None, _R),
-    Spec("mcs-label", None, _R),
-    Spec("mem", None, _R),
-    Spec("mem-bind", None, _R),
-    Spec("mem-per-cpu", None, _R),
-    Spec("mem-per-gpu", None, _R),
-    Spec("mincpus", None, _R),
-    Spec("network", None, _R),
-    Spec("nice", None, _O),
-    Spec("no-kill", "k", _O),
-    Spec("no-requeue", None, _N),
-    Spec("nodefile", "F", _R),
-    Spec("nodelist", "w", _R),
-    Spec("nodes", "N", _R),
-    Spec("ntasks", "n", _R),
-    Spec("ntasks-per-core", None, _R),
-    Spec("ntasks-per-gpu", None, _R),
-    Spec("ntasks-per-node", None, _R),
-    Spec("ntasks-per-socket", None, _R),
-    Spec("oom-kill-step", None, _O),
-    Spec("open-mode", None, _R),
-    Spec("output", "o", _R),
-    Spec("overcommit", "O", _N),
-    Spec("oversubscribe", "s", _N),
-    Spec("parsable", None, _N),
-    Spec("partition", "p", _R),
-    Spec("power", None, _R),
-    Spec("prefer", None, _R),
-    Spec("priority", None, _R),
-    Spec("profile", None, _R),
-    Spec("propagate", None, _O),
-    Spec("qos", "q", _R),
-    Spec("quiet", "Q", _N),
-    Spec("reboot", None, _N),
-    Spec("requeue", None, _N),
-    Spec("reservation", None, _R),
-    Spec("signal", None, _R),
-    Spec("sockets-per-node", None, _R),
-    Spec("spread-job", None, _N),
-    Spec("switches", None, _R),
-    Spec("test-only", None, _N),
-    Spec("thread-spec", None, _R),
-    Spec("threads-per-core", None, _R),
-    Spec("time", "t", _R),
-    Spec("time-min", None, _R),
-    Spec("tmp", None, _R),
-    Spec("tres-bind", None, _R),
-    Spec("tres-per-task", None, _R),
-    Spec("uid", None, _R),
-    Spec("usage", None, _N),
-    Spec("use-min-nodes", None, _N),
-    Spec("verbose", "v", _N),
-    Spec("version", "V", _N),
-    Spec("wait", "W", _N),
-    Spec("wait-all-nodes", None, _R),
-    Spec("wckey", None, _R),
-    Spec("wrap", None, _R),
-    # Muster's own.
-    Spec("torchrun", None, _N),
-    Spec("dry-run", None, _N),
+from shared.sbatch_options import (
+    BY_LONG,
+    BY_SHORT,
+    MUSTER_ONLY,
+    TABLE,
+    Arg,
+    Given,
+    Problem,
+    Spec,
+    Tokens,
+    lookup_long,
+    tokenize,
 )
 
-BY_LONG = {s.long: s for s in TABLE}
-BY_SHORT = {s.short: s for s in TABLE if s.short}
-MUSTER_ONLY = frozenset({"torchrun", "dry-run"})
-
-
-class Given(msgspec.Struct, frozen=True):
-    """One option as written: its canonical long name, its value, and how it was spelt."""
-
-    name: str
-    value: str | None
-    spelt: str
-
-
-class Problem(msgspec.Struct, frozen=True):
-    """A tokenizing failure: `kind` is unknown/ambiguous/missing/unexpected."""
-
-    kind: str
-    message: str
-    name: str = ""
-
-
-class Tokens(msgspec.Struct, frozen=True):
-    given: tuple[Given, ...]
-    positional: tuple[str, ...]  # the first non-option word and everything after it
-    problems: tuple[Problem, ...]
-
-
-def lookup_long(word: str) -> Spec | Problem:
-    if word in BY_LONG:
-        return BY_LONG[word]
-    matches = [s for s in TABLE if s.long.startswith(word)] if word else []
-    if len(matches) == 1:
-        return matches[0]
-    if len(matches) > 1:
-        names = ", ".join(f"--{s.long}" for s in matches)
-        return Problem("ambiguous", f"option '--{word}' is ambiguous; possibilities: {names}", word)
-    return Problem("unknown", f"unrecognized option '--{word}'", word)
-
-
-def _long(arg: str, rest: Sequence[str]) -> tuple[Given | Problem, int]:
-    """One `--name[=value]` word; returns what it means and how many following words it used."""
-    word, eq, inline = arg[2:].partition("=")
-    found = lookup_long(word)
-    if isinstance(found, Problem):
-        return found, 0
-    if found.arg is Arg.NONE:
-        if eq:
-            msg = f"option '--{found.long}' doesn't allow an argument"
-            return Problem("unexpected", msg, found.long), 0
-        return Given(found.long, None, arg), 0
-    if eq or found.arg is Arg.OPTIONAL:
-        return Given(found.long, inline if eq else None, arg), 0
-    if not rest:
-        msg = f"option '--{found.long}' requires an argument"
-        return Problem("missing", msg, found.long), 0
-    return Given(found.long, rest[0], f"{arg} {rest[0]}"), 1
-
-
-def _short(arg: str, rest: Sequence[str]) -> tuple[list[Given | Problem], int]:
-    out: list[Given | Problem] = []
-    i = 1
-    while i < len(arg):
-        letter = arg[i]
-        spec = BY_SHORT.get(letter)
-        if spec is None:
-            out.append(Problem("unknown", f"invalid option -- '{letter}'", letter))
-            return out, 0
-        if spec.arg is Arg.REQUIRED:
-            attached = arg[i + 1 :]
-            if attached:
-                out.append(Given(spec.long, attached, arg))
-                return out, 0
-            if not rest:
-                msg = f"option requires an argument -- '{letter}'"
-                out.append(Problem("missing", msg, spec.long))
-                return out, 0
-            out.append(Given(spec.long, rest[0], f"{arg} {rest[0]}"))
-            return out, 1
-        out.append(Given(spec.long, None, f"-{letter}"))
-        i += 1
-    return out, 0
-
-
-def tokenize(argv: Sequence[str], *, stop_at_positional: bool = True) -> Tokens:
-    """Split argv into options and positionals; never raises.
-
-    With `stop_at_positional`, the first non-option word ends option parsing (the
-    script name, as sbatch treats it); `--` always ends it.
-    """
-    given: list[Given] = []
-    problems: list[Problem] = []
-    positional: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        rest = argv[i + 1 :]
-        if arg == "--":
-            positional.extend(argv[i + 1 :])
-            break
-        if arg.startswith("--"):
-            item, used = _long(arg, rest)
-            items: list[Given | Problem] = [item]
-        elif arg.startswith("-") and len(arg) > 1:
-            items, used = _short(arg, rest)
-        else:
-            if stop_at_positional:
-                positional.extend(argv[i:])
-                break
-            positional.append(arg)
-            items, used = [], 0
-        for item in items:
-            if isinstance(item, Given):
-                given.append(item)
-            else:
-                problems.append(item)
-        i += 1 + used
-    return Tokens(tuple(given), tuple(positional), tuple(problems))
+__all__ = [
+    "BY_LONG",
+    "BY_SHORT",
+    "MUSTER_ONLY",
+    "TABLE",
+    "Arg",
+    "Given",
+    "Problem",
+    "Spec",
+    "Tokens",
+    "lookup_long",
+    "tokenize",
+]

@@ -18,10 +18,10 @@ import msgspec
 
 from shared.jobspec import JobSpec
 from shared.outputs import expand_pattern
+from shared.sbatch_options import CommandLine, Given, Problem, split_command_line, tokenize
 
 from .apply import HANDLERS, Builder, finish
 from .errors import ErrorCode, SubmitError
-from .options import Given, Problem, tokenize
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 DIRECTIVE_PREFIXES = ("#SBATCH", "#MUSTER")
@@ -46,29 +46,6 @@ class Parsed(msgspec.Struct, frozen=True, kw_only=True):
     errors: tuple[SubmitError, ...] = ()
     explicit: frozenset[str] = frozenset()
     dry_run: bool = False
-
-
-class CommandLine(msgspec.Struct, frozen=True, kw_only=True):
-    """`muster submit` argv split into the options, the script path and its arguments."""
-
-    options: tuple[str, ...]
-    script: str | None
-    args: tuple[str, ...]
-
-
-def split_command_line(argv: Sequence[str]) -> CommandLine:
-    """Find the script name the way sbatch does: the first word that is not an option
-    or an option's value. With `--wrap` there is no script and every word is an option."""
-    tokens = tokenize(argv)
-    cut = len(argv) - len(tokens.positional)
-    options = tuple(argv[:cut])
-    if cut and argv[cut - 1] == "--":
-        options = options[:-1]
-    if not tokens.positional:
-        return CommandLine(options=options, script=None, args=())
-    return CommandLine(
-        options=options, script=tokens.positional[0], args=tuple(tokens.positional[1:])
-    )
 
 
 def _error(code: ErrorCode, message: str, field: str) -> SubmitError:
