@@ -20,10 +20,10 @@ from services.launcher.agent import NodeExecutor
 from services.launcher.worker_table import node_state_folder
 from shared.bus import Bus
 from shared.runtime import run_service, until_ready
-from shared.settings import Settings
+from shared.settings import NodeSettings
 
 
-def make_backend(settings: Settings) -> GpuBackend:
+def make_backend(settings: NodeSettings) -> GpuBackend:
     if settings.gpu_backend == "nvml":
         from services.health.nvml_backend import NvmlGpuBackend
 
@@ -34,7 +34,7 @@ def make_backend(settings: Settings) -> GpuBackend:
 
 
 def main() -> None:
-    settings = Settings.from_env(os.environ, service_name="node")
+    settings = NodeSettings.from_env(os.environ)
     if not settings.node:
         raise SystemExit("MUSTER_NODE must name this node")
 

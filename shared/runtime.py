@@ -18,7 +18,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import uvloop
 
@@ -32,6 +32,8 @@ from shared.transient import Backoff, is_transient
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+S = TypeVar("S", bound=Settings, covariant=True)  # the process kind's settings
+SettingsT = TypeVar("SettingsT", bound=Settings)
 Loop = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 
 # A loop that ran this long before failing was healthy: its next restart comes quickly.
@@ -42,9 +44,9 @@ class StoppedBeforeReady(Exception):
     """`stop` was set while the process still waited for its servers."""
 
 
-@dataclass
-class ServiceContext:
-    settings: Settings
+@dataclass(frozen=True)
+class ServiceContext(Generic[S]):
+    settings: S
     bus: Bus
     pool: Pool
     relay: Relay
@@ -67,8 +69,8 @@ async def until_ready(what: str, attempt: Callable[[], Awaitable[T]], stop: asyn
 
 @contextlib.asynccontextmanager
 async def service_context(
-    settings: Settings, stop: asyncio.Event | None = None, *, pool_size: int = 5
-) -> AsyncIterator[ServiceContext]:
+    settings: SettingsT, stop: asyncio.Event | None = None, *, pool_size: int = 5
+) -> AsyncIterator[ServiceContext[SettingsT]]:
     stop = stop or asyncio.Event()
     bus = await until_ready(
         "connect to NATS",

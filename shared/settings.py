@@ -1,7 +1,12 @@
-"""Plumbing: one frozen settings struct per process, read from `MUSTER_*` variables.
+"""Plumbing: one frozen settings struct per process kind, read from `MUSTER_*` variables.
 
-`__main__` modules call `Settings.from_env(os.environ)` once and pass the result down;
-nothing reads the environment at import time.
+`Settings` holds what every process uses (servers, identity, logging and telemetry, bus
+and database deadlines); each process kind has a subclass with only its own fields
+(`PlacerSettings`, `LauncherSettings`, `NodeSettings`, ...). A `__main__` module calls
+`<Kind>Settings.from_env(os.environ)` once and passes the result down; nothing else
+reads the environment, nothing reads it at import time. A parent (`muster up`, the test
+cluster) hands every child one environment: each child reads only its own fields and
+ignores the rest.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ class SettingsError(ValueError):
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    """What every process uses: where the servers are, who it is, how it logs and traces,
+    and the bus and database deadlines. A process kind's own fields live in its subclass
+    below; a variable for a field its class lacks is simply not read."""
+
     nats_url: str = "nats://127.0.0.1:4222"  # several servers: comma-separated URLs
     # Copies of each stream kept by a NATS cluster: 3 on a three-server cluster, so one
     # server lost loses nothing; 1 on a single server.
@@ -34,18 +43,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     otel_exporter: str = "none"  # none | console | otlp
     otel_endpoint: str = ""
     log_level: str = "INFO"
-    cycle_interval_s: float = 1.0
-    heartbeat_interval_s: float = 1.0
-    heartbeat_timeout_s: float = 10.0  # silent this long: the node is SUSPECT
-    down_after_s: float = 20.0  # silent this long: DOWN, its jobs restarted elsewhere
-    # This share of the nodes (two or more) silent at once looks like our outage, not
-    # theirs: the health monitor declares none of them DOWN while it lasts.
-    max_silent_share: float = 0.5
-    # A node agent that has not reached the control plane for this long fences its jobs
-    # (their workers are stopped): shorter than down_after_s, so the old attempt is gone
-    # before the job restarts elsewhere.
-    fence_s: float = 15.0
-    lease_ttl_s: float = 5.0
     max_deliver: int = 5
     ack_wait_s: float = 30.0
     drain_timeout_s: float = 10.0
@@ -58,33 +55,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     db_command_timeout_s: float = 40.0
     db_idle_in_transaction_timeout_s: float = 60.0
     db_connect_timeout_s: float = 5.0
-    kill_wait_s: float = 30.0
-    fault_kill_wait_s: float = 2.0
-    restart_limit: int = 3
-    replace_with_spare: bool = True  # fixed-size job on a fault: a spare first, else requeue
-    grow_back: bool = False  # elastic jobs grow back to their maximum when nodes return
-    usage_tick_s: float = 30.0
-    node: str = ""
-    gpus: int = 4
-    gpu_model: str = "SIM-H100"
-    topology: str = ""
-    node_address: str = "127.0.0.1"
-    kmsg_path: str = ""
-    gpu_backend: str = "sim"  # sim | nvml
-    cluster_config: str = ""
-    # A folder of users' public keys (NAME.pub) honoured beside the configuration's
-    # `[users.*] keys`: how a local or test cluster registers the users it creates.
-    user_keys_dir: str = ""
-    allow_root_jobs: bool = False  # a node agent never runs a job as root unless told
-    sim_script: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], **overrides: Any) -> Self:
         """Build settings from `MUSTER_<FIELD>` variables (upper case), then overrides.
 
-        A process with settings of its own subclasses `Settings` (see the launcher's and
-        fairshare's `__main__`); its fields are read the same way, so no module reads
-        the environment but this one."""
+        A subclass's fields are read the same way; variables naming fields the class
+        lacks (another process kind's) are ignored, so no module reads the environment
+        but this one."""
         values: dict[str, Any] = {}
         defaults = cls()
         for field in cls.__struct_fields__:
@@ -105,6 +83,94 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 str(value).lower() if isinstance(value, bool) else str(value)
             )
         return out
+
+
+class PlacerSettings(Settings, frozen=True, kw_only=True):
+    service_name: str = "placer"
+    cycle_interval_s: float = 1.0
+    lease_ttl_s: float = 5.0  # the leader's lease: a silent placer is replaced after this
+
+
+class HealthSettings(Settings, frozen=True, kw_only=True):
+    """The cluster-side health monitor (liveness of the node agents)."""
+
+    service_name: str = "health"
+    lease_ttl_s: float = 5.0
+    heartbeat_timeout_s: float = 10.0  # silent this long: the node is SUSPECT
+    down_after_s: float = 20.0  # silent this long: DOWN, its jobs restarted elsewhere
+    # This share of the nodes (two or more) silent at once looks like our outage, not
+    # theirs: the health monitor declares none of them DOWN while it lasts.
+    max_silent_share: float = 0.5
+
+
+class IdentitySettings(Settings, frozen=True, kw_only=True):
+    """A service that authenticates users: the cluster configuration (accounts, users'
+    keys, operators) and a folder of more users' keys."""
+
+    cluster_config: str = ""
+    # A folder of users' public keys (NAME.pub) honoured beside the configuration's
+    # `[users.*] keys`: how a local or test cluster registers the users it creates.
+    user_keys_dir: str = ""
+
+
+class AdmissionSettings(IdentitySettings, frozen=True, kw_only=True):
+    service_name: str = "admission"
+
+
+class FairShareSettings(IdentitySettings, frozen=True, kw_only=True):
+    service_name: str = "fairshare"
+    fairshare_config: str = ""  # a TOML file of fair-share knobs (docs/fairshare.md)
+
+
+class LauncherSettings(Settings, frozen=True, kw_only=True):
+    """The job coordinator. The restart policy's defaults are `CoordinatorConfig`'s
+    (tests/unit/test_settings.py checks they agree)."""
+
+    service_name: str = "launcher"
+    kill_wait_s: float = 30.0
+    fault_kill_wait_s: float = 2.0
+    restart_limit: int = 3
+    replace_with_spare: bool = True  # fixed-size job on a fault: a spare first, else requeue
+    grow_back: bool = False  # elastic jobs grow back to their maximum when nodes return
+    usage_tick_s: float = 30.0
+    failure_settle_s: float = 2.0
+    restart_backoff_s: float = 1.0
+    restart_backoff_max_s: float = 60.0
+    # A replica silent this long loses its shards of the jobs to another (owners.py).
+    launcher_lease_s: float = 2.0
+
+
+class NodeSettings(Settings, frozen=True, kw_only=True):
+    """One node's agent (health probe and node executor, `python -m muster.node`)."""
+
+    service_name: str = "node"
+    node: str = ""
+    gpus: int = 4
+    gpu_model: str = "SIM-H100"
+    topology: str = ""
+    node_address: str = "127.0.0.1"
+    kmsg_path: str = ""
+    gpu_backend: str = "sim"  # sim | nvml
+    heartbeat_interval_s: float = 1.0
+    # A node agent that has not reached the control plane for this long fences its jobs
+    # (their workers are stopped): shorter than the health monitor's down_after_s, so the
+    # old attempt is gone before the job restarts elsewhere.
+    fence_s: float = 15.0
+    fault_kill_wait_s: float = 2.0  # SIGTERM -> SIGKILL when a fault stops the workers
+    allow_root_jobs: bool = False  # a node agent never runs a job as root unless told
+    # Fabric watch (docs/health.md): the links that matter ("mlx5_0,mlx5_1/1,ib0"; empty:
+    # every HCA found), read under fabric_root's sysfs, polled (and woken by netlink).
+    fabric: str = ""
+    fabric_root: str = "/"
+    fabric_poll_s: float = 1.0
+    fabric_down_grace_s: float = 2.0  # a shorter bounce is damped (a warning)
+    fabric_stable_s: float = 30.0  # a faulted link must stay clean this long to return
+    fabric_flap_max: int = 3  # bounces within fabric_flap_window_s: flapping
+    fabric_flap_window_s: float = 300.0
+    fabric_error_threshold: int = 50  # error counter increments within the window
+    fabric_error_window_s: float = 60.0
+    fabric_hook: str = ""  # a site executable whose JSON reports fabric faults
+    fabric_hook_s: float = 60.0
 
 
 def nats_servers(url: str) -> list[str]:

@@ -7,11 +7,11 @@ import os
 
 from services.admission.service import Admission
 from shared.runtime import run_service, service_context
-from shared.settings import Settings
+from shared.settings import AdmissionSettings
 
 
 def main() -> None:
-    settings = Settings.from_env(os.environ, service_name="admission")
+    settings = AdmissionSettings.from_env(os.environ)
 
     async def serve(stop: asyncio.Event) -> None:
         async with service_context(settings, stop, pool_size=10) as ctx:

@@ -30,6 +30,7 @@ from shared.jobspec import JobSpec
 from shared.logs import kv
 from shared.privacy import PrivateData, may_see, redact_spec
 from shared.runtime import ServiceContext
+from shared.settings import Settings
 from shared.states import ACTIVE, TERMINAL
 
 from . import repo
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 class JobCommands:
     def __init__(
         self,
-        ctx: ServiceContext,
+        ctx: ServiceContext[Settings],
         config: Callable[[], ClusterConfig],
         directory: Callable[[], Directory],
     ) -> None:

@@ -54,6 +54,7 @@ from shared.identity_files import IdentitySource
 from shared.jobspec import JobSpec
 from shared.logs import kv
 from shared.runtime import ServiceContext, every, until_ready, until_stopped
+from shared.settings import AdmissionSettings
 from shared.telemetry import extract_context
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ def _no_config(operators: frozenset[str]) -> ClusterConfig:
 class Admission:
     def __init__(
         self,
-        ctx: ServiceContext,
+        ctx: ServiceContext[AdmissionSettings],
         operators: frozenset[str] = frozenset(),
         config: ConfigSource | None = None,
     ) -> None:

@@ -16,13 +16,7 @@ from services.fairshare.config import FairShareConfig, decode_config
 from services.fairshare.service import FairShare
 from services.fairshare.tree import check_tree
 from shared.runtime import run_service, service_context
-from shared.settings import Settings
-
-
-class FairShareSettings(Settings, frozen=True, kw_only=True):
-    """The fairshare service's settings: the shared ones plus `MUSTER_FAIRSHARE_CONFIG`."""
-
-    fairshare_config: str = ""
+from shared.settings import FairShareSettings
 
 
 def load(settings: FairShareSettings) -> tuple[FairShareConfig, ClusterView]:
@@ -39,7 +33,7 @@ def load(settings: FairShareSettings) -> tuple[FairShareConfig, ClusterView]:
 
 
 def main() -> None:
-    settings = FairShareSettings.from_env(os.environ, service_name="fairshare")
+    settings = FairShareSettings.from_env(os.environ)
     config, cluster = load(settings)
 
     async def serve(stop: asyncio.Event) -> None:

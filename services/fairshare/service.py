@@ -54,6 +54,7 @@ from shared.identity import R, Verifier, authenticated
 from shared.identity_files import IdentitySource
 from shared.logs import kv
 from shared.runtime import ServiceContext, every, until_stopped
+from shared.settings import FairShareSettings
 from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ MIN_RECOMPUTE_GAP_S = 1.0  # a burst of ticks triggers one recompute, not one ea
 class FairShare:
     def __init__(
         self,
-        ctx: ServiceContext,
+        ctx: ServiceContext[FairShareSettings],
         config: FairShareConfig | None = None,
         cluster: ClusterView | None = None,
         *,

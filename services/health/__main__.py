@@ -7,11 +7,11 @@ import os
 
 from services.health.monitor import Monitor
 from shared.runtime import run_service, service_context
-from shared.settings import Settings
+from shared.settings import HealthSettings
 
 
 def main() -> None:
-    settings = Settings.from_env(os.environ, service_name="health")
+    settings = HealthSettings.from_env(os.environ)
 
     async def serve(stop: asyncio.Event) -> None:
         async with service_context(settings, stop) as ctx:

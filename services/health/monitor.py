@@ -79,7 +79,7 @@ from shared.events import (
 from shared.lease import Lease
 from shared.logs import kv
 from shared.runtime import ServiceContext, every, until_stopped
-from shared.settings import Settings
+from shared.settings import HealthSettings
 from shared.states import NodeState
 from shared.transient import is_transient
 
@@ -96,7 +96,7 @@ LEASE_RELEASE_S = 2.0  # how long a stopping monitor tries to hand its lease ove
 RESET_WAIT_S = 30.0  # one GPU reset request; also how long stop waits for those in flight
 
 
-def policy_from(settings: Settings) -> HealthPolicy:
+def policy_from(settings: HealthSettings) -> HealthPolicy:
     return HealthPolicy(
         heartbeat_timeout_s=settings.heartbeat_timeout_s,
         down_after_s=settings.down_after_s,
@@ -105,7 +105,9 @@ def policy_from(settings: Settings) -> HealthPolicy:
 
 
 class Monitor:
-    def __init__(self, ctx: ServiceContext, policy: HealthPolicy | None = None) -> None:
+    def __init__(
+        self, ctx: ServiceContext[HealthSettings], policy: HealthPolicy | None = None
+    ) -> None:
         self.ctx = ctx
         self.policy = policy or policy_from(ctx.settings)
         self.heard: dict[str, str] = {}  # node -> boot, heard since the last pass

@@ -8,20 +8,7 @@ import os
 from services.launcher.coordinator import Coordinator
 from services.launcher.coordinator_core import CoordinatorConfig
 from shared.runtime import run_service, service_context
-from shared.settings import Settings
-
-_DEFAULTS = CoordinatorConfig()
-
-
-class LauncherSettings(Settings, frozen=True, kw_only=True):
-    """The coordinator's settings: the shared ones plus its own `MUSTER_*` variables
-    (failure settle time, restart backoff), read by the same `from_env`."""
-
-    failure_settle_s: float = _DEFAULTS.failure_settle_s
-    restart_backoff_s: float = _DEFAULTS.backoff_base_s
-    restart_backoff_max_s: float = _DEFAULTS.backoff_max_s
-    # A replica silent this long loses its shards of the jobs to another (owners.py).
-    launcher_lease_s: float = 2.0
+from shared.settings import LauncherSettings
 
 
 def coordinator_config(settings: LauncherSettings) -> CoordinatorConfig:
@@ -38,7 +25,7 @@ def coordinator_config(settings: LauncherSettings) -> CoordinatorConfig:
 
 
 def main() -> None:
-    settings = LauncherSettings.from_env(os.environ, service_name="launcher")
+    settings = LauncherSettings.from_env(os.environ)
     config = coordinator_config(settings)
 
     async def serve(stop: asyncio.Event) -> None:

@@ -56,6 +56,7 @@ from shared.events import (
 from shared.jobspec import JobSpec
 from shared.logs import kv
 from shared.runtime import ServiceContext, until_stopped
+from shared.settings import LauncherSettings
 from shared.states import JobState
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,11 @@ LIVE = (JobState.STARTING, JobState.RUNNING)
 
 class Coordinator:
     def __init__(
-        self, ctx: ServiceContext, config: core.CoordinatorConfig, *, lease_s: float = 2.0
+        self,
+        ctx: ServiceContext[LauncherSettings],
+        config: core.CoordinatorConfig,
+        *,
+        lease_s: float = 2.0,
     ) -> None:
         self.ctx = ctx
         self.settings = ctx.settings

@@ -17,7 +17,7 @@ from services.launcher.owners import Owners
 from shared.db import Conn
 from shared.events import AnyEvent, Event
 from shared.runtime import ServiceContext
-from shared.settings import Settings
+from shared.settings import LauncherSettings
 
 Check = Callable[[Conn, repo.Run], Awaitable[bool]]
 
@@ -25,8 +25,8 @@ Check = Callable[[Conn, repo.Run], Awaitable[bool]]
 class Driver(Protocol):
     """The coordinator as its timers, reconcile and node cleaning see it."""
 
-    ctx: ServiceContext
-    settings: Settings
+    ctx: ServiceContext[LauncherSettings]
+    settings: LauncherSettings
     config: core.CoordinatorConfig
     agents: Agents
     effects: EffectRunner

@@ -7,11 +7,11 @@ import os
 
 from services.placer.service import Placer
 from shared.runtime import run_service, service_context
-from shared.settings import Settings
+from shared.settings import PlacerSettings
 
 
 def main() -> None:
-    settings = Settings.from_env(os.environ, service_name="placer")
+    settings = PlacerSettings.from_env(os.environ)
 
     async def serve(stop: asyncio.Event) -> None:
         async with service_context(settings, stop) as ctx:

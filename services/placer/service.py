@@ -43,6 +43,7 @@ from shared.events import (
 )
 from shared.logs import kv
 from shared.runtime import ServiceContext, every, until_stopped
+from shared.settings import PlacerSettings
 from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,9 @@ LEASE_RELEASE_S = 2.0  # how long a stopping placer tries to hand its lease over
 
 
 class Placer:
-    def __init__(self, ctx: ServiceContext, policy: PolicyConfig | None = None) -> None:
+    def __init__(
+        self, ctx: ServiceContext[PlacerSettings], policy: PolicyConfig | None = None
+    ) -> None:
         self.ctx = ctx
         self.policy = policy or MUSTER_POLICY
         self.holder = f"placer-{ctx.settings.instance}-{uuid.uuid4().hex[:8]}"

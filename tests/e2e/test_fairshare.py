@@ -29,7 +29,7 @@ from services.fairshare.tree import Account, AccountTree, UserAssoc
 from shared.events import JobFinished, JobRequeued, UsageTicked
 from shared.jobspec import JobSpec
 from shared.runtime import ServiceContext, service_context
-from shared.settings import Settings
+from shared.settings import FairShareSettings
 from tests.support.cluster import (
     eventually,
     identity_settings,
@@ -56,8 +56,10 @@ CLUSTER = ClusterView(
 
 
 @pytest.fixture
-async def ctx(nats_url: str, database_url: str, tmp_path: Path) -> AsyncIterator[ServiceContext]:
-    settings = Settings(
+async def ctx(
+    nats_url: str, database_url: str, tmp_path: Path
+) -> AsyncIterator[ServiceContext[FairShareSettings]]:
+    settings = FairShareSettings(
         nats_url=nats_url,
         database_url=database_url,
         service_name="fairshare",

@@ -21,7 +21,7 @@ from shared.api import API_PREFIX, Envelope, QueueReply, QueueRequest, SubmitReq
 from shared.db import create_pool
 from shared.identity_files import load_signer
 from shared.runtime import service_context
-from shared.settings import Settings
+from shared.settings import AdmissionSettings, Settings
 from tests.support.cluster import identity_settings
 
 SCRIPT = "#!/bin/bash\ntrue\n"
@@ -36,7 +36,7 @@ async def test_a_request_replayed_to_every_replica_is_refused_and_stores_one_job
         contexts = [
             await stack.enter_async_context(
                 service_context(
-                    Settings(
+                    AdmissionSettings(
                         nats_url=nats_url,
                         database_url=database_url,
                         service_name="admission",

@@ -29,7 +29,7 @@ from shared.api import (
     SubmitRequest,
 )
 from shared.runtime import service_context
-from shared.settings import Settings
+from shared.settings import AdmissionSettings
 from tests.support.cluster import use_test_keys
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,7 +77,7 @@ async def api(
     await _register_nodes(db)
     config = tmp_path / "cluster.toml"
     shutil.copy(REPO / "deploy" / "local" / "cluster.toml", config)
-    settings = Settings(
+    settings = AdmissionSettings(
         nats_url=nats_url,
         database_url=database_url,
         cluster_config=str(config),
