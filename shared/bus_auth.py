@@ -1,0 +1,156 @@
+"""Pure core: who may publish and subscribe to what on the bus, and the nats-server
+`authorization` block that says so.
+
+One NATS user (an NKey: the server holds only public keys, the client answers the
+server's challenge with its seed, so no password crosses the wire or sits in the server
+config) per identity:
+
+- `users`: one credential shared by every CLI/SDK user. It may only request
+  `muster.api.*` and receive the replies on its inboxes; who the user is comes from the
+  request's signature (shared/identity.py), not from this credential.
+- one per service kind (admission, placer, launcher, health, fairshare): the JetStream
+  API, acks, the dead-letter subjects, the events the service owns (docs/architecture.md,
+  "Processes") and the agent verbs it calls.
+- one per node agent: its heartbeats, the events agents emit, and requests on its own
+  `muster.agent.<node>.>` subjects only.
+- `admin`: everything (an operator's tool: `muster inject-fault`, tests).
+
+Every service and agent draws its inboxes from its own prefix (`_I.<identity>`), so
+a user, who may subscribe to `_INBOX.>`, never sees the JetStream deliveries of the
+services' pull consumers (scripts and environments travel in `job.submitted`) nor the
+agents' replies to the services.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+
+import msgspec
+
+from shared.api import AGENT_PREFIX, API_PREFIX, HEARTBEAT_PREFIX
+
+
+class Kind(StrEnum):
+    USERS = "users"
+    SERVICE = "service"
+    AGENT = "agent"
+    ADMIN = "admin"
+
+
+SERVICES = ("admission", "placer", "launcher", "health", "fairshare")
+
+# The events each service owns (publishes through its outbox), as the subject suffix.
+SERVICE_EVENTS: dict[str, tuple[str, ...]] = {
+    "admission": ("job.submitted", "job.cancel_requested", "node.drain_requested"),
+    "placer": ("job.allocated", "job.preempt_requested", "job.spares_answered"),
+    "launcher": (
+        "job.started",
+        "job.finished",
+        "job.requeued",
+        "job.reconfigured",
+        "job.spares_requested",
+        "usage.ticked",
+        "node.cleaned",
+    ),
+    "health": ("node.fault", "node.down", "node.recovered"),
+    "fairshare": (),
+}
+# The node agent verbs each service calls (`muster.agent.<node>.<verb>`).
+SERVICE_AGENT_VERBS: dict[str, tuple[str, ...]] = {
+    "admission": ("stop",),  # signals (`muster cancel --signal`)
+    "launcher": ("start", "stop", "status", "port"),
+    "health": ("reset",),
+}
+# What a service serves or listens to on core NATS.
+SERVICE_LISTENS: dict[str, tuple[str, ...]] = {
+    "admission": (API_PREFIX + "*",),
+    "fairshare": (API_PREFIX + "share", API_PREFIX + "acct"),
+    "health": (HEARTBEAT_PREFIX + "*",),
+}
+# Agents carry no node in these subjects (`muster.<tag>`): any agent may publish them;
+# a per-node subject (`muster.node.registered.<node>`) would be needed to tell them apart
+# on the bus (docs/security.md).
+AGENT_EVENTS = ("node.registered", "gpu.xid_observed", "worker.exited")
+EVENT_PREFIX = "muster."
+USERS_INBOX = "_INBOX"
+
+
+class Permissions(msgspec.Struct, frozen=True, kw_only=True):
+    publish: tuple[str, ...] = ()
+    subscribe: tuple[str, ...] = ()
+    allow_responses: bool = False
+    everything: bool = False  # admin: no permissions block at all
+
+
+class BusUser(msgspec.Struct, frozen=True, kw_only=True):
+    name: str  # "users", "admin", "admission", "node-node01", ...
+    nkey: str  # the public key, U...
+    permissions: Permissions
+
+
+def inbox_prefix(name: str) -> str:
+    """The inbox prefix identity `name` uses (and alone may subscribe to)."""
+    return USERS_INBOX if name in (Kind.USERS, Kind.ADMIN) else f"_I.{name}"
+
+
+def owned_subjects(service: str) -> tuple[str, ...]:
+    """The event subjects `service` publishes (its relay publishes only these rows)."""
+    return tuple(EVENT_PREFIX + tag for tag in SERVICE_EVENTS.get(service, ()))
+
+
+def users_permissions() -> Permissions:
+    return Permissions(publish=(API_PREFIX + "*",), subscribe=(USERS_INBOX + ".>",))
+
+
+def service_permissions(service: str) -> Permissions:
+    if service not in SERVICE_EVENTS:
+        raise ValueError(f"unknown service {service!r}; one of {', '.join(SERVICES)}")
+    verbs = SERVICE_AGENT_VERBS.get(service, ())
+    publish = (
+        "$JS.API.>",
+        "$JS.ACK.>",
+        "muster.dlq.>",
+        *owned_subjects(service),
+        *(f"{AGENT_PREFIX}*.{verb}" for verb in verbs),
+    )
+    subscribe = (inbox_prefix(service) + ".>", *SERVICE_LISTENS.get(service, ()))
+    return Permissions(publish=publish, subscribe=subscribe, allow_responses=True)
+
+
+def agent_permissions(node: str) -> Permissions:
+    publish = (HEARTBEAT_PREFIX + node, *(EVENT_PREFIX + tag for tag in AGENT_EVENTS))
+    subscribe = (inbox_prefix(agent_name(node)) + ".>", f"{AGENT_PREFIX}{node}.>")
+    return Permissions(publish=publish, subscribe=subscribe, allow_responses=True)
+
+
+def agent_name(node: str) -> str:
+    return f"node-{node}"
+
+
+def render_authorization(users: Iterable[BusUser], *, timeout_s: float = 5.0) -> str:
+    """The nats-server `authorization { users = [...] }` block for `users`."""
+    lines = ["authorization {", f"  timeout: {timeout_s:g}", "  users = ["]
+    for user in users:
+        lines.append(f"    # {user.name}")
+        lines.append(
+            "    {" + f' nkey: "{user.nkey}"' + _render_permissions(user.permissions) + " }"
+        )
+    lines += ["  ]", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _render_permissions(p: Permissions) -> str:
+    if p.everything:
+        return ""
+    parts = [
+        f"publish: {{ allow: {_list(p.publish)} }}",
+        f"subscribe: {{ allow: {_list(p.subscribe)} }}",
+    ]
+    if p.allow_responses:
+        parts.append("allow_responses: true")
+    return ", permissions: { " + ", ".join(parts) + " }"
+
+
+def _list(subjects: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f'"{s}"' for s in subjects) + "]"

@@ -1,0 +1,69 @@
+"""Pure core: one PostgreSQL role per service, and the statements that grant it what
+it may do. Every service reads every table (its snapshot joins other services' tables);
+it writes only the tables it owns (docs/architecture.md, "Processes") and the plumbing
+every service shares (outbox, inbox). The schema is owned by the superuser, who runs the
+migrations before any service starts (`muster up`), so no service role can alter or
+drop a table.
+"""
+
+from __future__ import annotations
+
+ROLE_PREFIX = "muster_"
+PLUMBING = ("outbox", "inbox")
+OWNED: dict[str, tuple[str, ...]] = {
+    "admission": ("jobs", "partition_policy", "qos_limits", "reservations", "api_nonces"),
+    "placer": (
+        "placer_lease",
+        "allocations",
+        "allocation_nodes",
+        "allocation_gpus",
+        "pending_reasons",
+        "placer_cycles",
+        "preemptions",
+    ),
+    "launcher": (
+        "job_runs",
+        "attempts",
+        "worker_exits",
+        "node_cleanings",
+        "launcher_shards",
+        "launcher_replicas",
+        "launcher_mailbox",
+    ),
+    "health": ("nodes", "gpus", "health_lease"),
+    "fairshare": ("usage", "usage_charges", "fairshare_state", "job_priorities"),
+}
+
+
+def role_of(service: str) -> str:
+    if service not in OWNED:
+        raise ValueError(f"unknown service {service!r}; one of {', '.join(OWNED)}")
+    return ROLE_PREFIX + service
+
+
+def role_statements(service: str, password: str, database: str) -> list[str]:
+    """Create or update `service`'s role (SCRAM password) and set its grants exactly:
+    what it held before is revoked first, so a table that changed owner loses its
+    writer."""
+    role = role_of(service)
+    quoted = password.replace("'", "''")
+    tables = ", ".join(OWNED[service] + PLUMBING)
+    return [
+        f"DO $$ BEGIN CREATE ROLE {role} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$",
+        "SET LOCAL password_encryption = 'scram-sha-256'",
+        f"ALTER ROLE {role} LOGIN PASSWORD '{quoted}'",
+        f'GRANT CONNECT ON DATABASE "{database}" TO {role}',
+        f"GRANT USAGE ON SCHEMA public TO {role}",
+        f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}",
+        f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}",
+        f"GRANT INSERT, UPDATE, DELETE ON {tables} TO {role}",
+        f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}",
+    ]
+
+
+def lockdown_statements(database: str) -> list[str]:
+    """Nobody but the roles granted above (and the superuser) connects or creates."""
+    return [
+        f'REVOKE ALL ON DATABASE "{database}" FROM PUBLIC',
+        "REVOKE CREATE ON SCHEMA public FROM PUBLIC",
+    ]

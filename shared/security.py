@@ -1,0 +1,201 @@
+"""Shell: the secrets of a secured cluster — the bus's NKey credentials and its
+`authorization` file, PostgreSQL passwords (pgpass files), a TLS CA and server
+certificate (the openssl command) — written into a state folder, and the NATS client
+options that use them.
+
+Layout under the state folder (`muster up` fills it; docs/security.md):
+
+    nats-users.nk        the users' bus credential, 0644: every local user may read it
+    tls/ca.pem           the CA every client verifies the servers with (0644)
+    secrets/ (0700)      nats-<identity>.nk (0600), nats-auth.conf (public keys only),
+                         pg-<role>.pgpass (0600), tls/server-key.pem
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import ssl
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shared import bus_auth
+from shared.identity import Signer, encode_seed
+from shared.identity_files import write_seed
+
+SECRETS = "secrets"
+USERS_CREDS = "nats-users.nk"
+
+
+class SecurityError(RuntimeError):
+    """A secret could not be made (the tool's message attached)."""
+
+
+# --- client side ---------------------------------------------------------------------
+
+
+def nats_options(creds: str = "", tls_ca: str = "", inbox_prefix: str = "") -> dict[str, Any]:
+    """Keyword arguments for `nats.connect`: the NKey seed file that answers the
+    server's challenge, a TLS context that verifies the server against `tls_ca`, the
+    identity's own inbox prefix (its permissions allow only that one)."""
+    options: dict[str, Any] = {}
+    if creds:
+        options["nkeys_seed"] = creds
+    if tls_ca:
+        options["tls"] = ssl.create_default_context(cafile=tls_ca)
+    if inbox_prefix:
+        options["inbox_prefix"] = inbox_prefix
+    return options
+
+
+# --- the bus -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BusSecrets:
+    state_dir: Path
+
+    @property
+    def folder(self) -> Path:
+        return self.state_dir / SECRETS
+
+    @property
+    def auth_conf(self) -> Path:
+        return self.folder / "nats-auth.conf"
+
+    @property
+    def users_creds(self) -> Path:
+        return self.state_dir / USERS_CREDS
+
+    def creds(self, name: str) -> Path:
+        """The seed file of identity `name` ("admission", "node-node01", "admin")."""
+        return self.users_creds if name == bus_auth.Kind.USERS else self.folder / f"nats-{name}.nk"
+
+    def env(self, name: str, tls_ca: Path | None = None) -> dict[str, str]:
+        """The MUSTER_* variables a process of identity `name` connects with."""
+        env = {
+            "MUSTER_NATS_CREDS": str(self.creds(name)),
+            "MUSTER_NATS_INBOX_PREFIX": bus_auth.inbox_prefix(name),
+        }
+        if tls_ca is not None:
+            env["MUSTER_NATS_TLS_CA"] = str(tls_ca)
+        return env
+
+
+def secrets_folder(state_dir: Path) -> Path:
+    folder = state_dir / SECRETS
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder.chmod(0o700)
+    return folder
+
+
+def provision_bus(state_dir: Path, nodes: Iterable[str]) -> BusSecrets:
+    """A credential per identity (kept if there, so a restarted cluster keeps its keys)
+    and the authorization file naming their public keys and permissions."""
+    out = BusSecrets(state_dir)
+    secrets_folder(state_dir)
+    wanted: list[tuple[str, bus_auth.Permissions]] = [
+        (bus_auth.Kind.USERS, bus_auth.users_permissions()),
+        (bus_auth.Kind.ADMIN, bus_auth.Permissions(everything=True)),
+        *((s, bus_auth.service_permissions(s)) for s in bus_auth.SERVICES),
+        *((bus_auth.agent_name(n), bus_auth.agent_permissions(n)) for n in nodes),
+    ]
+    users = []
+    for name, permissions in wanted:
+        path = out.creds(name)
+        if not path.exists():
+            write_seed(str(path), encode_seed(os.urandom(32)))
+        if name == bus_auth.Kind.USERS:
+            path.chmod(0o644)  # a connection credential, not an identity: users sign
+        public = Signer(path.read_text().strip()).public_key
+        users.append(bus_auth.BusUser(name=name, nkey=public, permissions=permissions))
+    _write_private(out.auth_conf, bus_auth.render_authorization(users))
+    return out
+
+
+# --- TLS -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    ca: Path
+    cert: Path
+    key: Path
+
+    def nats_block(self) -> str:
+        return (
+            f'tls {{ cert_file: "{self.cert}", key_file: "{self.key}", '
+            f'ca_file: "{self.ca}", timeout: 5 }}\n'
+        )
+
+
+def make_tls(state_dir: Path, hosts: Iterable[str] = ("127.0.0.1",)) -> TlsFiles:
+    """A CA and a server certificate for `hosts` (IP addresses or names), made with the
+    openssl command; kept if there. The CA's key is thrown away: nothing else is signed."""
+    public = state_dir / "tls"
+    private = secrets_folder(state_dir) / "tls"
+    public.mkdir(parents=True, exist_ok=True)
+    private.mkdir(parents=True, exist_ok=True, mode=0o700)
+    files = TlsFiles(public / "ca.pem", public / "server.pem", private / "server-key.pem")
+    if files.ca.exists() and files.cert.exists() and files.key.exists():
+        return files
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise SecurityError("muster up --tls needs the openssl command (apt-get install openssl)")
+    san = ",".join(f"IP:{h}" if h.replace(".", "").isdigit() else f"DNS:{h}" for h in hosts)
+    with tempfile.TemporaryDirectory() as tmp:
+        ca_key, csr, ext = Path(tmp, "ca-key.pem"), Path(tmp, "server.csr"), Path(tmp, "ext")
+        ext.write_text(f"subjectAltName={san},DNS:localhost\n")
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        _run(openssl, "req", "-x509", *ec, "-keyout", ca_key, "-out", files.ca, "-days",
+             "825", "-subj", "/CN=muster local CA")  # fmt: skip
+        _run(openssl, "req", *ec, "-keyout", files.key, "-out", csr, "-subj", "/CN=muster")
+        _run(openssl, "x509", "-req", "-in", csr, "-CA", files.ca, "-CAkey", ca_key,
+             "-CAcreateserial", "-out", files.cert, "-days", "825", "-extfile", ext)  # fmt: skip
+    files.key.chmod(0o600)
+    files.ca.chmod(0o644)
+    return files
+
+
+def _run(*argv: str | Path) -> None:
+    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, cwd="/")
+    if done.returncode != 0:
+        raise SecurityError(f"{argv[0]} {argv[1]} failed: {done.stderr.strip()}")
+
+
+# --- PostgreSQL ----------------------------------------------------------------------
+
+
+def new_password() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def pg_password(state_dir: Path, role: str) -> str:
+    """Role `role`'s password, generated once into the secrets folder (0600)."""
+    path = secrets_folder(state_dir) / f"pg-{role}.password"
+    if not path.exists():
+        _write_private(path, new_password())
+    return path.read_text().strip()
+
+
+def write_pgpass(state_dir: Path, role: str, host: str, port: int) -> Path:
+    """A libpq password file for `role` (PGPASSFILE; asyncpg and psql read it), 0600."""
+    path = secrets_folder(state_dir) / f"pg-{role}.pgpass"
+    password = pg_password(state_dir, role).replace("\\", "\\\\").replace(":", "\\:")
+    _write_private(path, f"{host}:{port}:*:{role}:{password}\n")
+    return path
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace `path` with `text`, mode 0600 from the start."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
