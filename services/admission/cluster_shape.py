@@ -17,7 +17,8 @@ from .config_model import ClusterConfig
 class NodeShape(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     gpus: int
-    gpu_model: str | None = None
+    gpu_model: str | None = None  # the NVML name
+    gpu_type: str | None = None  # the short name set in the config; None: from the model
     features: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
 
@@ -30,7 +31,8 @@ class ClusterShape(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def shape(config: ClusterConfig, nodes: Iterable[NodeShape]) -> ClusterShape:
-    """Nodes with their partitions filled in from the configuration."""
+    """Nodes with their partitions filled in from the configuration, and the features
+    and GPU type its node sets give them (added to what the node itself announced)."""
     out = []
     for node in nodes:
         parts = tuple(
@@ -38,5 +40,14 @@ def shape(config: ClusterConfig, nodes: Iterable[NodeShape]) -> ClusterShape:
             for name, part in config.partitions.items()
             if part.node_names is None or node.name in part.node_names
         )
-        out.append(msgspec.structs.replace(node, partitions=parts))
+        traits = config.node_traits.get(node.name)
+        features = node.features if traits is None else (*node.features, *traits.features)
+        out.append(
+            msgspec.structs.replace(
+                node,
+                partitions=parts,
+                features=tuple(dict.fromkeys(features)),
+                gpu_type=(traits.gpu_type if traits else None) or node.gpu_type,
+            )
+        )
     return ClusterShape(nodes=tuple(out))

@@ -17,6 +17,7 @@ from .config_model import (
     Billing,
     ClusterConfig,
     Limits,
+    NodeTraits,
     Partition,
     PreemptMode,
     Qos,
@@ -59,7 +60,7 @@ def load_config(text: str) -> ClusterConfig:
     p = r.Problems()
     r.unknown_keys(doc, "", TOP_KEYS, p)
     cluster = r.fields(r.table(doc, "cluster", p), "cluster", r.CLUSTER, p)
-    node_sets = _node_sets(r.table(doc, "node_sets", p), p)
+    node_sets, traits = _node_sets(r.table(doc, "node_sets", p), p)
     partitions = {
         name: _partition(name, body, node_sets, p)
         for name, body in r.named_tables(doc, "partitions", p).items()
@@ -93,6 +94,7 @@ def load_config(text: str) -> ClusterConfig:
         ),
         max_array_index=int(cluster.get("max_array_index", 1000)),
         node_sets=node_sets,
+        node_traits=traits,
         partitions=partitions,
         qos=qos,
         accounts=accounts,
@@ -118,12 +120,31 @@ def _identity_only(doc: dict[str, object]) -> bool:
     return doc.keys() <= IDENTITY_KEYS and bool(doc.keys() & {"users", "roles"})
 
 
-def _node_sets(body: dict[str, object], p: r.Problems) -> dict[str, tuple[str, ...]]:
+def _node_sets(
+    body: dict[str, object], p: r.Problems
+) -> tuple[dict[str, tuple[str, ...]], dict[str, NodeTraits]]:
+    """`label = "node[01-04]"`, or a table `{nodes = ..., features = [...], gpu_type = ...}`
+    whose features and GPU type its nodes get (several sets' features add up)."""
     sets: dict[str, tuple[str, ...]] = {}
+    traits: dict[str, NodeTraits] = {}
     for label, value in body.items():
-        exprs = r.str_list(value, f"node_sets.{label}", p)
-        sets[label] = _expand_all(exprs, f"node_sets.{label}", {}, p) or ()
-    return sets
+        key = f"node_sets.{label}"
+        table = value if isinstance(value, dict) else {"nodes": value}
+        r.unknown_keys(table, key, ("nodes", "features", "gpu_type"), p)
+        where = f"{key}.nodes" if isinstance(value, dict) else key
+        exprs = r.str_list(table.get("nodes", []), where, p)
+        sets[label] = _expand_all(exprs, key, {}, p) or ()
+        features = r.str_list(table.get("features", []), f"{key}.features", p)
+        gpu_type = (
+            r.string(table["gpu_type"], f"{key}.gpu_type", p) if "gpu_type" in table else None
+        )
+        for node in sets[label] if features or gpu_type else ():
+            had = traits.get(node, NodeTraits())
+            traits[node] = NodeTraits(
+                features=tuple(dict.fromkeys((*had.features, *features))),
+                gpu_type=gpu_type.lower() if gpu_type else had.gpu_type,
+            )
+    return sets, traits
 
 
 def _expand_all(

@@ -20,6 +20,14 @@ class PreemptMode(StrEnum):
     CANCEL = "cancel"  # preempted jobs end
 
 
+class NodeTraits(msgspec.Struct, frozen=True, kw_only=True):
+    """What a node set's table gives its nodes (like Slurm's `Features=` and gres.conf
+    `Type=`): features `--constraint` matches, and the short GPU type `--gres` names."""
+
+    features: tuple[str, ...] = ()
+    gpu_type: str | None = None
+
+
 class Partition(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     nodes: tuple[str, ...]  # as written: node_set labels, hostlists or "ALL"
@@ -91,6 +99,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     default_qos: str
     max_array_index: int = 1000
     node_sets: dict[str, tuple[str, ...]] = {}
+    node_traits: dict[str, NodeTraits] = {}  # node name -> from its node sets' tables
     partitions: dict[str, Partition]  # empty: an identity-only file, no placement policy
     qos: dict[str, Qos]
     accounts: dict[str, Account] = {}  # empty: accounting off, any user, any account

@@ -1,16 +1,17 @@
 """Pure: does a job's shape fit a partition's nodes? Part of validation (validate.py).
 
 Each refusal says what the partition does have: its node count, its largest node, its
-GPU models or features, so the submitter knows what to ask for instead.
+GPU types or features, so the submitter knows what to ask for instead.
 """
 
 from __future__ import annotations
 
+from shared.gpu_types import gpu_matches, type_of
 from shared.jobspec import JobSpec
 
 from .cluster_shape import NodeShape
 from .config_model import Partition
-from .constraint import matches, parse_constraint
+from .constraint import feasible, node_fits, parse_constraint
 from .errors import ErrorCode, SubmitError
 from .hostlist import compress
 
@@ -76,13 +77,12 @@ def _eligible(
     pool = tuple(n for n in nodes if n.name not in spec.excluded_nodes)
     where = f"partition {part.name!r}"
     if spec.gpu_model:
-        wanted = spec.gpu_model.lower()
-        models = sorted({n.gpu_model for n in pool if n.gpu_model})
-        pool = tuple(n for n in pool if (n.gpu_model or "").lower() == wanted)
+        types = sorted({_type_named(n) for n in pool if n.gpu_model or n.gpu_type})
+        pool = tuple(n for n in pool if gpu_matches(spec.gpu_model, n.gpu_model, n.gpu_type))
         if not pool:
-            msg = f"no node in {where} has GPU model {spec.gpu_model!r}; models: "
+            msg = f"no node in {where} has GPU type {spec.gpu_model!r}; GPU types there: "
             return pool, _err(
-                ErrorCode.NO_MATCHING_NODES, msg + (", ".join(models) or "none"), "gres"
+                ErrorCode.NO_MATCHING_NODES, msg + (", ".join(types) or "none"), "gres"
             )
     if spec.constraint:
         try:
@@ -90,12 +90,23 @@ def _eligible(
         except ValueError as err:
             return pool, _err(ErrorCode.BAD_VALUE, str(err), "constraint")
         features = sorted({f for n in pool for f in n.features})
-        pool = tuple(n for n in pool if matches(n.features, parsed))
-        if not pool:
+        fitting = tuple(n for n in pool if node_fits(n.features, parsed))
+        if not fitting:
             msg = f"no node in {where} matches --constraint {spec.constraint!r}; features: "
             return pool, _err(
                 ErrorCode.NO_MATCHING_NODES, msg + (", ".join(features) or "none"), "constraint"
             )
+        together = parsed.matching or any(t.count for alt in parsed.alternatives for t in alt)
+        if together and not feasible(parsed, [n.features for n in fitting], spec.nodes_max):
+            msg = (
+                f"no {spec.nodes_max} node(s) in {where} satisfy --constraint "
+                f"{spec.constraint!r} together (counts, or one [..] alternative for all); "
+                "features: "
+            )
+            return pool, _err(
+                ErrorCode.NO_MATCHING_NODES, msg + (", ".join(features) or "none"), "constraint"
+            )
+        pool = fitting
     if len(pool) < spec.nodes_max:
         filtered = " that match the request" if len(pool) < len(nodes) else ""
         asked = f"{spec.nodes_max} nodes asked"
@@ -104,6 +115,12 @@ def _eligible(
         msg = f"{asked}; {where} has {len(pool)} node(s){filtered}"
         return pool, _err(ErrorCode.TOO_MANY_NODES, msg, "nodes")
     return pool, None
+
+
+def _type_named(n: NodeShape) -> str:
+    """A GPU type as a refusal lists it: the short name, and the model it stands for."""
+    kind = type_of(n.gpu_model, n.gpu_type)
+    return f"{kind} ({n.gpu_model})" if n.gpu_model and n.gpu_model.lower() != kind else kind
 
 
 def _check_gpus(spec: JobSpec, part: Partition, pool: tuple[NodeShape, ...]) -> list[SubmitError]:

@@ -82,8 +82,8 @@ async def set_array_job(conn: Conn, job_id: int, spec: JobSpec) -> None:
 
 async def node_shapes(conn: Conn) -> list[asyncpg.Record]:
     return await conn.fetch(
-        "SELECT n.name, n.state, count(g.idx) AS gpus, min(g.model) AS model FROM nodes n"
-        " LEFT JOIN gpus g ON g.node = n.name GROUP BY n.name ORDER BY n.name"
+        "SELECT n.name, n.state, n.features, count(g.idx) AS gpus, min(g.model) AS model"
+        " FROM nodes n LEFT JOIN gpus g ON g.node = n.name GROUP BY n.name ORDER BY n.name"
     )
 
 
@@ -250,8 +250,13 @@ async def publish_policy(conn: Conn, config: ClusterConfig | None) -> None:
     await conn.execute("DELETE FROM partition_policy")
     await conn.execute("DELETE FROM qos_limits")
     await conn.execute("DELETE FROM reservations")
+    await conn.execute("DELETE FROM node_policy")
     if config is None:
         return
+    await conn.executemany(
+        "INSERT INTO node_policy(node, features, gpu_type) VALUES ($1, $2, $3)",
+        [(n, list(t.features), t.gpu_type) for n, t in config.node_traits.items()],
+    )
     await conn.executemany(
         "INSERT INTO reservations(name, start_at, duration_s, nodes, gpus, accounts,"
         " recurrence, maintenance) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",

@@ -273,7 +273,13 @@ class Admission:
         async with self.ctx.pool.acquire() as conn:
             rows = await repo.node_shapes(conn)
         shapes = [
-            NodeShape(name=r["name"], gpus=int(r["gpus"]), gpu_model=r["model"]) for r in rows
+            NodeShape(
+                name=r["name"],
+                gpus=int(r["gpus"]),
+                gpu_model=r["model"],
+                features=tuple(r["features"]),
+            )
+            for r in rows
         ]
         self._shapes = (time.monotonic(), shapes)
         return shapes

@@ -207,6 +207,10 @@ def admit(
     candidates = spec.partitions if "partitions" in explicit and spec.partitions else ()
     if not candidates:
         candidates = (spec.partition if "partition" in explicit else config.default_partition,)
+    if len(candidates) > 1:
+        bad = _check_partition_list(spec, explicit, config, cluster, candidates)
+        if bad:
+            return Admission(spec=None, errors=tuple(bad))
     refusals: list[SubmitError] = []
     for name in candidates:
         filled = apply_defaults(
@@ -224,3 +228,33 @@ def admit(
                 for e in errors
             )
     return Admission(spec=None, errors=tuple(refusals))
+
+
+def _check_partition_list(
+    spec: JobSpec,
+    explicit: frozenset[str],
+    config: ClusterConfig,
+    cluster: ClusterShape,
+    names: tuple[str, ...],
+) -> list[SubmitError]:
+    """`-p a,b`: every name must be a partition the submitter may use, as Slurm refuses
+    the whole list for one bad name; a typo must not pass because another name fits."""
+    errors = []
+    for name in names:
+        part = config.partitions.get(name)
+        if part is None:
+            known = ", ".join(config.partitions)
+            msg = f"partition list {','.join(names)!r}: no partition {name!r}; partitions: {known}"
+            errors.append(_err(ErrorCode.UNKNOWN_PARTITION, msg, "partition"))
+            continue
+        filled = apply_defaults(
+            msgspec.structs.replace(spec, partition=name), explicit | {"partition"}, config, cluster
+        )
+        for e in (*_check_account(filled, config, part), *_check_qos(filled, config, part)):
+            if e.code in _NOT_USABLE:
+                msg = f"partition list {','.join(names)!r}: {name!r} is not usable: {e.message}"
+                errors.append(msgspec.structs.replace(e, message=msg))
+    return errors
+
+
+_NOT_USABLE = frozenset({ErrorCode.ACCOUNT_NOT_ALLOWED, ErrorCode.QOS_NOT_ALLOWED})

@@ -195,7 +195,7 @@ REFUSALS = {
         "alice",
         err(
             ErrorCode.NO_MATCHING_NODES,
-            "no node in partition 'normal' has GPU model 'h100'; models: SIM",
+            "no node in partition 'normal' has GPU type 'h100'; GPU types there: sim",
             "gres",
         ),
     ),
@@ -257,11 +257,18 @@ def test_a_partition_needing_approval_is_flagged_not_refused() -> None:
 
 
 def test_every_candidate_partition_says_why_it_refused() -> None:
-    got = admitted("-p", "debug,inference", "-N", "2")
+    got = admitted("-p", "debug,normal", "-N", "5")
     assert [e.message for e in got.errors] == [
-        "partition 'debug': 2 nodes asked; partition 'debug' allows at most 1 node(s) per job",
-        "partition 'inference': account 'research' may not use partition 'inference'; "
-        "allowed accounts: prod",
+        "partition 'debug': 5 nodes asked; partition 'debug' allows at most 1 node(s) per job",
+        "partition 'normal': 5 nodes asked; partition 'normal' has 4 node(s)",
+    ]
+
+
+def test_a_partition_list_with_an_unusable_name_is_refused_whole() -> None:
+    got = admitted("-p", "debug,inference")
+    assert [e.message for e in got.errors] == [
+        "partition list 'debug,inference': 'inference' is not usable: account 'research' "
+        "may not use partition 'inference'; allowed accounts: prod",
     ]
 
 
@@ -288,7 +295,9 @@ def test_constraints_and_models_filter_nodes() -> None:
         "no node in partition 'normal' matches --constraint 'nvlink|ib&fast'; features: ib"
     ]
     brackets = msgspec.structs.replace(spec, gpu_model=None, constraint="[a*2]")
-    assert [e.code for e in validate(brackets, CONFIG, cluster)] == [ErrorCode.BAD_VALUE]
+    assert [e.code for e in validate(brackets, CONFIG, cluster)] == [ErrorCode.NO_MATCHING_NODES]
+    nested = msgspec.structs.replace(spec, gpu_model=None, constraint="(a|b)&c")
+    assert [e.code for e in validate(nested, CONFIG, cluster)] == [ErrorCode.BAD_VALUE]
 
 
 def test_a_gpu_cap_counts_every_node() -> None:

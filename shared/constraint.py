@@ -1,0 +1,75 @@
+"""Pure: `--constraint` feature expressions as Slurm writes them.
+
+`a&b` (all of), `a|b` (any of; `&` binds tighter), `a*2&b` (at least 2 of the job's
+nodes have `a`, every node has `b`), and `[a|b]` (matching OR: every node of the job
+has the same one of the alternatives, e.g. one rack). Parentheses are not supported.
+`node_fits` is what a single node must satisfy (every feature without a count in one
+alternative); `feasible` checks a whole set of nodes, counts included.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import msgspec
+
+_TERM = re.compile(r"([A-Za-z0-9_.:\-]+)(?:\*([0-9]+))?")
+FORMS = "FEATURE, A&B (all of), A|B (any of), A*N&B (counts) or [A|B] (matching), e.g. a100&ib"
+
+
+class Term(msgspec.Struct, frozen=True):
+    feature: str
+    count: int | None = None  # at least this many of the job's nodes; None: every node
+
+
+class Constraint(msgspec.Struct, frozen=True, kw_only=True):
+    alternatives: tuple[tuple[Term, ...], ...]  # OR of ANDs
+    matching: bool = False  # [..]: the job's nodes all satisfy the same alternative
+
+
+def parse(text: str) -> Constraint:
+    """Raises ValueError naming the accepted forms when `text` is none of them."""
+    body = text.strip()
+    matching = body.startswith("[") and body.endswith("]")
+    if matching:
+        body = body[1:-1]
+    alternatives = []
+    for alternative in body.split("|"):
+        terms = []
+        for word in alternative.split("&"):
+            found = _TERM.fullmatch(word.strip())
+            if found is None or (found.group(2) is not None and int(found.group(2)) < 1):
+                raise ValueError(f"invalid --constraint {text!r}: expected {FORMS}")
+            count = found.group(2)
+            terms.append(Term(found.group(1), int(count) if count else None))
+        alternatives.append(tuple(terms))
+    return Constraint(alternatives=tuple(alternatives), matching=matching)
+
+
+def features_of(c: Constraint) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(t.feature for alt in c.alternatives for t in alt))
+
+
+def fits_alternative(features: Sequence[str], alternative: tuple[Term, ...]) -> bool:
+    have = set(features)
+    return all(t.feature in have for t in alternative if t.count is None)
+
+
+def node_fits(features: Sequence[str], c: Constraint) -> bool:
+    """Whether one node may be among the job's nodes."""
+    return any(fits_alternative(features, alt) for alt in c.alternatives)
+
+
+def feasible(c: Constraint, nodes: Sequence[Sequence[str]], needed: int) -> bool:
+    """Whether `needed` of these nodes (each its features) can satisfy `c` together."""
+    for alt in c.alternatives:
+        pool = [set(n) for n in nodes if fits_alternative(n, alt)]
+        counted = [t for t in alt if t.count is not None]
+        enough = all(sum(1 for n in pool if t.feature in n) >= (t.count or 0) for t in counted)
+        if len(pool) >= max(needed, sum(t.count or 0 for t in counted)) and enough:
+            return True
+    # Plain OR: the nodes may mix alternatives (counts are then met per alternative above).
+    if c.matching or any(t.count is not None for alt in c.alternatives for t in alt):
+        return False
+    return sum(1 for n in nodes if node_fits(n, c)) >= needed
