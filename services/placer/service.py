@@ -324,6 +324,7 @@ def _spare_gang(ask: JobSparesRequested, alloc: repo.LiveAllocation) -> JobReque
         nodes_max=ask.count,
         gpus_per_node=spec.gpus_per_node,
         gpu_model=spec.gpu_model,
+        constraint=spec.constraint,
         exclusive=spec.exclusive,
         excluded_nodes=tuple(sorted({*spec.excluded_nodes, *ask.exclude, *alloc.nodes})),
         time_limit_s=spec.time_limit_s,

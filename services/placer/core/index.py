@@ -5,7 +5,8 @@ keeps what placement asks for constantly in O(1):
 
 - per node: a bitmask of free healthy GPUs and `avail` (their count, -1 if the node takes
   no new work: not UP, or held whole by an exclusive job);
-- per pool (nodes serving one partition with one GPU model) and per topology domain
+- per pool (nodes serving one partition with one GPU type or model, and fitting one
+  `--constraint`) and per topology domain
   (root, every switch, every block): `ge[domain][k]`, how many pool nodes have >= k GPUs
   free, updated on every take and release along the node's short domain chain;
 - per pool: nodes bucketed by free count, each bucket a sorted list, for best fit.
@@ -19,17 +20,21 @@ from bisect import bisect_left, insort
 from functools import lru_cache
 
 from services.placer.core.model import Node, Snapshot
+from shared.constraint import Constraint, Term, node_fits, parse
+from shared.gpu_types import gpu_matches, type_of
 from shared.states import NodeState
 
 ROOT = 0
+# (partition, the GPU type or model asked for, a --constraint without [..]); None: any.
+PoolKey = tuple[str, str | None, str | None]
 
 
 class Pool:
-    """The nodes one (partition, gpu model) can use, with their counts per domain."""
+    """The nodes one (partition, GPU type, constraint) can use, with counts per domain."""
 
     __slots__ = ("buckets", "ge", "gpus", "key", "member", "size", "up", "widest")
 
-    def __init__(self, key: tuple[str, str | None], n_nodes: int, n_domains: int, width: int):
+    def __init__(self, key: PoolKey, n_nodes: int, n_domains: int, width: int):
         self.key = key
         self.member = bytearray(n_nodes)
         self.ge = [[0] * (width + 1) for _ in range(n_domains)]
@@ -62,6 +67,7 @@ class Skeleton:
         self.healthy: list[int] = []
         self.plain_bits: list[bool] = []  # Gpu.index == bit position: masks are direct
         self.model: list[str | None] = []
+        self.gpu_type: list[str | None] = []
         for n in nodes:
             self.bit_to_gpu.append(tuple(g.index for g in n.gpus))
             self.plain_bits.append(self.bit_to_gpu[-1] == tuple(range(len(n.gpus))))
@@ -74,6 +80,7 @@ class Skeleton:
             self.groups.append(tuple(by_locality[k] for k in sorted(by_locality)))
             self.healthy.append(healthy)
             self.model.append(n.gpus[0].model if n.gpus else None)
+            self.gpu_type.append(type_of(self.model[-1], n.gpu_type) if n.gpus else None)
 
     def _build_domains(self, nodes: list[Node]) -> None:
         ids: dict[tuple[str, ...], int] = {(): ROOT}
@@ -125,6 +132,15 @@ class Skeleton:
         return [level for level in levels if level]
 
 
+@lru_cache(maxsize=256)
+def parse_constraint(text: str) -> Constraint:
+    """A constraint admission accepted; one that does not parse matches no node."""
+    try:
+        return parse(text)
+    except ValueError:
+        return Constraint(alternatives=((Term("\0unparsable"),),))
+
+
 @lru_cache(maxsize=4)
 def skeleton(nodes: tuple[Node, ...]) -> Skeleton:
     return Skeleton(nodes)
@@ -144,6 +160,7 @@ class ClusterIndex:
         self.groups = sk.groups
         self.healthy = sk.healthy
         self.model = sk.model
+        self.gpu_type = sk.gpu_type
         self.domain_name = sk.domain_name
         self.kids = sk.kids
         self.direct = sk.direct
@@ -157,7 +174,7 @@ class ClusterIndex:
         self.avail = [
             h.bit_count() if u else -1 for h, u in zip(self.healthy, self.up, strict=True)
         ]
-        self.pools: dict[tuple[str, str | None], Pool] = {}
+        self.pools: dict[PoolKey, Pool] = {}
         self._mark_running(snapshot)
 
     def _mark_running(self, snapshot: Snapshot) -> None:
@@ -173,20 +190,23 @@ class ClusterIndex:
 
     # --- pools ----------------------------------------------------------------------------
 
-    def pool(self, partition: str, model: str | None) -> Pool:
-        key = (partition, model)
+    def pool(self, partition: str, model: str | None, constraint: str | None = None) -> Pool:
+        key = (partition, model, constraint)
         found = self.pools.get(key)
         if found is None:
             found = self.pools[key] = self._new_pool(key)
         return found
 
-    def _new_pool(self, key: tuple[str, str | None]) -> Pool:
-        partition, model = key
+    def _new_pool(self, key: PoolKey) -> Pool:
+        partition, model, constraint = key
         pool = Pool(key, len(self.nodes), len(self.domain_name), self.width)
+        wanted = parse_constraint(constraint) if constraint else None
         for i, n in enumerate(self.nodes):
             if n.partitions and partition not in n.partitions:
                 continue
-            if model is not None and self.model[i] != model:
+            if model is not None and not gpu_matches(model, self.model[i], self.gpu_type[i]):
+                continue
+            if wanted is not None and not node_fits(n.features, wanted):
                 continue
             pool.member[i] = 1
             pool.size += 1

@@ -29,7 +29,8 @@ class Node(msgspec.Struct, frozen=True, kw_only=True):
     topology: tuple[str, ...] = ()  # switch path root -> leaf, e.g. ("spine0", "leaf3")
     block: str | None = None  # NVLink domain spanning nodes (Slurm topology/block)
     partitions: tuple[str, ...] = ()  # empty: the node serves every partition
-    features: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()  # what --constraint matches (topology file, config)
+    gpu_type: str | None = None  # configured short type; None: derived from the GPU model
 
 
 class Grant(msgspec.Struct, frozen=True, kw_only=True):
@@ -70,7 +71,8 @@ class JobRequest(msgspec.Struct, frozen=True, kw_only=True):
     nodes_max: int = 1
     gpus_per_node: int = 0
     gpus_total: int | None = None  # the core lays these out over as few nodes as it can
-    gpu_model: str | None = None
+    gpu_model: str | None = None  # a GPU type ("h100") or model, any case
+    constraint: str | None = None  # --constraint (shared.constraint): nodes it admits
     exclusive: bool = False
     required_nodes: tuple[str, ...] = ()
     excluded_nodes: tuple[str, ...] = ()

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 from services.placer.core.calendar import Window, inside, off_limits, windows
 from services.placer.core.index import ROOT, ClusterIndex, Pool
+from services.placer.core.job_pool import job_pool
 from services.placer.core.limits import Usage, check, headroom
 from services.placer.core.model import (
     Backfill,
@@ -138,7 +139,7 @@ class Prepared:
         if self.tested >= self.config.max_job_test:
             return self._wait(job, Waiting.NOT_TESTED, "beyond max_job_test this pass")
         self.tested += 1
-        pool = self.ix.pool(job.partition, job.gpu_model)
+        pool = job_pool(self.ix, job)
         got = self._try_start(job, pool, shape)
         if isinstance(got, Start | Wait):
             return got

@@ -11,6 +11,7 @@ import math
 from typing import NamedTuple
 
 from services.placer.core.index import ClusterIndex
+from services.placer.core.job_pool import job_pool
 from services.placer.core.model import JobRequest, Waiting
 
 
@@ -50,9 +51,10 @@ def precheck(ix: ClusterIndex, job: JobRequest) -> tuple[Waiting, str] | None:
         return Waiting.BAD_CONSTRAINTS, "nodes must be 1 <= min <= max, GPUs >= 0"
     if job.time_limit_s < 1 or (job.gpus_total is not None and job.gpus_total < 0):
         return Waiting.BAD_CONSTRAINTS, "time limit must be >= 1 s and a GPU total >= 0"
-    pool = ix.pool(job.partition, job.gpu_model)
+    pool = job_pool(ix, job)
     if pool.size == 0:
         model = f" with {job.gpu_model} GPUs" if job.gpu_model else ""
+        model += f" matching {job.constraint}" if job.constraint else ""
         return Waiting.BAD_CONSTRAINTS, f"no node serves partition {job.partition}{model}"
     if pool.up == 0:
         return Waiting.PARTITION_DOWN, f"no node of partition {job.partition} is up"
@@ -74,7 +76,7 @@ def _node_lists(ix: ClusterIndex, job: JobRequest, size: int) -> tuple[Waiting, 
     down = [n for n in job.required_nodes if not ix.up[ix.id_of[n]]]
     if down:
         return Waiting.NODES_EXCLUDED, f"required nodes not up: {', '.join(down)}"
-    pool = ix.pool(job.partition, job.gpu_model)
+    pool = job_pool(ix, job)
     left = size - sum(1 for n in set(job.excluded_nodes) if pool.member[ix.id_of.get(n, 0)])
     if (job.required_nodes and len(job.required_nodes) < job.nodes_min) or left < job.nodes_min:
         return Waiting.NODES_EXCLUDED, "too few nodes left once the excluded ones are out"

@@ -66,6 +66,7 @@ def _request(row: asyncpg.Record, spec: JobSpec) -> JobRequest:
         gpus_per_node=spec.gpus_per_node,
         gpus_total=spec.gpus_total,
         gpu_model=spec.gpu_model,
+        constraint=spec.constraint,
         exclusive=spec.exclusive,
         required_nodes=spec.required_nodes,
         excluded_nodes=tuple(sorted({*spec.excluded_nodes, *row["run_excluded"]})),

@@ -27,15 +27,18 @@ NO_PARTITION = ("(none)",)  # the core reads an empty tuple as "every partition"
 
 
 async def load_nodes(conn: Conn) -> tuple[Node, ...]:
-    """Nodes with their GPUs and, when a cluster config is in force, the partitions
-    each serves (a node no partition names serves none)."""
+    """Nodes with their GPUs and features and, when a cluster config is in force, the
+    partitions each serves (a node no partition names serves none) and the GPU type
+    and features its node sets give it."""
     policy = await conn.fetch("SELECT partition, nodes FROM partition_policy ORDER BY partition")
     rows = await conn.fetch(
-        "SELECT n.name, n.state, n.topology,"
+        "SELECT n.name, n.state, n.topology, n.features, p.features AS given, p.gpu_type,"
         f" {_gpu_column('idx', 'idx')}, {_gpu_column('model', 'model')},"
         f" {_gpu_column('memory_mib', 'mem')}, {_gpu_column('locality', 'loc')},"
         f" {_gpu_column('healthy', 'ok')}"
-        " FROM nodes n LEFT JOIN gpus g ON g.node = n.name GROUP BY n.name ORDER BY n.name"
+        " FROM nodes n LEFT JOIN gpus g ON g.node = n.name"
+        " LEFT JOIN node_policy p ON p.node = n.name"
+        " GROUP BY n.name, p.node ORDER BY n.name"
     )
     return tuple(
         Node(
@@ -43,6 +46,9 @@ async def load_nodes(conn: Conn) -> tuple[Node, ...]:
             state=_node_state(r["state"]),
             topology=tuple(r["topology"]),
             partitions=_partitions_of(r["name"], policy),
+            # the agent's own (topology file) and its config node sets'
+            features=tuple(dict.fromkeys((*r["features"], *(r["given"] or ())))),
+            gpu_type=r["gpu_type"],
             gpus=tuple(
                 Gpu(index=i, model=m, memory_mib=mem, locality=loc, healthy=ok)
                 for i, m, mem, loc, ok in zip(
