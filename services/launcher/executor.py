@@ -3,8 +3,10 @@ job workers, which are always real processes.
 
 A worker is a process group: `spawn_worker` starts it as the leader of a new session,
 so one `killpg` reaches the script, torchrun, its workers and anything they fork.
-Descendants that leave the group themselves (`setsid`, daemons) escape it; containing
-those needs a per-job cgroup, which this module does not create.
+Descendants that leave the group themselves (`setsid`, daemons) escape it; given the
+job's cgroup (`cgroups.py`, made by stepd), the worker is forked inside it and every
+process in it is killed with the group, so nothing escapes, and its OOM verdict and
+memory peak are the cgroup's own.
 
 The output files and the working directory are opened by the worker itself, after it
 has become the submitting user (a tiny `/bin/sh` prologue does it), so a job can never
@@ -28,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 
+from services.launcher import cgroups
 from services.launcher.exitstatus import (
     ExitStatus,
     from_returncode,
@@ -44,11 +47,25 @@ _STRAGGLER_WAIT_S = 5.0
 # Runs as the job's user: truncate or append the output files, point stdout/stderr at
 # them, enter the workdir, become the job's program (same pid, same group).
 _PROLOGUE = r"""
-o=$1 e=$2 od=$3 ed=$4 wd=$5 ap=$6; shift 6
+o=$1 e=$2 od=$3 ed=$4 wd=$5 ap=$6 tp=$7; shift 7
 mkdir -p -- "$od" "$ed" || exit 125
 if [ "$ap" = 1 ]; then true >>"$o" && true >>"$e"; else true >"$o" && true >"$e"; fi || exit 125
 exec >>"$o" 2>>"$e"
 cd -- "$wd" || exit 125
+if [ -n "$tp" ]; then
+  out=$("$tp") || { echo "muster: TaskProlog $tp failed" >&2; exit 125; }
+  nl='
+'
+  while IFS= read -r line; do
+    case $line in
+      "export "[A-Za-z_]*=*) kv=${line#export }; export "${kv%%=*}=${kv#*=}" ;;
+      "unset "[A-Za-z_]*) unset "${line#unset }" ;;
+      "print "*) printf '%s\n' "${line#print }" ;;
+    esac
+  done <<EOF_TP
+$out$nl
+EOF_TP
+fi
 exec "$@"
 """
 
@@ -136,12 +153,18 @@ async def spawn_worker(
     *,
     allow_root: bool = False,
     append: bool = False,
+    cgroup: cgroups.CgroupRef | None = None,
+    hierarchy: cgroups.Hierarchy | None = None,
+    task_prolog: str = "",
 ) -> Worker:
     """Start `argv` as a new process group, as `run_as` (default: the agent's user).
 
     Relative output paths are relative to `workdir`; the same path for both streams
-    interleaves them in one file. `append` keeps what earlier attempts wrote. Raises a
-    `LaunchError` when the worker may not or cannot start.
+    interleaves them in one file. `append` keeps what earlier attempts wrote. With
+    `cgroup` (and the `hierarchy` this process is in) the worker is forked inside it.
+    `task_prolog` (a site script) runs as the user first; its `export NAME=value`
+    lines set the job's environment, as Slurm's TaskProlog. Raises a `LaunchError`
+    when the worker may not or cannot start.
     """
     if not argv:
         raise SpawnFailed("", "empty command line")
@@ -159,25 +182,38 @@ async def spawn_worker(
         posixpath.dirname(err) or "/",
         workdir,
         "1" if append else "0",
+        task_prolog,
         *argv,
     ]
+    inside = (
+        cgroups.entered(cgroup, hierarchy)
+        if cgroup is not None and hierarchy is not None
+        else contextlib.nullcontext()
+    )
     try:
-        proc = subprocess.Popen(  # noqa: ASYNC220 -- fork+exec only; waiting is async
-            wrapper,
-            env=dict(env),
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-            user=ids.uid,
-            group=ids.gid,
-            extra_groups=ids.groups,
-        )
-    except OSError as error:
+        with inside:
+            proc = _popen(wrapper, env, ids)
+    except (OSError, cgroups.CgroupError) as error:
         raise SpawnFailed(argv[0], str(error)) from error
     log.debug("worker started", extra={"pid": proc.pid, "argv0": argv[0]})
+    if cgroup is not None:
+        return Worker(proc, oom_events=None, cgroup=cgroup)
     return Worker(proc, oom_events=_memory_events_path(proc.pid))
+
+
+def _popen(wrapper: list[str], env: Mapping[str, str], ids: _Ids) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(  # fork+exec only; waiting is async
+        wrapper,
+        env=dict(env),
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+        user=ids.uid,
+        group=ids.gid,
+        extra_groups=ids.groups,
+    )
 
 
 class _Ids(msgspec.Struct, frozen=True):
@@ -208,10 +244,17 @@ def _identity(
 class Worker:
     """A started worker: its process group, until every member is gone."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], *, oom_events: str | None) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        *,
+        oom_events: str | None,
+        cgroup: cgroups.CgroupRef | None = None,
+    ) -> None:
         self._proc = proc
         self._oom_events = oom_events
         self._oom_before = _read_oom_kills(oom_events)
+        self.cgroup = cgroup  # the job's own: OOM and peak are its, its procs are killed
         self._lock = asyncio.Lock()
         self._status: ExitStatus | None = None
 
@@ -230,16 +273,23 @@ class Worker:
         return self._status
 
     def signal(self, sig: int, *, leader_only: bool = False) -> None:
-        """Send `sig` to every process in the worker's group (gone ones are fine), or
-        to the job's script alone (`--signal=B:SIG`)."""
+        """Send `sig` to every process in the worker's group and cgroup (gone ones are
+        fine), or to the job's script alone (`--signal=B:SIG`)."""
         if self._status is not None:
             return  # the group is gone and its id may be reused: never signal it again
         with contextlib.suppress(ProcessLookupError):
             if leader_only:
                 if self._proc.returncode is None:
                     os.kill(self.pid, sig)
-            else:
-                os.killpg(self.pgid, sig)
+                return
+            os.killpg(self.pgid, sig)
+        if self.cgroup is not None:
+            cgroups.kill(self.cgroup, sig)
+
+    def _members(self) -> bool:
+        if group_members(self.pgid):
+            return True
+        return self.cgroup is not None and bool(cgroups.procs(self.cgroup) - {os.getpid()})
 
     async def wait(self) -> ExitStatus:
         """Wait for the leader to end, then kill and reap what it left in its group.
@@ -251,10 +301,17 @@ class Worker:
             if self._status is None:
                 returncode = await self._leader_exit()
                 await self._kill_stragglers()
-                status = from_returncode(returncode)
-                after = _read_oom_kills(self._oom_events)
-                self._status = oom_verdict(status, self._oom_before, after)
+                self._status = self._verdict(from_returncode(returncode))
             return self._status
+
+    def _verdict(self, status: ExitStatus) -> ExitStatus:
+        if self.cgroup is None:
+            return oom_verdict(status, self._oom_before, _read_oom_kills(self._oom_events))
+        # The job's own count: any OOM kill in it makes it OUT_OF_MEMORY, as in Slurm,
+        # even when its script went on and exited 0.
+        memory = cgroups.outcome(self.cgroup)
+        killed = (memory.oom_kills or 0) > 0
+        return msgspec.structs.replace(status, oom_killed=killed, mem_peak_bytes=memory.peak_bytes)
 
     async def terminate(self, grace_s: float = 30.0) -> ExitStatus:
         """SIGTERM to the group; SIGKILL to whatever is still there after `grace_s`."""
@@ -270,14 +327,14 @@ class Worker:
     async def _group_gone_within(self, timeout_s: float) -> bool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while self._proc.poll() is None or group_members(self.pgid):
+        while self._proc.poll() is None or self._members():
             if loop.time() >= deadline:
                 return False
             await asyncio.sleep(_POLL_S)
         return True
 
     async def _kill_stragglers(self) -> None:
-        if not group_members(self.pgid):
+        if not self._members():
             return
         self.signal(_signal.SIGKILL)
         if not await self._group_gone_within(_STRAGGLER_WAIT_S):

@@ -7,11 +7,13 @@ return code) plus the best-effort OOM verdict. What is detectable here, and what
   with 128+N; that stays an exit code, since only the shell knows.
 - Death by a signal: the signal number. SIGKILL alone does not mean out of memory: the
   launcher's own `terminate` sends it too.
-- Out of memory: only when the memory cgroup the worker started in has a readable
-  `oom_kill` counter (cgroup v2 `memory.events`, v1 `memory.oom_control`) that rose
-  while the worker ran, and the worker failed. Without a per-job cgroup the counter is
-  the agent's, so an OOM kill of another process in the same cgroup during the run is
-  blamed on this worker too; kernel logs (dmesg) are not read.
+- Out of memory: when the worker's memory cgroup has a readable `oom_kill` counter
+  (cgroup v2 `memory.events`, v1 `memory.oom_control`) that rose while the worker ran,
+  and the worker failed. With the job's own cgroup (`cgroups.py`) the count is exactly
+  the job's, so any OOM kill in it counts even when the script exited 0 (Slurm's rule),
+  and its memory peak comes with it; without one (no usable cgroup on the
+  node) the counter is the agent's, so an OOM kill of another process there during the
+  run is blamed on this worker too. Kernel logs (dmesg) are not read.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class ExitStatus(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None = None
     signal: int | None = None
     oom_killed: bool = False
+    mem_peak_bytes: int | None = None  # the job cgroup's memory peak, where known
 
     @property
     def ok(self) -> bool:
@@ -49,6 +52,8 @@ class ExitStatus(msgspec.Struct, frozen=True, kw_only=True):
     def describe(self) -> str:
         """A short human reason: `exit 0`, `exit 3`, `signal SIGKILL`, `out of memory`."""
         if self.oom_killed:
+            if self.mem_peak_bytes is not None:
+                return f"out of memory (peak {self.mem_peak_bytes / 2**20:.0f} MiB)"
             return "out of memory"
         if self.signal is not None:
             return f"signal {self.signal_name}"

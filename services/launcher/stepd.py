@@ -13,6 +13,11 @@ whenever it reached the control plane. Older than `fence_s`, the node has lost t
 cluster (or its agent hangs) and the job is about to be restarted elsewhere, so stepd
 stops the worker (SIGTERM, `grace_s`, SIGKILL) and records `fenced`. SIGTERM to stepd
 itself stops the worker the same way (`stopped`).
+
+Isolation (`spec.isolation`): stepd runs the site Prolog first (a failure: the worker
+never starts, `prolog_failed`), makes the job's cgroup and forks the worker inside it,
+and once the worker's last process is gone records the exit, removes the cgroup and
+runs the Epilog.
 """
 
 from __future__ import annotations
@@ -25,11 +30,16 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import uvloop
 
+from services.launcher import cgroups
 from services.launcher.executor import LaunchError, Worker, spawn_worker
+from services.launcher.hooks import run_hook
+from services.launcher.hooks_core import Hook, hook_env
 from services.launcher.worker_table import (
     Ending,
+    Isolation,
     StepExit,
     StepSpec,
     StepStarted,
@@ -50,6 +60,22 @@ async def supervise(folder: Path) -> StepExit:
     if spec is None:
         return _record(folder, StepExit(ending=Ending.SPAWN_FAILED, spawn_failed="no spec.json"))
     began = time.time()
+    iso = spec.isolation or Isolation(cgroups=False)
+    if iso.prolog:
+        result = await run_hook(
+            Hook.PROLOG, iso.prolog, _hook_env(spec, Hook.PROLOG), iso.hook_timeout_s
+        )
+        if not result.ok:
+            failed = StepExit(
+                ending=Ending.SPAWN_FAILED, spawn_failed=result.describe(), prolog_failed=True
+            )
+            return _record(folder, failed)
+    try:
+        hierarchy, cgroup = _make_cgroup(iso)
+    except cgroups.CgroupError as err:
+        return await _ended(
+            folder, spec, StepExit(ending=Ending.SPAWN_FAILED, spawn_failed=str(err))
+        )
     try:
         worker = await spawn_worker(
             spec.argv,
@@ -60,29 +86,72 @@ async def supervise(folder: Path) -> StepExit:
             spec.run_as,
             allow_root=spec.allow_root,
             append=spec.append,
+            cgroup=cgroup,
+            hierarchy=hierarchy,
+            task_prolog=iso.task_prolog,
         )
     except LaunchError as err:
-        return _record(folder, StepExit(ending=Ending.SPAWN_FAILED, spawn_failed=str(err)))
+        if cgroup is not None:
+            cgroups.remove(cgroup)
+        return await _ended(
+            folder, spec, StepExit(ending=Ending.SPAWN_FAILED, spawn_failed=str(err))
+        )
     me, child = process_ref(os.getpid()), process_ref(worker.pid, zombie_ok=True)
     try:
         if me is None or child is None:
             raise OSError("the worker ended before it could be recorded")
-        write_struct(folder / "started.json", StepStarted(stepd=me, worker=child))
+        write_struct(folder / "started.json", StepStarted(stepd=me, worker=child, cgroup=cgroup))
     except OSError as err:
         # The record is gone (the agent gave up on this start): not ours to run.
         log.warning("cannot record the start, stopping the worker", extra={"error": str(err)})
         await worker.terminate(spec.grace_s)
     ending = await _until_ended(worker, spec, began)
     status = await worker.wait()
-    return _record(
-        folder,
-        StepExit(
-            ending=ending,
-            exit_code=status.exit_code,
-            signal=status.signal,
-            oom_killed=status.oom_killed,
-        ),
+    if cgroup is not None:
+        cgroups.remove(cgroup)
+    exit_ = StepExit(
+        ending=ending,
+        exit_code=status.exit_code,
+        signal=status.signal,
+        oom_killed=status.oom_killed,
+        mem_peak_bytes=status.mem_peak_bytes,
     )
+    return await _ended(folder, spec, exit_)
+
+
+def _make_cgroup(iso: Isolation) -> tuple[cgroups.Hierarchy | None, cgroups.CgroupRef | None]:
+    """The job's cgroup, when asked for and the node has usable cgroups."""
+    if not iso.cgroups:
+        return None, None
+    hierarchy = cgroups.detect()
+    if hierarchy is None:
+        if iso.require_cgroups:
+            raise cgroups.CgroupError("/proc/self/mountinfo", "no usable memory cgroup")
+        log.warning("no usable cgroup on this node: the worker runs unconfined")
+        return None, None
+    name = iso.cgroup_name or f"stepd-{os.getpid()}"
+    return hierarchy, cgroups.create(hierarchy, iso.cgroup_root, name, iso.limits)
+
+
+async def _ended(folder: Path, spec: StepSpec, ending: StepExit) -> StepExit:
+    """Record how the worker ended, then run the Epilog (its exit is safe on disk
+    first: a stepd killed during a hanging epilog still leaves it)."""
+    _record(folder, ending)
+    iso = spec.isolation
+    if iso is None or not iso.epilog:
+        return ending
+    result = await run_hook(
+        Hook.EPILOG, iso.epilog, _hook_env(spec, Hook.EPILOG), iso.hook_timeout_s
+    )
+    if result.ok:
+        return ending
+    log.warning("epilog failed", extra={"reason": result.describe()})
+    return _record(folder, msgspec.structs.replace(ending, epilog_failed=result.describe()))
+
+
+def _hook_env(spec: StepSpec, hook: Hook) -> dict[str, str]:
+    iso = spec.isolation or Isolation()
+    return hook_env(iso.hook_env or spec.env, spec.env.get("SLURMD_NODENAME", ""), hook)
 
 
 async def _until_ended(worker: Worker, spec: StepSpec, began: float) -> Ending:

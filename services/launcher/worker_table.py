@@ -8,7 +8,9 @@ Every worker has one folder under the node's state folder (`workers/<job>-<attem
   known the step supervisor's and the worker's pid, each with its start time (field
   22 of `/proc/<pid>/stat`, clock ticks since boot);
 - `spec.json` (`StepSpec`): what the step supervisor (`stepd`) runs;
-- `started.json` (`StepStarted`, by stepd): both pids, once the worker runs;
+- `started.json` (`StepStarted`, by stepd): both pids, once the worker runs, and the
+  job's cgroup (`cgroups.CgroupRef`) where it has one: every process of the job is
+  found and killed through it, not only the leader's process group;
 - `exit.json` (`StepExit`, by stepd): how the worker ended, and why (exited, fenced,
   stopped).
 
@@ -34,6 +36,8 @@ from typing import TypeVar
 
 import msgspec
 
+from services.launcher.cgroups import CgroupRef, kill, procs
+from services.launcher.cgroups_core import Limits
 from services.launcher.executor import RunAs
 
 S = TypeVar("S", bound=msgspec.Struct)
@@ -61,6 +65,22 @@ class StepSpec(msgspec.Struct, frozen=True, kw_only=True):
     contact: str  # the node's contact file
     fence_s: float
     grace_s: float  # SIGTERM -> SIGKILL when fenced or stopped by a signal to stepd
+    isolation: Isolation | None = None
+
+
+class Isolation(msgspec.Struct, frozen=True, kw_only=True):
+    """The worker's confinement on this node and the site hooks around it."""
+
+    cgroups: bool = True  # a job cgroup when the node has usable cgroups
+    require_cgroups: bool = False  # no usable cgroup: refuse to start (not run unconfined)
+    cgroup_root: str = "muster"
+    cgroup_name: str = ""
+    limits: Limits = Limits()
+    prolog: str = ""  # root, before the worker (a failure: not started, node drained)
+    epilog: str = ""  # root, after the worker's last process
+    task_prolog: str = ""  # as the user, just before the job's program
+    hook_timeout_s: float = 60.0
+    hook_env: dict[str, str] = {}
 
 
 class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,11 +92,13 @@ class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
     spool: str = ""
     stepd: ProcessRef | None = None
     worker: ProcessRef | None = None
+    cgroup: CgroupRef | None = None
 
 
 class StepStarted(msgspec.Struct, frozen=True, kw_only=True):
     stepd: ProcessRef
     worker: ProcessRef
+    cgroup: CgroupRef | None = None
 
 
 class Ending(StrEnum):
@@ -93,6 +115,9 @@ class StepExit(msgspec.Struct, frozen=True, kw_only=True):
     signal: int | None = None
     oom_killed: bool = False
     spawn_failed: str = ""
+    mem_peak_bytes: int | None = None
+    prolog_failed: bool = False  # spawn_failed says how: the node is to be drained
+    epilog_failed: str = ""  # the epilog's failure, once the worker had ended
 
 
 # --- the pure rule --------------------------------------------------------------------
@@ -246,21 +271,25 @@ class WorkerTable:
         started = self.started(record)
         if started is None:
             return record
-        return msgspec.structs.replace(record, stepd=started.stepd, worker=started.worker)
+        return msgspec.structs.replace(
+            record, stepd=started.stepd, worker=started.worker, cgroup=started.cgroup
+        )
 
     def facts(self, record: WorkerRecord, boot_id: str) -> Facts:
         return Facts(
             exit_recorded=self.exit_of(record) is not None,
             same_boot=record.boot_id == boot_id,
             stepd_alive=alive(record.stepd),
-            worker_alive=alive(record.worker),
+            worker_alive=alive(record.worker) or bool(record.cgroup and procs(record.cgroup)),
         )
 
 
-def kill_group(worker: ProcessRef | None, sig: int) -> bool:
-    """Signal a worker's process group, only while its leader is the recorded process."""
+def kill_group(worker: ProcessRef | None, sig: int, cgroup: CgroupRef | None = None) -> bool:
+    """Signal a worker's process group, only while its leader is the recorded process,
+    and every process in the job's cgroup (its name is the job's alone, never reused)."""
+    hit = cgroup is not None and kill(cgroup, sig) > 0
     if not alive(worker):
-        return False
+        return hit
     assert worker is not None
     with contextlib.suppress(ProcessLookupError):
         os.killpg(worker.pid, sig)
@@ -273,11 +302,11 @@ def stop_recorded_workers(state_dir: str | Path, grace_s: float = 5.0) -> list[i
     left after `grace_s`. Returns the worker pids it signalled; records stay, so an
     agent started later still reports their exits."""
     records = list(_all_records(Path(state_dir)))
-    hit = [r for r in records if kill_group(r.worker, _signal.SIGTERM)]
+    hit = [r for r in records if kill_group(r.worker, _signal.SIGTERM, r.cgroup)]
     _signal_stepds(records, _signal.SIGTERM)
     _wait_until_gone([r.worker for r in records], grace_s)
     for r in records:
-        kill_group(r.worker, _signal.SIGKILL)
+        kill_group(r.worker, _signal.SIGKILL, r.cgroup)
     _wait_until_gone([r.stepd for r in records], STEPD_RECORD_S)  # each records its exit
     _signal_stepds(records, _signal.SIGKILL)
     return [r.worker.pid for r in hit if r.worker is not None]

@@ -1,0 +1,276 @@
+"""Shell: one cgroup per job worker on this node, under a muster root inside the
+agent's own cgroup (what systemd delegates with `Delegate=yes`).
+
+`create` makes the job's cgroup in every hierarchy it needs (v1: memory, cpu, pids,
+devices, blkio; v2: one folder) and writes the limits `cgroups_core.plan` says; the step
+supervisor moves the worker in before it execs (`entered`: stepd enters, forks, leaves);
+`procs` / `kill` reach every process of the job however it daemonised; `outcome` reads
+the OOM-kill counter and the memory peak; `remove` kills what is left and removes the
+folders. A `CgroupRef` is plain data, persisted in the worker table, so a restarted
+agent can still find and kill a job's processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import logging
+import os
+import re
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+
+from services.launcher.cgroups_core import (
+    V1_CONTROLLERS,
+    V2_CONTROLLERS,
+    DevNum,
+    Limits,
+    MemoryOutcome,
+    Version,
+    choose_version,
+    memory_outcome,
+    parse_mounts,
+    parse_proc_cgroup,
+    plan,
+)
+
+log = logging.getLogger(__name__)
+_KILL_WAIT_S = 10.0
+
+
+class CgroupError(Exception):
+    """A job cgroup could not be made as asked; `path` is the file or folder at fault."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cgroup {path}: {reason}")
+
+
+class Hierarchy(msgspec.Struct, frozen=True, kw_only=True):
+    """The cgroup layout this process sees: its version, where each hierarchy is
+    mounted, and this process's own cgroup in each."""
+
+    version: Version
+    mounts: dict[str, str]
+    own: dict[str, str]
+
+
+class CgroupRef(msgspec.Struct, frozen=True, kw_only=True):
+    """One job's cgroup: {controller: folder} (v2: {"": folder})."""
+
+    version: Version
+    dirs: dict[str, str]
+    missing: tuple[str, ...] = ()  # v1 controllers this node has not mounted
+
+    def dir_of(self, controller: str) -> str | None:
+        return self.dirs.get("" if self.version is Version.V2 else controller)
+
+
+def detect(proc: str = "/proc/self") -> Hierarchy | None:
+    """This node's cgroup layout, None when no memory controller can be used."""
+    try:
+        mounts = parse_mounts(Path(f"{proc}/mountinfo").read_text())
+        own = parse_proc_cgroup(Path(f"{proc}/cgroup").read_text())
+    except OSError:
+        return None
+    offered: list[str] = []
+    if "" in mounts:
+        with contextlib.suppress(OSError):
+            base = _join(mounts[""], own.get("", "/"))
+            offered = Path(base, "cgroup.controllers").read_text().split()
+    version = choose_version(mounts, offered)
+    return None if version is None else Hierarchy(version=version, mounts=mounts, own=own)
+
+
+def create(h: Hierarchy, root: str, name: str, limits: Limits) -> CgroupRef:
+    """Make the job's cgroup `root/name` and set `limits`; on any failure nothing of it
+    is left and `CgroupError` says what."""
+    ref = _make_dirs(h, root, name)
+    try:
+        for write in plan(limits, h.version):
+            folder = ref.dir_of(write.controller)
+            if folder is None:
+                if write.optional:
+                    continue
+                raise CgroupError(write.controller, "controller not mounted on this node")
+            _write(Path(folder, write.file), write.value, optional=write.optional)
+    except BaseException:
+        remove(ref)
+        raise
+    return ref
+
+
+def _make_dirs(h: Hierarchy, root: str, name: str) -> CgroupRef:
+    if h.version is Version.V2:
+        base = _join(h.mounts[""], h.own.get("", "/"))
+        top = Path(base, root)
+        _mkdir(top)
+        _enable_v2(Path(base), top)
+        job = top / name
+        _mkdir(job)
+        return CgroupRef(version=h.version, dirs={"": str(job)})
+    dirs: dict[str, str] = {}
+    missing = []
+    for ctl in V1_CONTROLLERS:
+        if ctl not in h.mounts:
+            missing.append(ctl)
+            continue
+        job = Path(_join(h.mounts[ctl], h.own.get(ctl, "/")), root, name)
+        _mkdir(job.parent)
+        _mkdir(job)
+        dirs[ctl] = str(job)
+    return CgroupRef(version=h.version, dirs=dirs, missing=tuple(missing))
+
+
+def _enable_v2(base: Path, top: Path) -> None:
+    """Controllers on for the muster root's children. The agent's own cgroup must
+    have no processes of its own for that (the v2 'no internal processes' rule): run
+    the agent in a delegated leaf (deploy/systemd/muster-node.service)."""
+    want = " ".join(f"+{c}" for c in V2_CONTROLLERS)
+    for folder in (base, top):
+        try:
+            Path(folder, "cgroup.subtree_control").write_text(want)
+        except OSError as err:
+            raise CgroupError(
+                str(folder),
+                f"cannot enable {want}: {err.strerror}; delegate the agent's cgroup "
+                "(systemd Delegate=yes) and start it in a leaf of it",
+            ) from err
+
+
+def enter(ref: CgroupRef, pid: int) -> None:
+    """Move process `pid` (all its threads) into the job's cgroup."""
+    for folder in ref.dirs.values():
+        _write(Path(folder, "cgroup.procs"), str(pid))
+
+
+@contextlib.contextmanager
+def entered(ref: CgroupRef, h: Hierarchy) -> Iterator[None]:
+    """This process inside `ref` for the block, then back where it was: a child forked
+    inside starts in the job's cgroup, before it execs anything."""
+    me = os.getpid()
+    enter(ref, me)
+    try:
+        yield
+    finally:
+        for ctl in ref.dirs:
+            back = _join(h.mounts[ctl], h.own.get(ctl, "/"))
+            with contextlib.suppress(OSError):
+                Path(back, "cgroup.procs").write_text(str(me))
+
+
+def procs(ref: CgroupRef) -> set[int]:
+    """Every process in the job's cgroup (any hierarchy), gone ones excluded."""
+    found: set[int] = set()
+    for folder in ref.dirs.values():
+        with contextlib.suppress(OSError):
+            found |= {int(p) for p in Path(folder, "cgroup.procs").read_text().split()}
+    return found
+
+
+def kill(ref: CgroupRef, sig: int) -> int:
+    """Send `sig` to every process of the job; how many were signalled."""
+    hit = 0
+    for pid in procs(ref):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+            hit += 1
+    return hit
+
+
+def outcome(ref: CgroupRef) -> MemoryOutcome:
+    """The job's OOM-kill count and memory peak, as the kernel counted them."""
+    folder = ref.dir_of("memory")
+    if folder is None:
+        return MemoryOutcome()
+    if ref.version is Version.V2:
+        return memory_outcome(
+            ref.version, _read(folder, "memory.events"), _read(folder, "memory.peak")
+        )
+    return memory_outcome(
+        ref.version, _read(folder, "memory.oom_control"), _read(folder, "memory.max_usage_in_bytes")
+    )
+
+
+def remove(ref: CgroupRef, wait_s: float = _KILL_WAIT_S) -> bool:
+    """SIGKILL what is left in the job's cgroup, then remove its folders; False when a
+    folder stayed (a process in uninterruptible sleep): the next removal retries."""
+    deadline = time.monotonic() + wait_s
+    while kill(ref, 9) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    gone = True
+    for folder in ref.dirs.values():
+        for _ in range(50):  # a killed process leaves its cgroup a moment after it died
+            try:
+                os.rmdir(folder)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.02)
+        else:
+            log.warning("cgroup not removed", extra={"cgroup": folder})
+            gone = False
+    return gone
+
+
+def gpu_devices(template: str) -> dict[int, DevNum]:
+    """This node's GPU device nodes: `template` with `{index}` (e.g. /dev/nvidia{index})
+    globbed; each character device found, by index."""
+    if "{index}" not in template:
+        return {}
+    head, _, tail = template.partition("{index}")
+    pattern = re.compile(re.escape(head) + r"(\d+)" + re.escape(tail) + "$")
+    found: dict[int, DevNum] = {}
+    for path in glob.glob(glob.escape(head) + "[0-9]*" + glob.escape(tail)):
+        match = pattern.match(path)
+        dev = device_number(path, block=False)
+        if match and dev is not None:
+            found[int(match.group(1))] = dev
+    return found
+
+
+def device_number(path: str, *, block: bool) -> DevNum | None:
+    """The device number of a character (or `block`) device node; None otherwise."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    kind = stat.S_ISBLK(st.st_mode) if block else stat.S_ISCHR(st.st_mode)
+    return DevNum(major=os.major(st.st_rdev), minor=os.minor(st.st_rdev)) if kind else None
+
+
+def _join(mount: str, rel: str) -> str:
+    return str(Path(mount) / rel.lstrip("/"))
+
+
+def _mkdir(path: Path) -> None:
+    try:
+        path.mkdir(exist_ok=True)
+    except OSError as err:
+        raise CgroupError(str(path), f"cannot create: {err.strerror}") from err
+
+
+def _write(path: Path, value: str, *, optional: bool = False) -> None:
+    try:
+        with path.open("w") as f:
+            f.write(value)
+    except FileNotFoundError:
+        if optional:
+            log.info("cgroup file absent, skipped", extra={"file": str(path)})
+            return
+        raise CgroupError(str(path), "no such control file on this kernel") from None
+    except OSError as err:
+        raise CgroupError(str(path), f"cannot write {value!r}: {err.strerror}") from err
+
+
+def _read(folder: str, name: str) -> str:
+    try:
+        return Path(folder, name).read_text()
+    except OSError:
+        return ""
