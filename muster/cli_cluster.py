@@ -20,7 +20,15 @@ import msgspec
 
 from muster import cluster as local
 from muster import render
-from muster.client import ApiRefused, agent, call, current_user, nats_url, refused
+from muster.client import (
+    ApiRefused,
+    agent,
+    call,
+    current_user,
+    nats_url,
+    refused,
+    register_cluster,
+)
 from shared.api import AgentReply, InjectFault, NodeAction, NodesReply, Ok, QueueRequest
 from shared.identity_files import provision_keys
 from shared.states import NodeState
@@ -37,11 +45,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     keys = provision_local_users(state)
     try:
         c = local.up(
-            state, Path(args.topology), replicas=args.replicas, nats_servers=args.nats_servers
+            state,
+            Path(args.topology),
+            replicas=args.replicas,
+            nats_servers=args.nats_servers,
+            secure=not args.insecure,
+            tls=args.tls,
         )
     except RuntimeError as err:  # the supervisor did not start: its log says why
         print(f"{err}; `muster down` stops what did start", file=sys.stderr)
         return 1
+    register_cluster(c.nats_url, c.state_dir)  # the wait below connects as a user
     services = ", ".join(
         f"{name} x{local.replicas_of(name, args.replicas)}" for name in local.SERVICES
     )
@@ -49,6 +63,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"  supervised (restarted if they exit) by pid {c.pids['supervisor']}")
     print(f"  state and logs: {c.state_dir} (logs/ has one file per process)")
     print(f"  NATS: {c.nats_url}   PostgreSQL: {c.database_url}")
+    print("  metrics (Prometheus /metrics, also in cluster.json):")
+    for key, url in sorted(c.metrics_endpoints().items()):
+        print(f"    {key}: {url}")
+    who = os.environ.get("MUSTER_USER") or getpass.getuser()
+    print(f"  dashboard and REST API: {c.http} (acting as {who}; docs/dashboard.md)")
     print(f"  users' keys: {keys} (act as one with MUSTER_USER=NAME)")
     return _wait_for_nodes(c, len(c.nodes), args.wait)
 
@@ -150,6 +169,12 @@ def register_local(sub: Any) -> None:
         choices=(1, 3),
         help="3: a JetStream cluster on the loopback, the streams kept on all three",
     )
+    s.add_argument(
+        "--insecure",
+        action="store_true",
+        help="no bus permissions, trust logins to PostgreSQL (docs/security.md)",
+    )
+    s.add_argument("--tls", action="store_true", help="TLS on the bus, with a CA of its own")
     s.set_defaults(fn=cmd_up)
     sub.add_parser("down", help="stop the local cluster").set_defaults(fn=cmd_down)
     s = sub.add_parser("demo", help="up, run a demo workload with a GPU fault, down")

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,10 +23,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from muster.secure_up import LocalSecurity
 from services.launcher.worker_table import stop_recorded_workers
 from shared import embedded
+from shared.agent_auth import ensure_launcher_key
+from shared.metrics import read_endpoints
 
 SERVICES = ("admission", "placer", "launcher", "health", "fairshare")
+GATEWAY_PORT = 8780  # `muster up`'s dashboard, unless MUSTER_HTTP_PORT names another
 # The policy `muster up` starts admission with, unless MUSTER_CLUSTER_CONFIG names another.
 DEFAULT_CLUSTER_CONFIG = (
     Path(__file__).resolve().parent.parent / "deploy" / "local" / "cluster.toml"
@@ -38,6 +43,7 @@ class NodeDef:
     gpus: int
     gpu_model: str
     topology: tuple[str, ...]
+    features: tuple[str, ...] = ()  # what --constraint matches (Slurm's Features=)
 
 
 def load_topology(path: Path) -> list[NodeDef]:
@@ -45,13 +51,16 @@ def load_topology(path: Path) -> list[NodeDef]:
     data = tomllib.loads(path.read_text())
     gpus = int(data.get("gpus_per_node", 4))
     model = str(data.get("gpu_model", "SIM-H100"))
+    features = tuple(str(f) for f in data.get("features", ()))
     nodes: list[NodeDef] = []
     for leaf in data.get("leaf", []):
         if "name" not in leaf or "nodes" not in leaf:
             raise ValueError(f"{path}: every [[leaf]] needs 'name' and 'nodes'")
         path_ = tuple(p for p in (leaf.get("spine"), leaf["name"]) if p)
         for name in leaf["nodes"]:
-            nodes.append(NodeDef(name, int(leaf.get("gpus_per_node", gpus)), model, path_))
+            own = tuple(dict.fromkeys((*features, *map(str, leaf.get("features", ())))))
+            count = int(leaf.get("gpus_per_node", gpus))
+            nodes.append(NodeDef(name, count, str(leaf.get("gpu_model", model)), path_, own))
     if not nodes:
         raise ValueError(f"{path}: no nodes; add a [[leaf]] with nodes = [...]")
     return nodes
@@ -78,6 +87,7 @@ class Cluster:
     specs: dict[str, ProcSpec] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # ours only
     stream_replicas: int = 1  # 3 on a three-server NATS cluster
+    http: str = ""  # the gateway's URL (REST API and dashboard), once planned
 
     @property
     def state_file(self) -> Path:
@@ -92,6 +102,8 @@ class Cluster:
             "pids": self.pids,
             "nodes": self.nodes,
             "stream_replicas": self.stream_replicas,
+            "metrics": self.metrics_endpoints(),  # every process's /metrics URL
+            "http": self.http,
             "specs": {
                 k: {"module": s.module, "env": s.env, "prefix": list(s.prefix)}
                 for k, s in self.specs.items()
@@ -116,6 +128,7 @@ class Cluster:
             data["nodes"],
             specs,
             stream_replicas=int(data.get("stream_replicas", 1)),
+            http=str(data.get("http", "")),
         )
 
     def env(self, **extra: str) -> dict[str, str]:
@@ -140,6 +153,7 @@ class Cluster:
     def respawn(self, key: str) -> int:
         """Start process `key` from its recorded spec; its log file is appended to."""
         spec = self.specs[key]
+        ensure_launcher_key(str(self.state_dir))  # agents run only what the launcher signs
         logs = self.state_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         with (logs / f"{key}.log").open("ab") as log:
@@ -165,9 +179,19 @@ class Cluster:
             count = replicas_of(name, replicas)
             for i in range(count):
                 key = name if i == 0 else f"{name}-{i}"
-                self.specs[key] = ProcSpec(f"services.{name}", {"MUSTER_INSTANCE": str(i)})
+                env = {"MUSTER_INSTANCE": str(i), **metrics_port()}
+                self.specs[key] = ProcSpec(f"services.{name}", env)
                 keys.append(key)
         return keys
+
+    def plan_gateway(self, port: int = 0) -> str:
+        """Record how to start the gateway (services.gateway) on 127.0.0.1:`port` (0:
+        GATEWAY_PORT if free, else any port free now); its URL, also kept in the state
+        file as `http`."""
+        port = port or free_port(GATEWAY_PORT)
+        self.specs["gateway"] = ProcSpec("services.gateway", {"MUSTER_HTTP_PORT": str(port)})
+        self.http = f"http://127.0.0.1:{port}"
+        return "gateway"
 
     def start_services(self, replicas: int | Mapping[str, int] = 1) -> None:
         for key in self.plan_services(replicas):
@@ -180,6 +204,8 @@ class Cluster:
             "MUSTER_GPUS": str(node.gpus),
             "MUSTER_GPU_MODEL": node.gpu_model,
             "MUSTER_TOPOLOGY": "/".join(node.topology),
+            "MUSTER_FEATURES": ",".join(node.features),
+            **metrics_port(),
             **extra,
         }
         self.specs[key] = ProcSpec("muster.node", env, tuple(prefix))
@@ -189,6 +215,19 @@ class Cluster:
 
     def start_node(self, node: NodeDef, prefix: Sequence[str] = (), **extra: str) -> None:
         self.respawn(self.plan_node(node, prefix, **extra))
+
+    def metrics_endpoints(self) -> dict[str, str]:
+        """Each process's /metrics URL: the port planned for it, or the one it wrote to
+        `<state>/metrics/<key>.url` once it bound (another, if its port was taken)."""
+        urls = {}
+        for key, spec in self.specs.items():
+            port = spec.env.get("MUSTER_METRICS_PORT", "")
+            if port.isdigit() and int(port) > 0:
+                host = spec.env.get("MUSTER_METRICS_HOST", "127.0.0.1")
+                urls[key] = f"http://{host}:{port}/metrics"
+        bound = read_endpoints(self.state_dir)
+        urls.update({k: v for k, v in bound.items() if k in self.specs})
+        return urls
 
     def kill(self, key: str, sig: int = signal.SIGTERM) -> None:
         pid = self.pids.get(key)
@@ -225,6 +264,27 @@ class Cluster:
             # Each process leads its own session: what it left behind goes with it.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+
+
+def free_port(preferred: int = 0) -> int:
+    """`preferred` if nothing listens there on 127.0.0.1, else a port free now."""
+    for port in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise OSError("no free TCP port on 127.0.0.1")
+
+
+def metrics_port() -> dict[str, str]:
+    """A /metrics port of its own for a process we plan (MUSTER_METRICS_PORT), chosen
+    now, so its URL is in the state file before it starts and stays across restarts
+    (a Prometheus target that does not move); none when metrics are off (-1)."""
+    if os.environ.get("MUSTER_METRICS_PORT", "0").strip() == "-1":
+        return {}
+    return {"MUSTER_METRICS_PORT": str(embedded.free_port())}
 
 
 def replicas_of(service: str, replicas: int | Mapping[str, int]) -> int:
@@ -264,38 +324,50 @@ def up(
     wait_s: float = 60.0,
     replicas: int = 1,
     nats_servers: int = 1,
+    secure: bool = True,
+    tls: bool = False,
 ) -> Cluster:
     """Start servers (unless MUSTER_NATS_URL / MUSTER_DATABASE_URL name running ones;
     `nats_servers` 3: a JetStream cluster, the streams at R3), then the supervisor
     (`muster.supervisor`), which starts `replicas` of every service and every node of
-    `topology` and keeps them running; returns once cluster.json lists them."""
+    `topology` and keeps them running; returns once cluster.json lists them. `secure`:
+    the servers we start have least privilege (muster.secure_up), `tls` on the bus."""
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     nodes = load_topology(topology)
+    sec = LocalSecurity.make(state_dir, [n.name for n in nodes], tls=tls) if secure else None
+    nats_config = sec.nats_config() if sec else ""
     pids: dict[str, int] = {}
     servers: dict[str, tuple[str, ...]] = {}  # restarted by the supervisor if they exit
     nats_url = os.environ.get("MUSTER_NATS_URL")
     stream_replicas = int(os.environ.get("MUSTER_STREAM_REPLICAS", "1"))
     if not nats_url and nats_servers > 1:
-        nc = embedded.start_nats_cluster(state_dir, nats_servers)
+        nc = embedded.start_nats_cluster(state_dir, nats_servers, config=nats_config)
         nats_url, stream_replicas = nc.url, min(nats_servers, 3)  # JetStream's most
         pids.update({f"server-nats-{i}": s.process.pid for i, s in enumerate(nc.servers)})
         servers = {f"server-nats-{i}": command for i, command in enumerate(nc.commands())}
     elif not nats_url:
-        nats = embedded.start_nats(state_dir)
+        nats = embedded.start_nats(state_dir, config=nats_config)
         nats_url, pids["server-nats"] = nats.url, nats.process.pid
     db_url = os.environ.get("MUSTER_DATABASE_URL")
+    pg_url = ""  # the server we start, whose roles are ours to make
     if not db_url:
-        pg = embedded.start_postgres(state_dir, fast=fast)
-        db_url = embedded.create_database(pg.url, "muster")
+        password = sec.pg_password if sec else ""
+        pg = embedded.start_postgres(state_dir, fast=fast, password=password)
+        db_url = embedded.create_database(pg.url, "muster", password=password)
         pids["server-postgres"] = pg.process.pid
+        if sec:
+            pg_url, db_url = pg.url, sec.prepare_database(pg.url, "muster")
     cluster = Cluster(state_dir, nats_url, db_url, pids, stream_replicas=stream_replicas)
     os.environ.setdefault("MUSTER_CLUSTER_CONFIG", str(DEFAULT_CLUSTER_CONFIG))
     cluster.plan_services(replicas)
+    cluster.plan_gateway(int(os.environ.get("MUSTER_HTTP_PORT", "0")))
     for key, command in servers.items():
         cluster.specs[key] = ProcSpec("", {}, command)
     for node in nodes:
         cluster.plan_node(node)
+    if sec and not os.environ.get("MUSTER_NATS_URL"):
+        sec.apply(cluster.specs, pg_url, "muster")
     cluster.save()
     cluster.spawn("supervisor", "muster.supervisor")
     return _supervised(cluster, wait_s)

@@ -1,0 +1,90 @@
+"""Entry point: `python -m services.gateway` — the REST API and the dashboard on
+`MUSTER_HTTP_HOST:MUSTER_HTTP_PORT` (127.0.0.1:8780), acting as one user
+(services/gateway/settings.py says which key)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Generator
+
+import nats
+import uvicorn
+
+from services.gateway.app import Gateway, make_app
+from services.gateway.settings import GatewaySettings, acting_user, key_path
+from services.gateway.upstream import Upstream
+from shared.db import create_pool
+from shared.identity_files import KeyFileError, load_signer
+from shared.logs import kv
+from shared.runtime import run_service, until_ready
+from shared.settings import nats_servers
+
+log = logging.getLogger(__name__)
+
+
+class Server(uvicorn.Server):
+    """uvicorn without its own signal handlers: `run_service` owns SIGTERM (it sets
+    `stop`, and the server is told to exit)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+async def serve(settings: GatewaySettings, stop: asyncio.Event) -> None:
+    try:
+        signer = load_signer(key_path(settings))
+    except KeyFileError as err:
+        raise SystemExit(f"gateway: no usable key: {err}") from err
+    nc = await until_ready(
+        "connect to NATS",
+        lambda: nats.connect(
+            nats_servers(settings.nats_url),
+            name=f"gateway-{settings.instance}",
+            connect_timeout=5,
+            max_reconnect_attempts=-1,
+        ),
+        stop,
+    )
+    pool = await until_ready("connect to PostgreSQL", lambda: create_pool(settings), stop)
+    try:
+        upstream = Upstream(nc, signer, acting_user(settings))
+        gw = Gateway(
+            upstream, pool, cache_s=settings.cache_s, tail_bytes=settings.output_tail_bytes
+        )
+        config = uvicorn.Config(
+            make_app(gw),
+            host=settings.http_host,
+            port=settings.http_port,
+            log_level="warning",
+            lifespan="off",
+        )
+        server = Server(config)
+
+        async def stopper() -> None:
+            await stop.wait()
+            server.should_exit = True
+
+        log.info(
+            "serving",
+            extra=kv(host=settings.http_host, port=settings.http_port, user=upstream.user),
+        )
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(stopper())
+            await server.serve()
+            stop.set()
+    finally:
+        await pool.close()
+        await nc.drain()
+
+
+def main() -> None:
+    settings = GatewaySettings.from_env(os.environ, service_name="gateway")
+    run_service(settings, lambda stop: serve(settings, stop))
+
+
+if __name__ == "__main__":
+    main()
