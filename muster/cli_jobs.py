@@ -57,6 +57,7 @@ def _request(words: list[str], dry_run: bool) -> SubmitRequest | str:
         args=line.args,
         workdir=os.getcwd(),
         dry_run=dry_run,
+        environment=dict(os.environ),  # sbatch's: --export passes (a part of) it to the job
     )
 
 

@@ -5,6 +5,7 @@ and finish, then stop the cluster."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
@@ -63,8 +64,9 @@ async def _workload(url: str, workdir: Path) -> int:
     ids: dict[str, int] = {}
     for name, script in (("train", TRAIN), ("elastic", ELASTIC), ("sweep", SWEEP)):
         req = SubmitRequest(
-            user=user, script=script, workdir=str(workdir), script_path=f"{name}.sh"
-        )
+            user=user, script=script, workdir=str(workdir), script_path=f"{name}.sh",
+            environment=dict(os.environ),
+        )  # fmt: skip
         reply = await call(url, "submit", req, SubmitReply)
         ids[name] = reply.job_ids[0]
         print(f"submitted {name}: job {', '.join(map(str, reply.job_ids))}")

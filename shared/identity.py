@@ -180,6 +180,11 @@ class Signer:
         )
         return msgspec.json.encode(signed)
 
+    def sign_bytes(self, data: bytes) -> bytes:
+        """The raw ed25519 signature of `data` (the launcher's agent grants use it)."""
+        sig: bytes = self._pair.sign(data)
+        return sig
+
 
 class NonceCache:
     """Nonces seen within the window, bounded: each is forgotten once its request's

@@ -158,6 +158,10 @@ class NodeSettings(Settings, frozen=True, kw_only=True):
     fence_s: float = 15.0
     fault_kill_wait_s: float = 2.0  # SIGTERM -> SIGKILL when a fault stops the workers
     allow_root_jobs: bool = False  # a node agent never runs a job as root unless told
+    # No job runs as a system account: a uid below min_job_uid (Slurm-like 1000) only if
+    # its name is in allowed_job_users (comma-separated); root only with allow_root_jobs.
+    min_job_uid: int = 1000
+    allowed_job_users: str = ""
     # Fabric watch (docs/health.md): the links that matter ("mlx5_0,mlx5_1/1,ib0"; empty:
     # every HCA found), read under fabric_root's sysfs, polled (and woken by netlink).
     fabric: str = ""

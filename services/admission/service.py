@@ -49,6 +49,7 @@ from shared.api import (
 from shared.apiserve import Route, enveloped
 from shared.db import outbox_add
 from shared.events import JobSubmitted, NodeDrainRequested
+from shared.exports import with_environment
 from shared.identity import R, Verifier, authenticated
 from shared.identity_files import IdentitySource
 from shared.jobspec import JobSpec
@@ -208,13 +209,15 @@ class Admission:
         if parsed.errors or parsed.spec is None:
             _refuse_all(tuple(str(e) for e in parsed.errors), "invalid")
         assert parsed.spec is not None
+        # The job's environment: what --export passes of the submitter's, never ours.
+        submitted = with_environment(parsed.spec, req.environment)
         config = _placement(self.source.config)
         shapes = await self._node_shapes()
         if config is None:
-            spec, policy = parsed.spec, NO_POLICY
+            spec, policy = submitted, NO_POLICY
             self._check_cluster(spec, shapes)
         else:
-            spec = self._admit(parsed.spec, parsed.explicit, config, shapes, SubmitCounts())
+            spec = self._admit(submitted, parsed.explicit, config, shapes, SubmitCounts())
             policy = job_policy(spec, config)
         if spec.dependencies:
             await self._check_dependencies(spec)

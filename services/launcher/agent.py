@@ -20,6 +20,7 @@ import os
 import signal as _signal
 import subprocess
 import sys
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,13 +28,14 @@ from typing import Any
 
 import msgspec
 
+from services.launcher.accounts import AccountPolicy, job_account
 from services.launcher.executor import (
     LaunchError,
     RunAs,
     free_port,
     process_gone,
-    resolve_run_as,
 )
+from services.launcher.spool import Spool
 from services.launcher.torchrun import fill_on_node
 from services.launcher.worker_table import (
     StepExit,
@@ -50,6 +52,7 @@ from services.launcher.worker_table import (
     touch,
     write_struct,
 )
+from shared.agent_auth import TrustedKeys, check
 from shared.api import AGENT_PREFIX, AgentReply, StopWorkers, WorkerSpec
 from shared.bus import Bus
 from shared.events import RunningWorker, WorkerExited, encode, subject_of
@@ -84,11 +87,18 @@ class NodeExecutor:
         boot_id: str,
         fence_s: float,
         grace_s: float,
+        trusted_keys: TrustedKeys,
+        accounts: AccountPolicy | None = None,
         address: str = "127.0.0.1",
     ) -> None:
         self.bus = bus
         self.address = address  # this node's own address: rendezvous ports are bound on it
         self.spool_root = spool_root
+        self.spool = Spool(spool_root)
+        # Only what the launcher signed runs or is stopped here (shared/agent_auth.py),
+        # and never as a system account (accounts.py).
+        self.trusted_keys = trusted_keys
+        self.accounts = accounts or AccountPolicy(allow_root=allow_root)
         self.node = node
         self.allow_root = allow_root
         self.table = WorkerTable(state_folder)
@@ -164,7 +174,21 @@ class NodeExecutor:
         spec = msgspec.json.decode(payload, type=WorkerSpec)
         return msgspec.json.encode(await self.start(spec))
 
+    def refused(self, body: WorkerSpec | StopWorkers) -> AgentReply | None:
+        """A refusal unless the launcher signed exactly this request for this node."""
+        trusted = self.trusted_keys.current()
+        refusal = check(body, node=self.node, trusted=trusted, now=time.time())
+        if refusal is None:
+            return None
+        log.warning(
+            "request refused",
+            extra=kv(job=body.job_id, code=str(refusal.code), signer=body.token and body.token.key),
+        )
+        return AgentReply(ok=False, message=f"node {self.node} {refusal.message}")
+
     async def start(self, spec: WorkerSpec) -> AgentReply:
+        if (refused := self.refused(spec)) is not None:
+            return refused  # before anything: no record, no spool, no process
         current = self.running.get(spec.job_id)
         if current is not None:
             mine = (current.record.attempt, current.record.generation)
@@ -176,6 +200,7 @@ class NodeExecutor:
         try:
             run = await self._launch(spec)
         except (LaunchError, OSError) as err:
+            self.spool.remove(spec.job_id, spec.attempt, spec.generation)
             log.warning("worker did not start", extra=kv(job=spec.job_id, error=str(err)))
             return AgentReply(ok=False, message=str(err))
         self._track(run)
@@ -186,7 +211,7 @@ class NodeExecutor:
 
     async def _launch(self, spec: WorkerSpec) -> _Running:
         """Record the worker, start its stepd, wait until it says the worker runs."""
-        run_as = resolve_run_as(spec.run_as, allow_root=self.allow_root) if spec.run_as else None
+        run_as = job_account(spec.run_as, self.accounts)
         spool = self._spool(spec, run_as.uid if run_as else None)
         folder = self.table.folder(spec.job_id, spec.attempt, spec.generation)
         record = WorkerRecord(
@@ -235,16 +260,11 @@ class NodeExecutor:
         )
 
     def _spool(self, spec: WorkerSpec, uid: int | None) -> str:
-        """Write the job's script where this node's worker runs it."""
-        folder = Path(self.spool_root) / f"job-{spec.job_id}"
-        folder.mkdir(parents=True, exist_ok=True)
-        script = folder / Path(spec.script_name).name
-        script.write_text(spec.script)
-        script.chmod(0o755)
-        if uid is not None:
-            os.chown(folder, uid, -1)
-            os.chown(script, uid, -1)
-        return str(folder)
+        """Write the job's script in a fresh folder of this generation (spool.py):
+        nothing the job's user could have placed there is followed or chowned."""
+        return self.spool.write(
+            spec.job_id, spec.attempt, spec.generation, spec.script_name, spec.script, uid
+        )
 
     # --- watching and reporting ---------------------------------------------------------
 
@@ -301,6 +321,7 @@ class NodeExecutor:
                 await asyncio.sleep(_PUBLISH_RETRY_S)
         log.info("worker exit reported", extra=kv(job=record.job_id, ending=str(ending.ending)))
         self.table.remove(record)
+        self.spool.remove_folder(record.spool)  # the job ended: its script goes too
 
     # --- stop and status ----------------------------------------------------------------
 
@@ -329,6 +350,8 @@ class NodeExecutor:
 
     async def _on_stop(self, payload: bytes, _subject: str) -> bytes:
         req = msgspec.json.decode(payload, type=StopWorkers)
+        if (refused := self.refused(req)) is not None:
+            return msgspec.json.encode(refused)
         current = self.running.get(req.job_id)
         if current is None:
             return msgspec.json.encode(AgentReply(ok=True, message="not running"))

@@ -30,7 +30,7 @@ from services.launcher.cleaning import Cleaner
 from services.launcher.driver import Check
 from services.launcher.effects import EffectRunner, Effects
 from services.launcher.endings import decided_ending, end_run, end_unstarted, ending
-from services.launcher.gang import Agents, Generation
+from services.launcher.gang import Agents, Generation, launcher_signer
 from services.launcher.observations import Choose, always, answer, at, exited, load_core, lost
 from services.launcher.owners import Owners
 from services.launcher.owners_core import shard_of
@@ -86,7 +86,7 @@ class Coordinator:
         self.ctx = ctx
         self.settings = ctx.settings
         self.config = config
-        self.agents = Agents(ctx.bus)
+        self.agents = Agents(ctx.bus, signer=launcher_signer(ctx.settings.state_dir))
         self.owners = Owners(ctx.settings.instance, lease_s)
         self.effects = EffectRunner(self.agents, self.launch, self.end_stopped, self.owns)
         self.upkeep = Upkeep(self)

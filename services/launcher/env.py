@@ -14,7 +14,14 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
+from shared.exports import export_assignments, exported_env
 from shared.jobspec import JobSpec
+
+__all__ = ["build_env", "export_assignments", "exported_env", "job_env", "place_worker"]
+
+# A job's PATH when the submitter exported none (`--export=NONE`, or a client that sent
+# no environment): the system's, never a daemon's.
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 class WorkerPlacement(msgspec.Struct, frozen=True, kw_only=True):
@@ -147,35 +154,17 @@ def build_env(
     return env
 
 
+def job_env(spec: JobSpec, placement: WorkerPlacement) -> dict[str, str]:
+    """A worker's environment as the launcher sends it: the submitter's exported
+    environment (admission folded it into `spec.env`), never the launcher's own, and a
+    PATH even when none was exported."""
+    env = build_env(spec, placement, {})
+    env.setdefault("PATH", SYSTEM_PATH)
+    return env
+
+
 def _is_owned(key: str) -> bool:
     return key in _OWNED_NAMES or key.startswith(_OWNED_PREFIXES)
-
-
-def _export_terms(export: str) -> list[str]:
-    return [t.strip() for t in export.split(",") if t.strip()]
-
-
-def exported_env(export: str, base_env: Mapping[str, str]) -> dict[str, str]:
-    """`base_env` as `--export` lets it through: ALL, NONE, or a list of names.
-
-    Like Slurm: `ALL` (the default) passes everything; `NONE` passes nothing; a list
-    passes only the named variables unless it also contains `ALL`
-    (`--export=ALL,FOO=1`). `VAR=val` terms are assignments, see `export_assignments`.
-    """
-    terms = _export_terms(export)
-    upper = {t.upper() for t in terms}
-    if "ALL" in upper or not terms:
-        return dict(base_env)
-    if "NONE" in upper:
-        return {}
-    names = {t for t in terms if "=" not in t}
-    return {k: v for k, v in base_env.items() if k in names}
-
-
-def export_assignments(export: str) -> dict[str, str]:
-    """The `VAR=val` terms of an `--export` list, as a dict."""
-    pairs = (t.split("=", 1) for t in _export_terms(export) if "=" in t)
-    return {k: v for k, v in pairs if k}
 
 
 def muster_vars(p: WorkerPlacement) -> dict[str, str]:

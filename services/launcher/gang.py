@@ -9,19 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import os
+import logging
 import signal as _signal
 import sys
+import time
 
 import msgspec
 
-from services.launcher.env import build_env, place_worker
+from services.launcher.env import job_env, place_worker
 from services.launcher.torchrun import SPOOL, worker_argv
+from shared.agent_auth import GrantSigner, launcher_key_paths, load_grant_signer
 from shared.api import AGENT_PREFIX, AgentReply, FreePortRequest, StopWorkers, WorkerSpec
 from shared.bus import Bus
+from shared.identity_files import KeyFileError
 from shared.jobspec import JobSpec
+from shared.logs import kv
 from shared.outputs import output_paths
 from shared.transient import is_transient
+
+log = logging.getLogger(__name__)
 
 
 class Generation(msgspec.Struct, frozen=True, kw_only=True):
@@ -36,8 +42,14 @@ class Generation(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Agents:
-    def __init__(self, bus: Bus, *, request_timeout_s: float = 5.0) -> None:
+    """`signer` (the launcher's key) signs every start and stop for the node it is sent
+    to (shared/agent_auth.py); without one nothing is sent and each node's answer says so."""
+
+    def __init__(
+        self, bus: Bus, *, signer: GrantSigner | None, request_timeout_s: float = 5.0
+    ) -> None:
         self.bus = bus
+        self.signer = signer
         self.timeout_s = request_timeout_s
 
     async def start(
@@ -82,6 +94,14 @@ class Agents:
     async def call(
         self, node: str, verb: str, body: msgspec.Struct, timeout: float | None = None
     ) -> AgentReply:
+        if verb in ("start", "stop") and isinstance(body, WorkerSpec | StopWorkers):
+            if self.signer is None:
+                return AgentReply(
+                    ok=False,
+                    message="the launcher has no signing key (<state_dir>/launcher/launcher.nk):"
+                    " agents run and stop only what it signs",
+                )
+            body = self.signer.sign(body, node, now=time.time())
         try:
             raw = await self.bus.request(
                 f"{AGENT_PREFIX}{node}.{verb}",
@@ -93,6 +113,17 @@ class Agents:
                 raise
             return AgentReply(ok=False, message=f"node {node} did not answer: {err!r}")
         return msgspec.json.decode(raw, type=AgentReply)
+
+
+def launcher_signer(state_dir: str) -> GrantSigner | None:
+    """The launcher's key (`<state_dir>/launcher/launcher.nk`); None, logged, if it
+    cannot be read: then every start is refused here, with that reason."""
+    seed_file, _ = launcher_key_paths(state_dir)
+    try:
+        return load_grant_signer(str(seed_file))
+    except KeyFileError as err:
+        log.error("no launcher key: no job can start", extra=kv(error=str(err)))
+        return None
 
 
 def worker_spec(spec: JobSpec, gen: Generation, node: str, master: str, port: int) -> WorkerSpec:
@@ -119,7 +150,7 @@ def worker_spec(spec: JobSpec, gen: Generation, node: str, master: str, port: in
         attempt=gen.attempt,
         generation=gen.generation,
         argv=tuple(worker_argv(runnable, placement, sys.executable)),
-        env=build_env(spec, placement, dict(os.environ)),
+        env=job_env(spec, placement),
         workdir=spec.workdir,
         stdout=out,
         stderr=err,

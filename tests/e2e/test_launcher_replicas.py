@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import signal
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import pytest
 
 from muster.client import agent, call
 from muster.cluster import Cluster
-from services.launcher.gang import Generation, worker_spec
+from services.launcher.gang import Generation, launcher_signer, worker_spec
 from shared.api import AgentReply, JobSelector, Ok
 from shared.jobspec import JobSpec
 from tests.support.cluster import (
@@ -185,7 +186,9 @@ async def test_a_repeated_start_of_a_generation_that_ended_runs_nothing(
     gen = Generation(
         job_id=job_id, attempt=1, generation=0, nodes=(node,), gpus=json.loads(row["gpus"])
     )
-    body = worker_spec(spec, gen, node, "127.0.0.1", 29500)
+    signer = launcher_signer(str(cluster.state_dir))  # the launcher's own key, as it signs
+    assert signer is not None
+    body = signer.sign(worker_spec(spec, gen, node, "127.0.0.1", 29500), node, now=time.time())
     reply = msgspec.json.decode(await agent(cluster.nats_url, node, "start", body), type=AgentReply)
     assert (reply.ok, reply.message) == (True, "already ran")
     await asyncio.sleep(2)

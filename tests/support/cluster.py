@@ -158,8 +158,9 @@ async def submit(
     script_path: str = "job.sh",
 ) -> SubmitReply:
     req = SubmitRequest(
-        user=user, argv=argv, script=script, workdir=workdir, script_path=script_path, args=args
-    )
+        user=user, argv=argv, script=script, workdir=workdir, script_path=script_path, args=args,
+        environment=dict(os.environ),  # as the CLI sends it: the job's exported environment
+    )  # fmt: skip
     return await call(url, "submit", req, SubmitReply)
 
 
