@@ -18,7 +18,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import uvloop
 
@@ -133,6 +133,26 @@ def run_service(settings: Settings, main: Callable[[asyncio.Event], Awaitable[No
         uvloop.run(supervised())
     finally:
         provider.shutdown()
+
+
+class Service(Protocol):
+    async def run(self, stop: asyncio.Event) -> None: ...
+
+
+def serve_process(
+    settings: SettingsT,
+    make: Callable[[ServiceContext[SettingsT]], Service],
+    *,
+    pool_size: int = 5,
+) -> None:
+    """A service process's whole life, for a `__main__`: its bus, pool and relay
+    (`service_context`), `make(ctx).run(stop)`, until SIGTERM or SIGINT."""
+
+    async def serve(stop: asyncio.Event) -> None:
+        async with service_context(settings, stop, pool_size=pool_size) as ctx:
+            await make(ctx).run(stop)
+
+    run_service(settings, serve)
 
 
 async def until_stopped(stop: asyncio.Event, *loops: Loop, grace_s: float = 10.0) -> None:

@@ -1,16 +1,15 @@
 """Shell: group commit of accepted single jobs.
 
-Concurrent submissions queue their job here; a flusher writes everything queued in one
-transaction (job rows and their `job.submitted` outbox rows together, so the outbox
-guarantee holds per job) and resolves each waiter with its job id. While one
-transaction is in flight the next batch gathers, so under load a replica commits
-hundreds of jobs per round trip instead of one; alone, a job waits for no one.
+Concurrent submissions queue their job here (`group_commit.py`); a flusher writes
+everything queued in one transaction (job rows and their `job.submitted` outbox rows
+together, so the outbox guarantee holds per job) and resolves each waiter with its job
+id. While one transaction is in flight the next batch gathers, so under load a replica
+commits hundreds of jobs per round trip instead of one; alone, a job waits for no one.
 A failed transaction fails every job of its batch (none of them was stored).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import msgspec
@@ -18,9 +17,9 @@ import msgspec
 from shared.db import Pool
 from shared.events import JobSubmitted, encode, subject_of
 from shared.jobspec import JobSpec
-from shared.runtime import TaskSet
 from shared.telemetry import current_headers
 
+from .group_commit import GroupCommit
 from .policy import JobPolicy
 
 MAX_BATCH = 500
@@ -40,40 +39,14 @@ INSERT INTO outbox(event_id, subject, payload, headers)
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::jsonb[])
 """
 
-_Item = tuple[JobSpec, JobPolicy, "asyncio.Future[int]"]
-
 
 class JobBatcher:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
-        self._queue: list[_Item] = []
-        self._flushers = 0
-        self._tasks = TaskSet()  # flushers are owned: asyncio keeps only weak references
+        self._commits = GroupCommit(self._write, max_batch=MAX_BATCH, inflight=MAX_INFLIGHT)
 
     async def insert(self, spec: JobSpec, policy: JobPolicy) -> int:
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._queue.append((spec, policy, future))
-        if self._flushers < MAX_INFLIGHT:
-            self._flushers += 1
-            self._tasks.spawn(self._flush())
-        return await future
-
-    async def _flush(self) -> None:
-        try:
-            while self._queue:
-                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
-                try:
-                    ids = await self._write([(s, p) for s, p, _ in batch])
-                except Exception as err:
-                    for _, _, future in batch:
-                        if not future.done():
-                            future.set_exception(err)
-                    continue
-                for (_, _, future), job_id in zip(batch, ids, strict=True):
-                    if not future.done():
-                        future.set_result(job_id)
-        finally:
-            self._flushers -= 1
+        return await self._commits.submit((spec, policy))
 
     async def _write(self, jobs: list[tuple[JobSpec, JobPolicy]]) -> list[int]:
         headers = json.dumps(current_headers())

@@ -3,16 +3,15 @@
 A request that changes something (submit, cancel, hold, release, approve, drain,
 resume, reload) records its nonce here before it acts; a nonce already there is a
 replay sent to another replica. Concurrent requests are recorded in one statement per
-batch (as `batch.py` group-commits jobs), so the ledger costs a round trip per batch,
+batch (`group_commit.py`, as `batch.py` commits jobs), so the ledger costs a round trip per batch,
 not per request. Rows past `forget_at` are deleted by `sweep`.
 """
 
 from __future__ import annotations
 
-import asyncio
-
 from shared.db import Pool
-from shared.runtime import TaskSet
+
+from .group_commit import GroupCommit
 
 MAX_BATCH = 1000
 
@@ -23,50 +22,28 @@ ON CONFLICT (nonce) DO NOTHING
 RETURNING nonce
 """
 
-_Item = tuple[str, float, "asyncio.Future[bool]"]
-
 
 class NonceLedger:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
-        self._queue: list[_Item] = []
-        self._flushing = False
-        self._tasks = TaskSet()
+        self._commits = GroupCommit(self._record, max_batch=MAX_BATCH)
 
     async def first_time(self, nonce: str, forget_at: float) -> bool:
         """True when no replica has seen `nonce` (it is recorded now)."""
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._queue.append((nonce, forget_at, future))
-        if not self._flushing:
-            self._flushing = True
-            self._tasks.spawn(self._flush())
-        return await future
+        return await self._commits.submit((nonce, forget_at))
 
-    async def _flush(self) -> None:
-        try:
-            while self._queue:
-                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
-                try:
-                    async with self.pool.acquire() as conn:
-                        rows = await conn.fetch(
-                            _RECORD, [n for n, _, _ in batch], [f for _, f, _ in batch]
-                        )
-                except Exception as err:  # every waiter hears of it; none hangs
-                    for _, _, future in batch:
-                        if not future.done():
-                            future.set_exception(err)
-                    continue
-                new = {r["nonce"] for r in rows}
-                for nonce, _, future in batch:
-                    if not future.done():
-                        # the same nonce twice in one batch: only its first is new
-                        future.set_result(nonce in new)
-                        new.discard(nonce)
-        finally:
-            self._flushing = False
+    async def _record(self, batch: list[tuple[str, float]]) -> list[bool]:
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(_RECORD, [n for n, _ in batch], [f for _, f in batch])
+        new = {r["nonce"] for r in rows}
+        firsts = []
+        for nonce, _ in batch:  # the same nonce twice in one batch: only its first is new
+            firsts.append(nonce in new)
+            new.discard(nonce)
+        return firsts
 
     async def aclose(self, timeout_s: float) -> None:
-        await self._tasks.close(timeout_s)
+        await self._commits.aclose(timeout_s)
 
     async def sweep(self) -> None:
         async with self.pool.acquire() as conn:

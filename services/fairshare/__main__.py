@@ -7,7 +7,6 @@ fair-share knobs (`FairShareConfig`, see docs/fairshare.md).
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from services.fairshare.cluster import ClusterView, read_cluster
 from services.fairshare.config import FairShareConfig, decode_config
 from services.fairshare.service import FairShare
 from services.fairshare.tree import check_tree
-from shared.runtime import run_service, service_context
+from shared.runtime import serve_process
 from shared.settings import FairShareSettings
 
 
@@ -35,12 +34,7 @@ def load(settings: FairShareSettings) -> tuple[FairShareConfig, ClusterView]:
 def main() -> None:
     settings = FairShareSettings.from_env(os.environ)
     config, cluster = load(settings)
-
-    async def serve(stop: asyncio.Event) -> None:
-        async with service_context(settings, stop) as ctx:
-            await FairShare(ctx, config, cluster).run(stop)
-
-    run_service(settings, serve)
+    serve_process(settings, lambda ctx: FairShare(ctx, config, cluster))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from services.fairshare.ranking import PendingJob
 from services.fairshare.tree import Assoc
 from shared.db import Conn
 from shared.jobspec import JobSpec
-from shared.states import JobState
+from shared.waiting import fetch_waiting
 
 
 async def lock_charge(
@@ -113,16 +113,8 @@ async def apply_decay(
 
 async def load_pending(conn: Conn) -> list[PendingJob]:
     """Jobs waiting for an allocation (what the placer ranks)."""
-    rows = await conn.fetch(
-        "SELECT j.job_id, j.spec, extract(epoch FROM j.submitted_at)::float8 AS submitted"
-        " FROM jobs j LEFT JOIN job_runs r USING (job_id)"
-        " WHERE j.cancel_requested_at IS NULL"
-        # no run yet, or handed back to the queue (a fault, a preemption)
-        " AND (r.state IS NULL OR r.state = $1)"
-        " AND NOT EXISTS (SELECT 1 FROM allocations a"
-        "   WHERE a.job_id = j.job_id AND a.released_at IS NULL)"
-        " ORDER BY j.job_id",
-        JobState.REQUEUED,
+    rows = await fetch_waiting(
+        conn, "j.job_id, j.spec, extract(epoch FROM j.submitted_at)::float8 AS submitted"
     )
     return [
         PendingJob(

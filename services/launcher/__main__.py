@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 from services.launcher.coordinator import Coordinator
 from services.launcher.coordinator_core import CoordinatorConfig
-from shared.runtime import run_service, service_context
+from shared.runtime import serve_process
 from shared.settings import LauncherSettings
 
 
@@ -27,12 +26,7 @@ def coordinator_config(settings: LauncherSettings) -> CoordinatorConfig:
 def main() -> None:
     settings = LauncherSettings.from_env(os.environ)
     config = coordinator_config(settings)
-
-    async def serve(stop: asyncio.Event) -> None:
-        async with service_context(settings, stop) as ctx:
-            await Coordinator(ctx, config, lease_s=settings.launcher_lease_s).run(stop)
-
-    run_service(settings, serve)
+    serve_process(settings, lambda ctx: Coordinator(ctx, config, lease_s=settings.launcher_lease_s))
 
 
 if __name__ == "__main__":

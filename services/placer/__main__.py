@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 from services.placer.service import Placer
-from shared.runtime import run_service, service_context
+from shared.runtime import serve_process
 from shared.settings import PlacerSettings
 
 
 def main() -> None:
-    settings = PlacerSettings.from_env(os.environ)
-
-    async def serve(stop: asyncio.Event) -> None:
-        async with service_context(settings, stop) as ctx:
-            await Placer(ctx).run(stop)
-
-    run_service(settings, serve)
+    serve_process(PlacerSettings.from_env(os.environ), Placer)
 
 
 if __name__ == "__main__":

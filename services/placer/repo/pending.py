@@ -18,6 +18,7 @@ from services.placer.core.blockers import Ended, Facts
 from shared.db import Conn
 from shared.jobspec import JobSpec
 from shared.states import TERMINAL, JobState
+from shared.waiting import fetch_waiting
 
 TERMINAL_STATES = sorted(TERMINAL)  # as a query parameter (`= ANY($n::text[])`)
 
@@ -30,21 +31,14 @@ class PendingJob(msgspec.Struct, frozen=True, kw_only=True):
 
 async def load_pending(conn: Conn) -> list[PendingJob]:
     """Jobs waiting for an allocation, in job id order."""
-    rows = await conn.fetch(
-        "SELECT j.job_id, j.spec, j.held, extract(epoch FROM j.submitted_at)::float8 AS submitted,"
+    rows = await fetch_waiting(
+        conn,
+        "j.job_id, j.spec, j.held, extract(epoch FROM j.submitted_at)::float8 AS submitted,"
         " coalesce(r.excluded_nodes, '{}') AS run_excluded, r.state = $1 AS requeued,"
         " (SELECT coalesce(max(attempt), 0) FROM allocations a WHERE a.job_id = j.job_id) AS last,"
         # admission's policy columns (migration 0004)
         " j.needs_approval AND j.approved_at IS NULL AS unapproved, j.tier, j.preemptible,"
-        " j.can_preempt, j.grace_s, j.min_runtime_s"
-        " FROM jobs j LEFT JOIN job_runs r USING (job_id)"
-        " WHERE j.cancel_requested_at IS NULL"
-        # no run yet, or handed back to the queue (a fault, a preemption)
-        " AND (r.state IS NULL OR r.state = $1)"
-        " AND NOT EXISTS (SELECT 1 FROM allocations a"
-        "   WHERE a.job_id = j.job_id AND a.released_at IS NULL)"
-        " ORDER BY j.job_id",
-        JobState.REQUEUED,
+        " j.can_preempt, j.grace_s, j.min_runtime_s",
     )
     out = []
     for r in rows:

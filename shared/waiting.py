@@ -1,0 +1,28 @@
+"""Plumbing: the one definition of "a job waiting for an allocation", as SQL.
+
+The placer places these jobs and fairshare ranks them; both must mean the same set, so
+both load it here: not cancelled, with no run yet or a run handed back to the queue (a
+fault, a preemption), and holding no live allocation. Each reader picks its columns.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+from shared.db import Conn
+from shared.states import JobState
+
+_WAITING = (
+    " FROM jobs j LEFT JOIN job_runs r USING (job_id)"
+    " WHERE j.cancel_requested_at IS NULL"
+    " AND (r.state IS NULL OR r.state = $1)"
+    " AND NOT EXISTS (SELECT 1 FROM allocations a"
+    "   WHERE a.job_id = j.job_id AND a.released_at IS NULL)"
+    " ORDER BY j.job_id"
+)
+
+
+async def fetch_waiting(conn: Conn, columns: str) -> list[asyncpg.Record]:
+    """`columns` (over `jobs j` and `job_runs r`; `$1` is the requeued state) of every
+    job waiting for an allocation, in job id order."""
+    return list(await conn.fetch(f"SELECT {columns}{_WAITING}", JobState.REQUEUED))
