@@ -11,7 +11,7 @@ worker, or a body changed after signing. Nothing runs before `check` says None.
 
 Files: `<state_dir>/launcher/launcher.nk` (the seed, 0600, read only by the launcher)
 and `<state_dir>/launcher/launcher.pub` (trusted public keys, one a line), made by
-`ensure_launcher_key` for a local cluster; settings name others (docs/security.md).
+`ensure_launcher_key` for a local cluster; MUSTER_STATE_DIR places them (docs/security.md).
 """
 
 from __future__ import annotations
@@ -112,8 +112,8 @@ def check(
     if not trusted:
         return _refuse(
             GrantCode.NO_TRUSTED_KEYS,
-            f"node {node} trusts no launcher key: list the launcher's public key in the "
-            "file named by launcher_public_keys (muster up writes it)",
+            f"node {node} trusts no launcher key: list the launcher's public key in "
+            "<state_dir>/launcher/launcher.pub (muster up writes it)",
         )
     if token is None:
         return _refuse(
