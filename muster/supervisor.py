@@ -25,6 +25,7 @@ from pathlib import Path
 
 from muster.cluster import Cluster, alive
 from shared.logs import kv, setup_logging
+from shared.settings import ToolSettings
 
 log = logging.getLogger("muster.supervisor")  # also when run as __main__
 
@@ -96,8 +97,9 @@ def _running(cluster: Cluster, key: str) -> bool:
 
 
 def main() -> None:
-    state_dir = Path(os.environ["MUSTER_STATE_DIR"])
-    setup_logging(os.environ.get("MUSTER_LOG_LEVEL", "INFO"), "supervisor")
+    settings = ToolSettings.from_env(os.environ)
+    state_dir = Path(settings.state_dir)
+    setup_logging(settings.log_level, settings.service_name)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -177,6 +177,13 @@ class NodeSettings(Settings, frozen=True, kw_only=True):
     fabric_hook_s: float = 60.0
 
 
+class ToolSettings(Settings, frozen=True, kw_only=True):
+    """The cluster tooling's processes (`muster up`'s supervisor): the common settings
+    (the state folder, the log level) and nothing of any service's."""
+
+    service_name: str = "supervisor"
+
+
 def nats_servers(url: str) -> list[str]:
     """The servers a NATS URL setting names: one URL, or several comma-separated (a
     cluster: a client connects to any of them and fails over to the others)."""

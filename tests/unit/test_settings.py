@@ -20,6 +20,7 @@ from shared.settings import (
     PlacerSettings,
     Settings,
     SettingsError,
+    ToolSettings,
 )
 
 # One environment as `muster up` hands it to every child: each kind takes its share.
@@ -67,6 +68,10 @@ CASES: dict[str, tuple[type[Settings], dict[str, Any]]] = {
     "a node agent takes its node, fence and root policy": (
         NodeSettings,
         {"service_name": "node", "node": "n7", "fence_s": 3.0, "allow_root_jobs": True},
+    ),
+    "the supervisor takes the common settings only": (
+        ToolSettings,
+        {"service_name": "supervisor"},
     ),
     "a tool with only the common settings takes the servers and identity": (Settings, {}),
 }

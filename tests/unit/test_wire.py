@@ -2,11 +2,13 @@
 they must decode forever (STYLE.md rule 7: add fields with defaults, never rename,
 retype or reuse).
 
-The payloads are realistic messages with every field filled — nested collections
-(`Grant`, `GpuSlot`, `RunningWorker`) non-empty, optional fields set — so each field's
-type is exercised: a payload must decode to its type AND re-encode to the same JSON,
-so a renamed or retyped field, nested or not, fails here. A new field (with its default)
-fails too until its realistic value is added to the tag's file, beside the old keys."""
+The payloads are recorded from a live run (`python -m tests.wire.record`: a local
+cluster, a gang job, an XID, a cancel, a drain...), so nested collections (`Grant`,
+`GpuSlot`, `RunningWorker`) hold what the services really send. A payload must decode
+to its type AND re-encode to the same JSON, so a renamed or retyped field, nested or
+not, fails here. Every field is filled but those `LIVE_GAPS` names: a live run leaves
+them empty (one of two alternatives, or a value the simulated GPUs never give). A new
+field (with its default) fails until the tag is recorded again or its value added."""
 
 from __future__ import annotations
 
@@ -69,9 +71,28 @@ def test_every_recorded_payload_re_encodes_to_the_same_json(kind: type[events.Ev
     assert again == recorded
 
 
+# What a live run leaves empty, per tag, and why; never a nested collection (NESTED).
+LIVE_GAPS: dict[str, set[str]] = {
+    "job.cancel_requested": {".signal"},  # set only by `cancel --signal`
+    "job.finished": {".exit_code", ".signal"},  # an exit code or a signal, or neither
+    "job.requeued": {".excluded_nodes"},  # a preemption excludes no node
+    "worker.exited": {".exit_code", ".signal", ".spawn_failed"},  # one of them at most
+    # the simulated GPU reports no pid or message with an XID
+    "gpu.xid_observed": {".pid", ".message"},
+    # a healthy node's registration: no problems, no unhealthy GPU, no reset pending
+    "node.registered": {".check_problems", ".unhealthy_gpus", ".reset_pending"},
+}
+NESTED = {".grants", ".gpus", ".running", ".stopped", ".keep"}
+
+
 @pytest.mark.parametrize("kind", EVENT_TYPES, ids=_tag)
 def test_every_field_of_a_recorded_payload_is_filled(kind: type[events.Event]) -> None:
-    assert unfilled(json.loads(_recorded(kind))) == []
+    gaps = set(unfilled(json.loads(_recorded(kind))))
+    assert gaps - LIVE_GAPS.get(_tag(kind), set()) == set()
+
+
+def test_no_nested_collection_may_stay_empty() -> None:
+    assert all(not gaps & NESTED for gaps in LIVE_GAPS.values())
 
 
 def test_every_recorded_file_names_an_event_type() -> None:

@@ -1,0 +1,1 @@
+"""Tooling beside the recorded payloads: `python -m tests.wire.record`."""
