@@ -1,21 +1,30 @@
 """Plumbing: OpenTelemetry setup and the one adapter that carries W3C trace context in
-NATS headers, so a job's trace spans admission -> placer -> launcher."""
+NATS headers, so a job's trace spans admission -> placer -> launcher -> agent.
+
+`MUSTER_OTEL_EXPORTER` chooses the exporter (none, console, otlp) and
+`MUSTER_OTEL_ENDPOINT` where OTLP/HTTP goes (`http://jaeger:4318`: `/v1/traces` is added
+when no path is given; empty: the exporter's own default and `OTEL_EXPORTER_OTLP_*`).
+Whatever the exporter, finished spans also feed this process's Prometheus histograms
+(`SpanMetrics`): the placer's pass, each consumer's handling, each request served."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
     SimpleSpanProcessor,
     SpanExporter,
 )
+from opentelemetry.trace import SpanKind
+from prometheus_client import Histogram
 
 from shared.settings import Settings
 
@@ -25,6 +34,7 @@ log = logging.getLogger(__name__)
 def setup_tracing(settings: Settings) -> TracerProvider:
     """Install a tracer provider; the exporter is chosen by `MUSTER_OTEL_EXPORTER`."""
     provider = TracerProvider(resource=Resource.create({"service.name": settings.service_name}))
+    provider.add_span_processor(SpanMetrics())
     exporter = _exporter(settings)
     if exporter is not None:
         if settings.otel_exporter == "console":
@@ -41,9 +51,63 @@ def _exporter(settings: Settings) -> SpanExporter | None:
     if settings.otel_exporter == "otlp":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        endpoint = settings.otel_endpoint or None
-        return OTLPSpanExporter(endpoint=endpoint)
+        return OTLPSpanExporter(endpoint=otlp_traces_url(settings.otel_endpoint))
     return None
+
+
+def otlp_traces_url(endpoint: str) -> str | None:
+    """The OTLP/HTTP traces URL of `MUSTER_OTEL_ENDPOINT`: a bare collector address gets
+    the standard `/v1/traces` path (the exporter would post to the bare address)."""
+    if not endpoint:
+        return None
+    if urlsplit(endpoint).path in ("", "/"):
+        return endpoint.rstrip("/") + "/v1/traces"
+    return endpoint
+
+
+# Per-process timings, as Prometheus histograms fed by finished spans (the span is the
+# one place each pass or message is already timed). Module level: one per process.
+PASS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+EXAMINED_BUCKETS = (0, 1, 10, 100, 1000, 10_000, 100_000)
+PASS_SECONDS = Histogram(
+    "muster_scheduling_pass_seconds", "Duration of one placer scheduling pass", buckets=PASS_BUCKETS
+)
+PASS_EXAMINED = Histogram(
+    "muster_scheduling_pass_jobs_examined",
+    "Pending jobs one scheduling pass examined",
+    buckets=EXAMINED_BUCKETS,
+)
+HANDLE_SECONDS = Histogram(
+    "muster_bus_handle_seconds",
+    "Time a consumer took to handle one event (retries of a transient error included)",
+    ["consumer", "event"],
+    buckets=PASS_BUCKETS,
+)
+REQUEST_SECONDS = Histogram(
+    "muster_request_seconds",
+    "Time to answer one request (muster.api.<verb>, muster.agent.<node>.<verb>)",
+    ["verb"],
+    buckets=PASS_BUCKETS,
+)
+
+
+class SpanMetrics(SpanProcessor):
+    """Observes the histograms above as spans end: a placer cycle, a CONSUMER span (one
+    per message), a SERVER span (one per request)."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.start_time is None or span.end_time is None:
+            return
+        seconds = (span.end_time - span.start_time) / 1e9
+        attributes = span.attributes or {}
+        if span.name == "placer.cycle":
+            PASS_SECONDS.observe(seconds)
+            PASS_EXAMINED.observe(float(str(attributes.get("placer.pending", 0))))
+        elif span.kind == SpanKind.CONSUMER:
+            consumer = str(attributes.get("messaging.consumer", ""))
+            HANDLE_SECONDS.labels(consumer, span.name.removeprefix("consume ")).observe(seconds)
+        elif span.kind == SpanKind.SERVER:
+            REQUEST_SECONDS.labels(span.name.rsplit(".", 1)[-1]).observe(seconds)
 
 
 def inject_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
