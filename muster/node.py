@@ -66,7 +66,7 @@ def main() -> None:
                 boot_id=kernel_boot,
                 fence_s=settings.fence_s,
                 grace_s=settings.fault_kill_wait_s,
-                trusted_keys=agent_trusted_keys(settings.state_dir),
+                trusted_keys=agent_trusted_keys(settings.state_dir, settings.launcher_public_keys),
                 accounts=account_policy(
                     settings.min_job_uid, settings.allowed_job_users, settings.allow_root_jobs
                 ),

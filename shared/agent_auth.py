@@ -210,6 +210,7 @@ def load_grant_signer(seed_path: str) -> GrantSigner:
     return GrantSigner(load_signer(seed_path))
 
 
-def agent_trusted_keys(state_dir: str) -> TrustedKeys:
-    """What a node agent trusts: `<state_dir>/launcher/launcher.pub`."""
-    return TrustedKeys(str(launcher_key_paths(state_dir)[1]))
+def agent_trusted_keys(state_dir: str, path: str = "") -> TrustedKeys:
+    """What a node agent trusts: the keys in `path`, by default
+    `<state_dir>/launcher/launcher.pub`."""
+    return TrustedKeys(path or str(launcher_key_paths(state_dir)[1]))

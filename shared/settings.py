@@ -138,6 +138,9 @@ class LauncherSettings(Settings, frozen=True, kw_only=True):
     restart_backoff_max_s: float = 60.0
     # A replica silent this long loses its shards of the jobs to another (owners.py).
     launcher_lease_s: float = 2.0
+    # The key that signs every start and stop sent to the agents (shared/agent_auth.py);
+    # empty: <state_dir>/launcher/launcher.nk.
+    launcher_key_file: str = ""
 
 
 class NodeSettings(Settings, frozen=True, kw_only=True):
@@ -162,6 +165,9 @@ class NodeSettings(Settings, frozen=True, kw_only=True):
     # its name is in allowed_job_users (comma-separated); root only with allow_root_jobs.
     min_job_uid: int = 1000
     allowed_job_users: str = ""
+    # The launcher public keys this agent trusts, one a line; empty:
+    # <state_dir>/launcher/launcher.pub.
+    launcher_public_keys: str = ""
     # Fabric watch (docs/health.md): the links that matter ("mlx5_0,mlx5_1/1,ib0"; empty:
     # every HCA found), read under fabric_root's sysfs, polled (and woken by netlink).
     fabric: str = ""

@@ -86,7 +86,8 @@ class Coordinator:
         self.ctx = ctx
         self.settings = ctx.settings
         self.config = config
-        self.agents = Agents(ctx.bus, signer=launcher_signer(ctx.settings.state_dir))
+        signer = launcher_signer(ctx.settings.state_dir, ctx.settings.launcher_key_file)
+        self.agents = Agents(ctx.bus, signer=signer)
         self.owners = Owners(ctx.settings.instance, lease_s)
         self.effects = EffectRunner(self.agents, self.launch, self.end_stopped, self.owns)
         self.upkeep = Upkeep(self)

@@ -115,12 +115,12 @@ class Agents:
         return msgspec.json.decode(raw, type=AgentReply)
 
 
-def launcher_signer(state_dir: str) -> GrantSigner | None:
-    """The launcher's key (`<state_dir>/launcher/launcher.nk`); None, logged, if it
-    cannot be read: then every start is refused here, with that reason."""
-    seed_file, _ = launcher_key_paths(state_dir)
+def launcher_signer(state_dir: str, path: str = "") -> GrantSigner | None:
+    """The launcher's key (`path`, by default `<state_dir>/launcher/launcher.nk`); None,
+    logged, if it cannot be read: then every start is refused here, with that reason."""
+    seed_file = path or str(launcher_key_paths(state_dir)[0])
     try:
-        return load_grant_signer(str(seed_file))
+        return load_grant_signer(seed_file)
     except KeyFileError as err:
         log.error("no launcher key: no job can start", extra=kv(error=str(err)))
         return None
