@@ -25,6 +25,7 @@ import uvloop
 from shared.bus import Bus
 from shared.db import Pool, Relay, create_pool, migrate
 from shared.logs import kv, setup_logging
+from shared.metrics import close_metrics, start_metrics
 from shared.settings import Settings
 from shared.telemetry import setup_tracing
 from shared.transient import Backoff, is_transient
@@ -123,10 +124,12 @@ def run_service(settings: Settings, main: Callable[[asyncio.Event], Awaitable[No
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         log.info("starting", extra=kv(service=settings.service_name, instance=settings.instance))
+        metrics = await start_metrics(settings)  # /metrics of this process (shared/metrics.py)
         try:
             await main(stop)
         except StoppedBeforeReady as err:
             log.info("stopped before ready", extra=kv(step=str(err)))
+        await close_metrics(metrics)
         log.info("stopped", extra=kv(service=settings.service_name))
 
     try:

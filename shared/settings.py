@@ -42,6 +42,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     instance: str = "0"
     otel_exporter: str = "none"  # none | console | otlp
     otel_endpoint: str = ""
+    # Where /metrics is served (shared/metrics.py): 0 an ephemeral port, -1 off; the
+    # bound URL is written to <state_dir>/metrics/<process>.url.
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
     log_level: str = "INFO"
     max_deliver: int = 5
     ack_wait_s: float = 30.0
