@@ -16,10 +16,8 @@ from pathlib import Path
 
 from services.health.gpu import GpuBackend
 from services.health.probe import Boots, NodeProbe, kernel_boot_id
-from services.launcher.accounts import account_policy
 from services.launcher.agent import NodeExecutor
 from services.launcher.worker_table import node_state_folder
-from shared.agent_auth import agent_trusted_keys
 from shared.bus import Bus
 from shared.runtime import run_service, until_ready
 from shared.settings import NodeSettings
@@ -66,10 +64,6 @@ def main() -> None:
                 boot_id=kernel_boot,
                 fence_s=settings.fence_s,
                 grace_s=settings.fault_kill_wait_s,
-                trusted_keys=agent_trusted_keys(settings.state_dir, settings.launcher_public_keys),
-                accounts=account_policy(
-                    settings.min_job_uid, settings.allowed_job_users, settings.allow_root_jobs
-                ),
                 address=settings.node_address,
             )
             executor.touch_contact()  # connected: the control plane is reachable now
@@ -81,6 +75,7 @@ def main() -> None:
                 node=settings.node,
                 address=settings.node_address,
                 topology=tuple(p for p in settings.topology.split("/") if p),
+                features=tuple(f for f in settings.features.split(",") if f),
                 heartbeat_s=settings.heartbeat_interval_s,
                 kmsg_path=settings.kmsg_path,
                 expected_gpus=settings.gpus if settings.gpu_backend == "sim" else None,

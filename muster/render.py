@@ -12,11 +12,11 @@ from typing import Any
 
 import msgspec
 
-from shared.api import JobView, NodesReply, QueueReply, ShowJobReply
+from shared.api import JobView, NodesReply, NodeView, QueueReply, ShowJobReply
 from shared.states import LIVE_RUN
 
 QUEUE_COLUMNS = "{:>7} {:<10} {:<12} {:<8} {:<11} {:>10} {:>5} {:>4}  {}"
-NODE_COLUMNS = "{:<10} {:<9} {:>9} {:<14} {:<12} {}"
+NODE_COLUMNS = "{:<10} {:<9} {:>9} {:<14} {:<12} {:<14} {:<12} {}"
 
 
 def to_json(value: Any) -> str:
@@ -85,11 +85,26 @@ def show_lines(reply: ShowJobReply) -> list[str]:
 
 def nodes_lines(reply: NodesReply) -> list[str]:
     """`muster nodes`: free/total GPUs, the switch path, and which GPUs are unhealthy."""
-    lines = [NODE_COLUMNS.format("NODE", "STATE", "GPUS", "TOPOLOGY", "UNHEALTHY", "REASON")]
+    head = ("NODE", "STATE", "GPUS", "TOPOLOGY", "GRES", "FEATURES", "UNHEALTHY", "REASON")
+    lines = [NODE_COLUMNS.format(*head)]
     for n in reply.nodes:
         bad = ",".join(f"{g.index}(xid{g.last_xid})" for g in n.gpus if not g.healthy) or "-"
         gpus = f"{n.gpus_free}/{n.gpus_total}"
         lines.append(
-            NODE_COLUMNS.format(n.name, n.state, gpus, "/".join(n.topology), bad, n.reason)
+            NODE_COLUMNS.format(
+                n.name,
+                n.state,
+                gpus,
+                "/".join(n.topology),
+                _gres(n),
+                ",".join(n.features) or "-",
+                bad,
+                n.reason,
+            )
         )
     return lines
+
+
+def _gres(n: NodeView) -> str:
+    """Slurm's GRES column: `gpu:h100:4`, the GPU type and count a request names."""
+    return f"gpu:{n.gpu_type}:{n.gpus_total}" if n.gpu_type else f"gpu:{n.gpus_total}"

@@ -30,9 +30,6 @@ class SubmitRequest(Request, frozen=True, kw_only=True):
     args: tuple[str, ...] = ()
     workdir: str = "/tmp"
     dry_run: bool = False
-    # The submitter's environment as they submitted (sbatch's): what `--export` passes on
-    # to the job, which never gets the daemons' own environment.
-    environment: dict[str, str] = {}
 
 
 class SubmitReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -144,6 +141,8 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     last_heartbeat: float | None
     last_fault: dict[str, Any] | None
     gpus: tuple[GpuView, ...] = ()
+    features: tuple[str, ...] = ()  # what --constraint matches here
+    gpu_type: str = ""  # the short GPU type --gres=gpu:TYPE:N names ("h100")
 
 
 class NodesReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -186,42 +185,6 @@ class Envelope(msgspec.Struct, frozen=True, kw_only=True):
 # --- node agent (launcher executor + health probe on each node) --------------------
 
 
-class AgentGrant(msgspec.Struct, frozen=True, kw_only=True):
-    """What the launcher allows one node agent to do (shared/agent_auth.py): `verb` on
-    this job's worker (allocation `attempt`, start `generation`) on `node`, as `user`,
-    until `expires_ms`; `digest` binds the request's every other field."""
-
-    v: int = 1
-    verb: str  # start | stop
-    job_id: int
-    attempt: int | None = None
-    generation: int | None = None
-    node: str
-    user: str = ""  # the account it runs as ("": the agent's own)
-    expires_ms: int
-    digest: str  # sha256 of the request without its token (agent_auth.digest)
-
-
-class AgentToken(msgspec.Struct, frozen=True, kw_only=True):
-    """The launcher's ed25519 signature (`sig`, base64) of `grant`, by public key `key`."""
-
-    key: str
-    sig: str
-    grant: AgentGrant
-
-
-class WorkerLimits(msgspec.Struct, frozen=True, kw_only=True):
-    """What one worker may use on its node (enforced by its cgroup, docs/isolation.md):
-    None is unlimited; `gpus` None (unknown) confines no GPU device."""
-
-    memory_mib: int | None = None  # --mem (per node), or --mem-per-gpu x GPUs
-    cpus: float | None = None  # --cpus-per-task x tasks per node
-    gpus: tuple[int, ...] | None = None  # the node's GPU indices the job holds
-    io_weight: int | None = None  # the account's / partition's [io] settings
-    io_read_bps: int | None = None
-    io_write_bps: int | None = None
-
-
 class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
     job_id: int
     attempt: int
@@ -234,7 +197,6 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
     run_as: str | None = None
     script: str = ""  # written to the agent's spool as `script_name`; "{spool}" in argv
     script_name: str = "script.sh"  # and env is replaced by that spool folder
-    token: AgentToken | None = None  # the launcher's signature: none, nothing runs
 
 
 class StopWorkers(msgspec.Struct, frozen=True, kw_only=True):
@@ -246,7 +208,6 @@ class StopWorkers(msgspec.Struct, frozen=True, kw_only=True):
     # stale worker can never hit a newer one of the same job.
     attempt: int | None = None
     generation: int | None = None
-    token: AgentToken | None = None  # the launcher's signature: none, nothing is stopped
 
 
 class InjectFault(msgspec.Struct, frozen=True, kw_only=True):

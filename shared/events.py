@@ -154,6 +154,7 @@ class NodeRegistered(Event, frozen=True, tag="node.registered"):
     address: str
     gpus: tuple[GpuSlot, ...]
     topology: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()  # from its topology file, as Slurm's Features=
     boot_id: str = ""
     # The probe's health check at (re)registration; None from probes that run none.
     check_passed: bool | None = None

@@ -149,11 +149,15 @@ SELECT j.job_id, j.name, j.user_name, j.account, j.partition, j.qos, j.nodes_max
        r.state AS run_state, r.reason AS run_reason, r.nodes AS run_nodes, r.exit_code,
        r.restart_count, extract(epoch FROM r.started_at)::float8 AS started,
        extract(epoch FROM r.ended_at)::float8 AS ended,
+       extract(epoch FROM r.updated_at)::float8 AS run_updated,
        p.reason AS wait_reason, p.detail AS wait_detail,
        extract(epoch FROM p.estimated_start)::float8 AS est,
        (SELECT array_agg(n.node ORDER BY n.rank) FROM allocations a
           JOIN allocation_nodes n ON n.alloc_id = a.alloc_id AND n.live
          WHERE a.job_id = j.job_id AND a.released_at IS NULL) AS alloc_nodes
+       ,(SELECT count(*) FROM allocations a
+          JOIN allocation_gpus g ON g.alloc_id = a.alloc_id AND g.live
+         WHERE a.job_id = j.job_id AND a.released_at IS NULL) AS alloc_gpus
   FROM jobs j
   LEFT JOIN job_runs r USING (job_id)
   LEFT JOIN pending_reasons p USING (job_id)
@@ -229,7 +233,8 @@ async def attempts(conn: Conn, job_id: int) -> list[asyncpg.Record]:
 async def nodes_view(conn: Conn) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:
     nodes = await conn.fetch(
         "SELECT name, state, reason, topology, extract(epoch FROM last_heartbeat)::float8 AS hb,"
-        " last_fault FROM nodes ORDER BY name"
+        " last_fault, n.features || coalesce(p.features, '{}') AS features, p.gpu_type"
+        " FROM nodes n LEFT JOIN node_policy p ON p.node = n.name ORDER BY name"
     )
     gpus = await conn.fetch(
         "SELECT g.node, g.idx, g.model, g.healthy, g.last_xid, a.job_id FROM gpus g"

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from shared.api import GpuView, JobView, NodeView
+from shared.gpu_types import type_of
 from shared.states import LIVE_RUN, TERMINAL, JobState
 
 
@@ -62,8 +63,12 @@ def job_view(row: Row, now: float) -> JobView:
     started, ended = row["started"], row["ended"]
     nodelist = tuple(row["run_nodes"] or row["alloc_nodes"] or ())
     elapsed = 0.0
-    if started is not None:
+    if started is not None and row["run_state"] == JobState.REQUEUED:
+        # back in the queue: the time it ran, not a clock that keeps counting while it waits
+        elapsed = float((row["run_updated"] or started) - started)
+    elif started is not None:
         elapsed = float((ended if ended is not None else now) - started)
+    held = row["alloc_gpus"] or 0  # an exclusive job holds every GPU of its nodes
     return JobView(
         job_id=row["job_id"],
         name=row["name"],
@@ -74,7 +79,7 @@ def job_view(row: Row, now: float) -> JobView:
         state=state,
         reason=reason,
         nodes=len(nodelist) or row["nodes_max"],
-        gpus=(len(nodelist) or row["nodes_max"]) * row["gpus_per_node"],
+        gpus=held or (len(nodelist) or row["nodes_max"]) * row["gpus_per_node"],
         nodelist=nodelist if state != JobState.PENDING else (),
         submitted_at=float(row["submitted"]),
         started_at=None if started is None else float(started),
@@ -122,6 +127,8 @@ def node_views(nodes: Sequence[Row], gpus: Sequence[Row]) -> list[NodeView]:
                 gpus_total=len(slots),
                 gpus_free=free if n["state"] == "UP" else 0,
                 topology=tuple(n["topology"]),
+                features=tuple(dict.fromkeys(n["features"] or ())),
+                gpu_type=type_of(slots[0].model if slots else None, n["gpu_type"]),
                 last_heartbeat=None if n["hb"] is None else float(n["hb"]),
                 last_fault=None if n["last_fault"] is None else json.loads(n["last_fault"]),
                 gpus=tuple(slots),

@@ -115,6 +115,7 @@ class NodeProbe:
         address: str,
         topology: tuple[str, ...],
         heartbeat_s: float,
+        features: tuple[str, ...] = (),
         poll_s: float | None = None,
         kmsg_path: str = "",
         expected_gpus: int | None = None,
@@ -132,6 +133,7 @@ class NodeProbe:
         self.node = node
         self.address = address
         self.topology = topology
+        self.features = features
         self.heartbeat_s = heartbeat_s
         self.poll_s = poll_s if poll_s is not None else heartbeat_s
         self.kmsg_path = kmsg_path
@@ -217,6 +219,7 @@ class NodeProbe:
             address=self.address,
             gpus=gpus,
             topology=self.topology,
+            features=self.features,
             boot_id=self.boot_id,
             check_passed=result.passed,
             check_problems=result.problems,

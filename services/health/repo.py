@@ -134,11 +134,13 @@ async def upsert_inventory(conn: Conn, reg: NodeRegistered, *, prune: bool) -> N
     health of known rows is the state machine's. `prune` drops GPUs no longer present
     (only after a passing check, so a GPU that fell off stays visible as unhealthy)."""
     await conn.execute(
-        "INSERT INTO nodes(name, address, topology) VALUES ($1, $2, $3)"
-        " ON CONFLICT (name) DO UPDATE SET address = $2, topology = $3, updated_at = now()",
+        "INSERT INTO nodes(name, address, topology, features) VALUES ($1, $2, $3, $4)"
+        " ON CONFLICT (name) DO UPDATE SET address = $2, topology = $3, features = $4,"
+        " updated_at = now()",
         reg.node,
         reg.address,
         list(reg.topology),
+        list(reg.features),
     )
     if prune:
         await conn.execute(

@@ -103,8 +103,11 @@ def test_nodes_lines_show_free_gpus_and_the_unhealthy_ones() -> None:
     node = NodeView(
         name="node02", state="DRAINING", reason="xid 79", gpus_total=2, gpus_free=0,
         topology=("spine0", "leaf1"), last_heartbeat=None, last_fault=None, gpus=gpus,
+        features=("ib", "rack1"), gpu_type="h100",
     )  # fmt: skip
     assert nodes_lines(NodesReply(nodes=(node,))) == [
-        "NODE       STATE          GPUS TOPOLOGY       UNHEALTHY    REASON",
-        "node02     DRAINING        0/2 spine0/leaf1   1(xid79)     xid 79",
+        "NODE       STATE          GPUS TOPOLOGY       GRES         FEATURES       UNHEALTHY"
+        "    REASON",
+        "node02     DRAINING        0/2 spine0/leaf1   gpu:h100:2   ib,rack1       1(xid79)"
+        "     xid 79",
     ]

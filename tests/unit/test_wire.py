@@ -80,7 +80,8 @@ LIVE_GAPS: dict[str, set[str]] = {
     # the simulated GPU reports no pid or message with an XID
     "gpu.xid_observed": {".pid", ".message"},
     # a healthy node's registration: no problems, no unhealthy GPU, no reset pending
-    "node.registered": {".check_problems", ".unhealthy_gpus", ".reset_pending"},
+    # ... and no features: the local topology file gives its nodes none
+    "node.registered": {".check_problems", ".unhealthy_gpus", ".reset_pending", ".features"},
 }
 NESTED = {".grants", ".gpus", ".running", ".stopped", ".keep"}
 
