@@ -155,6 +155,7 @@ class NodeSettings(Settings, frozen=True, kw_only=True):
     gpus: int = 4
     gpu_model: str = "SIM-H100"
     topology: str = ""
+    features: str = ""  # comma list: what --constraint matches on this node
     node_address: str = "127.0.0.1"
     kmsg_path: str = ""
     gpu_backend: str = "sim"  # sim | nvml
