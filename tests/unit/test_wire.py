@@ -77,8 +77,8 @@ LIVE_GAPS: dict[str, set[str]] = {
     "job.finished": {".exit_code", ".signal"},  # an exit code or a signal, or neither
     "job.requeued": {".excluded_nodes"},  # a preemption excludes no node
     "worker.exited": {".exit_code", ".signal", ".spawn_failed"},  # one of them at most
-    # the simulated GPU reports no pid or message with an XID
-    "gpu.xid_observed": {".pid", ".message"},
+    # the simulated GPU names no process with an XID
+    "gpu.xid_observed": {".pid"},
     # a healthy node's registration: no problems, no unhealthy GPU, no reset pending
     # ... and no features: the local topology file gives its nodes none
     "node.registered": {".check_problems", ".unhealthy_gpus", ".reset_pending", ".features"},
