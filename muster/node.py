@@ -17,6 +17,7 @@ from pathlib import Path
 from services.health.gpu import GpuBackend
 from services.health.probe import Boots, NodeProbe, kernel_boot_id
 from services.launcher.agent import NodeExecutor
+from services.launcher.isolation import NodeIsolation, probe_node
 from services.launcher.worker_table import node_state_folder
 from shared.bus import Bus
 from shared.runtime import run_service, until_ready
@@ -31,6 +32,23 @@ def make_backend(settings: NodeSettings) -> GpuBackend:
     from services.health.sim_backend import SimulatedGpuBackend
 
     return SimulatedGpuBackend(settings.node, gpu_count=settings.gpus, model=settings.gpu_model)
+
+
+def node_isolation(settings: NodeSettings, state_folder: Path) -> NodeIsolation:
+    """The node's cgroup and hook settings, its devices probed now."""
+    return probe_node(
+        cgroups=settings.cgroups,
+        cgroup_root=settings.cgroup_root,
+        state_folder=str(state_folder),
+        pids_max=settings.job_pids_max,
+        cpu_quota=settings.cgroup_cpu_quota,
+        gpu_devices_template=settings.gpu_device_template,
+        io_devices=settings.io_devices,
+        prolog=settings.prolog,
+        epilog=settings.epilog,
+        task_prolog=settings.task_prolog,
+        hook_timeout_s=settings.hook_timeout_s,
+    )
 
 
 def main() -> None:
@@ -65,6 +83,7 @@ def main() -> None:
                 fence_s=settings.fence_s,
                 grace_s=settings.fault_kill_wait_s,
                 address=settings.node_address,
+                isolation=node_isolation(settings, state_folder),
             )
             executor.touch_contact()  # connected: the control plane is reachable now
             await executor.adopt()

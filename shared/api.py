@@ -185,6 +185,18 @@ class Envelope(msgspec.Struct, frozen=True, kw_only=True):
 # --- node agent (launcher executor + health probe on each node) --------------------
 
 
+class WorkerLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """What one worker may use on its node (enforced by its cgroup, docs/isolation.md):
+    None is unlimited; `gpus` None (unknown) confines no GPU device."""
+
+    memory_mib: int | None = None  # --mem (per node), or --mem-per-gpu x GPUs
+    cpus: float | None = None  # --cpus-per-task x tasks per node
+    gpus: tuple[int, ...] | None = None  # the node's GPU indices the job holds
+    io_weight: int | None = None  # the account's / partition's [io] settings
+    io_read_bps: int | None = None
+    io_write_bps: int | None = None
+
+
 class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
     job_id: int
     attempt: int
@@ -197,6 +209,7 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
     run_as: str | None = None
     script: str = ""  # written to the agent's spool as `script_name`; "{spool}" in argv
     script_name: str = "script.sh"  # and env is replaced by that spool folder
+    limits: WorkerLimits | None = None  # None: an older launcher, nothing confined
 
 
 class StopWorkers(msgspec.Struct, frozen=True, kw_only=True):

@@ -231,6 +231,7 @@ class WorkerExited(Event, frozen=True, tag="worker.exited"):
     oom_killed: bool = False
     generation: int = 0
     spawn_failed: str = ""
+    mem_peak_bytes: int | None = None  # the job cgroup's memory peak on this node
 
 
 AnyEvent = (

@@ -76,6 +76,11 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     # admission chose (the first that validates). Empty when none was named.
     partitions: tuple[str, ...] = ()
     array_max_running: Positive | None = None  # the `%K` of `--array=0-15%4`
+    # Added by admission from the account's / partition's [io] settings: storage I/O
+    # the job's cgroup gets on each node (docs/isolation.md); None: not limited.
+    io_weight: int | None = None
+    io_read_bps: int | None = None
+    io_write_bps: int | None = None
 
     @property
     def gpus_requested(self) -> int:

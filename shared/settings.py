@@ -170,6 +170,21 @@ class NodeSettings(Settings, frozen=True, kw_only=True):
     # its name is in allowed_job_users (comma-separated); root only with allow_root_jobs.
     min_job_uid: int = 1000
     allowed_job_users: str = ""
+    # Isolation (docs/isolation.md): a cgroup per worker (auto | required | off) under
+    # cgroup_root in the agent's own cgroup; GPU device nodes by index for the devices
+    # controller; whole-disk block devices the I/O caps apply to (comma-separated).
+    cgroups: str = "auto"
+    cgroup_root: str = "muster"
+    job_pids_max: int = 0  # 0: no pids limit
+    cgroup_cpu_quota: bool = True  # --cpus-per-task as a CFS quota
+    gpu_device_template: str = "/dev/nvidia{index}"
+    io_devices: str = ""
+    # Site hooks (Slurm's Prolog / Epilog as root, TaskProlog as the user): paths, and
+    # the time after which a hanging one is killed (a failed prolog drains the node).
+    prolog: str = ""
+    epilog: str = ""
+    task_prolog: str = ""
+    hook_timeout_s: float = 60.0
     # The launcher public keys this agent trusts, one a line; empty:
     # <state_dir>/launcher/launcher.pub.
     launcher_public_keys: str = ""

@@ -12,6 +12,7 @@ import tomllib
 
 from . import config_read as r
 from .config_check import check_references
+from .config_io import io_policy
 from .config_model import (
     Account,
     Billing,
@@ -191,6 +192,7 @@ def _partition(
         can_preempt=tuple(x for x in f.get("can_preempt", ()) if isinstance(x, str)),
         can_preempt_tiers=tiers,
         reserved_gpus=int(f.get("reserved_gpus", 0)),
+        io=io_policy(f),
     )
 
 
@@ -214,6 +216,7 @@ def _account(name: str, body: dict[str, object], p: r.Problems) -> Account:
         shares=int(f.get("shares", 1)),
         coordinators=tuple(f.get("coordinators", ())),
         description=str(f.get("description", "")),
+        io=io_policy(f),
     )
 
 

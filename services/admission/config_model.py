@@ -28,6 +28,15 @@ class NodeTraits(msgspec.Struct, frozen=True, kw_only=True):
     gpu_type: str | None = None
 
 
+class IoPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """Storage I/O of a partition's or an account's jobs (`io_weight`, `io_read_bps`,
+    `io_write_bps`), applied through each job's cgroup on its nodes; None: not set."""
+
+    weight: int | None = None
+    read_bps: int | None = None
+    write_bps: int | None = None
+
+
 class Partition(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     nodes: tuple[str, ...]  # as written: node_set labels, hostlists or "ALL"
@@ -46,6 +55,7 @@ class Partition(msgspec.Struct, frozen=True, kw_only=True):
     can_preempt: tuple[str, ...] = ()  # partition names
     can_preempt_tiers: tuple[int, ...] = ()  # or every partition at these tiers
     reserved_gpus: int = 0  # GPUs on its nodes kept for this partition alone
+    io: IoPolicy = IoPolicy()
 
 
 class Qos(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,6 +77,7 @@ class Account(msgspec.Struct, frozen=True, kw_only=True):
     shares: int
     coordinators: tuple[str, ...] = ()
     description: str = ""
+    io: IoPolicy = IoPolicy()  # over the partition's, field by field
 
 
 class User(msgspec.Struct, frozen=True, kw_only=True):

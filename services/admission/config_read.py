@@ -231,6 +231,10 @@ PARTITION: dict[str, Reader] = {
     "requires_approval": boolean,
     "can_preempt": names_or_tiers,
     "reserved_gpus": whole,
+    # Storage I/O of its jobs (docs/isolation.md): a weight and byte-rate caps.
+    "io_weight": positive,
+    "io_read_bps": positive,
+    "io_write_bps": positive,
 }
 QOS: dict[str, Reader] = {
     "priority": any_int,
@@ -248,6 +252,9 @@ ACCOUNT: dict[str, Reader] = {
     "shares": positive,
     "coordinators": str_list,
     "description": string,
+    "io_weight": positive,
+    "io_read_bps": positive,
+    "io_write_bps": positive,
 }
 USER: dict[str, Reader] = {"accounts": str_list, "default_account": string, "keys": public_keys}
 LIMITS: dict[str, Reader] = {

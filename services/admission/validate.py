@@ -15,6 +15,7 @@ from shared.jobspec import JobSpec
 from .apply import UNLIMITED_TIME_S
 from .arrays import parse_array
 from .cluster_shape import ClusterShape, NodeShape
+from .config_io import job_io
 from .config_model import ClusterConfig, Partition
 from .errors import ErrorCode, SubmitError
 from .fit import check_size
@@ -219,6 +220,10 @@ def admit(
         errors = validate(filled, config, cluster, counts)
         if not errors:
             part = config.partitions[name]
+            io = job_io(config, filled.account, name)
+            filled = msgspec.structs.replace(
+                filled, io_weight=io.weight, io_read_bps=io.read_bps, io_write_bps=io.write_bps
+            )
             return Admission(spec=filled, needs_approval=part.requires_approval)
         if len(candidates) == 1:
             refusals.extend(errors)

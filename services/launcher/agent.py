@@ -28,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from services.launcher import cgroups
 from services.launcher.accounts import AccountPolicy, job_account
 from services.launcher.executor import (
     LaunchError,
@@ -35,6 +36,8 @@ from services.launcher.executor import (
     free_port,
     process_gone,
 )
+from services.launcher.hooks import PrologFailed
+from services.launcher.isolation import NodeIsolation, for_worker
 from services.launcher.spool import Spool
 from services.launcher.torchrun import fill_on_node
 from services.launcher.worker_table import (
@@ -55,7 +58,7 @@ from services.launcher.worker_table import (
 from shared.agent_auth import TrustedKeys, check
 from shared.api import AGENT_PREFIX, AgentReply, StopWorkers, WorkerSpec
 from shared.bus import Bus
-from shared.events import RunningWorker, WorkerExited, encode, subject_of
+from shared.events import NodeDrainRequested, RunningWorker, WorkerExited, encode, subject_of
 from shared.logs import kv
 from shared.transient import is_transient
 
@@ -90,8 +93,10 @@ class NodeExecutor:
         trusted_keys: TrustedKeys,
         accounts: AccountPolicy | None = None,
         address: str = "127.0.0.1",
+        isolation: NodeIsolation | None = None,
     ) -> None:
         self.bus = bus
+        self.isolation = isolation or NodeIsolation()  # cgroups and hooks (isolation.py)
         self.address = address  # this node's own address: rendezvous ports are bound on it
         self.spool_root = spool_root
         self.spool = Spool(spool_root)
@@ -136,7 +141,7 @@ class NodeExecutor:
                 continue
             ending = self.table.exit_of(record) if verdict is Verdict.REPORT else None
             if verdict is Verdict.KILL_ORPHAN:
-                kill_group(record.worker, _signal.SIGKILL)
+                kill_group(record.worker, _signal.SIGKILL, record.cgroup)
             self._own(self._report(record, ending or lost_exit()))
 
     async def serve(self) -> None:
@@ -202,6 +207,8 @@ class NodeExecutor:
         except (LaunchError, OSError) as err:
             self.spool.remove(spec.job_id, spec.attempt, spec.generation)
             log.warning("worker did not start", extra=kv(job=spec.job_id, error=str(err)))
+            if isinstance(err, PrologFailed):  # Slurm's rule: requeue, drain the node
+                self._own(self._drain(err.reason))
             return AgentReply(ok=False, message=str(err))
         self._track(run)
         worker = run.record.worker
@@ -236,10 +243,11 @@ class NodeExecutor:
                 self.table.remove(record)
         if isinstance(outcome, StepExit) and outcome.spawn_failed:
             self.table.remove(record)
-            raise LaunchError(outcome.spawn_failed)
+            failure = PrologFailed if outcome.prolog_failed else LaunchError
+            raise failure(outcome.spawn_failed)
         started = self.table.started(record)
         if started is not None:
-            record = msgspec.structs.replace(record, stepd=started.stepd, worker=started.worker)
+            record = self.table.with_pids(record)
             self.table.save(record)
         return _Running(record, proc=proc)
 
@@ -257,6 +265,15 @@ class NodeExecutor:
             contact=str(self.table.contact),
             fence_s=self.fence_s,
             grace_s=self.grace_s,
+            isolation=for_worker(
+                self.isolation,
+                job_id=spec.job_id,
+                attempt=spec.attempt,
+                generation=spec.generation,
+                node_name=self.node,
+                env=spec.env,
+                limits=spec.limits,
+            ),
         )
 
     def _spool(self, spec: WorkerSpec, uid: int | None) -> str:
@@ -287,8 +304,11 @@ class NodeExecutor:
             await process_gone(stepd.pid, lambda: alive(stepd))
         ending = self.table.exit_of(record)
         if ending is None:  # stepd killed under its worker: nobody supervises it now
-            kill_group(self.table.with_pids(record).worker, _signal.SIGKILL)
+            found = self.table.with_pids(record)
+            kill_group(found.worker, _signal.SIGKILL, found.cgroup)
             ending = lost_exit()
+        if ending.epilog_failed:
+            self._own(self._drain(ending.epilog_failed))
         run.ended.set()
         self._ended[(record.job_id, record.attempt, record.generation)] = None
         if len(self._ended) > _ENDED_KEPT:  # the oldest first (insertion order)
@@ -297,6 +317,19 @@ class NodeExecutor:
         if current is run:
             del self.running[record.job_id]
         await self._report(record, ending)
+
+    async def _drain(self, reason: str) -> None:
+        """A site hook failed here: ask the health monitor to drain this node (as an
+        operator would), once; a refusal (a bus without the permission) is logged."""
+        event = NodeDrainRequested(node=self.node, by=f"node {self.node}", reason=reason)
+        try:
+            await self.bus.publish_raw(subject_of(event), encode(event), str(event.event_id), {})
+        except Exception as err:
+            if not is_transient(err):
+                raise
+            log.error("cannot ask for this node's drain", extra=kv(reason=reason, error=repr(err)))
+            return
+        log.warning("node drain requested", extra=kv(node=self.node, reason=reason))
 
     async def _report(self, record: WorkerRecord, ending: StepExit) -> None:
         event = WorkerExited(
@@ -308,6 +341,7 @@ class NodeExecutor:
             oom_killed=ending.oom_killed,
             generation=record.generation,
             spawn_failed=ending.spawn_failed,
+            mem_peak_bytes=ending.mem_peak_bytes,
         )
         msg_id = f"exit-{record.job_id}-{record.attempt}-{record.generation}-{self.node}"
         while True:
@@ -320,6 +354,8 @@ class NodeExecutor:
                 log.warning("cannot report worker exit yet", extra=kv(error=repr(err)))
                 await asyncio.sleep(_PUBLISH_RETRY_S)
         log.info("worker exit reported", extra=kv(job=record.job_id, ending=str(ending.ending)))
+        if record.cgroup is not None:  # stepd was killed before it removed it
+            await asyncio.to_thread(cgroups.remove, record.cgroup)
         self.table.remove(record)
         self.spool.remove_folder(record.spool)  # the job ended: its script goes too
 
@@ -330,13 +366,14 @@ class NodeExecutor:
         after that the group id may be reused, so it is never signalled again."""
         if run.ended.is_set():
             return
-        worker = self.table.with_pids(run.record).worker
+        found = self.table.with_pids(run.record)
+        worker = found.worker
         if leader_only:
             if alive(worker) and worker is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(worker.pid, sig)
             return
-        kill_group(worker, sig)
+        kill_group(worker, sig, found.cgroup)
 
     async def _terminate(self, run: _Running, grace_s: float) -> None:
         """SIGTERM to the group; SIGKILL to whatever is left after `grace_s`."""

@@ -19,7 +19,14 @@ import msgspec
 from services.launcher.env import job_env, place_worker
 from services.launcher.torchrun import SPOOL, worker_argv
 from shared.agent_auth import GrantSigner, launcher_key_paths, load_grant_signer
-from shared.api import AGENT_PREFIX, AgentReply, FreePortRequest, StopWorkers, WorkerSpec
+from shared.api import (
+    AGENT_PREFIX,
+    AgentReply,
+    FreePortRequest,
+    StopWorkers,
+    WorkerLimits,
+    WorkerSpec,
+)
 from shared.bus import Bus
 from shared.identity_files import KeyFileError
 from shared.jobspec import JobSpec
@@ -157,4 +164,17 @@ def worker_spec(spec: JobSpec, gen: Generation, node: str, master: str, port: in
         run_as=None if spec.user == getpass.getuser() else spec.user,
         script=spec.script,
         script_name=spec.script_name,
+        limits=worker_limits(spec, gen.gpus.get(node, [])),
+    )
+
+
+def worker_limits(spec: JobSpec, gpus: list[int]) -> WorkerLimits:
+    """What the node's cgroup holds this worker to (docs/isolation.md)."""
+    return WorkerLimits(
+        memory_mib=spec.mem_mib or None,
+        cpus=float(spec.cpus_per_task * spec.ntasks_per_node),
+        gpus=tuple(sorted(gpus)),
+        io_weight=spec.io_weight,
+        io_read_bps=spec.io_read_bps,
+        io_write_bps=spec.io_write_bps,
     )

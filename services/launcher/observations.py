@@ -24,7 +24,12 @@ def always(obs: core.AnyObservation) -> Choose:
 
 
 def exited(ev: WorkerExited) -> core.AnyObservation:
-    status = ExitStatus(exit_code=ev.exit_code, signal=ev.signal, oom_killed=ev.oom_killed)
+    status = ExitStatus(
+        exit_code=ev.exit_code,
+        signal=ev.signal,
+        oom_killed=ev.oom_killed,
+        mem_peak_bytes=ev.mem_peak_bytes,
+    )
     return core.WorkerExited(
         node=ev.node, generation=ev.generation, status=status, spawn_failed=ev.spawn_failed
     )

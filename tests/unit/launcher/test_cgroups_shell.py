@@ -1,0 +1,120 @@
+"""The cgroup shell on this machine's real cgroups (as root; skipped, naming what is
+missing, elsewhere): a job cgroup is made with its limits, a child forked inside it is
+confined, everything in it is killed, and nothing is left."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.launcher import cgroups
+from services.launcher.cgroups_core import DevNum, Limits, Version
+
+HIERARCHY = cgroups.detect()
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create cgroups"),
+    pytest.mark.skipif(HIERARCHY is None, reason="no usable memory cgroup controller here"),
+]
+
+
+@pytest.fixture
+def root() -> Iterator[str]:
+    """A muster root of this test's own, removed (with anything left in it) after."""
+    name = f"muster-unit-{uuid.uuid4().hex[:8]}"
+    yield name
+    assert HIERARCHY is not None
+    for ctl in ("memory", "cpu", "pids", "devices", "blkio", ""):
+        if ctl not in HIERARCHY.mounts:
+            continue
+        top = Path(HIERARCHY.mounts[ctl], HIERARCHY.own.get(ctl, "/").lstrip("/"), name)
+        for child in top.glob("*/"):
+            cgroups.remove(cgroups.CgroupRef(version=HIERARCHY.version, dirs={ctl: str(child)}))
+        if top.exists():
+            top.rmdir()
+
+
+def _in_cgroup(ref: cgroups.CgroupRef, argv: list[str]) -> subprocess.Popen[bytes]:
+    assert HIERARCHY is not None
+    with cgroups.entered(ref, HIERARCHY):
+        return subprocess.Popen(argv, stderr=subprocess.PIPE)
+
+
+def test_limits_are_written_and_a_child_forked_inside_is_in_it_until_removed(root: str) -> None:
+    assert HIERARCHY is not None
+    limits = Limits(memory_bytes=64 << 20, cpus=0.5, pids_max=16)
+    ref = cgroups.create(HIERARCHY, root, "job", limits)
+    memory = ref.dir_of("memory")
+    assert memory is not None
+    if ref.version is Version.V1:
+        assert Path(memory, "memory.limit_in_bytes").read_text().strip() == str(64 << 20)
+    else:
+        assert Path(memory, "memory.max").read_text().strip() == str(64 << 20)
+    child = _in_cgroup(ref, ["sleep", "300"])
+    assert child.pid in cgroups.procs(ref)
+    assert os.getpid() not in cgroups.procs(ref)  # the parent went back where it was
+    assert cgroups.remove(ref)
+    assert child.wait(timeout=10) == -9
+    assert all(not Path(d).exists() for d in ref.dirs.values())
+
+
+def test_a_process_that_left_its_session_is_still_found_and_killed(root: str) -> None:
+    assert HIERARCHY is not None
+    ref = cgroups.create(HIERARCHY, root, "job", Limits())
+    with cgroups.entered(ref, HIERARCHY):
+        leader = subprocess.Popen(
+            ["sh", "-c", "setsid sleep 300 & echo $!; wait"], stdout=subprocess.PIPE
+        )
+    assert leader.stdout is not None
+    escaped = int(leader.stdout.readline())  # forked by now: its pid is printed
+    found = cgroups.procs(ref)
+    assert escaped in found
+    assert len(found) >= 2
+    assert cgroups.kill(ref, 9) >= 2
+    leader.wait(timeout=10)
+    assert cgroups.remove(ref)
+
+
+@pytest.mark.skipif(
+    HIERARCHY is not None and "devices" not in HIERARCHY.mounts,
+    reason="no v1 devices controller (v2 device confinement needs BPF)",
+)
+def test_a_denied_device_is_refused_and_an_allowed_one_gets_past_the_cgroup(
+    root: str, tmp_path: Path
+) -> None:
+    assert HIERARCHY is not None
+    for minor in (0, 1):
+        os.mknod(tmp_path / f"nvidia{minor}", 0o666 | 0o020000, os.makedev(195, minor))
+    assert cgroups.gpu_devices(str(tmp_path / "nvidia{index}")) == {
+        0: DevNum(major=195, minor=0), 1: DevNum(major=195, minor=1),
+    }  # fmt: skip
+    ref = cgroups.create(HIERARCHY, root, "job", Limits(deny_devices=(DevNum(major=195, minor=0),)))
+    probe = (
+        "import os,sys\ntry: os.open(sys.argv[1], os.O_RDONLY)\nexcept OSError as e: print(e.errno)"
+    )
+    got = {}
+    for minor in (0, 1):
+        with cgroups.entered(ref, HIERARCHY):
+            proc = subprocess.Popen(
+                ["python3", "-c", probe, str(tmp_path / f"nvidia{minor}")], stdout=subprocess.PIPE
+            )
+        got[minor] = int(proc.communicate(timeout=30)[0] or 0)
+    cgroups.remove(ref)
+    # No driver stands behind the stand-ins: the allowed one fails later, with ENXIO.
+    assert got == {0: errno.EPERM, 1: errno.ENXIO}
+
+
+def test_a_limit_the_kernel_refuses_leaves_no_cgroup_behind(root: str) -> None:
+    assert HIERARCHY is not None
+    with pytest.raises(cgroups.CgroupError):
+        cgroups.create(HIERARCHY, root, "job", Limits(pids_max=-5))
+    assert HIERARCHY.version is Version.V2 or not any(
+        Path(HIERARCHY.mounts[c], HIERARCHY.own.get(c, "/").lstrip("/"), root, "job").exists()
+        for c in ("memory", "pids")
+        if c in HIERARCHY.mounts
+    )
