@@ -40,6 +40,7 @@ from services.launcher.cgroups_core import (
 
 log = logging.getLogger(__name__)
 _KILL_WAIT_S = 10.0
+AGENT_LEAF = "muster-agent"
 
 
 class CgroupError(Exception):
@@ -57,7 +58,11 @@ class Hierarchy(msgspec.Struct, frozen=True, kw_only=True):
 
     version: Version
     mounts: dict[str, str]
-    own: dict[str, str]
+    own: dict[str, str]  # where this process is (and returns to after `entered`)
+    base: dict[str, str] = {}  # where the muster root goes, when not `own`
+
+    def base_of(self, controller: str) -> str:
+        return self.base.get(controller) or self.own.get(controller, "/")
 
 
 class CgroupRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,13 +83,35 @@ def detect(proc: str = "/proc/self") -> Hierarchy | None:
         own = parse_proc_cgroup(Path(f"{proc}/cgroup").read_text())
     except OSError:
         return None
+    # The agent's v2 leaf (enter_agent_leaf): job cgroups go beside it, in its parent.
+    leaf = own.get("", "").endswith("/" + AGENT_LEAF)
+    base = {"": own[""].rsplit("/", 1)[0] or "/"} if leaf else {}
     offered: list[str] = []
     if "" in mounts:
         with contextlib.suppress(OSError):
-            base = _join(mounts[""], own.get("", "/"))
-            offered = Path(base, "cgroup.controllers").read_text().split()
+            tree = _join(mounts[""], base.get("") or own.get("", "/"))
+            offered = Path(tree, "cgroup.controllers").read_text().split()
     version = choose_version(mounts, offered)
-    return None if version is None else Hierarchy(version=version, mounts=mounts, own=own)
+    if version is None:
+        return None
+    return Hierarchy(version=version, mounts=mounts, own=own, base=base)
+
+
+def enter_agent_leaf(h: Hierarchy | None) -> None:
+    """On cgroup v2, move this process (the node agent) into a leaf of its own cgroup,
+    `<own>/muster-agent`: v2 lets no cgroup with processes enable controllers for its
+    children, so the delegated cgroup itself must be left empty for the job cgroups.
+    v1 needs nothing; a failure is left to `create` to report."""
+    if h is None or h.version is not Version.V2 or h.own.get("", "").endswith(AGENT_LEAF):
+        return
+    leaf = Path(_join(h.mounts[""], h.own.get("", "/")), AGENT_LEAF)
+    try:
+        leaf.mkdir(exist_ok=True)
+        (leaf / "cgroup.procs").write_text(str(os.getpid()))
+    except OSError as err:
+        log.warning(
+            "cannot enter the agent's cgroup leaf", extra={"leaf": str(leaf), "error": str(err)}
+        )
 
 
 def create(h: Hierarchy, root: str, name: str, limits: Limits) -> CgroupRef:
@@ -107,12 +134,12 @@ def create(h: Hierarchy, root: str, name: str, limits: Limits) -> CgroupRef:
 
 def _make_dirs(h: Hierarchy, root: str, name: str) -> CgroupRef:
     if h.version is Version.V2:
-        base = _join(h.mounts[""], h.own.get("", "/"))
+        base = _join(h.mounts[""], h.base_of(""))
         top = Path(base, root)
         _mkdir(top)
         _enable_v2(Path(base), top)
         job = top / name
-        _mkdir(job)
+        _mkdir_new(job)
         return CgroupRef(version=h.version, dirs={"": str(job)})
     dirs: dict[str, str] = {}
     missing = []
@@ -120,9 +147,9 @@ def _make_dirs(h: Hierarchy, root: str, name: str) -> CgroupRef:
         if ctl not in h.mounts:
             missing.append(ctl)
             continue
-        job = Path(_join(h.mounts[ctl], h.own.get(ctl, "/")), root, name)
+        job = Path(_join(h.mounts[ctl], h.base_of(ctl)), root, name)
         _mkdir(job.parent)
-        _mkdir(job)
+        _mkdir_new(job)
         dirs[ctl] = str(job)
     return CgroupRef(version=h.version, dirs=dirs, missing=tuple(missing))
 
@@ -247,6 +274,19 @@ def device_number(path: str, *, block: bool) -> DevNum | None:
 
 def _join(mount: str, rel: str) -> str:
     return str(Path(mount) / rel.lstrip("/"))
+
+
+def _mkdir_new(path: Path) -> None:
+    """A job's cgroup is its own: one left by an earlier run of the same name (a
+    crashed agent) is removed first if empty; one still holding processes is refused."""
+    with contextlib.suppress(FileNotFoundError, OSError):
+        path.rmdir()
+    try:
+        path.mkdir()
+    except FileExistsError as err:
+        raise CgroupError(str(path), "exists and still holds processes") from err
+    except OSError as err:
+        raise CgroupError(str(path), f"cannot create: {err.strerror}") from err
 
 
 def _mkdir(path: Path) -> None:

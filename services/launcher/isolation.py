@@ -12,7 +12,7 @@ import hashlib
 
 import msgspec
 
-from services.launcher.cgroups import device_number, gpu_devices
+from services.launcher.cgroups import detect, device_number, enter_agent_leaf, gpu_devices
 from services.launcher.cgroups_core import DevNum, IoLimit, Limits, cgroup_name, denied_gpus
 from services.launcher.hooks_core import HOOK_VARIABLES
 from services.launcher.worker_table import Isolation
@@ -61,7 +61,11 @@ def probe_node(
     task_prolog: str = "",
     hook_timeout_s: float = 60.0,
 ) -> NodeIsolation:
-    """The node's isolation, its devices read from the machine now."""
+    """The node's isolation, its devices read from the machine now. On cgroup v2 the
+    agent moves itself into its cgroup's leaf here (`cgroups.enter_agent_leaf`), so
+    every stepd it starts can make job cgroups beside it."""
+    if cgroups != "off":
+        enter_agent_leaf(detect())
     blocks = (device_number(p.strip(), block=True) for p in io_devices.split(",") if p.strip())
     return NodeIsolation(
         mode=cgroup_mode(cgroups),

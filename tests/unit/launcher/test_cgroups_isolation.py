@@ -3,12 +3,15 @@ limits -> the `Isolation` stepd applies; the configuration's I/O policy of a job
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from services.admission.config import load_config
 from services.admission.config_io import job_io
 from services.admission.config_model import IoPolicy
-from services.launcher.cgroups_core import DevNum, IoLimit, Limits
+from services.launcher.cgroups import Hierarchy, detect
+from services.launcher.cgroups_core import DevNum, IoLimit, Limits, Version
 from services.launcher.isolation import CgroupMode, NodeIsolation, cgroup_mode, for_worker
 from shared.api import WorkerLimits
 
@@ -116,3 +119,27 @@ POLICIES = {
 @pytest.mark.parametrize(("account", "partition", "want"), POLICIES.values(), ids=POLICIES.keys())
 def test_job_io(account: str, partition: str, want: IoPolicy) -> None:
     assert job_io(load_config(CONFIG), account, partition) == want
+
+
+def test_an_agent_in_its_v2_leaf_makes_job_cgroups_beside_it_and_returns_to_the_leaf(
+    tmp_path: Path,
+) -> None:
+    tree = tmp_path / "cg"
+    (tree / "svc" / "muster-agent").mkdir(parents=True)
+    (tree / "svc" / "cgroup.controllers").write_text("cpu io memory pids\n")
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "mountinfo").write_text(f"31 30 0:27 / {tree} rw,relatime - cgroup2 cgroup2 rw\n")
+    (proc / "cgroup").write_text("0::/svc/muster-agent\n")
+    got = detect(str(proc))
+    assert got == Hierarchy(
+        version=Version.V2, mounts={"": str(tree)}, own={"": "/svc/muster-agent"},
+        base={"": "/svc"},
+    )  # fmt: skip
+    assert got.base_of("") == "/svc"
+
+
+def test_a_machine_without_a_memory_controller_has_no_hierarchy_to_use(tmp_path: Path) -> None:
+    (tmp_path / "mountinfo").write_text("30 25 0:26 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n")
+    (tmp_path / "cgroup").write_text("0::/\n")
+    assert detect(str(tmp_path)) is None
