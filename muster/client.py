@@ -3,7 +3,13 @@
 Every request is signed with the user's key (shared.identity): `MUSTER_KEY_FILE`, else
 `NAME.nk` in `MUSTER_KEY_DIR` or in the local cluster's state folder (`.muster/keys`,
 which `muster up` fills), NAME being the request's user, `MUSTER_USER` or the login
-name; else `~/.muster/user.nk` (`muster keygen` writes it)."""
+name; else `~/.muster/user.nk` (`muster keygen` writes it).
+
+On a secured bus the connection itself needs a credential too (who may talk to the bus
+at all, not who the user is): `MUSTER_NATS_CREDS`, else the users' one of the cluster
+(`nats-users.nk` in its state folder), and `MUSTER_NATS_TLS_CA`, else its `tls/ca.pem`;
+agent calls (`muster inject-fault`) use the operator's `secrets/nats-admin.nk` when this
+user may read it."""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import nats
@@ -25,6 +31,7 @@ from nats.errors import NoRespondersError
 from shared.api import API_PREFIX, Envelope
 from shared.identity import KEYGEN_HINT, Signer
 from shared.identity_files import KeyFileError, load_signer
+from shared.security import SECRETS, USERS_CREDS, nats_options
 from shared.settings import nats_servers
 
 T = TypeVar("T")
@@ -56,9 +63,11 @@ def refused(verb: str, err: ApiRefused) -> int:
 def nats_url(state_dir: str | None = None) -> str:
     if url := os.environ.get("MUSTER_NATS_URL"):
         return url
-    state = Path(state_dir or os.environ.get("MUSTER_STATE_DIR", ".muster")) / "cluster.json"
-    if state.exists():
-        return str(json.loads(state.read_text())["nats_url"])
+    folder = Path(state_dir or os.environ.get("MUSTER_STATE_DIR", ".muster"))
+    if (folder / "cluster.json").exists():
+        url = str(json.loads((folder / "cluster.json").read_text())["nats_url"])
+        _state_of[url] = folder
+        return url
     raise SystemExit("no cluster: run `muster up` here, or set MUSTER_NATS_URL")
 
 
@@ -84,6 +93,28 @@ def key_file(user: str = "") -> Path:
 
 
 _signers: dict[Path, Signer] = {}
+_state_of: dict[str, Path] = {}  # a cluster's URL -> its state folder (from cluster.json)
+
+
+def register_cluster(url: str, state_dir: Path) -> None:
+    """Connect to `url` with the credentials of the cluster in `state_dir`."""
+    _state_of[url] = state_dir
+
+
+def connect_options(url: str, *, operator: bool = False) -> dict[str, Any]:
+    """How to connect to the cluster at `url`: its bus credential and CA, if it has any
+    (see the module docstring)."""
+    folder = _state_of.get(url) or Path(os.environ.get("MUSTER_STATE_DIR", ".muster"))
+    creds = os.environ.get("MUSTER_NATS_CREDS", "")
+    admin = folder / SECRETS / "nats-admin.nk"
+    if operator and os.access(admin, os.R_OK):
+        creds = str(admin)
+    elif not creds and (folder / USERS_CREDS).exists():
+        creds = str(folder / USERS_CREDS)
+    ca = os.environ.get("MUSTER_NATS_TLS_CA", "")
+    if not ca and (folder / "tls" / "ca.pem").exists():
+        ca = str(folder / "tls" / "ca.pem")
+    return nats_options(creds, ca)
 
 
 def signer_for(user: str = "") -> Signer:
@@ -113,7 +144,7 @@ async def call(
     signer: Signer | None = None,
 ) -> T:
     payload = signed(verb, request, signer)
-    nc = await nats.connect(nats_servers(url), connect_timeout=5)
+    nc = await nats.connect(nats_servers(url), connect_timeout=5, **connect_options(url))
     try:
         msg = await _request(nc, API_PREFIX + verb, payload, timeout)
     finally:
@@ -145,7 +176,8 @@ async def _request(nc: Client, subject: str, payload: bytes, timeout: float) -> 
 async def agent(
     url: str, node: str, verb: str, body: msgspec.Struct, timeout: float = 10.0
 ) -> bytes:
-    nc = await nats.connect(nats_servers(url), connect_timeout=5)
+    options = connect_options(url, operator=True)
+    nc = await nats.connect(nats_servers(url), connect_timeout=5, **options)
     try:
         msg = await nc.request(
             f"muster.agent.{node}.{verb}", msgspec.json.encode(body), timeout=timeout

@@ -27,7 +27,6 @@ from muster.secure_up import LocalSecurity
 from services.launcher.worker_table import stop_recorded_workers
 from shared import embedded
 from shared.agent_auth import ensure_launcher_key
-from shared.agent_auth import ensure_launcher_key
 from shared.metrics import read_endpoints
 
 SERVICES = ("admission", "placer", "launcher", "health", "fairshare")

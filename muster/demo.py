@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from muster import cluster as local
-from muster.client import agent, call, current_user
+from muster.client import agent, call, current_user, register_cluster
 from shared.api import (
     InjectFault,
     NodesReply,
@@ -49,6 +49,7 @@ sleep 2
 
 def run_demo(state: Path, topology: Path) -> int:
     c = local.up(state, topology)
+    register_cluster(c.nats_url, c.state_dir)  # its bus credentials
     print(f"cluster up in {c.state_dir}; logs in {c.state_dir / 'logs'}")
     try:
         return asyncio.run(_workload(c.nats_url, c.state_dir / "jobs"))

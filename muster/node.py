@@ -67,12 +67,16 @@ def main() -> None:
                 settings.nats_url,
                 name=f"node-{settings.node}",
                 stream_replicas=settings.stream_replicas,  # or it would scale them down
+                creds=settings.nats_creds,
+                tls_ca=settings.nats_tls_ca,
+                inbox_prefix=settings.nats_inbox_prefix,
             ),
             stop,
         )
         backend = make_backend(settings)
         try:
-            await until_ready("create streams", bus.ensure_streams, stop)
+            if not settings.nats_creds:  # a secured agent has no JetStream API: services do it
+                await until_ready("create streams", bus.ensure_streams, stop)
             executor = NodeExecutor(
                 bus,
                 settings.node,

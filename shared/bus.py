@@ -27,6 +27,7 @@ from opentelemetry import trace
 
 from shared.events import AnyEvent, Event, decode, encode, subject_of, tag_of
 from shared.logs import kv
+from shared.security import nats_options
 from shared.settings import nats_servers
 from shared.telemetry import extract_context, inject_headers
 from shared.transient import Backoff, is_transient
@@ -97,10 +98,15 @@ class Bus:
         max_deliver: int = 5,
         ack_wait_s: float = 30.0,
         stream_replicas: int = 1,
+        creds: str = "",
+        tls_ca: str = "",
+        inbox_prefix: str = "",
     ) -> Bus:
         """Connect once (callers wait out a server that is not up, see
         `shared.runtime.until_ready`); afterwards nats.py reconnects for ever, and the
-        subscriptions and buffered publishes survive a server restart."""
+        subscriptions and buffered publishes survive a server restart. On a secured bus
+        `creds` is the process's NKey seed file, `tls_ca` the CA its servers' certificates
+        are verified with, `inbox_prefix` its identity's own (`shared.security`)."""
 
         async def disconnected() -> None:
             log.warning("NATS disconnected, reconnecting", extra=kv(client=name))
@@ -126,6 +132,7 @@ class Bus:
                 disconnected_cb=disconnected,
                 reconnected_cb=reconnected,
                 error_cb=error,
+                **nats_options(creds, tls_ca, inbox_prefix),
             ),
             timeout=FIRST_CONNECT_S,
         )

@@ -71,7 +71,12 @@ SERVICE_LISTENS: dict[str, tuple[str, ...]] = {
 # Agents carry no node in these subjects (`muster.<tag>`): any agent may publish them;
 # a per-node subject (`muster.node.registered.<node>`) would be needed to tell them apart
 # on the bus (docs/security.md).
-AGENT_EVENTS = ("node.registered", "gpu.xid_observed", "worker.exited")
+AGENT_EVENTS = (
+    "node.registered",
+    "gpu.xid_observed",
+    "node.fabric_fault_observed",
+    "worker.exited",
+)
 EVENT_PREFIX = "muster."
 USERS_INBOX = "_INBOX"
 
@@ -97,6 +102,12 @@ def inbox_prefix(name: str) -> str:
 def owned_subjects(service: str) -> tuple[str, ...]:
     """The event subjects `service` publishes (its relay publishes only these rows)."""
     return tuple(EVENT_PREFIX + tag for tag in SERVICE_EVENTS.get(service, ()))
+
+
+def relay_subjects(service: str) -> tuple[str, ...] | None:
+    """What `service`'s outbox relay publishes on a secured bus: its own events (None, all
+    rows, for a process this table does not know)."""
+    return owned_subjects(service) if service in SERVICE_EVENTS else None
 
 
 def users_permissions() -> Permissions:

@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import uuid
+from collections.abc import Sequence
 from importlib import resources
 from typing import TypeAlias
 
@@ -76,10 +77,13 @@ async def migrate(conn: Conn) -> list[str]:
     applied: list[str] = []
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations ("
-            " name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
+        # Asked first: a service's own role (docs/security.md) may not create tables,
+        # and CREATE ... IF NOT EXISTS checks that right even when the table is there.
+        if await conn.fetchval("SELECT to_regclass('schema_migrations')") is None:
+            await conn.execute(
+                "CREATE TABLE schema_migrations ("
+                " name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
         done = {r["name"] for r in await conn.fetch("SELECT name FROM schema_migrations")}
         for name, sql in migration_files():
             if name in done:
@@ -119,8 +123,17 @@ class Relay:
     as rows left by a process that died between its commit and its kick.
     """
 
-    def __init__(self, pool: Pool, bus: Bus, *, sweep_s: float = 0.5, batch: int = 200) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        bus: Bus,
+        *,
+        sweep_s: float = 0.5,
+        batch: int = 200,
+        subjects: Sequence[str] | None = None,
+    ) -> None:
         self.pool = pool
+        self.subjects = list(subjects) if subjects is not None else None  # None: every row
         self.bus = bus
         self.sweep_s = sweep_s
         self.batch = batch
@@ -155,8 +168,10 @@ class Relay:
         async with self.pool.acquire() as conn, conn.transaction():
             rows = await conn.fetch(
                 "SELECT id, event_id, subject, payload, headers FROM outbox"
-                " WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+                " WHERE published_at IS NULL AND ($2::text[] IS NULL OR subject = ANY($2))"
+                " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
                 self.batch,
+                self.subjects,
             )
             await asyncio.gather(
                 *(

@@ -10,8 +10,16 @@ from __future__ import annotations
 
 ROLE_PREFIX = "muster_"
 PLUMBING = ("outbox", "inbox")
+MIGRATIONS_TABLE = "schema_migrations"  # the superuser's: services only read it
 OWNED: dict[str, tuple[str, ...]] = {
-    "admission": ("jobs", "partition_policy", "qos_limits", "reservations", "api_nonces"),
+    "admission": (
+        "jobs",
+        "partition_policy",
+        "qos_limits",
+        "reservations",
+        "api_nonces",
+        "node_policy",
+    ),
     "placer": (
         "placer_lease",
         "allocations",

@@ -92,15 +92,29 @@ def nats_binary() -> str:
 
 
 def start_nats(
-    state_dir: Path, port: int | None = None, timeout: float = 20.0, host: str = "127.0.0.1"
+    state_dir: Path,
+    port: int | None = None,
+    timeout: float = 20.0,
+    host: str = "127.0.0.1",
+    *,
+    config: str = "",
 ) -> Server:
     """Start nats-server with JetStream storing under `state_dir/nats`, listening on
-    `host` (the loopback by default; a test bed's bridge address for other namespaces)."""
+    `host` (the loopback by default; a test bed's bridge address for other namespaces).
+    `config`: more server configuration (an `authorization` block, `tls`), written with
+    the rest to `state_dir/nats.conf`."""
     port = port or free_port()
     store = state_dir / "nats"
     store.mkdir(parents=True, exist_ok=True)
     log_path = state_dir / "nats.log"
     argv = [nats_binary(), "-js", "-a", host, "-p", str(port), "-sd", str(store)]
+    if config:
+        conf = state_dir / "nats.conf"
+        conf.write_text(
+            f'host: "{host}"\nport: {port}\njetstream {{ store_dir: "{store}" }}\n{config}'
+        )
+        conf.chmod(0o600)
+        argv = [nats_binary(), "-c", str(conf)]
     argv += ["-l", str(log_path)]
     offset = _size(log_path)
     proc = subprocess.Popen(
@@ -149,11 +163,18 @@ def _make_traversable(path: Path) -> None:
 
 
 def start_postgres(
-    state_dir: Path, port: int | None = None, *, fast: bool = False, timeout: float = 60.0
+    state_dir: Path,
+    port: int | None = None,
+    *,
+    fast: bool = False,
+    timeout: float = 60.0,
+    password: str = "",
 ) -> Server:
     """Start PostgreSQL with its data in `state_dir/pg`, listening on 127.0.0.1 only.
 
     `fast` turns off fsync: for throwaway test clusters, never for state you keep.
+    `password`: a new data folder gets SCRAM logins only (pg_hba `scram-sha-256`, the
+    superuser `postgres` with this password) instead of `trust`.
     """
     port = port or free_port()
     data = (state_dir / "pg").resolve()
@@ -167,13 +188,7 @@ def start_postgres(
         os.chown(data, uid, gid)
         data.chmod(0o700)
     if not (data / "PG_VERSION").exists():
-        init = subprocess.run(
-            [str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
-             "--encoding=UTF8"],
-            capture_output=True, text=True, cwd=data, **_as_user(uid, gid),
-        )  # fmt: skip
-        if init.returncode != 0:
-            raise EmbeddedServerError("postgres", f"initdb failed: {init.stderr.strip()}")
+        _initdb(bin_dir, data, uid, gid, password)
     log_path.touch()
     offset = _size(log_path)
     if uid is not None and gid is not None:
@@ -195,13 +210,37 @@ def start_postgres(
     return Server("postgres", f"postgresql://postgres@127.0.0.1:{port}", proc, log_path)
 
 
-def create_database(server_url: str, name: str, template: str | None = None) -> str:
-    """Create database `name` (optionally cloned from `template`); returns its URL."""
+def _initdb(bin_dir: Path, data: Path, uid: int | None, gid: int | None, password: str) -> None:
+    argv = [str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--encoding=UTF8"]
+    pwfile = data.parent / ".initdb.pw"  # 0600, the server's user's, removed at once
+    if password:
+        fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(password + "\n")
+        if uid is not None and gid is not None:
+            os.chown(pwfile, uid, gid)
+        argv += ["--auth=scram-sha-256", f"--pwfile={pwfile}"]
+    else:
+        argv += ["--auth=trust"]
+    try:
+        init = subprocess.run(argv, capture_output=True, text=True, cwd=data, **_as_user(uid, gid))
+    finally:
+        pwfile.unlink(missing_ok=True)
+    if init.returncode != 0:
+        raise EmbeddedServerError("postgres", f"initdb failed: {init.stderr.strip()}")
+
+
+def create_database(
+    server_url: str, name: str, template: str | None = None, *, password: str = ""
+) -> str:
+    """Create database `name` (optionally cloned from `template`); returns its URL.
+    `password`: the URL's user's (passed to psql in its environment, not its argv)."""
     psql = _pg_bin() / "psql"
     sql = f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")
+    env = {**os.environ, "PGPASSWORD": password} if password else None
     result = subprocess.run(
         [str(psql), server_url + "/postgres", "-v", "ON_ERROR_STOP=1", "-q", "-c", sql],
-        capture_output=True, text=True,
+        capture_output=True, text=True, env=env,
     )  # fmt: skip
     if result.returncode != 0 and "already exists" not in result.stderr:
         raise EmbeddedServerError("postgres", f"cannot create database {name}: {result.stderr}")
@@ -271,29 +310,34 @@ class NatsCluster:
             server.stop(timeout)
 
 
-def start_nats_cluster(state_dir: Path, size: int = 3, timeout: float = 30.0) -> NatsCluster:
+def start_nats_cluster(
+    state_dir: Path, size: int = 3, timeout: float = 30.0, *, config: str = ""
+) -> NatsCluster:
     """Start `size` nats-servers as one JetStream cluster on 127.0.0.1 (free ports,
     distinct server names and store folders under `state_dir/nats-N`), routed to each
     other. Every write is fsynced before it is acknowledged (`sync_interval: always`):
     with the default lazy fsync a cluster that loses power together loses acknowledged
-    messages (Jepsen, NATS 2.12.1). Returns once each server is ready."""
+    messages (Jepsen, NATS 2.12.1). `config`: more configuration for every member (an
+    `authorization` block, `tls`); the routes stay on the loopback, unauthenticated.
+    Returns once each server is ready."""
     client = [free_port() for _ in range(size)]
     route = [free_port() for _ in range(size)]
     routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in route)
     configs = [state_dir / f"nats-{i}.conf" for i in range(size)]
-    for i, config in enumerate(configs):
+    for i, config_path in enumerate(configs):
         store = state_dir / f"nats-{i}"
         store.mkdir(parents=True, exist_ok=True)
-        config.write_text(
+        config_path.write_text(
             f'server_name: "muster-{i}"\nhost: "127.0.0.1"\nport: {client[i]}\n'
             f'jetstream {{ store_dir: "{store}", sync_interval: always }}\n'
             f'cluster {{ name: "muster", host: "127.0.0.1", port: {route[i]},'
-            f" routes: [{routes}] }}\n"
+            f" routes: [{routes}] }}\n{config}"
         )
+        config_path.chmod(0o600)
     # All started before any is waited for: a member is ready only once it has met
     # its peers, and JetStream needs a quorum of them to elect a meta leader.
     logs = [state_dir / f"nats-{i}.log" for i in range(size)]
-    spawned = [_spawn_nats(config, log) for config, log in zip(configs, logs, strict=True)]
+    spawned = [_spawn_nats(c, log) for c, log in zip(configs, logs, strict=True)]
     servers = []
     for i, (proc, offset) in enumerate(spawned):
         _wait_for_line(proc, logs[i], "Server is ready", "nats", timeout, offset)

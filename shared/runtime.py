@@ -23,6 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import uvloop
 
 from shared.bus import Bus
+from shared.bus_auth import relay_subjects
 from shared.db import Pool, Relay, create_pool, migrate
 from shared.logs import kv, setup_logging
 from shared.metrics import close_metrics, start_metrics
@@ -81,6 +82,9 @@ async def service_context(
             max_deliver=settings.max_deliver,
             ack_wait_s=settings.ack_wait_s,
             stream_replicas=settings.stream_replicas,
+            creds=settings.nats_creds,
+            tls_ca=settings.nats_tls_ca,
+            inbox_prefix=settings.nats_inbox_prefix,
         ),
         stop,
     )
@@ -91,7 +95,10 @@ async def service_context(
         )
         try:
             await until_ready("migrate", lambda: _migrate(pool), stop)
-            yield ServiceContext(settings, bus, pool, Relay(pool, bus))
+            # On a secured bus a service may publish only its own events: its relay
+            # leaves the other services' outbox rows to theirs.
+            owned = relay_subjects(settings.service_name) if settings.nats_creds else None
+            yield ServiceContext(settings, bus, pool, Relay(pool, bus, subjects=owned))
         finally:
             await _close_pool(pool, settings.drain_timeout_s)
     finally:

@@ -1,0 +1,108 @@
+"""Shell: a local cluster with least privilege, as `muster up` starts it by default
+(`--insecure` turns it off): NATS with one NKey user per identity and subject
+permissions (`shared.bus_auth`), optionally TLS with a CA of its own (`--tls`), and
+PostgreSQL with SCRAM passwords and one role per service (`shared.db_roles`).
+
+`LocalSecurity.make` writes the secrets into the state folder (`shared.security`);
+`nats_config` and `pg_password` start the servers with them; `prepare_database` runs the
+migrations as the superuser and creates the roles; `apply` gives every planned process
+its own bus credential and database URL (paths only: no secret is in cluster.json).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlsplit
+
+import asyncpg
+
+from shared import bus_auth, db_roles
+from shared.db import migrate
+from shared.security import (
+    BusSecrets,
+    TlsFiles,
+    make_tls,
+    pg_password,
+    provision_bus,
+    write_pgpass,
+)
+
+SUPERUSER = "postgres"
+
+
+class Spec(Protocol):
+    """How a process is started (muster.cluster.ProcSpec): its module and variables."""
+
+    @property
+    def module(self) -> str: ...
+    @property
+    def env(self) -> dict[str, str]: ...
+
+
+@dataclass(frozen=True)
+class LocalSecurity:
+    state_dir: Path
+    bus: BusSecrets
+    tls: TlsFiles | None
+
+    @classmethod
+    def make(cls, state_dir: Path, nodes: Iterable[str], *, tls: bool = False) -> LocalSecurity:
+        return cls(state_dir, provision_bus(state_dir, nodes), make_tls(state_dir) if tls else None)
+
+    def nats_config(self) -> str:
+        """The servers' authorization (and TLS) configuration."""
+        text = self.bus.auth_conf.read_text()
+        return text + (self.tls.nats_block() if self.tls else "")
+
+    @property
+    def pg_password(self) -> str:
+        return pg_password(self.state_dir, SUPERUSER)
+
+    def role_url(self, server_url: str, database: str, role: str) -> str:
+        """`role`'s URL for database `database`, its password in a pgpass file (0600)."""
+        where = urlsplit(server_url)
+        host, port = where.hostname or "127.0.0.1", where.port or 5432
+        passfile = write_pgpass(self.state_dir, role, host, port)
+        return f"postgresql://{role}@{host}:{port}/{database}?passfile={passfile}"
+
+    def prepare_database(self, server_url: str, database: str) -> str:
+        """Migrate `database` as the superuser, create a role per service with its
+        grants; returns the superuser's URL (an operator's, and the tests')."""
+        admin_url = self.role_url(server_url, database, SUPERUSER)
+        asyncio.run(self._prepare(admin_url, database))
+        return admin_url
+
+    async def _prepare(self, admin_url: str, database: str) -> None:
+        conn = await asyncpg.connect(admin_url)
+        try:
+            await migrate(conn)
+            async with conn.transaction():
+                for statement in db_roles.lockdown_statements(database):
+                    await conn.execute(statement)
+                for service in db_roles.OWNED:
+                    password = pg_password(self.state_dir, db_roles.role_of(service))
+                    for statement in db_roles.role_statements(service, password, database):
+                        await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    def apply(self, specs: Mapping[str, Spec], server_url: str = "", database: str = "") -> None:
+        """Give every planned process its identity: a service its bus user and (when
+        the database is ours, `server_url` given) its role; a node agent its node's bus
+        user; anything else (a gateway) the users' bus credential."""
+        ca = self.tls.ca if self.tls else None
+        for key, spec in specs.items():
+            service = spec.module.removeprefix("services.") if spec.module else ""
+            if service in bus_auth.SERVICES:
+                spec.env.update(self.bus.env(service, ca))
+                if server_url:
+                    role = db_roles.role_of(service)
+                    spec.env["MUSTER_DATABASE_URL"] = self.role_url(server_url, database, role)
+            elif key.startswith("node-") and spec.module:
+                spec.env.update(self.bus.env(bus_auth.agent_name(key.removeprefix("node-")), ca))
+            elif spec.module:
+                spec.env.update(self.bus.env(bus_auth.Kind.USERS, ca))

@@ -1,0 +1,40 @@
+"""Every table the migrations create has one writing role, and no role writes another
+service's table (shared/db_roles.py against shared/migrations/)."""
+
+from __future__ import annotations
+
+import re
+
+from shared import db_roles
+from shared.db import migration_files
+
+
+def created_tables() -> set[str]:
+    sql = "\n".join(text for _, text in migration_files())
+    return set(re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", sql))
+
+
+def test_every_table_the_migrations_create_has_a_writer() -> None:
+    owned = {t for tables in db_roles.OWNED.values() for t in tables}
+    known = owned | set(db_roles.PLUMBING) | {db_roles.MIGRATIONS_TABLE}
+    missing = created_tables() - known
+    assert not missing, f"name the writing service of {sorted(missing)} in shared/db_roles.py"
+
+
+def test_no_table_has_two_writers() -> None:
+    seen: dict[str, str] = {}
+    for service, tables in db_roles.OWNED.items():
+        for table in tables:
+            assert table not in seen, f"{table}: {seen.get(table)} and {service}"
+            seen[table] = service
+
+
+def test_a_role_writes_its_own_tables_and_the_plumbing_only() -> None:
+    statements = db_roles.role_statements("placer", "pw'd", "muster")
+    writes = [s for s in statements if s.startswith("GRANT INSERT")]
+    assert writes == [
+        "GRANT INSERT, UPDATE, DELETE ON placer_lease, allocations, allocation_nodes,"
+        " allocation_gpus, pending_reasons, placer_cycles, preemptions, outbox, inbox"
+        " TO muster_placer"
+    ]
+    assert "ALTER ROLE muster_placer LOGIN PASSWORD 'pw''d'" in statements
