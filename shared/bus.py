@@ -281,6 +281,8 @@ class Bus:
             f"consume {tag_of(event)}", context=ctx, kind=trace.SpanKind.CONSUMER
         ) as span:
             span.set_attribute("messaging.consumer", durable)
+            if isinstance(job_id := getattr(event, "job_id", None), int):  # find a job's trace
+                span.set_attribute("muster.job_id", job_id)
             try:
                 await self._handle_through_outages(msg, event, handler, stop)
             except PermanentError as err:
