@@ -36,11 +36,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Copies of each stream kept by a NATS cluster: 3 on a three-server cluster, so one
     # server lost loses nothing; 1 on a single server.
     stream_replicas: int = 1
-    # A secured bus (docs/security.md): this process's NKey seed file, the CA that
-    # verifies the servers' TLS certificates, and its identity's own inbox prefix.
-    nats_creds: str = ""
-    nats_tls_ca: str = ""
-    nats_inbox_prefix: str = ""
     database_url: str = "postgresql://postgres@127.0.0.1:5432/muster"
     state_dir: str = ".muster"
     service_name: str = "muster"
@@ -206,6 +201,22 @@ class NodeSettings(Settings, frozen=True, kw_only=True):
     fabric_error_window_s: float = 60.0
     fabric_hook: str = ""  # a site executable whose JSON reports fabric faults
     fabric_hook_s: float = 60.0
+
+
+class GatewaySettings(Settings, frozen=True, kw_only=True):
+    """The gateway (services/gateway): where it listens (`MUSTER_HTTP_PORT` 0: any free
+    port) and whom it acts as. It serves one user, whose key it signs with (found as the
+    CLI finds it: `key_file`, else NAME.nk in `key_dir` or `<state_dir>/keys`, else
+    ~/.muster/user.nk; NAME is `user` or the login name), so it listens on loopback."""
+
+    service_name: str = "gateway"
+    http_host: str = "127.0.0.1"
+    http_port: int = 8780
+    user: str = ""  # MUSTER_USER
+    key_file: str = ""  # MUSTER_KEY_FILE
+    key_dir: str = ""  # MUSTER_KEY_DIR
+    cache_s: float = 1.0  # queue and nodes replies are shared by viewers this long
+    output_tail_bytes: int = 16384
 
 
 class ToolSettings(Settings, frozen=True, kw_only=True):
