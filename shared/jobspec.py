@@ -71,6 +71,7 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     output: str | None = None  # pattern with %j %x %u %N %A %a
     error: str | None = None
     torchrun: bool = False
+    ray: bool = False  # a Ray cluster on the allocation, the script its driver
     elastic: bool = False  # nodes_min < nodes_max
     # Added by admission: every partition `-p a,b` named, in order; `partition` is the one
     # admission chose (the first that validates). Empty when none was named.

@@ -143,12 +143,13 @@ TABLE: tuple[Spec, ...] = (
     Spec("wrap", None, _R),
     # Muster's own.
     Spec("torchrun", None, _N),
+    Spec("ray", None, _N),
     Spec("dry-run", None, _N),
 )
 
 BY_LONG = {s.long: s for s in TABLE}
 BY_SHORT = {s.short: s for s in TABLE if s.short}
-MUSTER_ONLY = frozenset({"torchrun", "dry-run"})
+MUSTER_ONLY = frozenset({"torchrun", "ray", "dry-run"})
 
 
 class Given(msgspec.Struct, frozen=True):

@@ -42,6 +42,7 @@ class Builder:
     warnings: list[str] = field(default_factory=list)
     nodes_given: bool = False
     gpus_total: int | None = None
+    gpus_per_task: int | None = None
     ntasks: int | None = None
     mem_per_cpu: int | None = None
     mem_per_gpu: int | None = None
@@ -100,6 +101,13 @@ def _gres(b: Builder, v: str | None) -> None:
 def _gpus(b: Builder, v: str | None) -> None:
     model, n = typed_gpus(v or "", "--gpus")
     b.gpus_total = n
+    if model:
+        b.set("gpu_model", model)
+
+
+def _gpus_per_task(b: Builder, v: str | None) -> None:
+    model, n = typed_gpus(v or "", "--gpus-per-task")
+    b.gpus_per_task = n
     if model:
         b.set("gpu_model", model)
 
@@ -235,6 +243,7 @@ HANDLERS: dict[str, Callable[[Builder, str | None], None]] = {
     "gpus-per-node": _gpus_per_node,
     "gres": _gres,
     "gpus": _gpus,
+    "gpus-per-task": _gpus_per_task,
     "ntasks": _ntasks,
     "ntasks-per-node": _int_field("ntasks_per_node", "--ntasks-per-node"),
     "cpus-per-task": _int_field("cpus_per_task", "--cpus-per-task"),
@@ -253,6 +262,7 @@ HANDLERS: dict[str, Callable[[Builder, str | None], None]] = {
     "no-requeue": _flag("requeue", False),
     "hold": _flag("hold", True),
     "torchrun": _flag("torchrun", True),
+    "ray": _flag("ray", True),
     "signal": _signal,
     "dependency": _dependency,
     "array": _array,
@@ -317,6 +327,17 @@ def _finish_tasks(b: Builder) -> list[SubmitError]:
     return []
 
 
+def _finish_gpus_per_task(b: Builder) -> list[SubmitError]:
+    """`--gpus-per-task=N`: N GPUs for each task a node runs (after --ntasks is split)."""
+    if b.gpus_per_task is None:
+        return []
+    if "gpus_per_node" in b.explicit or b.gpus_total is not None:
+        msg = "--gpus-per-task and --gpus/--gpus-per-node/--gres both count GPUs; give one"
+        return [_conflict(msg, "gpus-per-task")]
+    b.set("gpus_per_node", b.gpus_per_task * b.num("ntasks_per_node"))
+    return []
+
+
 def _finish_memory(b: Builder) -> list[SubmitError]:
     given = [n for n, v in (("mem-per-cpu", b.mem_per_cpu), ("mem-per-gpu", b.mem_per_gpu)) if v]
     if "mem_mib" in b.explicit:
@@ -338,7 +359,10 @@ def _finish_memory(b: Builder) -> list[SubmitError]:
 
 def finish(b: Builder) -> list[SubmitError]:
     """Resolve options that depend on each other; returns the conflicts found."""
-    errors = _finish_gpus(b) + _finish_tasks(b) + _finish_memory(b)
+    errors = _finish_gpus(b) + _finish_tasks(b) + _finish_gpus_per_task(b) + _finish_memory(b)
+    if b.fields.get("ray") and b.fields.get("torchrun"):
+        msg = "--ray and --torchrun are two launch modes; give one of them"
+        errors.append(_conflict(msg, "ray"))
     if b.chdir is not None:
         b.set("workdir", posixpath.normpath(posixpath.join(str(b.fields["workdir"]), b.chdir)))
     b.fields["elastic"] = b.fields["nodes_min"] != b.fields["nodes_max"]

@@ -1,9 +1,11 @@
 """Pure core: the command line a node's worker runs.
 
-Two launch modes (docs/launching.md):
+Three launch modes (docs/launching.md):
 
 - once per node (default): the job's script runs once on every node of the attempt,
   with RANK = node rank and WORLD_SIZE = number of nodes (see `env.build_env`);
+- Ray (`spec.ray`): a Ray head on node rank 0 runs the script as its driver, raylets
+  on the others (see `ray_mode`);
 - torchrun (`spec.torchrun`): every node runs `python -m torch.distributed.run`, which
   starts `nproc_per_node` processes and sets their per-process RANK, LOCAL_RANK,
   WORLD_SIZE, LOCAL_WORLD_SIZE and GROUP_RANK.
@@ -20,6 +22,7 @@ c10d backend ignores it (torch warns), ranks come from the rendezvous.
 from __future__ import annotations
 
 from services.launcher.env import WorkerPlacement
+from services.launcher.ray_mode import ray_argv
 from shared.jobspec import JobSpec
 
 TORCHRUN_MODULE = "torch.distributed.run"
@@ -81,6 +84,8 @@ def worker_argv(spec: JobSpec, placement: WorkerPlacement, python: str) -> list[
     """The command of `placement`'s worker in the job's launch mode."""
     if spec.torchrun:
         return torchrun_argv(spec, placement, python)
+    if spec.ray:
+        return ray_argv(spec, placement, python, script_argv(spec, python), NODE_ADDRESS)
     return script_argv(spec, python)
 
 

@@ -89,6 +89,7 @@ FORMS = {
     "--comment keeps spaces": (("--comment", "a b  c"), {"comment": "a b  c"}),
     "--account and --qos": (("-A", "prod", "-q", "low"), {"account": "prod", "qos": "low"}),
     "--torchrun is a Muster extra": (("--torchrun",), {"torchrun": True}),
+    "--ray is a Muster extra": (("--ray",), {"ray": True}),
 }
 
 
@@ -171,6 +172,16 @@ REFUSALS = {
                 "--gpus=8 (total) disagrees with --gpus-per-node=2 on 2 node(s); give only one "
                 "of them",
                 "gpus",
+            ),
+        ),
+    ),
+    "--ray and --torchrun together": (
+        ("--ray", "--torchrun"),
+        (
+            err(
+                ErrorCode.CONFLICTING_OPTIONS,
+                "--ray and --torchrun are two launch modes; give one of them",
+                "ray",
             ),
         ),
     ),

@@ -63,6 +63,20 @@ CASES = {
         argv(),
         [PY, "train.py", "--lr", "3e-4"],
     ),
+    "Ray: node rank 0 is the head, its GCS on the rendezvous port, the script the driver": (
+        argv(ray=True, gpus_per_node=2, cpus_per_task=4, mem_mib=4096),
+        [PY, "-m", "services.launcher.raynode", "head", "--head=node01:29400",
+         "--address={node_address}", "--nodes=2", "--gpus=2", "--cpus=4",
+         "--object-store-mib=409", "--temp-dir=/tmp/muster-ray/42-3-2", "--",
+         PY, "train.py", "--lr", "3e-4"],
+    ),
+    "Ray: another node runs a raylet joined to the head; no --mem, a small store": (
+        argv(node="node02", ray=True, script="./driver.sh", args=()),
+        [PY, "-m", "services.launcher.raynode", "worker", "--head=node01:29400",
+         "--address={node_address}", "--nodes=2", "--gpus=0", "--cpus=1",
+         "--object-store-mib=512", "--temp-dir=/tmp/muster-ray/42-3-2", "--",
+         "./driver.sh"],
+    ),
     "once per node, a batch script is executed through its #! line": (
         argv(script="/home/alice/job.sh", args=("a b",)),
         ["/home/alice/job.sh", "a b"],
