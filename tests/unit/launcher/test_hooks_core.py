@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from services.launcher.executor import spawn_worker
 from services.launcher.hooks import run_hook
 from services.launcher.hooks_core import HOOK_PATH, Hook, HookResult, hook_env
 
@@ -89,3 +91,27 @@ async def test_a_hook_gets_its_environment_and_its_exit_code_counts(tmp_path: Pa
 async def test_a_missing_hook_fails_rather_than_being_skipped(tmp_path: Path) -> None:
     got = await run_hook(Hook.PROLOG, str(tmp_path / "nope"), {}, timeout_s=5)
     assert got.exit_code == 127 and not got.ok
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a worker as root needs allow_root, and root")
+async def test_a_task_prolog_sets_the_jobs_environment_and_prints_to_its_output(
+    tmp_path: Path,
+) -> None:
+    hook = _script(tmp_path, 'echo "export GREETING=hello world"\necho "print from prolog"\n')
+    worker = await spawn_worker(
+        ["/bin/sh", "-c", 'echo "got $GREETING"'], {"PATH": HOOK_PATH}, str(tmp_path),
+        "out.txt", "out.txt", allow_root=True, task_prolog=hook,
+    )  # fmt: skip
+    assert (await worker.wait()).exit_code == 0
+    assert (tmp_path / "out.txt").read_text() == "from prolog\ngot hello world\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a worker as root needs allow_root, and root")
+async def test_a_failing_task_prolog_stops_the_job_before_its_program(tmp_path: Path) -> None:
+    hook = _script(tmp_path, "exit 2\n")
+    worker = await spawn_worker(
+        ["/bin/sh", "-c", "echo ran"], {"PATH": HOOK_PATH}, str(tmp_path),
+        "out.txt", "out.txt", allow_root=True, task_prolog=hook,
+    )  # fmt: skip
+    assert (await worker.wait()).exit_code == 125
+    assert "TaskProlog" in (tmp_path / "out.txt").read_text()
