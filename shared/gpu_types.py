@@ -31,12 +31,21 @@ def gpu_type(model: str) -> str:
 
 
 def gpu_matches(wanted: str, model: str | None, type_: str | None = None) -> bool:
-    """Whether a request's GPU name (`h100`, or the full model) names this GPU."""
+    """Whether a request's GPU name names this GPU: its type, or its model written as a
+    GRES type can be (no spaces: "nvidia_h100_80gb_hbm3", or without the vendor)."""
     if not model and not type_:
         return False
-    want = wanted.strip().lower()
-    kind = (type_ or gpu_type(model or "")).lower()
-    return want in ((model or "").lower(), kind)
+    want = _spelt(wanted)
+    kind = _spelt(type_ or gpu_type(model or ""))
+    full = _spelt(model or "")
+    words = full.split("_")
+    while len(words) > 1 and words[0] in _VENDOR:
+        words = words[1:]
+    return want in (kind, full, "_".join(words))
+
+
+def _spelt(name: str) -> str:
+    return "_".join(_WORD.findall(name.lower()))
 
 
 def type_of(model: str | None, configured: str | None = None) -> str:

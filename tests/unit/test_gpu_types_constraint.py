@@ -34,6 +34,8 @@ def test_a_request_names_the_type_or_the_model_in_any_case() -> None:
     assert gpu_matches("h100", model)
     assert gpu_matches("H100", model)
     assert gpu_matches("nvidia h100 80gb hbm3", model)
+    assert gpu_matches("nvidia_h100_80gb_hbm3", model)  # as a GRES type has no spaces
+    assert gpu_matches("a100-sxm4-80gb", "NVIDIA A100-SXM4-80GB")  # without the vendor
     assert not gpu_matches("a100", model)
     assert gpu_matches("hopper", model, "hopper")
     assert not gpu_matches("h100", model, "hopper")

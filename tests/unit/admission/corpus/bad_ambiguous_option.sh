@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --nod=2   # --nodes? --nodelist? --nodefile?
+srun hostname

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --constraint=(ib|nvlink)&rack1
+srun true

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --constraint=rack3
+srun true

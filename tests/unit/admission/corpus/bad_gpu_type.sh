@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --gres=gpu:b200:8
+srun true

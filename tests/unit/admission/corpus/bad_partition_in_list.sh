@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -p gpu,gpuu
+srun true

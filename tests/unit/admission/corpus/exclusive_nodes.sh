@@ -1,0 +1,5 @@
+#!/bin/bash
+#SBATCH -N 2
+#SBATCH --exclusive
+#SBATCH -C nvlink
+srun python train.py

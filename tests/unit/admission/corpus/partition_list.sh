@@ -1,0 +1,4 @@
+#!/bin/bash
+#SBATCH -p debug,gpu
+#SBATCH -G 1
+python quick.py

@@ -1,0 +1,4 @@
+#!/bin/bash
+#SBATCH -p debug
+#SBATCH --gres=gpu:volta:2
+python smoke.py

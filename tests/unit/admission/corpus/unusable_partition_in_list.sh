@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --partition=gpu,prod
+srun true
