@@ -36,6 +36,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Copies of each stream kept by a NATS cluster: 3 on a three-server cluster, so one
     # server lost loses nothing; 1 on a single server.
     stream_replicas: int = 1
+    # A secured bus (docs/security.md): this process's NKey seed file, the CA that
+    # verifies the servers' TLS certificates, and its identity's own inbox prefix.
+    nats_creds: str = ""
+    nats_tls_ca: str = ""
+    nats_inbox_prefix: str = ""
     database_url: str = "postgresql://postgres@127.0.0.1:5432/muster"
     state_dir: str = ".muster"
     service_name: str = "muster"
