@@ -10,17 +10,14 @@ import logging
 import os
 from collections.abc import Generator
 
-import nats
 import uvicorn
 
 from services.gateway.app import Gateway, make_app
 from services.gateway.settings import GatewaySettings, acting_user, key_path
 from services.gateway.upstream import Upstream
-from shared.db import create_pool
 from shared.identity_files import KeyFileError, load_signer
 from shared.logs import kv
-from shared.runtime import run_service, until_ready
-from shared.settings import nats_servers
+from shared.runtime import run_service, service_context
 
 log = logging.getLogger(__name__)
 
@@ -39,21 +36,11 @@ async def serve(settings: GatewaySettings, stop: asyncio.Event) -> None:
         signer = load_signer(key_path(settings))
     except KeyFileError as err:
         raise SystemExit(f"gateway: no usable key: {err}") from err
-    nc = await until_ready(
-        "connect to NATS",
-        lambda: nats.connect(
-            nats_servers(settings.nats_url),
-            name=f"gateway-{settings.instance}",
-            connect_timeout=5,
-            max_reconnect_attempts=-1,
-        ),
-        stop,
-    )
-    pool = await until_ready("connect to PostgreSQL", lambda: create_pool(settings), stop)
-    try:
-        upstream = Upstream(nc, signer, acting_user(settings))
+    # The same bus and pool every service opens (its credentials on a secured bus).
+    async with service_context(settings, stop, pool_size=2) as ctx:
+        upstream = Upstream(ctx.bus.nc, signer, acting_user(settings))
         gw = Gateway(
-            upstream, pool, cache_s=settings.cache_s, tail_bytes=settings.output_tail_bytes
+            upstream, ctx.pool, cache_s=settings.cache_s, tail_bytes=settings.output_tail_bytes
         )
         config = uvicorn.Config(
             make_app(gw),
@@ -76,13 +63,10 @@ async def serve(settings: GatewaySettings, stop: asyncio.Event) -> None:
             tasks.create_task(stopper())
             await server.serve()
             stop.set()
-    finally:
-        await pool.close()
-        await nc.drain()
 
 
 def main() -> None:
-    settings = GatewaySettings.from_env(os.environ, service_name="gateway")
+    settings = GatewaySettings.from_env(os.environ)
     run_service(settings, lambda stop: serve(settings, stop))
 
 

@@ -13,21 +13,9 @@ import getpass
 import os
 from collections.abc import Callable
 
-from shared.settings import Settings
+from shared.settings import GatewaySettings
 
-DEFAULT_HTTP_PORT = 8780
-
-
-class GatewaySettings(Settings, frozen=True, kw_only=True):
-    """`MUSTER_HTTP_HOST`, `MUSTER_HTTP_PORT` (0: any free port), and the identity."""
-
-    http_host: str = "127.0.0.1"
-    http_port: int = DEFAULT_HTTP_PORT
-    user: str = ""  # MUSTER_USER: whom the gateway acts as (default: the login name)
-    key_file: str = ""  # MUSTER_KEY_FILE
-    key_dir: str = ""  # MUSTER_KEY_DIR
-    cache_s: float = 1.0  # queue and nodes replies are shared by viewers this long
-    output_tail_bytes: int = 16384
+__all__ = ["GatewaySettings", "acting_user", "key_path"]
 
 
 def acting_user(settings: GatewaySettings) -> str:
