@@ -89,6 +89,8 @@ def nodes_lines(reply: NodesReply) -> list[str]:
     lines = [NODE_COLUMNS.format(*head)]
     for n in reply.nodes:
         bad = ",".join(f"{g.index}(xid{g.last_xid})" for g in n.gpus if not g.healthy) or "-"
+        link = (n.last_fault or {}).get("link") if n.state != "UP" else None
+        bad = f"link:{link}" if link and bad == "-" else f"{bad},link:{link}" if link else bad
         gpus = f"{n.gpus_free}/{n.gpus_total}"
         lines.append(
             NODE_COLUMNS.format(

@@ -193,6 +193,19 @@ class GpuXidObserved(Event, frozen=True, tag="gpu.xid_observed"):
     message: str = ""
 
 
+class NodeFabricFaultObserved(Event, frozen=True, tag="node.fabric_fault_observed"):
+    """The node probe saw a fabric link fault (or its end), unclassified: `condition` is
+    a `fabric_core.FabricCondition`; `source` is sysfs or the site hook."""
+
+    node: str
+    link: str
+    condition: str
+    detail: str = ""
+    cleared: bool = False
+    source: str = "sysfs"
+    faulted: tuple[str, ...] = ()  # the node's links still at fault after this report
+
+
 class NodeFault(Event, frozen=True, tag="node.fault"):
     node: str
     gpu: int | None
@@ -203,6 +216,7 @@ class NodeFault(Event, frozen=True, tag="node.fault"):
     excludes_node: bool = True
     affects_job: bool = True
     job_id: int | None = None
+    link: str = ""  # a fabric fault: the link that failed ("mlx5_0/1", "ib0")
 
 
 class NodeDown(Event, frozen=True, tag="node.down"):
@@ -249,6 +263,7 @@ AnyEvent = (
     | NodeRegistered
     | NodeCleaned
     | GpuXidObserved
+    | NodeFabricFaultObserved
     | NodeFault
     | NodeDown
     | NodeRecovered

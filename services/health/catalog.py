@@ -287,3 +287,73 @@ class LemonTracker(msgspec.Struct, frozen=True, kw_only=True):
         """After the GPU was replaced or cleared by an operator."""
         strikes = {k: v for k, v in self.strikes.items() if k != gpu}
         return LemonTracker(policy=self.policy, strikes=strikes)
+
+
+# -- fabric faults -------------------------------------------------------------------------
+# What a fabric condition (fabric_core.FabricCondition, as the probe reports it) means for
+# the node: a link that is down or flapping stalls every collective of a multi-node job,
+# so the node is drained and its jobs restart elsewhere, as for an XID; errors and a link
+# trained down to a lower speed slow a job's collectives but not a single-node job's
+# work: the node is kept out of multi-node jobs only; a damped bounce is a warning.
+
+
+class FabricClass(StrEnum):
+    LINK_DOWN = "network_link_down"
+    LINK_FLAPPING = "network_link_flapping"
+    ERRORS = "network_errors"
+    DEGRADED = "network_degraded"
+    SITE = "network_site"  # the site hook's verdict (subnet manager, ibdiagnet)
+    BOUNCE = "network_bounce"  # one bounce, damped
+    UNKNOWN = "network_unknown"
+
+
+class FabricAction(StrEnum):
+    DRAIN_NODE = "drain_node"  # no new work; its jobs restart elsewhere
+    EXCLUDE_MULTI_NODE = "exclude_multi_node"  # no multi-node work; single-node work stays
+    WARN = "warn"
+
+
+class FabricClassification(msgspec.Struct, frozen=True, kw_only=True):
+    link: str
+    condition: str  # as the probe reported it
+    fault_class: FabricClass
+    action: FabricAction
+    severity: Severity
+    detail: str = ""
+
+    @property
+    def excludes_node(self) -> bool:
+        return self.action is FabricAction.DRAIN_NODE
+
+    @property
+    def affects_job(self) -> bool:
+        return self.action is FabricAction.DRAIN_NODE
+
+
+_F, _FA = FabricClass, FabricAction
+# fmt: off
+_FABRIC: dict[str, tuple[FabricClass, FabricAction, Severity]] = {
+    "link_down": (_F.LINK_DOWN, _FA.DRAIN_NODE, _S.ERROR),
+    "link_flapping": (_F.LINK_FLAPPING, _FA.DRAIN_NODE, _S.ERROR),
+    "site": (_F.SITE, _FA.DRAIN_NODE, _S.ERROR),
+    "errors_rising": (_F.ERRORS, _FA.EXCLUDE_MULTI_NODE, _S.WARNING),
+    "speed_degraded": (_F.DEGRADED, _FA.EXCLUDE_MULTI_NODE, _S.WARNING),
+    "link_bounced": (_F.BOUNCE, _FA.WARN, _S.INFO),
+}
+# fmt: on
+
+
+def classify_fabric(link: str, condition: str, detail: str = "") -> FabricClassification:
+    """What a fabric condition on `link` means; one the table does not know drains the
+    node (a link we cannot judge is a link we cannot trust)."""
+    fault_class, action, severity = _FABRIC.get(
+        condition, (FabricClass.UNKNOWN, FabricAction.DRAIN_NODE, Severity.ERROR)
+    )
+    return FabricClassification(
+        link=link,
+        condition=condition,
+        fault_class=fault_class,
+        action=action,
+        severity=severity,
+        detail=detail,
+    )

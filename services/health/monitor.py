@@ -44,6 +44,7 @@ from nats.aio.msg import Msg
 from services.health import repo
 from services.health.catalog import classify
 from services.health.monitor_core import step
+from services.health.monitor_fabric import fabric_fault_event, fabric_observation
 from services.health.monitor_model import (
     AnyObservation,
     CheckFailed,
@@ -72,6 +73,7 @@ from shared.events import (
     NodeCleaned,
     NodeDown,
     NodeDrainRequested,
+    NodeFabricFaultObserved,
     NodeFault,
     NodeRecovered,
     NodeRegistered,
@@ -90,6 +92,7 @@ SUBJECTS = (
     "muster.gpu.xid_observed",
     "muster.node.drain_requested",
     "muster.node.cleaned",
+    "muster.node.fabric_fault_observed",
 )
 CONSUMER = "health"
 LEASE_RELEASE_S = 2.0  # how long a stopping monitor tries to hand its lease over
@@ -163,6 +166,8 @@ class Monitor:
                     await self._operator(conn, event)
                 case NodeCleaned():
                     await self._cleaned(conn, event)
+                case NodeFabricFaultObserved():
+                    await self._fabric(conn, event)
                 case _:
                     return
         self.ctx.relay.kick()
@@ -208,6 +213,15 @@ class Monitor:
         seen = FaultSeen(node=obs.node, gpu=obs.gpu, classification=verdict)
         if not await self.decide(conn, [obs.node], [seen], await repo.db_now(conn), xid=obs):
             log.warning("xid from an unknown node", extra=kv(node=obs.node))
+
+    async def _fabric(self, conn: Conn, obs: NodeFabricFaultObserved) -> None:
+        seen = fabric_observation(obs)
+        now = await repo.db_now(conn)
+        if not await self.decide(conn, [obs.node], [seen], now, fabric=obs):
+            log.info(
+                "fabric report",
+                extra=kv(node=obs.node, link=obs.link, cond=obs.condition, cleared=obs.cleared),
+            )
 
     async def _operator(self, conn: Conn, req: NodeDrainRequested) -> None:
         op: AnyObservation = (
@@ -340,6 +354,7 @@ class Monitor:
         now: float,
         *,
         xid: GpuXidObserved | None = None,
+        fabric: NodeFabricFaultObserved | None = None,
         loaded: dict[str, NodeHealth] | None = None,
     ) -> tuple[Transition, ...]:
         """Step the core over `observations` for the known nodes among `names`; persist
@@ -362,7 +377,7 @@ class Monitor:
             for t in out
             if t.kind is TransitionKind.NODE_DRAINED and (gpus := _to_reset(state.nodes[t.node]))
         ]
-        await outbox_add(conn, *[await self._event(conn, t, xid) for t in out if _owes(t)])
+        await outbox_add(conn, *[await self._event(conn, t, xid, fabric) for t in out if _owes(t)])
         for t in out:
             log.log(
                 logging.WARNING if t.kind is not TransitionKind.NODE_RECOVERED else logging.INFO,
@@ -372,7 +387,15 @@ class Monitor:
             )
         return tuple(out)
 
-    async def _event(self, conn: Conn, t: Transition, xid: GpuXidObserved | None) -> Event:
+    async def _event(
+        self,
+        conn: Conn,
+        t: Transition,
+        xid: GpuXidObserved | None,
+        fabric: NodeFabricFaultObserved | None = None,
+    ) -> Event:
+        if t.fabric is not None and t.kind is TransitionKind.NODE_FAULT:
+            return await fabric_fault_event(conn, t, fabric)
         match t.kind:
             case TransitionKind.NODE_DOWN:
                 return NodeDown(node=t.node, reason=t.reason)

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import msgspec
 
-from services.health.catalog import Action, Classification
+from services.health.catalog import Action, Classification, FabricAction
 from services.health.monitor_model import (
     AnyObservation,
     CheckFailed,
     CheckPassed,
     Cleaned,
     ClusterHealth,
+    FabricCleared,
+    FabricFaultSeen,
     FaultSeen,
     GpuHealth,
     Guard,
@@ -50,6 +52,8 @@ __all__ = [
     "CheckPassed",
     "Cleaned",
     "ClusterHealth",
+    "FabricCleared",
+    "FabricFaultSeen",
     "FaultSeen",
     "GpuHealth",
     "Guard",
@@ -90,6 +94,10 @@ def step(state: ClusterHealth, obs: AnyObservation, now: float) -> Result:
             new, out = _heartbeat(node, obs, now, p)
         case FaultSeen():
             new, out = _fault(node, obs, now, p)
+        case FabricFaultSeen():
+            new, out = _fabric_fault(node, obs, now, p)
+        case FabricCleared():
+            new, out = _fabric_cleared(node, obs, now, p)
         case CheckPassed():
             new, out = _check_passed(node, obs, now, p)
         case CheckFailed():
@@ -173,6 +181,45 @@ def _fault(node: NodeHealth, f: FaultSeen, now: float, p: HealthPolicy) -> _Node
     if before is NodeState.UP and node.state is not NodeState.UP:
         node, out = _count_failure(node, now, p)
     return node, [fault, *out]
+
+
+def _fabric_fault(node: NodeHealth, f: FabricFaultSeen, now: float, p: HealthPolicy) -> _NodeResult:
+    """A link that cannot carry collectives drains the node (its jobs restart elsewhere,
+    as for an XID) until the probe says the link is stable again; a lesser fault is
+    published for the record and leaves the node where it is; a warning is nothing."""
+    c = f.classification
+    if c.action is FabricAction.WARN:
+        return node, []
+    before = node.state
+    reason = f"network {c.condition} on {c.link}: {c.detail}".rstrip(": ")
+    if c.excludes_node:
+        if node.recovery is Recovery.NONE:
+            node = _set(node, recovery=Recovery.FABRIC)
+        if before in (NodeState.UP, NodeState.DRAINING):
+            node = _move(node, _draining_or_drained(node), reason, now)
+    fault = Transition(
+        node=node.name,
+        kind=TransitionKind.NODE_FAULT,
+        from_state=before,
+        to_state=node.state,
+        reason=reason,
+        fabric=c,
+    )
+    if before is NodeState.UP and node.state is not NodeState.UP:
+        node, out = _count_failure(node, now, p)
+        return node, [fault, *out]
+    return node, [fault]
+
+
+def _fabric_cleared(node: NodeHealth, c: FabricCleared, now: float, p: HealthPolicy) -> _NodeResult:
+    if c.faulted or node.recovery is not Recovery.FABRIC:
+        return node, []  # other links still at fault, or something else is owed
+    node = _set(node, recovery=Recovery.NONE)
+    if node.state is NodeState.UP or node.held or not p.auto_return:
+        return node, []
+    if node.state in (NodeState.DOWN, NodeState.SUSPECT):
+        return node, []  # a heartbeat brings it back
+    return _settle(node, now, f"fabric link {c.link} stable again")
 
 
 def _gpu_fault(
@@ -399,7 +446,7 @@ def _rest(node: NodeHealth) -> NodeState:
     """Where the node's flags say it rests once it is heard."""
     if node.held or node.recovery is Recovery.REBOOT:
         return NodeState.FAILED
-    if node.operator_drain or node.recovery is Recovery.RESET:
+    if node.operator_drain or node.recovery in (Recovery.RESET, Recovery.FABRIC):
         return _draining_or_drained(node)
     if node.clean_boot_id:
         return NodeState.CLEANING

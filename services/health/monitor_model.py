@@ -21,7 +21,7 @@ from enum import StrEnum
 
 import msgspec
 
-from services.health.catalog import Classification
+from services.health.catalog import Classification, FabricClassification
 from shared.states import NodeState
 
 
@@ -31,6 +31,7 @@ class Recovery(StrEnum):
     NONE = "none"
     RESET = "reset"  # a GPU reset (any check after it)
     REBOOT = "reboot"  # a reboot (a check from a new boot_id)
+    FABRIC = "fabric"  # the probe says every faulted link is stable again (or a check)
 
 
 class Guard(StrEnum):
@@ -105,6 +106,20 @@ class FaultSeen(Observation, frozen=True, tag="fault_seen"):
     classification: Classification
 
 
+class FabricFaultSeen(Observation, frozen=True, tag="fabric_fault_seen"):
+    node: str
+    classification: FabricClassification
+
+
+class FabricCleared(Observation, frozen=True, tag="fabric_cleared"):
+    """`link` has been stable for the probe's stable period; `faulted`: the node's
+    links still at fault after it (the node returns only when none is)."""
+
+    node: str
+    link: str
+    faulted: tuple[str, ...] = ()
+
+
 class CheckPassed(Observation, frozen=True, tag="check_passed"):
     node: str
     boot_id: str = ""
@@ -160,6 +175,8 @@ class Tick(Observation, frozen=True, tag="tick"):
 AnyObservation = (
     Heartbeat
     | FaultSeen
+    | FabricFaultSeen
+    | FabricCleared
     | CheckPassed
     | CheckFailed
     | WorkersFound
@@ -193,3 +210,4 @@ class Transition(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
     gpu: int | None = None
     classification: Classification | None = None
+    fabric: FabricClassification | None = None

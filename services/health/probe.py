@@ -40,6 +40,8 @@ from pathlib import Path
 
 import msgspec
 
+from services.health.fabric import FabricWatcher
+from services.health.fabric_core import FabricReport
 from services.health.gpu import GpuBackend, GpuCounters, PciAddress
 from services.health.kmsg import KernelLogFollower
 from services.health.probe_core import (
@@ -57,7 +59,13 @@ from services.health.probe_core import (
 from services.health.xid import parse_xid_line
 from shared.api import AGENT_PREFIX, HEARTBEAT_PREFIX, AgentReply, InjectFault
 from shared.bus import Bus
-from shared.events import GpuSlot, GpuXidObserved, NodeRegistered, RunningWorker
+from shared.events import (
+    GpuSlot,
+    GpuXidObserved,
+    NodeFabricFaultObserved,
+    NodeRegistered,
+    RunningWorker,
+)
 from shared.logs import kv
 from shared.runtime import every
 from shared.transient import Backoff, is_transient
@@ -127,6 +135,7 @@ class NodeProbe:
         on_contact: Callable[[], None] | None = None,
         fence_s: float | None = None,
         fence: Callable[[], Awaitable[None]] | None = None,
+        fabric: FabricWatcher | None = None,
     ) -> None:
         self.bus = bus
         self.backend = backend
@@ -155,6 +164,9 @@ class NodeProbe:
         self._queue: asyncio.Queue[Sighting] = asyncio.Queue()
         self._stop_threads = threading.Event()
         self.reported: list[GpuXidObserved] = []  # the last few, for tests and debugging
+        self.fabric = fabric
+        if fabric is not None:
+            fabric.report = self.report_fabric
 
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
@@ -182,6 +194,8 @@ class NodeProbe:
                 group.create_task(self._heartbeats(stop))
                 group.create_task(self._report(stop))
                 group.create_task(every(self.poll_s, stop, self.poll_counters))
+                if self.fabric is not None and self.fabric.watching:
+                    group.create_task(self.fabric.run(stop))
         finally:
             self._stop_threads.set()
             if follower is not None:
@@ -195,6 +209,10 @@ class NodeProbe:
         )
         expected = self.expected_gpus if self.expected_gpus is not None else len(inventory)
         result = check_health(expected, inventory, counters, self.check_policy)
+        fabric = self.fabric.problems() if self.fabric is not None else ()
+        if fabric:
+            problems = (*result.problems, *fabric)
+            result = msgspec.structs.replace(result, passed=False, problems=problems)
         missing = set(range(expected)) - {g.index for g in inventory}
         if missing:
             bad = tuple(sorted({*result.unhealthy_gpus, *missing}))
@@ -277,7 +295,28 @@ class NodeProbe:
                 continue
             await self.report(sighting)
 
-    async def _publish_through_outages(self, event: GpuXidObserved) -> None:
+    async def report_fabric(self, r: FabricReport, source: str) -> None:
+        """A fabric fault raised or cleared (fabric_core decided it): on the bus, like
+        an XID, for the monitor to classify."""
+        assert self.fabric is not None
+        event = NodeFabricFaultObserved(
+            node=self.node,
+            link=r.link,
+            condition=str(r.condition),
+            detail=r.detail,
+            cleared=r.cleared,
+            source=source,
+            faulted=tuple(self.fabric.faults()),
+        )
+        log.warning(
+            "fabric",
+            extra=kv(node=self.node, link=r.link, cond=r.condition, cleared=r.cleared, src=source),
+        )
+        await self._publish_through_outages(event)
+
+    async def _publish_through_outages(
+        self, event: GpuXidObserved | NodeFabricFaultObserved
+    ) -> None:
         """An XID seen while NATS fails over is reported once it is back: a transient
         bus error used to end the reporter's task group, and with it the node agent."""
         backoff = Backoff()

@@ -38,6 +38,7 @@ def exited(ev: WorkerExited) -> core.AnyObservation:
 def lost(ev: NodeFault | NodeDown) -> core.AnyObservation:
     if isinstance(ev, NodeFault):
         why = f"xid {ev.xid} ({ev.fault_class})" if ev.xid is not None else ev.fault_class
+        why += f" on {ev.link}" if ev.link else ""  # a fabric fault names its link
         return core.NodeFault(node=ev.node, reason=why, excludes_node=ev.excludes_node)
     return core.NodeDown(node=ev.node, reason=ev.reason)
 
