@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
+from services.health.fabric import watcher_from
 from services.health.gpu import GpuBackend
 from services.health.probe import Boots, NodeProbe, kernel_boot_id
 from services.launcher.agent import NodeExecutor
@@ -107,6 +109,7 @@ def main() -> None:
                 on_contact=executor.touch_contact,
                 fence_s=settings.fence_s,
                 fence=executor.fence_all,
+                fabric=watcher_from(settings, time.monotonic),
             )
             await probe.run(stop)
             await executor.shutdown(settings.fault_kill_wait_s)
