@@ -114,15 +114,19 @@ def enter_agent_leaf(h: Hierarchy | None) -> None:
         )
 
 
-def create(h: Hierarchy, root: str, name: str, limits: Limits) -> CgroupRef:
+def create(h: Hierarchy, root: str, name: str, limits: Limits, *, strict: bool = True) -> CgroupRef:
     """Make the job's cgroup `root/name` and set `limits`; on any failure nothing of it
-    is left and `CgroupError` says what."""
+    is left and `CgroupError` says what. Not `strict`: a limit whose v1 controller
+    this node has not mounted is skipped with a warning instead."""
     ref = _make_dirs(h, root, name)
     try:
         for write in plan(limits, h.version):
             folder = ref.dir_of(write.controller)
             if folder is None:
                 if write.optional:
+                    continue
+                if not strict:
+                    log.warning("controller not mounted, limit skipped: %s", write.file)
                     continue
                 raise CgroupError(write.controller, "controller not mounted on this node")
             _write(Path(folder, write.file), write.value, optional=write.optional)

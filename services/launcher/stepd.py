@@ -130,7 +130,15 @@ def _make_cgroup(iso: Isolation) -> tuple[cgroups.Hierarchy | None, cgroups.Cgro
         log.warning("no usable cgroup on this node: the worker runs unconfined")
         return None, None
     name = iso.cgroup_name or f"stepd-{os.getpid()}"
-    return hierarchy, cgroups.create(hierarchy, iso.cgroup_root, name, iso.limits)
+    try:
+        return hierarchy, cgroups.create(
+            hierarchy, iso.cgroup_root, name, iso.limits, strict=iso.require_cgroups
+        )
+    except cgroups.CgroupError as err:
+        if iso.require_cgroups:
+            raise
+        log.warning("cannot make the job's cgroup: the worker runs unconfined: %s", err)
+        return None, None
 
 
 async def _ended(folder: Path, spec: StepSpec, ending: StepExit) -> StepExit:

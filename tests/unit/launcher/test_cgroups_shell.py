@@ -11,10 +11,12 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from services.launcher import cgroups
 from services.launcher.cgroups_core import DevNum, Limits, Version
+from services.launcher.worker_table import ProcessRef, kill_group
 
 HIERARCHY = cgroups.detect()
 pytestmark = [
@@ -118,3 +120,36 @@ def test_a_limit_the_kernel_refuses_leaves_no_cgroup_behind(root: str) -> None:
         for c in ("memory", "pids")
         if c in HIERARCHY.mounts
     )
+
+
+def test_an_adopting_agent_kills_through_the_cgroup_even_after_the_leader_died(root: str) -> None:
+    assert HIERARCHY is not None
+    ref = cgroups.create(HIERARCHY, root, "job", Limits())
+    with cgroups.entered(ref, HIERARCHY):
+        leader = subprocess.Popen(
+            ["sh", "-c", "setsid sleep 300 & echo $!"], stdout=subprocess.PIPE
+        )
+    assert leader.stdout is not None
+    escaped = int(leader.stdout.readline())
+    leader.wait(timeout=10)
+    dead_leader = ProcessRef(pid=leader.pid, start=0)  # gone: its group is never signalled
+    assert kill_group(dead_leader, 9, ref)
+    assert cgroups.remove(ref)
+    assert not Path(f"/proc/{escaped}/cmdline").exists() or escaped not in cgroups.procs(ref)
+
+
+def test_a_controller_the_node_lacks_fails_a_required_cgroup_and_is_skipped_otherwise(
+    root: str,
+) -> None:
+    assert HIERARCHY is not None
+    if HIERARCHY.version is Version.V2:
+        pytest.skip("v1 only: v2 has one tree, no controller is mounted apart")
+    without = msgspec.structs.replace(
+        HIERARCHY, mounts={k: v for k, v in HIERARCHY.mounts.items() if k != "devices"}
+    )
+    deny = Limits(deny_devices=(DevNum(major=195, minor=0),))
+    with pytest.raises(cgroups.CgroupError, match="devices"):
+        cgroups.create(without, root, "strict", deny)
+    ref = cgroups.create(without, root, "lenient", deny, strict=False)
+    assert ref.missing == ("devices",) and "devices" not in ref.dirs
+    assert cgroups.remove(ref)
