@@ -35,18 +35,17 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-import nats
 import prometheus_client
-from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from shared.bus import Bus
 from shared.db import Conn, Pool, create_pool
 from shared.logs import kv
-from shared.settings import Settings, nats_servers
+from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +179,7 @@ class MetricsServer:
         self.settings = settings
         self.sources = tuple(sources)
         self.bus_sources = tuple(bus_sources)
-        self._nats: NATS | None = None
+        self._bus: Bus | None = None
         self.registry = registry
         self.url = ""
         self._server: asyncio.Server | None = None
@@ -218,9 +217,9 @@ class MetricsServer:
         if self._pool is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._pool.close(), timeout=2.0)
-        if self._nats is not None:
-            with contextlib.suppress(Exception):  # closing a client of a server gone
-                await asyncio.wait_for(self._nats.close(), timeout=2.0)
+        if self._bus is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._bus.close(), timeout=2.0)
 
     async def render(self) -> bytes:
         """The text exposition of everything this process reports."""
@@ -270,14 +269,15 @@ class MetricsServer:
 
     async def _get_jetstream(self) -> JetStreamContext:
         async with self._pool_lock:
-            if self._nats is None:
-                self._nats = await nats.connect(
-                    servers=nats_servers(self.settings.nats_url),
+            if self._bus is None:  # the process's own identity, on a secured bus too
+                self._bus = await Bus.connect(
+                    self.settings.nats_url,
                     name=f"metrics-{process_key(self.settings)}",
-                    connect_timeout=2,
-                    max_reconnect_attempts=-1,
+                    creds=self.settings.nats_creds,
+                    tls_ca=self.settings.nats_tls_ca,
+                    inbox_prefix=self.settings.nats_inbox_prefix,
                 )
-            return self._nats.jetstream(timeout=5.0)
+            return self._bus.js
 
     async def _get_pool(self) -> Pool:
         async with self._pool_lock:
