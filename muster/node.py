@@ -18,9 +18,11 @@ from pathlib import Path
 from services.health.fabric import watcher_from
 from services.health.gpu import GpuBackend
 from services.health.probe import Boots, NodeProbe, kernel_boot_id
+from services.launcher.accounts import account_policy
 from services.launcher.agent import NodeExecutor
 from services.launcher.isolation import NodeIsolation, probe_node
 from services.launcher.worker_table import node_state_folder
+from shared.agent_auth import agent_trusted_keys
 from shared.bus import Bus
 from shared.runtime import run_service, until_ready
 from shared.settings import NodeSettings
@@ -88,6 +90,10 @@ def main() -> None:
                 boot_id=kernel_boot,
                 fence_s=settings.fence_s,
                 grace_s=settings.fault_kill_wait_s,
+                trusted_keys=agent_trusted_keys(settings.state_dir, settings.launcher_public_keys),
+                accounts=account_policy(
+                    settings.min_job_uid, settings.allowed_job_users, settings.allow_root_jobs
+                ),
                 address=settings.node_address,
                 isolation=node_isolation(settings, state_folder),
             )

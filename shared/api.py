@@ -30,6 +30,9 @@ class SubmitRequest(Request, frozen=True, kw_only=True):
     args: tuple[str, ...] = ()
     workdir: str = "/tmp"
     dry_run: bool = False
+    # The submitter's environment as they submitted (sbatch's): what `--export` passes on
+    # to the job, which never gets the daemons' own environment.
+    environment: dict[str, str] = {}
 
 
 class SubmitReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -185,6 +188,30 @@ class Envelope(msgspec.Struct, frozen=True, kw_only=True):
 # --- node agent (launcher executor + health probe on each node) --------------------
 
 
+class AgentGrant(msgspec.Struct, frozen=True, kw_only=True):
+    """What the launcher allows one node agent to do (shared/agent_auth.py): `verb` on
+    this job's worker (allocation `attempt`, start `generation`) on `node`, as `user`,
+    until `expires_ms`; `digest` binds the request's every other field."""
+
+    v: int = 1
+    verb: str  # start | stop
+    job_id: int
+    attempt: int | None = None
+    generation: int | None = None
+    node: str
+    user: str = ""  # the account it runs as ("": the agent's own)
+    expires_ms: int
+    digest: str  # sha256 of the request without its token (agent_auth.digest)
+
+
+class AgentToken(msgspec.Struct, frozen=True, kw_only=True):
+    """The launcher's ed25519 signature (`sig`, base64) of `grant`, by public key `key`."""
+
+    key: str
+    sig: str
+    grant: AgentGrant
+
+
 class WorkerLimits(msgspec.Struct, frozen=True, kw_only=True):
     """What one worker may use on its node (enforced by its cgroup, docs/isolation.md):
     None is unlimited; `gpus` None (unknown) confines no GPU device."""
@@ -209,6 +236,7 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
     run_as: str | None = None
     script: str = ""  # written to the agent's spool as `script_name`; "{spool}" in argv
     script_name: str = "script.sh"  # and env is replaced by that spool folder
+    token: AgentToken | None = None  # the launcher's signature: none, nothing runs
     limits: WorkerLimits | None = None  # None: an older launcher, nothing confined
 
 
@@ -221,6 +249,7 @@ class StopWorkers(msgspec.Struct, frozen=True, kw_only=True):
     # stale worker can never hit a newer one of the same job.
     attempt: int | None = None
     generation: int | None = None
+    token: AgentToken | None = None  # the launcher's signature: none, nothing is stopped
 
 
 class InjectFault(msgspec.Struct, frozen=True, kw_only=True):
