@@ -189,7 +189,8 @@ class Cluster:
         GATEWAY_PORT if free, else any port free now); its URL, also kept in the state
         file as `http`."""
         port = port or free_port(GATEWAY_PORT)
-        self.specs["gateway"] = ProcSpec("services.gateway", {"MUSTER_HTTP_PORT": str(port)})
+        env = {"MUSTER_HTTP_PORT": str(port), **metrics_port()}
+        self.specs["gateway"] = ProcSpec("services.gateway", env)
         self.http = f"http://127.0.0.1:{port}"
         return "gateway"
 

@@ -16,7 +16,7 @@ from shared.states import NodeState
 
 # A GPU's one state, first match wins: unhealthy, allocated (a live allocation holds
 # it), drained (its node takes no new work: any state but UP), else idle.
-GPU_STATES = """
+GPU_STATE = """
 WITH held AS (
   SELECT DISTINCT g.node, g.gpu FROM allocation_gpus g
     JOIN allocations a USING (alloc_id)
@@ -31,10 +31,18 @@ WITH held AS (
     JOIN nodes n ON n.name = g.node
     LEFT JOIN held h ON h.node = g.node AND h.gpu = g.idx
 )
+"""
+GPU_STATES = GPU_STATE + "SELECT s.state, count(*) AS n FROM s GROUP BY 1"
+# A GPU counts in every partition its node is in (a partition without a node list has
+# them all); no placement policy at all: one partition, ''.
+GPU_PARTITIONS = (
+    GPU_STATE
+    + """
 SELECT coalesce(p.partition, '') AS partition, s.state, count(*) AS n
   FROM s LEFT JOIN partition_policy p ON p.nodes IS NULL OR s.node = ANY(p.nodes)
- GROUP BY GROUPING SETS ((1, 2), (2))
+ GROUP BY 1, 2
 """
+)
 
 XIDS = """
 SELECT (e->>'xid')::int AS xid, e->>'fault_class' AS fault_class, count(*) AS n
@@ -58,12 +66,10 @@ class NodesSource:
 
     async def collect(self, conn: Conn) -> list[Metric]:
         nodes = await conn.fetch("SELECT state, count(*) AS n FROM nodes GROUP BY state")
-        gpus = await conn.fetch(GPU_STATES)
-        whole = {r["state"]: r["n"] for r in gpus if r["partition"] is None}
+        whole = {r["state"]: r["n"] for r in await conn.fetch(GPU_STATES)}
         by_partition = [
             ((r["partition"] or "all", r["state"]), float(r["n"]))
-            for r in gpus
-            if r["partition"] is not None
+            for r in await conn.fetch(GPU_PARTITIONS)
         ]
         return [
             gauge(

@@ -19,6 +19,39 @@ from tests.support.cluster import eventually, inject, job_state, nodes, running_
 pytestmark = pytest.mark.slow
 
 NODES = nodes(3)
+# Two partitions, one inside the other: a GPU of node03 counts in both.
+CONFIG = """
+[cluster]
+name = "metrics-test"
+default_partition = "normal"
+default_qos = "normal"
+
+[partitions.normal]
+nodes = ["node[01-03]"]
+default_time = "1:00:00"
+max_time = "2:00:00"
+
+[partitions.small]
+nodes = ["node03"]
+default_time = "10:00"
+max_time = "1:00:00"
+
+[qos.normal]
+min_runtime = "0"
+
+[accounts.root]
+shares = 1
+
+[accounts.research]
+parent = "root"
+shares = 1
+
+[users.root]
+accounts = ["research"]
+
+[roles]
+operators = ["root", "admin"]
+"""
 SHORT = "#!/bin/bash\nsleep 0.5\n"
 SLEEPER = "#!/bin/bash\nsleep 600\n"
 
@@ -57,8 +90,18 @@ async def settled(url: str, ok: Callable[[Samples], bool], what: str) -> Samples
 async def test_every_endpoint_reports_the_workload_and_the_injected_xid(
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> None:
+    config = tmp_path / "cluster.toml"
+    config.write_text(CONFIG)
     state = tmp_path / "state"
-    async with running_cluster(state, nats_url, database_url, db, list(NODES)) as cluster:
+    async with running_cluster(
+        state, nats_url, database_url, db, list(NODES), MUSTER_CLUSTER_CONFIG=str(config)
+    ) as cluster:
+        await eventually(
+            lambda: db.fetchval("SELECT count(*) FROM partition_policy"),
+            lambda n: n == 2,
+            30,
+            "the placement policy",
+        )
         short = [
             (await submit(nats_url, SHORT, ("--gpus-per-node=1",), str(tmp_path))).job_ids[0]
             for _ in range(2)
@@ -94,6 +137,7 @@ async def test_every_endpoint_reports_the_workload_and_the_injected_xid(
             "every start's wait counted",
         )
         assert total(admission, "muster_jobs_ended_total", state="COMPLETED") == 2
+        assert total(admission, "muster_jobs_ended_total", partition="normal") == 2
         assert total(admission, "muster_jobs", state="RUNNING") == 1
         # Three jobs started: their first attempts are the waits (the restart is not one).
         assert total(admission, "muster_queue_wait_seconds_count") == 3
@@ -110,6 +154,9 @@ async def test_every_endpoint_reports_the_workload_and_the_injected_xid(
         # The failed node's three healthy GPUs take no work: drained.
         assert total(health, "muster_gpus", state="drained") == 3
         assert total(health, "muster_gpus", state="idle") == 4
+        assert total(health, "muster_gpus") == 12  # each GPU once, whatever its partitions
+        assert total(health, "muster_partition_gpus", partition="normal") == 12
+        assert total(health, "muster_partition_gpus", partition="small") == 4
 
         launcher = await scrape(endpoints["launcher"])
         assert total(launcher, "muster_fault_to_restart_seconds_count") == 1
