@@ -214,6 +214,8 @@ class FabricWatcher:
         self.netlink = netlink and shutil.which("ip") is not None and root == Path("/")
         self.clock = clock
         self.site: SiteVerdicts = {}
+        self.on_clean: Callable[[], Awaitable[None]] | None = None  # problems all gone
+        self._had_problems = False
         self._wake = asyncio.Event()
 
     @property
@@ -251,6 +253,10 @@ class FabricWatcher:
                 "site" if r.link in self.site or r.condition is FabricCondition.SITE else "sysfs"
             )
             await self.report(r, source)
+        problems = bool(self.problems())
+        if self._had_problems and not problems and self.on_clean is not None:
+            await self.on_clean()
+        self._had_problems = problems
         return reports
 
     async def _poll(self, stop: asyncio.Event) -> None:

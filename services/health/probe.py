@@ -158,6 +158,7 @@ class NodeProbe:
         self._contact_at = clock()  # the bus we were given is connected
         self._must_register = False
         self._window_s = dedupe_window_s
+        self._fabric_failed_check = False
         self._dedupe = Dedupe(window_s=dedupe_window_s)
         self._by_pci: dict[PciAddress, int] = {}
         self._counters: tuple[GpuCounters, ...] = ()
@@ -167,6 +168,7 @@ class NodeProbe:
         self.fabric = fabric
         if fabric is not None:
             fabric.report = self.report_fabric
+            fabric.on_clean = self.fabric_clean
 
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
@@ -252,6 +254,10 @@ class NodeProbe:
         )
         if not result.passed:
             log.warning("health check failed", extra=kv(node=self.node, problems=result.problems))
+        # Failed for the fabric alone: the link's return is what must run the check again.
+        self._fabric_failed_check = not result.passed and all(
+            p.startswith("fabric ") for p in result.problems
+        )
         return result
 
     # --- sources --------------------------------------------------------------------
@@ -313,6 +319,12 @@ class NodeProbe:
             extra=kv(node=self.node, link=r.link, cond=r.condition, cleared=r.cleared, src=source),
         )
         await self._publish_through_outages(event)
+
+    async def fabric_clean(self) -> None:
+        """Every link is well again: a check this node failed on its fabric alone passes
+        now, so register with it (that is what returns a node the check drained)."""
+        if self._fabric_failed_check:
+            await self.register()
 
     async def _publish_through_outages(
         self, event: GpuXidObserved | NodeFabricFaultObserved
