@@ -38,7 +38,10 @@ def test_each_replica_is_its_own_process_with_its_instance(tmp_path: Path) -> No
     cluster = Cluster(tmp_path, "nats://x", "postgresql://x")
     keys = cluster.plan_services({"placer": 2})
     assert keys == ["admission", "placer", "placer-1", "launcher", "health", "fairshare"]
-    assert cluster.specs["placer-1"].env == {"MUSTER_INSTANCE": "1"}
+    assert cluster.specs["placer-1"].env["MUSTER_INSTANCE"] == "1"
+    ports = {k: s.env["MUSTER_METRICS_PORT"] for k, s in cluster.specs.items()}
+    assert len(set(ports.values())) == len(keys), "each process its own /metrics port"
+    assert cluster.metrics_endpoints()["placer-1"].endswith(f":{ports['placer-1']}/metrics")
     assert cluster.specs["placer-1"].module == "services.placer"
 
 
