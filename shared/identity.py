@@ -15,20 +15,23 @@ so is a nonce already seen within that window (a replay). Outcomes are values
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import collections
 from collections.abc import Awaitable, Callable, Mapping
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 import nacl.exceptions
 import nacl.signing
 import nkeys  # type: ignore[import-untyped]
 
-from shared.apiserve import Refused, Route
+if TYPE_CHECKING:  # the CLI signs with this module; the server side's imports stay off its path
+    import asyncio
+
+    from shared.apiserve import Route
+
 
 WIRE_VERSION = 1
 DEFAULT_SKEW_S = 60.0
@@ -355,6 +358,8 @@ class _Batches:
         self._drain: asyncio.Task[None] | None = None
 
     async def check(self, item: _Item) -> bool:
+        import asyncio
+
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._queue.append((item, future))
         if self._drain is None or self._drain.done():
@@ -362,6 +367,8 @@ class _Batches:
         return await future
 
     async def _run(self) -> None:
+        import asyncio
+
         while self._queue:
             batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
             try:
@@ -381,6 +388,8 @@ class _Batches:
         return [self._check(item) for item in items]
 
     async def aclose(self) -> None:
+        import asyncio
+
         if self._drain is not None:
             await asyncio.wait({self._drain}, timeout=5)
 
@@ -425,6 +434,7 @@ def authenticated(
     `fn` the request with `user` set to the verified user (refusing anything else).
     With a `ledger` (shared by every replica: `first_time(replay_id, forget_at)`), a
     request another replica already received is refused as a replay too."""
+    from shared.apiserve import Refused
 
     async def call(payload: bytes) -> msgspec.Struct:
         outcome, body = await verifier.averify(payload, subject, clock())

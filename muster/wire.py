@@ -1,0 +1,203 @@
+"""Plumbing: one NATS request-reply over a plain blocking socket, for the CLI.
+
+A `muster queue` or `squeue` call makes one request and exits, so the asyncio client
+(nats-py, its JetStream API, asyncio itself) costs more to import than the call takes.
+This speaks the few verbs of the NATS client protocol one request needs: INFO, CONNECT
+(with the NKey answer to the server's nonce, and TLS when asked), SUB on a fresh inbox,
+PUB with that reply subject, and MSG/HMSG back ("503" headers: no responders).
+Services keep nats-py; nothing here is async.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+CRLF = b"\r\n"
+
+
+class Unreachable(OSError):
+    """No server of the cluster accepted a connection; `servers` lists what was tried."""
+
+    def __init__(self, servers: list[str], why: str) -> None:
+        super().__init__(f"cannot reach the cluster's NATS at {', '.join(servers)}: {why}")
+        self.servers = servers
+        self.why = why
+
+
+class NoResponders(Exception):
+    """Nothing subscribes to the subject (the service is not running, or not yet)."""
+
+
+class ServerError(Exception):
+    """The server's `-ERR` (an authorization violation, a bad credential)."""
+
+
+def request(
+    servers: list[str],
+    subject: str,
+    payload: bytes,
+    *,
+    timeout: float,
+    connect_timeout: float = 5.0,
+    creds: str = "",
+    tls_ca: str = "",
+    inbox_prefix: str = "_INBOX",
+) -> bytes:
+    """The reply's payload to `payload` sent to `subject` on the first server that
+    answers; TimeoutError when no reply comes within `timeout`."""
+    conn = connect(servers, connect_timeout, creds, tls_ca)
+    try:
+        return conn.request(subject, payload, timeout, inbox_prefix)
+    finally:
+        conn.close()
+
+
+def connect(servers: list[str], timeout: float, creds: str = "", tls_ca: str = "") -> Connection:
+    last = "no server given"
+    for server in servers:
+        try:
+            return Connection.open(server, timeout, creds, tls_ca)
+        except (OSError, TimeoutError) as err:  # refused, reset, no route, TLS: the next one
+            last = err.strerror or str(err) if isinstance(err, OSError) else str(err)
+    raise Unreachable(servers, last)
+
+
+class Connection:
+    """One connected, authenticated client; `request` then `close`."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+
+    @classmethod
+    def open(cls, server: str, timeout: float, creds: str, tls_ca: str) -> Connection:
+        url = urlsplit(server if "://" in server else f"nats://{server}")
+        host, port = url.hostname or "127.0.0.1", url.port or 4222
+        sock = socket.create_connection((host, port), timeout=timeout)
+        conn = cls(sock)
+        try:
+            info = conn._info()
+            if tls_ca or info.get("tls_required") or url.scheme == "tls":
+                conn._start_tls(host, tls_ca)
+            conn._send(b"CONNECT " + json.dumps(_connect_fields(info, url, creds)).encode())
+            conn._send(b"PING")
+            conn._expect_pong()
+        except BaseException:
+            sock.close()
+            raise
+        return conn
+
+    def request(self, subject: str, payload: bytes, timeout: float, inbox_prefix: str) -> bytes:
+        inbox = f"{inbox_prefix}.{os.urandom(12).hex()}"
+        self.sock.settimeout(timeout)
+        self._send(f"SUB {inbox} 1".encode())
+        self._send(f"PUB {subject} {inbox} {len(payload)}".encode() + CRLF + payload)
+        while True:
+            line = self._line()
+            if line.startswith((b"MSG ", b"HMSG ")):
+                headers, body = self._message(line)
+                if headers.startswith(b"NATS/1.0 503"):
+                    raise NoResponders(subject)
+                return body
+            self._control(line)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    # --- protocol -------------------------------------------------------------------
+
+    def _info(self) -> dict[str, Any]:
+        line = self._line()
+        if not line.startswith(b"INFO "):
+            raise ServerError(f"not a NATS server: {line[:60]!r}")
+        info: dict[str, Any] = json.loads(line[5:])
+        return info
+
+    def _start_tls(self, host: str, tls_ca: str) -> None:
+        import ssl  # only a TLS bus pays for it
+
+        context = ssl.create_default_context(cafile=tls_ca or None)
+        self.sock = context.wrap_socket(self.sock, server_hostname=host)
+
+    def _expect_pong(self) -> None:
+        while True:
+            line = self._line()
+            if line == b"PONG":
+                return
+            self._control(line)
+
+    def _control(self, line: bytes) -> None:
+        if line == b"PING":
+            self._send(b"PONG")
+        elif line.startswith(b"-ERR"):
+            raise ServerError(line[4:].strip().strip(b"'").decode(errors="replace"))
+        # +OK, INFO updates, PONG: nothing to do
+
+    def _message(self, line: bytes) -> tuple[bytes, bytes]:
+        """(headers, payload) of the MSG or HMSG whose control line is `line`."""
+        parts = line.split()
+        if parts[0] == b"HMSG":
+            header_len, total = int(parts[-2]), int(parts[-1])
+        else:
+            header_len, total = 0, int(parts[-1])
+        data = self._exactly(total + 2)[:total]
+        return data[:header_len], data[header_len:]
+
+    def _send(self, data: bytes) -> None:
+        self.sock.sendall(data + CRLF)
+
+    def _line(self) -> bytes:
+        while (at := self.buf.find(CRLF)) < 0:
+            self._fill()
+        line, self.buf = self.buf[:at], self.buf[at + 2 :]
+        return line
+
+    def _exactly(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self._fill()
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+    def _fill(self) -> None:
+        try:
+            chunk = self.sock.recv(65536)
+        except TimeoutError:
+            raise
+        except OSError as err:
+            raise ConnectionError(f"the connection failed: {err}") from err
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        self.buf += chunk
+
+
+def _connect_fields(info: dict[str, Any], url: Any, creds: str) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "verbose": False,
+        "pedantic": False,
+        "lang": "python-muster-cli",
+        "version": "1",
+        "protocol": 1,
+        "headers": True,
+        "no_responders": True,
+        "tls_required": bool(info.get("tls_required")),
+    }
+    if url.username:
+        fields["user"], fields["pass"] = url.username, url.password or ""
+    if creds:
+        fields.update(_nkey_answer(Path(creds).read_text().strip(), str(info.get("nonce", ""))))
+    return fields
+
+
+def _nkey_answer(seed: str, nonce: str) -> dict[str, str]:
+    """The CONNECT fields that prove the seed's key: its public key and the nonce signed."""
+    import nkeys  # type: ignore[import-untyped]
+
+    pair = nkeys.from_seed(seed.encode())
+    sig = base64.b64encode(pair.sign(nonce.encode())).decode()
+    return {"nkey": pair.public_key.decode(), "sig": sig}
