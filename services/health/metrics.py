@@ -8,6 +8,9 @@ XID count is read from the `node.fault` events the monitor committed to the outb
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
+
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from shared.db import Conn
@@ -32,17 +35,9 @@ WITH held AS (
     LEFT JOIN held h ON h.node = g.node AND h.gpu = g.idx
 )
 """
-GPU_STATES = GPU_STATE + "SELECT s.state, count(*) AS n FROM s GROUP BY 1"
-# A GPU counts in every partition its node is in (a partition without a node list has
-# them all); no placement policy at all: one partition, ''.
-GPU_PARTITIONS = (
-    GPU_STATE
-    + """
-SELECT coalesce(p.partition, '') AS partition, s.state, count(*) AS n
-  FROM s LEFT JOIN partition_policy p ON p.nodes IS NULL OR s.node = ANY(p.nodes)
- GROUP BY 1, 2
-"""
-)
+GPU_STATES = GPU_STATE + "SELECT s.node, s.state, count(*) AS n FROM s GROUP BY 1, 2"
+
+PARTITIONS = "SELECT partition, nodes FROM partition_policy ORDER BY partition"
 
 XIDS = """
 SELECT (e->>'xid')::int AS xid, e->>'fault_class' AS fault_class, count(*) AS n
@@ -53,6 +48,23 @@ SELECT (e->>'xid')::int AS xid, e->>'fault_class' AS fault_class, count(*) AS n
 """
 
 GPU_STATE_NAMES = ("allocated", "idle", "unhealthy", "drained")
+
+
+def gpu_counts(
+    per_node: Sequence[tuple[str, str, int]], partitions: Sequence[tuple[str, Sequence[str] | None]]
+) -> tuple[Counter[str], Counter[tuple[str, str]]]:
+    """(GPUs by state, GPUs by (partition, state)) from per-node counts (node, state, n).
+    A GPU counts once in the first and in every partition its node is in (a partition
+    without a node list has them all); no placement policy at all: one partition, ''."""
+    whole: Counter[str] = Counter()
+    by_partition: Counter[tuple[str, str]] = Counter()
+    members = [(name, None if nodes is None else frozenset(nodes)) for name, nodes in partitions]
+    for node, state, n in per_node:
+        whole[state] += n
+        for name, nodes in members or [("", None)]:
+            if nodes is None or node in nodes:
+                by_partition[name, state] += n
+    return whole, by_partition
 
 
 def node_counts(rows: list[tuple[str, int]]) -> list[tuple[tuple[str, ...], float]]:
@@ -66,11 +78,11 @@ class NodesSource:
 
     async def collect(self, conn: Conn) -> list[Metric]:
         nodes = await conn.fetch("SELECT state, count(*) AS n FROM nodes GROUP BY state")
-        whole = {r["state"]: r["n"] for r in await conn.fetch(GPU_STATES)}
-        by_partition = [
-            ((r["partition"] or "all", r["state"]), float(r["n"]))
-            for r in await conn.fetch(GPU_PARTITIONS)
-        ]
+        whole, counts = gpu_counts(
+            [(r["node"], r["state"], r["n"]) for r in await conn.fetch(GPU_STATES)],
+            [(r["partition"], r["nodes"]) for r in await conn.fetch(PARTITIONS)],
+        )
+        by_partition = [((p or "all", st), float(n)) for (p, st), n in counts.items()]
         return [
             gauge(
                 "muster_nodes",

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.admission.metrics import JobsSource, count_jobs
 from services.fairshare.metrics import shares
-from services.health.metrics import node_counts
+from services.health.metrics import gpu_counts, node_counts
 from shared.metrics import (
     MetricsServer,
     cumulate,
@@ -171,6 +171,43 @@ SHARES = {
 @pytest.mark.parametrize(("decayed", "want"), SHARES.values(), ids=SHARES.keys())
 def test_shares(decayed: list[tuple[str, float]], want: list[Any]) -> None:
     assert shares(decayed) == want
+
+
+GPU_COUNTS = {
+    "no placement policy: one partition of every node": (
+        [("n1", "idle", 3), ("n1", "unhealthy", 1), ("n2", "allocated", 4)],
+        [],
+        {"idle": 3, "unhealthy": 1, "allocated": 4},
+        {("", "idle"): 3, ("", "unhealthy"): 1, ("", "allocated"): 4},
+    ),
+    "a GPU in two partitions counts once overall and once in each": (
+        [("n1", "idle", 4), ("n2", "allocated", 4)],
+        [("all", None), ("small", ["n2"])],
+        {"idle": 4, "allocated": 4},
+        {("all", "idle"): 4, ("all", "allocated"): 4, ("small", "allocated"): 4},
+    ),
+    "a node in no partition counts only overall": (
+        [("n1", "drained", 2)],
+        [("small", ["n2"])],
+        {"drained": 2},
+        {},
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("per_node", "partitions", "want_whole", "want_parts"),
+    GPU_COUNTS.values(),
+    ids=GPU_COUNTS.keys(),
+)
+def test_gpu_counts(
+    per_node: list[tuple[str, str, int]],
+    partitions: list[tuple[str, list[str] | None]],
+    want_whole: dict[str, int],
+    want_parts: dict[tuple[str, str], int],
+) -> None:
+    whole, parts = gpu_counts(per_node, partitions)
+    assert (dict(whole), dict(parts)) == (want_whole, want_parts)
 
 
 def test_every_node_state_has_a_series_even_at_zero() -> None:
