@@ -8,7 +8,8 @@ same code):
     <root>/sys/class/net/<if>/{operstate,carrier,speed,carrier_changes}
 
 A name in the node's fabric list is an HCA (`mlx5_0`: every port), one port
-(`mlx5_0/1`), or a netdev (`ib0`, `eth1`). With no list, every HCA found is watched.
+(`mlx5_0/1`), or a netdev (`ib0`, `eth1`). With no list, every HCA found is watched,
+each port from the first time it is seen up (one never up is taken for uncabled).
 Sampling is a poll every `poll_s`, woken early by netlink link events where `ip monitor
 link` runs (so a carrier loss is seen at once, not at the next poll).
 
@@ -216,6 +217,7 @@ class FabricWatcher:
         self.site: SiteVerdicts = {}
         self.on_clean: Callable[[], Awaitable[None]] | None = None  # problems all gone
         self._had_problems = False
+        self._seen_up: set[str] = set()
         self._wake = asyncio.Event()
 
     @property
@@ -245,6 +247,11 @@ class FabricWatcher:
 
     async def sample(self) -> tuple[FabricReport, ...]:
         samples = await asyncio.to_thread(read_links, self.root, self.names)
+        if not self.names:
+            # Found, not named: a port never seen up since the agent started is taken
+            # for an uncabled one (a second port of a dual-port HCA), not for a fault.
+            self._seen_up |= {s.link for s in samples if s.up}
+            samples = [s for s in samples if s.link in self._seen_up]
         self.state, reports = observe(self.state, samples, self.clock(), self.site)
         for r in reports:
             if self.report is None:

@@ -229,3 +229,25 @@ def test_muster_nodes_names_the_failed_link_of_a_node_out_of_service() -> None:
     assert "link:ib0" in line and "network link_down on ib0" in line
     back = msgspec.structs.replace(node, state="UP", reason="")
     assert "link:" not in nodes_lines(NodesReply(nodes=(back,)))[1]
+
+
+async def test_autodetected_ports_are_judged_only_once_seen_up(tmp_path: Path) -> None:
+    fake_port(tmp_path, "mlx5_0", "1")
+    spare = fake_port(tmp_path, "mlx5_0", "2", state="1: DOWN")  # uncabled
+    now = [0.0]
+    w = FabricWatcher(root=tmp_path, policy=FabricPolicy(down_grace_s=1), clock=lambda: now[0])
+    for t in (0.0, 2.0, 4.0):
+        now[0] = t
+        await w.sample()
+    assert w.problems() == () and sorted(w.state.links) == ["mlx5_0/1"]
+    (spare / "state").write_text("4: ACTIVE\n")
+    (spare / "phys_state").write_text("5: LinkUp\n")
+    now[0] = 5.0
+    await w.sample()
+    (spare / "state").write_text("1: DOWN\n")
+    now[0] = 7.0
+    await w.sample()
+    assert w.problems() == ("fabric mlx5_0/2: down",)
+    now[0] = 8.5
+    await w.sample()
+    assert list(w.faults()) == ["mlx5_0/2"]

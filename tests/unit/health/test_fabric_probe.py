@@ -22,6 +22,7 @@ async def test_a_port_down_at_registration_fails_the_check_until_the_link_is_sta
     port = fake_port(tmp_path, "mlx5_0", "1", state="1: DOWN")
     ticks = itertools.count()
     watcher = FabricWatcher(
+        names=("mlx5_0",),  # named: judged from the start, down or not
         root=tmp_path,
         policy=FabricPolicy(down_grace_s=2, stable_s=3),
         poll_s=0.05,
