@@ -8,7 +8,7 @@ message says what to change.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -68,6 +68,10 @@ class QueueRequest(Request, frozen=True, kw_only=True):
     job_refs: tuple[str, ...] = ()  # as in JobSelector: 123, 123_4, 123_[1-3]
     accounts: tuple[str, ...] = ()
     names: tuple[str, ...] = ()
+    # A page of the selection (the gateway's dashboard at 10,000 jobs: the whole list
+    # would not fit one NATS message): `limit` jobs from `offset`; 0: every job.
+    offset: Annotated[int, msgspec.Meta(ge=0)] = 0
+    limit: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 class JobView(msgspec.Struct, frozen=True, kw_only=True):
@@ -99,6 +103,10 @@ class JobView(msgspec.Struct, frozen=True, kw_only=True):
 
 class QueueReply(msgspec.Struct, frozen=True, kw_only=True):
     jobs: tuple[JobView, ...]
+    # With a `limit`: the whole selection's size and counts (pending jobs by reason).
+    total: int = 0
+    by_state: dict[str, int] = {}
+    by_reason: dict[str, int] = {}
 
 
 class ShowJobRequest(Request, frozen=True, kw_only=True):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,7 @@ from shared.logs import kv
 from shared.privacy import PrivateData, may_see, redact_spec
 from shared.runtime import ServiceContext
 from shared.settings import Settings
-from shared.states import ACTIVE, TERMINAL
+from shared.states import ACTIVE, TERMINAL, JobState
 
 from . import repo
 from .actions import Decision, Target, Verb, decide, signal_name
@@ -223,7 +224,16 @@ class JobCommands:
             views = [v for v in views if v.state in wanted]
         elif not req.all_states and not (req.job_ids or req.job_refs):
             views = [v for v in views if v.state in ACTIVE]
-        return QueueReply(jobs=tuple(views))
+        if not req.limit:
+            return QueueReply(jobs=tuple(views))
+        return QueueReply(
+            jobs=tuple(views[req.offset : req.offset + req.limit]),
+            total=len(views),
+            by_state=dict(Counter(v.state for v in views)),
+            by_reason=dict(
+                Counter(v.reason for v in views if v.state == JobState.PENDING and v.reason)
+            ),
+        )
 
     async def show(self, req: ShowJobRequest) -> ShowJobReply:
         now = time.time()

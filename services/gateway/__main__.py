@@ -8,16 +8,18 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Generator
+from collections.abc import Awaitable, Generator
 
 import uvicorn
 
 from services.gateway.app import Gateway, make_app
 from services.gateway.settings import GatewaySettings, acting_user, key_path
 from services.gateway.upstream import Upstream
+from shared.bus import Bus
+from shared.db import Pool, create_pool
 from shared.identity_files import KeyFileError, load_signer
 from shared.logs import kv
-from shared.runtime import run_service, service_context
+from shared.runtime import run_service, until_ready
 
 log = logging.getLogger(__name__)
 
@@ -36,33 +38,57 @@ async def serve(settings: GatewaySettings, stop: asyncio.Event) -> None:
         signer = load_signer(key_path(settings))
     except KeyFileError as err:
         raise SystemExit(f"gateway: no usable key: {err}") from err
-    # The same bus and pool every service opens (its credentials on a secured bus).
-    async with service_context(settings, stop, pool_size=2) as ctx:
-        upstream = Upstream(ctx.bus.nc, signer, acting_user(settings))
-        gw = Gateway(
-            upstream, ctx.pool, cache_s=settings.cache_s, tail_bytes=settings.output_tail_bytes
+    # A client of the API like the CLI (a secured bus gives it the users' credential):
+    # no streams to create, no migrations to run, only requests and read-only queries.
+    bus = await until_ready("connect to NATS", lambda: connect_bus(settings), stop)
+    try:
+        pool = await until_ready(
+            "connect to PostgreSQL", lambda: create_pool(settings, max_size=2), stop
         )
-        config = uvicorn.Config(
-            make_app(gw),
-            host=settings.http_host,
-            port=settings.http_port,
-            log_level="warning",
-            lifespan="off",
-        )
-        server = Server(config)
+        try:
+            await serve_http(settings, Upstream(bus.nc, signer, acting_user(settings)), pool, stop)
+        finally:
+            await pool.close()
+    finally:
+        await bus.close()
 
-        async def stopper() -> None:
-            await stop.wait()
-            server.should_exit = True
 
-        log.info(
-            "serving",
-            extra=kv(host=settings.http_host, port=settings.http_port, user=upstream.user),
-        )
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(stopper())
-            await server.serve()
-            stop.set()
+def connect_bus(settings: GatewaySettings) -> Awaitable[Bus]:
+    return Bus.connect(
+        settings.nats_url,
+        name=f"gateway-{settings.instance}",
+        creds=settings.nats_creds,
+        tls_ca=settings.nats_tls_ca,
+        inbox_prefix=settings.nats_inbox_prefix,
+    )
+
+
+async def serve_http(
+    settings: GatewaySettings, upstream: Upstream, pool: Pool, stop: asyncio.Event
+) -> None:
+    """Serve until `stop` (SIGTERM), or until uvicorn ends (it could not bind)."""
+    gw = Gateway(upstream, pool, cache_s=settings.cache_s, tail_bytes=settings.output_tail_bytes)
+    config = uvicorn.Config(
+        make_app(gw),
+        host=settings.http_host,
+        port=settings.http_port,
+        log_level="warning",
+        lifespan="off",
+    )
+    server = Server(config)
+
+    async def stopper() -> None:
+        await stop.wait()
+        server.should_exit = True
+
+    log.info(
+        "serving",
+        extra=kv(host=settings.http_host, port=settings.http_port, user=upstream.user),
+    )
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(stopper())
+        await server.serve()
+        stop.set()
 
 
 def main() -> None:

@@ -139,7 +139,11 @@ class Gateway:
         return json({"user": self.upstream.user})
 
     async def queue(self, request: Request) -> Response:
+        page, per_page = integer(request, "page", 1), integer(request, "per_page", 100)
+        offset, limit = core.window(page, per_page)
         req = QueueRequest(
+            offset=offset,
+            limit=limit,
             user=self.upstream.user,
             users=names(request, "user"),
             partitions=names(request, "partition"),
@@ -149,11 +153,18 @@ class Gateway:
             accounts=names(request, "account"),
             names=names(request, "name"),
         )
-        page, per_page = integer(request, "page", 1), integer(request, "per_page", 100)
         reply: QueueReply = await self.cached(
             ("queue", req), lambda: self.upstream.call("queue", req, QueueReply)
         )
-        return json(core.page_of(reply.jobs, page, per_page))
+        got = core.page_from(reply, page, per_page)
+        if not got.jobs and got.total and got.page > got.pages:  # past the end: the last
+            return json(core.page_from(await self._last(req, got), got.pages, per_page))
+        return json(got)
+
+    async def _last(self, req: QueueRequest, got: core.Page) -> QueueReply:
+        offset = (got.pages - 1) * got.per_page
+        last = msgspec.structs.replace(req, offset=offset)
+        return await self.upstream.call("queue", last, QueueReply)
 
     async def _nodes(self) -> NodesReply:
         req = QueueRequest(user=self.upstream.user)

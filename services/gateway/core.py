@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from shared.api import JobView, NodeView
+from shared.api import JobView, NodeView, QueueReply
 from shared.jobspec import JobSpec
 from shared.outputs import output_paths
 from shared.states import NodeState
@@ -87,6 +87,29 @@ def page_of(jobs: tuple[JobView, ...], page: int, per_page: int) -> Page:
         pages=pages,
         by_state=dict(Counter(j.state for j in jobs)),
         by_reason=dict(Counter(j.reason for j in jobs if j.state == "PENDING" and j.reason)),
+    )
+
+
+def window(page: int, per_page: int) -> tuple[int, int]:
+    """The (offset, limit) of page `page` (from 1) of `per_page` jobs."""
+    per_page = max(1, min(per_page, MAX_PER_PAGE))
+    return (max(1, page) - 1) * per_page, per_page
+
+
+def page_from(reply: QueueReply, page: int, per_page: int) -> Page:
+    """The page `page` that admission cut (`QueueRequest.limit`), with its counts of the
+    whole selection; an admission that sent the whole list (no `total`): cut here."""
+    if reply.total == 0 and reply.jobs:
+        return page_of(reply.jobs, page, per_page)
+    per_page = max(1, min(per_page, MAX_PER_PAGE))
+    return Page(
+        jobs=reply.jobs,
+        total=reply.total,
+        page=max(1, page),
+        per_page=per_page,
+        pages=max(1, math.ceil(reply.total / per_page)),
+        by_state=reply.by_state,
+        by_reason=reply.by_reason,
     )
 
 

@@ -15,10 +15,12 @@ from services.gateway.core import (
     gpu_map,
     http_status,
     output_file,
+    page_from,
     page_of,
     utilisation,
+    window,
 )
-from shared.api import GpuView, JobView, NodeView
+from shared.api import GpuView, JobView, NodeView, QueueReply
 
 
 def job(job_id: int, state: str = "PENDING", reason: str = "Priority", user: str = "alice"):
@@ -218,3 +220,29 @@ OUTPUTS: dict[str, tuple[dict[str, Any], str, str | None]] = {
 @pytest.mark.parametrize(("spec", "on", "want"), OUTPUTS.values(), ids=OUTPUTS)
 def test_output_file(spec: dict[str, Any], on: str, want: str | None) -> None:
     assert output_file(spec, job(5), on) == want
+
+
+def test_window_pages_from_one_and_caps_the_page_size() -> None:
+    assert [window(1, 100), window(3, 100), window(0, 100), window(2, 10_000)] == [
+        (0, 100),
+        (200, 100),
+        (0, 100),
+        (500, 500),
+    ]
+
+
+def test_a_page_cut_by_admission_keeps_its_counts_of_the_whole_selection() -> None:
+    reply = QueueReply(jobs=JOBS[:4], total=10, by_state={"PENDING": 10}, by_reason={"X": 10})
+    got = page_from(reply, 1, 4)
+    assert (got.jobs, got.total, got.pages, got.by_state, got.by_reason) == (
+        JOBS[:4],
+        10,
+        3,
+        {"PENDING": 10},
+        {"X": 10},
+    )
+
+
+def test_an_admission_that_sent_every_job_is_cut_here() -> None:
+    got = page_from(QueueReply(jobs=JOBS), 2, 4)
+    assert [j.job_id for j in got.jobs] == [5, 6, 7, 8] and got.total == 10
