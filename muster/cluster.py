@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,7 +28,7 @@ from muster.secure_up import LocalSecurity
 from services.launcher.worker_table import stop_recorded_workers
 from shared import embedded
 from shared.agent_auth import ensure_launcher_key
-from shared.metrics import read_endpoints
+from shared.metrics import METRICS_FOLDER, read_endpoints
 
 SERVICES = ("admission", "placer", "launcher", "health", "fairshare")
 GATEWAY_PORT = 8780  # `muster up`'s dashboard, unless MUSTER_HTTP_PORT names another
@@ -335,6 +336,7 @@ def up(
     the servers we start have least privilege (muster.secure_up), `tls` on the bus."""
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(state_dir / METRICS_FOLDER, ignore_errors=True)  # a last run's /metrics URLs
     nodes = load_topology(topology)
     sec = LocalSecurity.make(state_dir, [n.name for n in nodes], tls=tls) if secure else None
     nats_config = sec.nats_config() if sec else ""
