@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from services.launcher.isolation import NodeIsolation, probe_node
 from services.launcher.worker_table import node_state_folder
 from shared.agent_auth import agent_trusted_keys
 from shared.bus import Bus
+from shared.constraint import CONTAINER
 from shared.runtime import run_service, until_ready
 from shared.settings import NodeSettings
 
@@ -106,7 +108,7 @@ def main() -> None:
                 node=settings.node,
                 address=settings.node_address,
                 topology=tuple(p for p in settings.topology.split("/") if p),
-                features=tuple(f for f in settings.features.split(",") if f),
+                features=node_features(settings),
                 heartbeat_s=settings.heartbeat_interval_s,
                 kmsg_path=settings.kmsg_path,
                 expected_gpus=settings.gpus if settings.gpu_backend == "sim" else None,
@@ -124,6 +126,15 @@ def main() -> None:
             await bus.close()
 
     run_service(settings, serve)
+
+
+def node_features(settings: NodeSettings) -> tuple[str, ...]:
+    """The node's configured features, and "container" where jobs can run in one."""
+    given = [f for f in settings.features.split(",") if f]
+    runtime = settings.container_runtime
+    if runtime == "podman" or (runtime == "auto" and shutil.which("podman")):
+        given.append(CONTAINER)
+    return tuple(dict.fromkeys(given))
 
 
 if __name__ == "__main__":

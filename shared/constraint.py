@@ -15,6 +15,9 @@ from collections.abc import Sequence
 import msgspec
 
 _TERM = re.compile(r"([A-Za-z0-9_.:\-]+)(?:\*([0-9]+))?")
+# The feature a node agent gives its node where a container runtime works there: what
+# a `--container-image` job needs of every node (muster/node.py, admission's apply).
+CONTAINER = "container"
 FORMS = "FEATURE, A&B (all of), A|B (any of), A*N&B (counts) or [A|B] (matching), e.g. a100&ib"
 
 
@@ -45,6 +48,17 @@ def parse(text: str) -> Constraint:
             terms.append(Term(found.group(1), int(count) if count else None))
         alternatives.append(tuple(terms))
     return Constraint(alternatives=tuple(alternatives), matching=matching)
+
+
+def with_feature(text: str, feature: str) -> str:
+    """`text` with `feature` required of every node as well, in every alternative."""
+    body = text.strip()
+    if not body:
+        return feature
+    matching = body.startswith("[") and body.endswith("]")
+    inner = body[1:-1] if matching else body
+    joined = "|".join(f"{alt}&{feature}" for alt in inner.split("|"))
+    return f"[{joined}]" if matching else joined
 
 
 def features_of(c: Constraint) -> tuple[str, ...]:

@@ -72,6 +72,11 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     torchrun: bool = False
     ray: bool = False  # a Ray cluster on the allocation, the script its driver
+    # pyxis's options: run the script in a container of this image (podman), with these
+    # SRC:DST[:ro] bind mounts, starting in this folder inside it.
+    container_image: str = ""
+    container_mounts: tuple[str, ...] = ()
+    container_workdir: str = ""
     elastic: bool = False  # nodes_min < nodes_max
     # Added by admission: every partition `-p a,b` named, in order; `partition` is the one
     # admission chose (the first that validates). Empty when none was named.

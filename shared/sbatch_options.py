@@ -144,12 +144,18 @@ TABLE: tuple[Spec, ...] = (
     # Muster's own.
     Spec("torchrun", None, _N),
     Spec("ray", None, _N),
+    # pyxis's (NVIDIA's Slurm container plugin) names.
+    Spec("container-image", None, _R),
+    Spec("container-mounts", None, _R),
+    Spec("container-workdir", None, _R),
     Spec("dry-run", None, _N),
 )
 
 BY_LONG = {s.long: s for s in TABLE}
 BY_SHORT = {s.short: s for s in TABLE if s.short}
-MUSTER_ONLY = frozenset({"torchrun", "ray", "dry-run"})
+MUSTER_ONLY = frozenset(
+    {"torchrun", "ray", "dry-run", "container-image", "container-mounts", "container-workdir"}
+)
 
 
 class Given(msgspec.Struct, frozen=True):

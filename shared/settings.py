@@ -161,6 +161,9 @@ class NodeSettings(Settings, frozen=True, kw_only=True):
     gpu_model: str = "SIM-H100"
     topology: str = ""
     features: str = ""  # comma list: what --constraint matches on this node
+    # Containers (--container-image): auto (the feature "container" where podman is
+    # installed), podman (always), none (never).
+    container_runtime: str = "auto"
     node_address: str = "127.0.0.1"
     kmsg_path: str = ""
     gpu_backend: str = "sim"  # sim | nvml
@@ -175,6 +178,9 @@ class NodeSettings(Settings, frozen=True, kw_only=True):
     # its name is in allowed_job_users (comma-separated); root only with allow_root_jobs.
     min_job_uid: int = 1000
     allowed_job_users: str = ""
+    # The launcher public keys this agent trusts, one a line; empty:
+    # <state_dir>/launcher/launcher.pub.
+    launcher_public_keys: str = ""
     # Isolation (docs/isolation.md): a cgroup per worker (auto | required | off) under
     # cgroup_root in the agent's own cgroup; GPU device nodes by index for the devices
     # controller; whole-disk block devices the I/O caps apply to (comma-separated).
@@ -190,9 +196,6 @@ class NodeSettings(Settings, frozen=True, kw_only=True):
     epilog: str = ""
     task_prolog: str = ""
     hook_timeout_s: float = 60.0
-    # The launcher public keys this agent trusts, one a line; empty:
-    # <state_dir>/launcher/launcher.pub.
-    launcher_public_keys: str = ""
     # Fabric watch (docs/health.md): the links that matter ("mlx5_0,mlx5_1/1,ib0"; empty:
     # every HCA found), read under fabric_root's sysfs, polled (and woken by netlink).
     fabric: str = ""

@@ -12,6 +12,8 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from shared.constraint import CONTAINER, with_feature
+
 from .arrays import format_array, parse_array
 from .errors import ErrorCode, SubmitError
 from .hostlist import expand
@@ -148,6 +150,25 @@ def _partition(b: Builder, v: str | None) -> None:
     b.set("partitions", names)
 
 
+def _container_mounts(b: Builder, v: str | None) -> None:
+    """`SRC:DST[:ro|rw],...` (pyxis's form; `SRC` alone mounts it at the same path)."""
+    mounts = []
+    for item in (m.strip() for m in (v or "").split(",")):
+        if not item:
+            continue
+        parts = item.split(":")
+        if (
+            not parts[0].startswith("/")
+            or len(parts) > 3
+            or (len(parts) == 3 and parts[2] not in ("ro", "rw"))
+        ):
+            raise ValueError(
+                f"--container-mounts={v}: each mount is /SRC[:/DST[:ro|rw]], comma-separated"
+            )
+        mounts.append(item)
+    b.set("container_mounts", tuple(mounts))
+
+
 def _str_field(name: str, what: str) -> Callable[[Builder, str | None], None]:
     def handler(b: Builder, v: str | None) -> None:
         b.set(name, _text(v, what))
@@ -263,6 +284,9 @@ HANDLERS: dict[str, Callable[[Builder, str | None], None]] = {
     "hold": _flag("hold", True),
     "torchrun": _flag("torchrun", True),
     "ray": _flag("ray", True),
+    "container-image": _str_field("container_image", "--container-image"),
+    "container-mounts": _container_mounts,
+    "container-workdir": _str_field("container_workdir", "--container-workdir"),
     "signal": _signal,
     "dependency": _dependency,
     "array": _array,
@@ -363,6 +387,11 @@ def finish(b: Builder) -> list[SubmitError]:
     if b.fields.get("ray") and b.fields.get("torchrun"):
         msg = "--ray and --torchrun are two launch modes; give one of them"
         errors.append(_conflict(msg, "ray"))
+    if b.fields.get("container_image"):
+        if b.fields.get("ray") or b.fields.get("torchrun"):
+            msg = "--container-image runs the script once per node; not with --ray or --torchrun"
+            errors.append(_conflict(msg, "container-image"))
+        b.set("constraint", with_feature(str(b.fields.get("constraint") or ""), CONTAINER))
     if b.chdir is not None:
         b.set("workdir", posixpath.normpath(posixpath.join(str(b.fields["workdir"]), b.chdir)))
     b.fields["elastic"] = b.fields["nodes_min"] != b.fields["nodes_max"]

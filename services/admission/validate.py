@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
+from shared.constraint import CONTAINER
 from shared.jobspec import JobSpec
 
 from .apply import UNLIMITED_TIME_S
@@ -90,13 +91,29 @@ def validate(
     errors = [*_check_qos(spec, config, part), *_check_account(spec, config, part)]
     errors += _check_time(spec, part)
     all_names = tuple(n.name for n in cluster.nodes)
-    errors += check_size(spec, part, cluster.in_partition(part.name), all_names)
+    # Without a runtime anywhere, that is the reason (not the feature it implies).
+    no_runtime = _check_container(spec, cluster.in_partition(part.name), part.name)
+    errors += no_runtime or check_size(spec, part, cluster.in_partition(part.name), all_names)
     errors += _check_array(spec, config)
     errors += _check_limits(spec, config, counts)
     if spec.nice < 0 and spec.user not in config.operators:
         msg = f"--nice={spec.nice}: only an operator may raise a job's priority; use 0 or more"
         errors.append(_err(ErrorCode.NOT_PERMITTED, msg, "nice"))
     return tuple(errors)
+
+
+def _check_container(
+    spec: JobSpec, nodes: tuple[NodeShape, ...], partition: str
+) -> list[SubmitError]:
+    """A `--container-image` job needs a node whose agent found a container runtime."""
+    if not spec.container_image or any(CONTAINER in n.features for n in nodes):
+        return []
+    msg = (
+        f"--container-image={spec.container_image}: no node of partition {partition!r} has a"
+        f" container runtime (its agent gives it the feature {CONTAINER!r} where podman"
+        " works); install podman on the nodes, or run the job without a container"
+    )
+    return [_err(ErrorCode.NO_MATCHING_NODES, msg, "container-image")]
 
 
 def _check_qos(spec: JobSpec, config: ClusterConfig, part: Partition) -> list[SubmitError]:

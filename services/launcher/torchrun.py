@@ -1,9 +1,11 @@
 """Pure core: the command line a node's worker runs.
 
-Three launch modes (docs/launching.md):
+Launch modes (docs/launching.md):
 
 - once per node (default): the job's script runs once on every node of the attempt,
   with RANK = node rank and WORLD_SIZE = number of nodes (see `env.build_env`);
+- in a container (`spec.container_image`): once per node, inside the image (see
+  `container_mode`);
 - Ray (`spec.ray`): a Ray head on node rank 0 runs the script as its driver, raylets
   on the others (see `ray_mode`);
 - torchrun (`spec.torchrun`): every node runs `python -m torch.distributed.run`, which
@@ -21,6 +23,7 @@ c10d backend ignores it (torch warns), ranks come from the rendezvous.
 
 from __future__ import annotations
 
+from services.launcher.container_mode import container_argv
 from services.launcher.env import WorkerPlacement
 from services.launcher.ray_mode import ray_argv
 from shared.jobspec import JobSpec
@@ -86,6 +89,10 @@ def worker_argv(spec: JobSpec, placement: WorkerPlacement, python: str) -> list[
         return torchrun_argv(spec, placement, python)
     if spec.ray:
         return ray_argv(spec, placement, python, script_argv(spec, python), NODE_ADDRESS)
+    if spec.container_image:
+        # Inside the image the script runs through its own #! line: the node's python
+        # is not there.
+        return container_argv(spec, python, [spec.script, *spec.args], SPOOL)
     return script_argv(spec, python)
 
 

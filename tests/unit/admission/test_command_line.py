@@ -90,6 +90,23 @@ FORMS = {
     "--account and --qos": (("-A", "prod", "-q", "low"), {"account": "prod", "qos": "low"}),
     "--torchrun is a Muster extra": (("--torchrun",), {"torchrun": True}),
     "--ray is a Muster extra": (("--ray",), {"ray": True}),
+    "pyxis's container options; every node must have a runtime": (
+        (
+            "--container-image=nvcr.io/nvidia/pytorch:24.05-py3",
+            "--container-workdir=/w",
+            "--container-mounts=/data:/data:ro,/scratch",
+        ),
+        {
+            "container_image": "nvcr.io/nvidia/pytorch:24.05-py3",
+            "container_workdir": "/w",
+            "container_mounts": ("/data:/data:ro", "/scratch"),
+            "constraint": "container",
+        },
+    ),
+    "a container job's constraint gains the runtime in every alternative": (
+        ("--container-image=img", "-C", "[a100|h100]"),
+        {"container_image": "img", "constraint": "[a100&container|h100&container]"},
+    ),
 }
 
 
@@ -182,6 +199,26 @@ REFUSALS = {
                 ErrorCode.CONFLICTING_OPTIONS,
                 "--ray and --torchrun are two launch modes; give one of them",
                 "ray",
+            ),
+        ),
+    ),
+    "a container mount that is not an absolute path": (
+        ("--container-image=img", "--container-mounts=data:/data"),
+        (
+            err(
+                ErrorCode.BAD_VALUE,
+                "--container-mounts=data:/data: each mount is /SRC[:/DST[:ro|rw]], comma-separated",
+                "container-mounts",
+            ),
+        ),
+    ),
+    "a container with --torchrun": (
+        ("--container-image=img", "--torchrun"),
+        (
+            err(
+                ErrorCode.CONFLICTING_OPTIONS,
+                "--container-image runs the script once per node; not with --ray or --torchrun",
+                "container-image",
             ),
         ),
     ),

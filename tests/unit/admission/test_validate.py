@@ -312,3 +312,14 @@ def test_a_gpu_cap_counts_every_node() -> None:
     assert [e.message for e in validate(spec, config, CLUSTER)] == [
         "12 GPUs asked; partition 'normal' allows at most 8 GPUs per job"
     ]
+
+
+def test_a_container_job_needs_nodes_whose_agent_found_a_runtime() -> None:
+    spec = msgspec.structs.replace(BASE, container_image="localhost/base:1", constraint="container")
+    without = shape(CONFIG, [node(f"node0{i}") for i in range(1, 5)])
+    [error] = validate(spec, CONFIG, without)
+    assert error.code is ErrorCode.NO_MATCHING_NODES and error.field == "container-image"
+    assert "no node of partition 'normal' has a container runtime" in error.message
+    assert "install podman" in error.message
+    some = shape(CONFIG, [node("node01", 4, "SIM", "container"), node("node02")])
+    assert validate(spec, CONFIG, some) == ()
