@@ -145,9 +145,15 @@ def check(
     return None
 
 
+# Verify keys decoded once: only trusted keys reach `_valid`, so this stays a handful.
+_VERIFY_KEYS: dict[str, nacl.signing.VerifyKey] = {}
+
+
 def _valid(token: AgentToken) -> bool:
     try:
-        key = nacl.signing.VerifyKey(public_key_bytes(token.key))
+        key = _VERIFY_KEYS.get(token.key)
+        if key is None:
+            key = _VERIFY_KEYS[token.key] = nacl.signing.VerifyKey(public_key_bytes(token.key))
         key.verify(signed_bytes(token.grant), base64.b64decode(token.sig, validate=True))
     except (ValueError, binascii.Error, nacl.exceptions.BadSignatureError):
         return False
