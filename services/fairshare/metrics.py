@@ -1,7 +1,8 @@
 """Shell + pure helpers: the fair-share service's metric sources (`shared/metrics.py`).
 
 Usage by account (GPU-seconds charged, a counter that lives in the `usage` table),
-the decayed usage the priorities are computed from, and each account's share of it.
+the decayed usage the priorities are computed from, each account's share of it, and
+the fair-share factor its pending jobs have (`job_priorities`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class UsageSource:
             used.add_metric([r["account"]], float(r["used"]))
             billed.add_metric([r["account"]], float(r["billed"]))
         decayed = [(r["account"], float(r["decayed"])) for r in rows]
+        factors = await conn.fetch(
+            "SELECT j.account, avg((p.factors->'factors'->>'fairshare')::float8) AS f"
+            " FROM job_priorities p JOIN jobs j USING (job_id) GROUP BY 1 ORDER BY 1"
+        )
         return [
             used,
             billed,
@@ -56,6 +61,12 @@ class UsageSource:
                 "The account's share of the cluster's decayed usage (0..1)",
                 ["account"],
                 shares(decayed),
+            ),
+            gauge(
+                "muster_fairshare_factor",
+                "The fair-share factor (0..1) of the account's pending jobs, mean over them",
+                ["account"],
+                [((r["account"],), float(r["f"] or 0.0)) for r in factors],
             ),
         ]
 
