@@ -157,6 +157,29 @@ async def one_placer(db: asyncpg.Connection) -> list[Violation]:
     ]
 
 
+# Invariant 8's last line of defence: the triggers through which the database refuses
+# a write from a replica that does not hold the job's shard (or the placer's lease).
+FENCES = {
+    "allocations": "allocations_fenced",
+    "job_runs": "job_runs_fenced",
+    "attempts": "attempts_fenced",
+}
+
+
+async def fences_in_place(db: asyncpg.Connection) -> list[Violation]:
+    """Invariant 8: every fencing trigger is there and enabled at the end of the run."""
+    rows = await db.fetch(
+        "SELECT c.relname AS tbl, t.tgname AS name, t.tgenabled <> 'D' AS enabled"
+        " FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE NOT t.tgisinternal"
+    )
+    have = {(r["tbl"], r["name"]) for r in rows if r["enabled"]}
+    return [
+        Violation(Invariant.ONE_OWNER, f"fence {name} on {table} is missing or disabled")
+        for table, name in FENCES.items()
+        if (table, name) not in have
+    ]
+
+
 async def usage_once(db: asyncpg.Connection) -> list[Violation]:
     """Invariant 6: what fairshare charged each attempt equals the GPU-seconds the
     launcher said it used when it ended it (job.requeued or job.finished), and the

@@ -96,6 +96,39 @@ def is_stale(proc: WorkerProc, runs: Mapping[int, Run]) -> bool:
 
 
 @dataclass
+class LeaseWatch:
+    """Invariant 8 as the leases show it: every lease (the placer's, the health
+    monitor's, each launcher shard) changes holder only with a new, higher fencing epoch,
+    and an epoch never goes back. Two owners under one epoch, or an old epoch coming
+    back, would let the database's fence take a deposed owner's write for the owner's."""
+
+    seen: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def observe(self, leases: Mapping[str, tuple[str, int]]) -> list[Violation]:
+        found = []
+        for name, (holder, epoch) in sorted(leases.items()):
+            before = self.seen.get(name)
+            if before is not None:
+                was_holder, was_epoch = before
+                if epoch < was_epoch:
+                    found.append(
+                        Violation(
+                            Invariant.ONE_OWNER,
+                            f"lease {name}: epoch went back from {was_epoch} to {epoch}",
+                        )
+                    )
+                elif epoch == was_epoch and holder != was_holder and was_holder and holder:
+                    found.append(
+                        Violation(
+                            Invariant.ONE_OWNER,
+                            f"lease {name}: epoch {epoch} held by {was_holder} then {holder}",
+                        )
+                    )
+            self.seen[name] = (holder, epoch)
+        return found
+
+
+@dataclass
 class Watch:
     """What the run looked like so far: when each stale worker was first seen stale, and
     each job's last state, so a worker that outlives its attempt and a job that leaves

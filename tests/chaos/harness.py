@@ -196,6 +196,7 @@ async def _audit(
         found += await audit.gangs_whole(conn)
         found += await audit.excluded_nodes_unused(conn, sampler.node_samples)
         found += await audit.one_placer(conn)
+        found += await audit.fences_in_place(conn)
         found += await _settled_usage(conn)
     finally:
         await conn.close()

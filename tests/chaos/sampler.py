@@ -19,7 +19,7 @@ from pathlib import Path
 
 import asyncpg
 
-from tests.chaos.checker import Invariant, NodeSample, Run, Violation, Watch
+from tests.chaos.checker import Invariant, LeaseWatch, NodeSample, Run, Violation, Watch
 from tests.chaos.faults import FaultRecord
 from tests.chaos.machine import still_alive, workers
 
@@ -47,6 +47,11 @@ HELD_TWICE = (
     " GROUP BY g.node, g.gpu HAVING count(*) > 1"
 )
 NODES = "SELECT name, state, extract(epoch FROM now())::float8 AS t FROM nodes"
+LEASES = (
+    "SELECT 'placer' AS name, holder, epoch FROM placer_lease"
+    " UNION ALL SELECT 'health', holder, epoch FROM health_lease"
+    " UNION ALL SELECT 'launcher shard ' || shard, holder, epoch FROM launcher_shards"
+)
 PROGRESS = (
     "SELECT extract(epoch FROM greatest("
     " (SELECT max(started_at) FROM attempts), (SELECT max(ended_at) FROM job_runs)))::float8"
@@ -58,6 +63,7 @@ class Sampler:
     database_url: str
     workdir: Path
     watch: Watch = field(default_factory=Watch)
+    leases: LeaseWatch = field(default_factory=LeaseWatch)
     violations: list[Violation] = field(default_factory=list)
     node_samples: dict[str, list[NodeSample]] = field(default_factory=dict)
     open_faults: list[FaultRecord] = field(default_factory=list)
@@ -111,6 +117,9 @@ class Sampler:
         for r in await conn.fetch(NODES, timeout=5):
             self.node_samples.setdefault(r["name"], []).append(NodeSample(r["t"], r["state"]))
         progress = await conn.fetchval(PROGRESS, timeout=5)
+        self.violations += self.leases.observe(
+            {r["name"]: (r["holder"], r["epoch"]) for r in await conn.fetch(LEASES, timeout=5)}
+        )
         self.violations += [
             Violation(
                 Invariant.GPU_ONCE,

@@ -9,6 +9,7 @@ import pytest
 from tests.chaos.checker import (
     STALE_GRACE_S,
     Invariant,
+    LeaseWatch,
     NodeSample,
     Run,
     Violation,
@@ -157,3 +158,14 @@ def test_a_worker_that_started_before_its_run_ended_has_its_grace() -> None:
         watch.observe(100.5, [started(12032, 127, at=95.0)], ended, {(127, 1): frozenset({"n3"})})
         == []
     )
+
+
+def test_a_lease_changes_holder_only_with_a_higher_epoch() -> None:
+    watch = LeaseWatch()
+    assert watch.observe({"placer": ("a", 1), "launcher shard 0": ("", 0)}) == []
+    assert watch.observe({"placer": ("a", 1), "launcher shard 0": ("x", 1)}) == []
+    assert watch.observe({"placer": ("b", 2), "launcher shard 0": ("y", 2)}) == []
+    [same] = watch.observe({"placer": ("c", 2), "launcher shard 0": ("y", 2)})
+    assert same.invariant is Invariant.ONE_OWNER and "epoch 2 held by b then c" in same.detail
+    [back] = watch.observe({"placer": ("c", 2), "launcher shard 0": ("z", 1)})
+    assert "launcher shard 0: epoch went back from 2 to 1" in back.detail
