@@ -7,6 +7,7 @@ so what is asserted here is what an operator's Prometheus would see."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -83,6 +84,11 @@ def total(samples: Samples, name: str, **labels: str) -> float:
     return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
 
 
+async def run_of(db: asyncpg.Connection, job_id: int) -> tuple[str, list[str]]:
+    row = await db.fetchrow("SELECT state, nodes FROM job_runs WHERE job_id = $1", job_id)
+    return ("", []) if row is None else (row["state"], list(row["nodes"]))
+
+
 async def settled(url: str, ok: Callable[[Samples], bool], what: str) -> Samples:
     return await eventually(lambda: scrape(url), ok, timeout=60, what=what)
 
@@ -106,9 +112,9 @@ async def test_every_endpoint_reports_the_workload_and_the_injected_xid(
             (await submit(nats_url, SHORT, ("--gpus-per-node=1",), str(tmp_path))).job_ids[0]
             for _ in range(2)
         ]
-        for job_id in short:
+        for done in short:
             await eventually(
-                lambda j=job_id: job_state(db, j), lambda s: s == "COMPLETED", 60, "completed"
+                functools.partial(job_state, db, done), lambda s: s == "COMPLETED", 60, "completed"
             )
         reply = await submit(nats_url, SLEEPER, ("--gpus-per-node=4",), str(tmp_path))
         job_id = reply.job_ids[0]
@@ -117,8 +123,8 @@ async def test_every_endpoint_reports_the_workload_and_the_injected_xid(
 
         await inject(nats_url, victim, 79, gpu=1)
         await eventually(
-            lambda: db.fetchrow("SELECT state, nodes FROM job_runs WHERE job_id = $1", job_id),
-            lambda r: r["state"] == "RUNNING" and victim not in r["nodes"],
+            lambda: run_of(db, job_id),
+            lambda r: r[0] == "RUNNING" and victim not in r[1],
             60,
             "the job running again on another node",
         )
