@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from muster import cli_accounting, cli_cluster, cli_jobs, cli_users
 from muster.client import ApiRefused
+from muster.quiet import quietly
 from shared.sbatch_options import Arg, Spec, split_own
 
 
@@ -16,6 +18,18 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from sim.cli import main as sim_main
 
     return int(sim_main(args.rest) or 0)
+
+
+def cmd_shims(args: argparse.Namespace) -> int:
+    from muster.shims import ShimError, write_shims
+
+    try:
+        names = write_shims(Path(args.folder), force=args.force)
+    except ShimError as err:
+        print(f"muster shims: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {' '.join(names)} into {args.folder}; put it first on PATH to use them")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_sim)
     cli_accounting.register(sub)
     cli_users.register(sub)
+    s = sub.add_parser("shims", help="write sbatch, squeue, scancel, ... wrappers into a folder")
+    s.add_argument("folder")
+    s.add_argument("--force", action="store_true", help="replace files already there")
+    s.set_defaults(fn=cmd_shims)
     return p
 
 
@@ -79,12 +97,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(list(sys.argv[1:] if argv is None else argv))
-    try:
-        return int(args.fn(args))
-    except ApiRefused as err:
-        print(f"muster: {err}", file=sys.stderr)
-        return 1
+    words = list(sys.argv[1:] if argv is None else argv)
+
+    def run() -> int:
+        args = parse(words)
+        try:
+            return int(args.fn(args))
+        except ApiRefused as err:  # unreachable, no service, a refusal: one line
+            print(f"muster: {err}", file=sys.stderr)
+            return 1
+
+    return quietly(run)
 
 
 if __name__ == "__main__":

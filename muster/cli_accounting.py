@@ -4,24 +4,13 @@ fairshare service over NATS. `muster.cli` calls `register(subparsers)`."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-import nats.errors
 
-from muster.client import ApiRefused, call, current_user, nats_url
-from services.fairshare.api import (
-    ACCT_VERB,
-    SHARE_VERB,
-    AcctReply,
-    AcctRequest,
-    ShareReply,
-    ShareRequest,
-)
-from services.fairshare.render import render_acct, render_share_table
+from muster.client import ApiRefused, current_user, nats_url, request
 
 
 def _names(values: list[str] | None) -> tuple[str, ...]:
@@ -49,16 +38,17 @@ def parse_when(text: str) -> float:
 
 def _request(verb: str, req: msgspec.Struct, kind: type[Any], state: str | None) -> Any:
     try:
-        return asyncio.run(call(nats_url(state), verb, req, kind))
-    except ApiRefused as err:
+        return request(nats_url(state), verb, req, kind)
+    except ApiRefused as err:  # unreachable, no fairshare service, a refusal: one line
         print(f"muster {verb}: {err}", file=sys.stderr)
-        return None
-    except (TimeoutError, nats.errors.NoRespondersError):
-        print(f"muster {verb}: no reply; is the fairshare service running?", file=sys.stderr)
         return None
 
 
 def cmd_share(args: argparse.Namespace) -> int:
+    # the fairshare contracts load with the two commands that use them, not every call
+    from services.fairshare.api import SHARE_VERB, ShareReply, ShareRequest
+    from services.fairshare.render import render_share_table
+
     req = ShareRequest(user=current_user(), accounts=_names(args.account), users=_names(args.user))
     reply = _request(SHARE_VERB, req, ShareReply, args.state)
     if reply is None:
@@ -71,6 +61,9 @@ def cmd_share(args: argparse.Namespace) -> int:
 
 
 def cmd_acct(args: argparse.Namespace) -> int:
+    from services.fairshare.api import ACCT_VERB, AcctReply, AcctRequest
+    from services.fairshare.render import render_acct
+
     req = AcctRequest(
         user=current_user(),
         job_ids=tuple(int(j) for j in _names(args.jobs)),

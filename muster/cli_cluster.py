@@ -6,7 +6,6 @@ and the nodes (`nodes`, `drain`, `resume`, `inject-fault`); `muster.cli` calls
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import os
 import sys
@@ -14,30 +13,26 @@ import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from muster import cluster as local
 from muster import render
-from muster.client import (
-    ApiRefused,
-    agent,
-    call,
-    current_user,
-    nats_url,
-    refused,
-    register_cluster,
-)
+from muster.client import ApiRefused, current_user, nats_url, refused, register_cluster, request
 from shared.api import AgentReply, InjectFault, NodeAction, NodesReply, Ok, QueueRequest
-from shared.identity_files import provision_keys
 from shared.states import NodeState
-from shared.transient import is_transient
 
+if TYPE_CHECKING:
+    from muster.cluster import Cluster
+
+# The local cluster's machinery (muster.cluster: the supervisor, servers, the database)
+# is imported by the commands that start or stop it, not by every `muster` call.
 DEFAULT_TOPOLOGY = Path(__file__).resolve().parent.parent / "deploy" / "local" / "topology.toml"
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from muster import cluster as local
+
     state = Path(args.state)
     if (state / "cluster.json").exists():
         print(f"a cluster is already up in {state}; `muster down` first", file=sys.stderr)
@@ -75,6 +70,9 @@ def cmd_up(args: argparse.Namespace) -> int:
 def provision_local_users(state: Path) -> Path:
     """A local cluster's users: a key for you and for each user of its configuration in
     `state/keys`, registered with the services it starts (MUSTER_USER_KEYS_DIR)."""
+    from muster import cluster as local
+    from shared.identity_files import provision_keys
+
     config = Path(os.environ.get("MUSTER_CLUSTER_CONFIG") or local.DEFAULT_CLUSTER_CONFIG)
     users = tuple(tomllib.loads(config.read_text()).get("users", {}))
     keys = (state / "keys").resolve()
@@ -85,14 +83,14 @@ def provision_local_users(state: Path) -> Path:
     return keys
 
 
-def _wait_for_nodes(c: local.Cluster, want: int, timeout: float) -> int:
+def _wait_for_nodes(c: Cluster, want: int, timeout: float) -> int:
+    from shared.transient import is_transient
+
     deadline = time.monotonic() + timeout
     url = c.nats_url
     while time.monotonic() < deadline:
         try:
-            reply = asyncio.run(
-                call(url, "nodes", QueueRequest(user=current_user()), NodesReply, 3)
-            )
+            reply = request(url, "nodes", QueueRequest(user=current_user()), NodesReply, 3)
             up = [n for n in reply.nodes if n.state == NodeState.UP]
             if len(up) >= want:
                 print(f"  {len(up)} nodes UP, {sum(n.gpus_total for n in up)} GPUs")
@@ -106,6 +104,8 @@ def _wait_for_nodes(c: local.Cluster, want: int, timeout: float) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    from muster import cluster as local
+
     state = Path(args.state)
     if not (state / "cluster.json").exists():
         print(f"no cluster in {state}", file=sys.stderr)
@@ -123,9 +123,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    reply = asyncio.run(
-        call(nats_url(args.state), "nodes", QueueRequest(user=current_user()), NodesReply)
-    )
+    reply = request(nats_url(args.state), "nodes", QueueRequest(user=current_user()), NodesReply)
     print(render.to_json(reply) if args.json else "\n".join(render.nodes_lines(reply)))
     return 0
 
@@ -134,7 +132,7 @@ def _node_action(verb: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         req = NodeAction(user=current_user(), node=args.node, reason=args.reason or "")
         try:
-            reply = asyncio.run(call(nats_url(args.state), verb, req, Ok))
+            reply = request(nats_url(args.state), verb, req, Ok)
         except ApiRefused as err:
             return refused(verb, err)
         print(reply.message)
@@ -145,6 +143,10 @@ def _node_action(verb: str) -> Callable[[argparse.Namespace], int]:
 
 def cmd_inject(args: argparse.Namespace) -> int:
     body = InjectFault(gpu=args.gpu, xid=args.xid, lose_gpu=args.lose)
+    import asyncio
+
+    from muster.client import agent
+
     raw = asyncio.run(agent(nats_url(args.state), args.node, "inject", body))
     reply = msgspec.json.decode(raw, type=AgentReply)
     print(("injected " if reply.ok else "refused: ") + reply.message)

@@ -5,7 +5,6 @@ What they print is `muster.render`'s."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from muster import render
-from muster.client import ApiRefused, call, current_user, nats_url, refused
+from muster.client import ApiRefused, current_user, nats_url, refused, request
 from shared.api import (
     JobSelector,
     Ok,
@@ -34,7 +33,7 @@ def _print(lines: list[str]) -> None:
     print("\n".join(lines))
 
 
-def _request(words: list[str], dry_run: bool) -> SubmitRequest | str:
+def submit_request(words: list[str], dry_run: bool) -> SubmitRequest | str:
     """The submit request from the command line and the script file, or what is wrong."""
     # The script is found the way admission reads the options: one table of sbatch's.
     line = split_command_line(words)
@@ -62,12 +61,12 @@ def _request(words: list[str], dry_run: bool) -> SubmitRequest | str:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    req = _request(args.words, args.dry_run)
+    req = submit_request(args.words, args.dry_run)
     if isinstance(req, str):
         print(f"muster submit: {req}", file=sys.stderr)
         return 2
     try:
-        reply = asyncio.run(call(nats_url(args.state), "submit", req, SubmitReply))
+        reply = request(nats_url(args.state), "submit", req, SubmitReply)
     except ApiRefused as err:
         return refused("submit", err)
     for warning in reply.warnings:
@@ -99,7 +98,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
         accounts=_csv(args.account),
         names=_csv(args.name),
     )
-    reply = asyncio.run(call(nats_url(args.state), "queue", req, QueueReply))
+    reply = request(nats_url(args.state), "queue", req, QueueReply)
     if args.json:
         print(render.to_json(reply))
     else:
@@ -111,8 +110,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     url = nats_url(args.state)
     try:
         job_id = _one_job_id(url, args.job_id)
-        reply = asyncio.run(
-            call(url, "show", ShowJobRequest(user=current_user(), job_id=job_id), ShowJobReply)
+        reply = request(
+            url, "show", ShowJobRequest(user=current_user(), job_id=job_id), ShowJobReply
         )
     except ApiRefused as err:
         return refused("show", err)
@@ -128,7 +127,7 @@ def _one_job_id(url: str, ref: str) -> int:
     if ref.isdigit():
         return int(ref)
     req = QueueRequest(user=current_user(), job_refs=(ref,), all_states=True)
-    jobs = asyncio.run(call(url, "queue", req, QueueReply)).jobs
+    jobs = request(url, "queue", req, QueueReply).jobs
     if len(jobs) != 1:
         raise ApiRefused(f"{ref} names {len(jobs)} jobs; give one job id", "not_found", ())
     return jobs[0].job_id
@@ -150,7 +149,7 @@ def _selector(args: argparse.Namespace) -> JobSelector:
 def _job_action(verb: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         try:
-            reply = asyncio.run(call(nats_url(args.state), verb, _selector(args), Ok))
+            reply = request(nats_url(args.state), verb, _selector(args), Ok)
         except ApiRefused as err:
             return refused(verb, err)
         if args.json:
@@ -166,9 +165,7 @@ def _job_action(verb: str) -> Callable[[argparse.Namespace], int]:
 
 def cmd_reload(args: argparse.Namespace) -> int:
     try:
-        reply = asyncio.run(
-            call(nats_url(args.state), "reload", Request(user=current_user()), ReloadReply)
-        )
+        reply = request(nats_url(args.state), "reload", Request(user=current_user()), ReloadReply)
     except ApiRefused as err:
         return refused("reload", err)
     if args.json:

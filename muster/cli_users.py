@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from muster.client import default_key_file, key_file
-from services.admission.config import ConfigError, load_config
 from shared.identity import encode_seed, public_key_bytes
 from shared.identity_files import KeyFileError, load_signer, write_seed
 
@@ -113,6 +112,8 @@ def cmd_whoami(_args: argparse.Namespace) -> int:
 
 
 def _edit(args: argparse.Namespace, *, add: tuple[str, ...], remove: tuple[str, ...]) -> int:
+    from services.admission.config import ConfigError, load_config  # only this command's
+
     for key in (*add, *remove):
         try:
             public_key_bytes(key)

@@ -13,29 +13,31 @@ user may read it."""
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
-import nats
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.errors import NoRespondersError
 
 from shared.api import API_PREFIX, Envelope
 from shared.identity import KEYGEN_HINT, Signer
 from shared.identity_files import KeyFileError, load_signer
-from shared.security import SECRETS, USERS_CREDS, nats_options
 from shared.settings import nats_servers
+
+if TYPE_CHECKING:  # nats-py (and asyncio) load only for the async calls, not a CLI command's
+    from nats.aio.client import Client
+    from nats.aio.msg import Msg
 
 T = TypeVar("T")
 NO_RESPONDERS_WAIT_S = 15.0
+# Where a state folder keeps the bus credentials, as shared.security names them (that
+# module's openssl and ssl imports stay off the CLI's path).
+SECRETS = "secrets"
+USERS_CREDS = "nats-users.nk"
 
 
 class ApiRefused(Exception):
@@ -101,9 +103,9 @@ def register_cluster(url: str, state_dir: Path) -> None:
     _state_of[url] = state_dir
 
 
-def connect_options(url: str, *, operator: bool = False) -> dict[str, Any]:
-    """How to connect to the cluster at `url`: its bus credential and CA, if it has any
-    (see the module docstring)."""
+def bus_credentials(url: str, *, operator: bool = False) -> tuple[str, str]:
+    """(NKey seed file, TLS CA file) to connect to the cluster at `url` with ("" each
+    when it needs none; see the module docstring)."""
     folder = _state_of.get(url) or Path(os.environ.get("MUSTER_STATE_DIR", ".muster"))
     creds = os.environ.get("MUSTER_NATS_CREDS", "")
     admin = folder / SECRETS / "nats-admin.nk"
@@ -114,7 +116,15 @@ def connect_options(url: str, *, operator: bool = False) -> dict[str, Any]:
     ca = os.environ.get("MUSTER_NATS_TLS_CA", "")
     if not ca and (folder / "tls" / "ca.pem").exists():
         ca = str(folder / "tls" / "ca.pem")
-    return nats_options(creds, ca)
+    return creds, ca
+
+
+def connect_options(url: str, *, operator: bool = False) -> dict[str, Any]:
+    """How nats-py connects to the cluster at `url`: its bus credential and CA, if it
+    has any (see the module docstring)."""
+    from shared.security import nats_options
+
+    return nats_options(*bus_credentials(url, operator=operator))
 
 
 def signer_for(user: str = "") -> Signer:
@@ -143,39 +153,91 @@ async def call(
     timeout: float = 15.0,
     signer: Signer | None = None,
 ) -> T:
+    import nats
+
     payload = signed(verb, request, signer)
     nc = await nats.connect(nats_servers(url), connect_timeout=5, **connect_options(url))
     try:
         msg = await _request(nc, API_PREFIX + verb, payload, timeout)
     finally:
         await nc.close()
-    env = msgspec.json.decode(msg.data, type=Envelope)
+    return _unwrap(msg.data, reply)
+
+
+def _unwrap(data: bytes, reply: type[T]) -> T:
+    env = msgspec.json.decode(data, type=Envelope)
     if env.error is not None:
         raise ApiRefused(env.error.error, env.error.code, env.error.details)
     return msgspec.json.decode(env.ok, type=reply)
 
 
+def request(
+    url: str,
+    verb: str,
+    req: msgspec.Struct,
+    reply: type[T],
+    timeout: float = 15.0,
+    signer: Signer | None = None,
+) -> T:
+    """`call` for a one-shot command: the same signed request over a blocking socket
+    (muster.wire), without loading asyncio or nats-py. An unreachable cluster, a
+    refused credential or a missing service is an ApiRefused saying so."""
+    from muster import wire
+
+    payload = signed(verb, req, signer)
+    creds, ca = bus_credentials(url)
+    subject = API_PREFIX + verb
+    deadline = time.monotonic() + NO_RESPONDERS_WAIT_S
+    while True:
+        try:
+            data = wire.request(
+                nats_servers(url), subject, payload, timeout=timeout, creds=creds, tls_ca=ca
+            )
+            return _unwrap(data, reply)
+        except wire.Unreachable as err:
+            raise ApiRefused(f"{err}; is the cluster up?", "unreachable", ()) from err
+        except wire.ServerError as err:
+            raise ApiRefused(f"the bus refused this client: {err}", "bus_refused", ()) from err
+        except TimeoutError as err:
+            raise ApiRefused(
+                f"no reply on {subject} within {timeout:g} s", "unavailable", ()
+            ) from err
+        except ConnectionError as err:
+            raise ApiRefused(f"{err} (at {url})", "unavailable", ()) from err
+        except wire.NoResponders as err:
+            if time.monotonic() > deadline:
+                raise ApiRefused(_no_service(subject), "unavailable", ()) from err
+        time.sleep(0.2)
+        payload = signed(verb, req, signer)  # a fresh nonce: a resend is not a replay
+
+
+def _no_service(subject: str) -> str:
+    service = "fairshare" if subject.endswith((".share", ".acct")) else "admission"
+    return f"no {service} service answers on {subject}; is the cluster up?"
+
+
 async def _request(nc: Client, subject: str, payload: bytes, timeout: float) -> Msg:
     """A request that waits out a cluster still starting: with no service subscribed
     yet, retry for up to NO_RESPONDERS_WAIT_S before saying so."""
+    import asyncio
+
+    from nats.errors import NoRespondersError
+
     deadline = time.monotonic() + NO_RESPONDERS_WAIT_S
     while True:
         try:
             return await nc.request(subject, payload, timeout=timeout)
         except NoRespondersError as err:
             if time.monotonic() > deadline:
-                service = "fairshare" if subject.endswith((".share", ".acct")) else "admission"
-                raise ApiRefused(
-                    f"no {service} service answers on {subject}; is the cluster up?",
-                    "unavailable",
-                    (),
-                ) from err
+                raise ApiRefused(_no_service(subject), "unavailable", ()) from err
             await asyncio.sleep(0.2)
 
 
 async def agent(
     url: str, node: str, verb: str, body: msgspec.Struct, timeout: float = 10.0
 ) -> bytes:
+    import nats
+
     options = connect_options(url, operator=True)
     nc = await nats.connect(nats_servers(url), connect_timeout=5, **options)
     try:

@@ -1,0 +1,34 @@
+"""Plumbing: how a command ends in ordinary shell use — a closed pipe (`muster queue |
+head`), Ctrl-C, an unreachable cluster — with one line or nothing, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+
+INTERRUPTED = 128 + signal.SIGINT  # what a shell reports for a command Ctrl-C stopped
+BROKEN_PIPE = 128 + signal.SIGPIPE  # what `head` leaves a C program that kept writing
+
+
+def quietly(run: Callable[[], int]) -> int:
+    """`run()`'s exit status; a reader gone away ends it silently (as SIGPIPE would end
+    a C program), Ctrl-C with nothing but the shell's usual status."""
+    try:
+        status = run()
+        sys.stdout.flush()  # a closed pipe shows here, not at exit as "Exception ignored"
+        return status
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return BROKEN_PIPE
+    except KeyboardInterrupt:
+        print(file=sys.stderr)  # the shell's prompt starts on a line of its own
+        return INTERRUPTED
+
+
+def _stdout_to_devnull() -> None:
+    """Python flushes stdout again at exit; pointed at /dev/null that flush is silent."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

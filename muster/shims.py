@@ -1,0 +1,401 @@
+"""Shell: Slurm's command names over Muster's API — `sbatch`, `squeue`, `scancel`,
+`sinfo`, `sacct`, `scontrol`, `sshare`, and `srun`/`salloc` refusing what needs job steps.
+
+`muster shims DIR` writes one small wrapper per name into DIR, each running
+`python -m muster.shims NAME ARGS`; nothing is written over an existing file (a real
+Slurm's command, say) unless asked with `--force`. The options and output formats are
+Slurm's; what they print is muster.slurm_format's. Errors are one line, as Slurm's:
+`squeue: error: ...`, exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from muster import slurm_format as fmt
+from muster.client import ApiRefused, current_user, nats_url, request
+from muster.quiet import quietly
+from shared.api import (
+    JobSelector,
+    JobView,
+    NodesReply,
+    Ok,
+    QueueReply,
+    QueueRequest,
+    ShowJobReply,
+    ShowJobRequest,
+    SubmitReply,
+)
+
+NAMES = ("sbatch", "squeue", "scancel", "sinfo", "sacct", "scontrol", "sshare", "srun", "salloc")
+NO_STEPS = (
+    "job steps and interactive allocations are not supported by Muster yet; submit a batch "
+    "script with sbatch (its script already runs once on every node of the job)"
+)
+LONG_STATE = {short: long for long, short in fmt.COMPACT.items() if long != "STARTING"}
+
+
+class ShimError(Exception):
+    """What the command prints after `NAME: error:` before it exits 1."""
+
+
+def write_shims(folder: Path, force: bool = False, python: str = sys.executable) -> list[str]:
+    """The wrappers written into `folder`; raises ShimError naming the files in the way."""
+    folder.mkdir(parents=True, exist_ok=True)
+    taken = [n for n in NAMES if (folder / n).exists() and not force]
+    if taken:
+        raise ShimError(
+            f"{', '.join(taken)} already in {folder}; nothing written "
+            "(--force replaces them, a real Slurm's included)"
+        )
+    for name in NAMES:
+        path = folder / name
+        path.write_text(f'#!/bin/sh\nexec "{python}" -m muster.shims {name} "$@"\n')
+        path.chmod(0o755)
+    return list(NAMES)
+
+
+def _csv(values: Sequence[str] | None) -> tuple[str, ...]:
+    return tuple(v for item in values or () for v in item.split(",") if v)
+
+
+def _states(values: Sequence[str] | None) -> tuple[tuple[str, ...], bool]:
+    """squeue's `-t`: long names or compact codes (`PD,R`), `all`."""
+    names = [s.upper() for s in _csv(values)]
+    if "ALL" in names:
+        return (), True
+    return tuple(LONG_STATE.get(s, s) for s in names), False
+
+
+def _parser(name: str) -> argparse.ArgumentParser:
+    # -h is Slurm's --noheader, so argparse's help is --help only
+    p = argparse.ArgumentParser(prog=name, add_help=False)
+    p.add_argument("--help", action="help")
+    return p
+
+
+def _url() -> str:
+    return nats_url(os.environ.get("MUSTER_STATE_DIR"))
+
+
+# --- sbatch ---------------------------------------------------------------------------
+
+
+def sbatch(argv: list[str]) -> int:
+    from muster.cli_jobs import submit_request
+    from shared.sbatch_options import Arg, Spec, split_own
+
+    split = split_own(argv, (Spec("parsable", None, Arg.NONE), Spec("wait", "W", Arg.NONE)))
+    own = {g.name for g in split.own}
+    options = [w for w in split.line.options if w != "-W"]
+    wait = "wait" in own or len(options) < len(split.line.options)
+    script = [] if split.line.script is None else ["--", split.line.script, *split.line.args]
+    req = submit_request([*options, *script], dry_run=False)
+    if isinstance(req, str):
+        raise ShimError(req)
+    url = _url()
+    reply = request(url, "submit", req, SubmitReply)
+    for warning in reply.warnings:
+        print(f"sbatch: warning: {warning}", file=sys.stderr)
+    first = reply.job_ids[0]
+    print(first if "parsable" in own else f"Submitted batch job {first}", flush=True)
+    return _wait(url, reply.job_ids) if wait else 0
+
+
+def _wait(url: str, job_ids: Sequence[int]) -> int:
+    """sbatch --wait: until every job ended; the highest exit code, as sbatch returns."""
+    from shared.states import TERMINAL
+
+    req = QueueRequest(user=current_user(), job_ids=tuple(job_ids), all_states=True)
+    while True:
+        jobs = request(url, "queue", req, QueueReply).jobs
+        if jobs and all(j.state in TERMINAL for j in jobs):
+            codes = [j.exit_code or (0 if j.state == "COMPLETED" else 1) for j in jobs]
+            return max(codes)
+        time.sleep(1.0)
+
+
+# --- squeue, scancel ------------------------------------------------------------------
+
+
+def squeue(argv: list[str]) -> int:
+    p = _parser("squeue")
+    p.add_argument("-h", "--noheader", action="store_true")
+    p.add_argument("-o", "--format")
+    p.add_argument("-O", "--Format", dest="long_format")
+    p.add_argument("-u", "--user", action="append")
+    p.add_argument("--me", action="store_true")
+    p.add_argument("-t", "--states", action="append")
+    p.add_argument("-j", "--jobs", action="append")
+    p.add_argument("-p", "--partition", action="append")
+    p.add_argument("-A", "--account", action="append")
+    p.add_argument("-n", "--name", action="append")
+    p.add_argument("-a", "--all", action="store_true", help="accepted: every partition is shown")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    states, all_states = _states(a.states)
+    me = (current_user() or os.environ.get("USER", ""),) if a.me else ()
+    req = QueueRequest(
+        user=current_user(),
+        users=_csv(a.user) + me,
+        partitions=_csv(a.partition),
+        states=states,
+        all_states=all_states,
+        job_refs=_csv(a.jobs),
+        accounts=_csv(a.account),
+        names=_csv(a.name),
+    )
+    jobs = request(_url(), "queue", req, QueueReply).jobs
+    if a.json:
+        return _print_json({"jobs": [_job_json(j) for j in jobs]})
+    _print(fmt.squeue_lines(jobs, a.format, a.long_format, header=not a.noheader))
+    return 0
+
+
+def _job_json(j: JobView) -> dict[str, Any]:
+    """One job as squeue --json names its fields (Slurm's data_parser)."""
+    return {
+        "job_id": j.job_id,
+        "array_job_id": j.array_job_id or 0,
+        "array_task_id": j.array_task_id,
+        "name": j.name,
+        "user_name": j.user,
+        "account": j.account,
+        "partition": j.partition,
+        "qos": j.qos,
+        "job_state": [j.state],
+        "state_reason": j.reason.split(" ", 1)[0] or "None",
+        "state_description": j.detail,
+        "node_count": j.nodes,
+        "nodes": fmt.compress(j.nodelist),
+        "gpus": j.gpus,
+        "time_limit": j.time_limit_s // 60,
+        "submit_time": int(j.submitted_at),
+        "start_time": int(j.started_at or 0),
+        "end_time": int(j.ended_at or 0),
+        "exit_code": j.exit_code,
+        "restart_cnt": j.restart_count,
+    }
+
+
+def scancel(argv: list[str]) -> int:
+    p = _parser("scancel")
+    p.add_argument("job_ids", nargs="*")
+    p.add_argument("-n", "--name", "--jobname")
+    p.add_argument("-u", "--user")
+    p.add_argument("--me", action="store_true")
+    p.add_argument("-t", "--state", action="append")
+    p.add_argument("-p", "--partition")
+    p.add_argument("-s", "--signal")
+    a = p.parse_args(argv)
+    states, _ = _states(a.state)
+    owner = a.user or ((current_user() or os.environ.get("USER")) if a.me else None)
+    if not (a.job_ids or a.name or owner):
+        raise ShimError("no job specification given: name job ids, -n NAME or -u USER")
+    return _act(
+        "scancel",
+        "cancel",
+        a.job_ids,
+        name=a.name,
+        owner=owner,
+        states=states,
+        partition=a.partition,
+        signal=a.signal,
+    )
+
+
+def _act(shim: str, verb: str, refs: Sequence[str], **selector: Any) -> int:
+    sel = JobSelector(user=current_user(), job_refs=_csv(refs), **selector)
+    reply = request(_url(), verb, sel, Ok)
+    for why in reply.skipped:
+        print(f"{shim}: error: {why}", file=sys.stderr)
+    return 1 if reply.skipped and not reply.job_ids else 0
+
+
+# --- sinfo, sacct, sshare -------------------------------------------------------------
+
+
+def sinfo(argv: list[str]) -> int:
+    p = _parser("sinfo")
+    p.add_argument("-N", "--Node", action="store_true")
+    p.add_argument("-h", "--noheader", action="store_true")
+    p.add_argument("-o", "--format")
+    p.add_argument("-n", "--nodes")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    nodes = request(_url(), "nodes", QueueRequest(user=current_user()), NodesReply).nodes
+    if a.nodes:
+        wanted = set(_csv([a.nodes]))
+        nodes = tuple(n for n in nodes if n.name in wanted)
+    if a.json:
+        from muster.render import to_json
+
+        print(to_json(NodesReply(nodes=nodes)))
+        return 0
+    _print(fmt.sinfo_lines(nodes, a.format, a.Node, header=not a.noheader))
+    return 0
+
+
+def sacct(argv: list[str]) -> int:
+    from services.fairshare.api import ACCT_VERB, AcctReply, AcctRequest
+
+    p = _parser("sacct")
+    p.add_argument("-j", "--jobs", action="append")
+    p.add_argument("-o", "--format")
+    p.add_argument("-u", "--user", action="append")
+    p.add_argument("-A", "--accounts", action="append")
+    p.add_argument("-s", "--state", action="append")
+    p.add_argument("-X", "--allocations", action="store_true")
+    p.add_argument("-n", "--noheader", action="store_true")
+    p.add_argument("-P", "--parsable2", action="store_true")
+    p.add_argument("-p", "--parsable", action="store_true")
+    p.add_argument("-a", "--allusers", action="store_true")
+    a = p.parse_args(argv)
+    try:
+        ids = tuple(int(j.split("_")[0].split(".")[0]) for j in _csv(a.jobs))
+    except ValueError as err:
+        raise ShimError(f"bad job id in -j {','.join(a.jobs)}: {err}") from err
+    req = AcctRequest(
+        user=current_user(),
+        job_ids=ids,
+        users=_csv(a.user),
+        accounts=_csv(a.accounts),
+        states=tuple(s.upper() for s in _csv(a.state)),
+        attempts=not a.allocations,
+    )
+    rows = request(_url(), ACCT_VERB, req, AcctReply).rows
+    delimiter = "|" if a.parsable or a.parsable2 else None
+    lines = fmt.sacct_lines(rows, a.format, header=not a.noheader, delimiter=delimiter)
+    _print([f"{line}|" for line in lines] if a.parsable else lines)
+    return 0
+
+
+def sshare(argv: list[str]) -> int:
+    from services.fairshare.api import SHARE_VERB, ShareReply, ShareRequest
+    from services.fairshare.render import render_share_table
+
+    p = _parser("sshare")
+    p.add_argument("-A", "--accounts", action="append")
+    p.add_argument("-u", "--users", action="append")
+    p.add_argument("-a", "--all", action="store_true")
+    p.add_argument("-l", "--long", action="store_true")
+    a = p.parse_args(argv)
+    req = ShareRequest(user=current_user(), accounts=_csv(a.accounts), users=_csv(a.users))
+    print(render_share_table(request(_url(), SHARE_VERB, req, ShareReply).rows))
+    return 0
+
+
+# --- scontrol -------------------------------------------------------------------------
+
+
+def scontrol(argv: list[str]) -> int:
+    if argv[:2] == ["show", "job"] and len(argv) >= 3:
+        return _show_job(argv[2])
+    if argv[:2] == ["show", "node"] or argv[:2] == ["show", "nodes"]:
+        return _show_nodes(argv[2] if len(argv) > 2 else None)
+    if argv[:1] in (["hold"], ["release"]) and len(argv) >= 2:
+        return _act("scontrol", argv[0], argv[1:])
+    if argv[:1] == ["requeue"]:
+        raise ShimError(
+            "requeue is not in Muster's API yet (a job is requeued by its faults or a "
+            "preemption); scancel it and submit it again"
+        )
+    raise ShimError(
+        f"unsupported: scontrol {' '.join(argv) or '(nothing)'}; this shim knows "
+        "show job ID, show node [NAME], hold IDS, release IDS"
+    )
+
+
+def _show_job(ref: str) -> int:
+    from muster.render import show_lines
+
+    url = _url()
+    if not ref.isdigit():
+        req = QueueRequest(user=current_user(), job_refs=(ref,), all_states=True)
+        jobs = request(url, "queue", req, QueueReply).jobs
+        if len(jobs) != 1:
+            raise ShimError(f"{ref} names {len(jobs)} jobs; give one job id")
+        ref = str(jobs[0].job_id)
+    show = ShowJobRequest(user=current_user(), job_id=int(ref))
+    _print(show_lines(request(url, "show", show, ShowJobReply)))
+    return 0
+
+
+def _show_nodes(name: str | None) -> int:
+    nodes = request(_url(), "nodes", QueueRequest(user=current_user()), NodesReply).nodes
+    chosen = [n for n in nodes if name is None or n.name == name]
+    if not chosen:
+        raise ShimError(f"Node {name} not found")
+    for n in chosen:
+        gres = fmt.NODE_COLUMNS["gres"][1](n)
+        print(
+            f"NodeName={n.name} State={fmt.node_state(n).upper()} Gres={gres}"
+            f" GresUsed=gpu:{n.gpus_total - n.gpus_free}\n"
+            f"   AvailableFeatures={','.join(n.features) or '(null)'}"
+            f" Switches={'/'.join(n.topology) or '(null)'}\n"
+            f"   Reason={n.reason or '(null)'}\n"
+        )
+    return 0
+
+
+# --- srun, salloc ---------------------------------------------------------------------
+
+
+def srun(argv: list[str]) -> int:
+    raise ShimError(NO_STEPS)
+
+
+def salloc(argv: list[str]) -> int:
+    raise ShimError(NO_STEPS)
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "sbatch": sbatch,
+    "squeue": squeue,
+    "scancel": scancel,
+    "sinfo": sinfo,
+    "sacct": sacct,
+    "scontrol": scontrol,
+    "sshare": sshare,
+    "srun": srun,
+    "salloc": salloc,
+}
+
+
+def _print(lines: list[str]) -> None:
+    if lines:
+        print("\n".join(lines))
+
+
+def _print_json(value: Any) -> int:
+    import json
+
+    print(json.dumps(value, indent=2, sort_keys=True))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if not words or words[0] not in COMMANDS:
+        print(f"usage: python -m muster.shims {{{','.join(NAMES)}}} ARGS", file=sys.stderr)
+        return 2
+    name, rest = words[0], words[1:]
+
+    def run() -> int:
+        try:
+            return COMMANDS[name](rest)
+        except (ShimError, ApiRefused, fmt.FormatError) as err:
+            print(f"{name}: error: {err}", file=sys.stderr)
+            return 1
+
+    return quietly(run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

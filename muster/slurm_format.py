@@ -1,0 +1,424 @@
+"""Pure: Slurm's output format strings, parsed and rendered over the API's views.
+
+`squeue -o "%.18i %.9P %.8j %T"` and `-O "JobID:10,Name,State"`, `sinfo -o "%N %T"`
+and `sacct -o JobID,State%12`: each string parses once into `Part`s (literal text and
+fields with a width and a side) and renders one line per row, as Slurm does: a width
+pads and truncates, `.` right-justifies, `%%` is a percent sign. No I/O and no clock:
+the shims (muster/shims.py) pass `now` and the rows in.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from shared.api import JobView, NodeView
+
+
+class FormatError(ValueError):
+    """A format string names a field this command does not know; the message lists them."""
+
+
+@dataclass(frozen=True)
+class Field:
+    key: str  # the field's letter (`-o`) or name (`-O`, sacct), lower case for names
+    width: int | None = None  # pads and truncates to this many characters
+    right: bool = False
+
+
+Part = str | Field  # literal text between fields, or a field
+
+# --- values ---------------------------------------------------------------------------
+
+COMPACT = {
+    "PENDING": "PD",
+    "CONFIGURING": "CF",
+    "STARTING": "CF",
+    "RUNNING": "R",
+    "PREEMPTING": "R",
+    "COMPLETING": "CG",
+    "REQUEUED": "RQ",
+    "COMPLETED": "CD",
+    "FAILED": "F",
+    "CANCELLED": "CA",
+    "TIMEOUT": "TO",
+    "NODE_FAIL": "NF",
+    "OUT_OF_MEMORY": "OOM",
+    "PREEMPTED": "PR",
+}
+
+
+def duration(seconds: float | None) -> str:
+    """Slurm's elapsed time: `M:SS`, `H:MM:SS`, `D-HH:MM:SS`."""
+    if seconds is None:
+        return "INVALID"
+    s = max(0, int(seconds))
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{s:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{s:02d}"
+    return f"{minutes}:{s:02d}"
+
+
+def limit(seconds: int) -> str:
+    return "UNLIMITED" if seconds <= 0 else duration(seconds)
+
+
+def stamp(epoch: float | None) -> str:
+    """A time as squeue and sacct show one (local time), `N/A` or `Unknown` when none."""
+    if epoch is None:
+        return "N/A"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
+
+
+def job_id(job: JobView) -> str:
+    """`123`, or `120_3` for an array task, as squeue's `%i` shows it."""
+    if job.array_job_id is not None and job.array_task_id is not None:
+        return f"{job.array_job_id}_{job.array_task_id}"
+    return str(job.job_id)
+
+
+def reason_list(job: JobView) -> str:
+    """`%R`: the nodes of a job that holds some, else `(Reason)`."""
+    if job.nodelist:
+        return compress(job.nodelist)
+    return f"({job.reason.split(' ', 1)[0] or 'None'})"
+
+
+def compress(names: Iterable[str]) -> str:
+    """Slurm's hostlist: `node01,node02,node03,gpu7` -> `gpu7,node[01-03]`."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    plain: list[str] = []
+    for name in dict.fromkeys(names):
+        m = re.fullmatch(r"(.*?)(\d+)", name)
+        if m is None:
+            plain.append(name)
+        else:
+            groups.setdefault((m[1], len(m[2])), []).append(int(m[2]))
+    out = list(plain)
+    for (prefix, digits), numbers in groups.items():
+        if len(numbers) == 1:
+            out.append(f"{prefix}{numbers[0]:0{digits}d}")
+            continue
+        ranges, run = [], [numbers[0]]
+        for n in sorted(numbers)[1:]:
+            if n == run[-1] + 1:
+                run.append(n)
+            else:
+                ranges.append(run)
+                run = [n]
+        ranges.append(run)
+        text = ",".join(
+            f"{r[0]:0{digits}d}" + (f"-{r[-1]:0{digits}d}" if len(r) > 1 else "") for r in ranges
+        )
+        out.append(f"{prefix}[{text}]")
+    return ",".join(sorted(out))
+
+
+Getter = Callable[[Any], str]
+Column = tuple[str, Getter]  # (header, value)
+
+# squeue: `-o` letters and `-O` names onto one set of columns
+JOB_COLUMNS: dict[str, Column] = {
+    "jobid": ("JOBID", job_id),
+    "jobidraw": ("JOBID", lambda j: str(j.job_id)),
+    "arrayjobid": ("ARRAY_JOB_ID", lambda j: str(j.array_job_id or j.job_id)),
+    "arraytaskid": ("ARRAY_TASK_ID", lambda j: _or_na(j.array_task_id)),
+    "name": ("NAME", lambda j: j.name),
+    "username": ("USER", lambda j: j.user),
+    "account": ("ACCOUNT", lambda j: j.account),
+    "partition": ("PARTITION", lambda j: j.partition),
+    "qos": ("QOS", lambda j: j.qos),
+    "state": ("STATE", lambda j: j.state),
+    "statecompact": ("ST", lambda j: COMPACT.get(j.state, j.state[:2])),
+    "timeused": ("TIME", lambda j: duration(j.elapsed_s)),
+    "timelimit": ("TIME_LIMIT", lambda j: limit(j.time_limit_s)),
+    "timeleft": ("TIME_LEFT", lambda j: _time_left(j)),
+    "numnodes": ("NODES", lambda j: str(j.nodes)),
+    "reasonlist": ("NODELIST(REASON)", reason_list),
+    "nodelist": ("NODELIST", lambda j: compress(j.nodelist)),
+    "reason": ("REASON", lambda j: j.reason.split(" ", 1)[0] or "None"),
+    "tres-per-node": ("TRES_PER_NODE", lambda j: _gres_per_node(j)),
+    "numgpus": ("GPUS", lambda j: str(j.gpus)),
+    "submittime": ("SUBMIT_TIME", lambda j: stamp(j.submitted_at)),
+    "starttime": ("START_TIME", lambda j: stamp(j.started_at or j.estimated_start)),
+    "endtime": ("END_TIME", lambda j: stamp(j.ended_at)),
+    "exitcode": ("EXIT_CODE", lambda j: "" if j.exit_code is None else f"{j.exit_code}:0"),
+    "restartcnt": ("RESTARTCNT", lambda j: str(j.restart_count)),
+}
+
+SQUEUE_LETTERS = {
+    "i": "jobid",
+    "A": "jobidraw",
+    "F": "arrayjobid",
+    "K": "arraytaskid",
+    "j": "name",
+    "u": "username",
+    "a": "account",
+    "P": "partition",
+    "q": "qos",
+    "T": "state",
+    "t": "statecompact",
+    "M": "timeused",
+    "l": "timelimit",
+    "L": "timeleft",
+    "D": "numnodes",
+    "R": "reasonlist",
+    "N": "nodelist",
+    "r": "reason",
+    "b": "tres-per-node",
+    "V": "submittime",
+    "S": "starttime",
+    "e": "endtime",
+}
+SQUEUE_NAMES = {"user": "username", "st": "statecompact", "jobarrayid": "jobid"}
+SQUEUE_DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
+
+
+def _or_na(value: int | None) -> str:
+    return "N/A" if value is None else str(value)
+
+
+def _time_left(j: JobView) -> str:
+    if j.time_limit_s <= 0:
+        return "UNLIMITED"
+    return duration(max(0.0, j.time_limit_s - j.elapsed_s))
+
+
+def _gres_per_node(j: JobView) -> str:
+    per = j.gpus // max(1, j.nodes)
+    return f"gres/gpu:{per}" if per else "N/A"
+
+
+# --- sinfo ----------------------------------------------------------------------------
+
+
+def node_state(n: NodeView, compact: bool = False) -> str:
+    """Slurm's node state from Muster's: idle, mixed, allocated; drained, draining;
+    down; `*` after it when the node does not answer (SUSPECT)."""
+    busy = n.gpus_total - n.gpus_free if n.state == "UP" else _held(n)
+    use = "idle" if busy == 0 else "allocated" if busy >= n.gpus_total else "mixed"
+    state = {
+        "UP": use,
+        "SUSPECT": f"{use}*",
+        "CLEANING": "completing",
+        "DRAINING": "draining" if busy else "drained",
+        "DRAINED": "drained",
+        "DOWN": "down*",
+        "FAILED": "fail",
+    }.get(n.state, n.state.lower())
+    if not compact:
+        return state
+    short = {"allocated": "alloc", "mixed": "mix", "draining": "drng", "drained": "drain"}
+    star = "*" if state.endswith("*") else ""
+    return short.get(state.rstrip("*"), state.rstrip("*")[:5]) + star
+
+
+def _held(n: NodeView) -> int:
+    return sum(1 for g in n.gpus if g.allocated_to is not None)
+
+
+NODE_COLUMNS: dict[str, Column] = {
+    "nodelist": ("NODELIST", lambda n: n.name),
+    "nodehost": ("HOSTNAMES", lambda n: n.name),
+    "statelong": ("STATE", lambda n: node_state(n)),
+    "statecompact": ("STATE", lambda n: node_state(n, compact=True)),
+    "gres": ("GRES", lambda n: f"gpu:{n.gpu_type + ':' if n.gpu_type else ''}{n.gpus_total}"),
+    "gresused": ("GRES_USED", lambda n: f"gpu:{n.gpus_total - n.gpus_free}"),
+    "features": ("AVAIL_FEATURES", lambda n: ",".join(n.features) or "(null)"),
+    "reason": ("REASON", lambda n: n.reason or "none"),
+    "nodes": ("NODES", lambda n: "1"),
+    "partition": ("PARTITION", lambda n: "all"),
+}
+SINFO_LETTERS = {
+    "N": "nodelist",
+    "n": "nodehost",
+    "T": "statelong",
+    "t": "statecompact",
+    "G": "gres",
+    "f": "features",
+    "E": "reason",
+    "D": "nodes",
+    "P": "partition",
+}
+SINFO_NODES_DEFAULT = "%N %.6D %P %.6t"
+SINFO_DEFAULT = "%9P %.6D %.6t %N"
+
+# --- sacct ----------------------------------------------------------------------------
+
+ACCT_COLUMNS: dict[str, Column] = {
+    "jobid": ("JobID", lambda r: str(r.job_id) + ("" if r.attempt is None else f".{r.attempt}")),
+    "jobidraw": ("JobIDRaw", lambda r: str(r.job_id)),
+    "jobname": ("JobName", lambda r: r.name),
+    "user": ("User", lambda r: r.user),
+    "account": ("Account", lambda r: r.account),
+    "partition": ("Partition", lambda r: r.partition),
+    "state": ("State", lambda r: r.state),
+    "exitcode": ("ExitCode", lambda r: "" if r.exit_code is None else f"{r.exit_code}:0"),
+    "elapsed": ("Elapsed", lambda r: _elapsed(r)),
+    "submit": ("Submit", lambda r: stamp(r.submit) if r.submit else "Unknown"),
+    "start": ("Start", lambda r: stamp(r.start) if r.start else "Unknown"),
+    "end": ("End", lambda r: stamp(r.end) if r.end else "Unknown"),
+    "nodelist": ("NodeList", lambda r: compress(r.nodes) or "None assigned"),
+    "nnodes": ("NNodes", lambda r: str(len(r.nodes))),
+    "allocgres": ("AllocGRES", lambda r: f"gpu:{r.gpus}" if r.gpus else ""),
+    "reason": ("Reason", lambda r: r.reason or "None"),
+}
+ACCT_DEFAULT = "JobID,JobName,Partition,Account,State,ExitCode"
+ACCT_WIDTH = 10
+
+
+def _elapsed(r: Any) -> str:
+    if r.start is None:
+        return "00:00:00"
+    seconds = int((r.end or r.start) - r.start)
+    days, s = divmod(seconds, 86400)
+    text = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
+# --- parsing --------------------------------------------------------------------------
+
+_PERCENT = re.compile(r"%(\.)?(\d+)?(.)")
+
+
+def parse_percent(text: str, letters: dict[str, str]) -> list[Part]:
+    """`squeue -o` / `sinfo -o`: `%[.][width]X` fields among literal text."""
+    parts: list[Part] = []
+    at = 0
+    for m in _PERCENT.finditer(text):
+        if m.start() > at:
+            parts.append(text[at : m.start()])
+        at = m.end()
+        dot, width, letter = m.groups()
+        if letter == "%":
+            parts.append("%")
+            continue
+        if letter not in letters:
+            known = " ".join(f"%{k}" for k in letters)
+            raise FormatError(f"unknown field %{letter} in {text!r}; known: {known}")
+        parts.append(Field(letters[letter], int(width) if width else None, bool(dot)))
+    if at < len(text):
+        parts.append(text[at:])
+    return parts
+
+
+def parse_names(
+    text: str,
+    columns: dict[str, Column],
+    aliases: dict[str, str],
+    *,
+    size_mark: str,
+    default_width: int | None,
+    sep: str = " ",
+) -> list[Part]:
+    """`squeue -O Name:20,State:.9` (size_mark ':') and `sacct -o JobID,State%12`
+    (size_mark '%'): comma-separated names, any case, with an optional `[.]width`."""
+    parts: list[Part] = []
+    for item in (w.strip() for w in text.split(",")):
+        if not item:
+            continue
+        name, _, size = item.partition(size_mark)
+        key = aliases.get(name.lower(), name.lower())
+        if key not in columns:
+            known = ",".join(columns[k][0] for k in columns)
+            raise FormatError(f"unknown field {name!r}; known: {known}")
+        right = size.startswith(".")
+        digits = size.lstrip(".")
+        if digits and not digits.isdigit():
+            raise FormatError(f"{item!r}: the width after {size_mark!r} must be a number")
+        if parts and sep:
+            parts.append(sep)
+        parts.append(Field(key, int(digits) if digits else default_width, right))
+    return parts
+
+
+# --- rendering ------------------------------------------------------------------------
+
+
+def fit(value: str, field: Field) -> str:
+    if field.width is None:
+        return value
+    value = value[: field.width]
+    return value.rjust(field.width) if field.right else value.ljust(field.width)
+
+
+def render(
+    parts: Sequence[Part],
+    rows: Iterable[Any],
+    columns: dict[str, Column],
+    *,
+    header: bool = True,
+    delimiter: str | None = None,
+) -> list[str]:
+    """One line per row (and a header first): fields padded and truncated to their
+    widths, or joined by `delimiter` unpadded (sacct --parsable2)."""
+    fields = [p for p in parts if isinstance(p, Field)]
+
+    def line(value: Callable[[Field], str]) -> str:
+        if delimiter is not None:
+            return delimiter.join(value(f) for f in fields)
+        return "".join(p if isinstance(p, str) else fit(value(p), p) for p in parts).rstrip()
+
+    def head(f: Field) -> str:
+        return columns[f.key][0]
+
+    out = [line(head)] if header else []
+    for row in rows:
+        out.append(line(partial(_value, columns, row)))
+    return out
+
+
+def _value(columns: dict[str, Column], row: Any, f: Field) -> str:
+    return columns[f.key][1](row)
+
+
+def squeue_lines(
+    jobs: Iterable[JobView], fmt: str | None, long_fmt: str | None, header: bool
+) -> list[str]:
+    if long_fmt is not None:
+        parts = parse_names(long_fmt, JOB_COLUMNS, SQUEUE_NAMES, size_mark=":", default_width=20)
+    else:
+        parts = parse_percent(fmt or SQUEUE_DEFAULT, SQUEUE_LETTERS)
+    return render(parts, jobs, JOB_COLUMNS, header=header)
+
+
+def sinfo_lines(
+    nodes: Sequence[NodeView], fmt: str | None, by_node: bool, header: bool
+) -> list[str]:
+    """`sinfo -N`: a line per node; plain `sinfo`: nodes grouped by state, compressed."""
+    default = SINFO_NODES_DEFAULT if by_node else SINFO_DEFAULT
+    parts = parse_percent(fmt or default, SINFO_LETTERS)
+    if by_node:
+        return render(parts, nodes, NODE_COLUMNS, header=header)
+    groups: dict[str, list[NodeView]] = {}
+    for n in nodes:
+        groups.setdefault(node_state(n), []).append(n)
+    # a group's columns: its first node's value, but all its names and its count
+    columns: dict[str, Column] = {k: (h, _of_first(get)) for k, (h, get) in NODE_COLUMNS.items()}
+    columns["nodelist"] = ("NODELIST", lambda g: compress(n.name for n in g))
+    columns["nodes"] = ("NODES", lambda g: str(len(g)))
+    return render(parts, groups.values(), columns, header=header)
+
+
+def _of_first(get: Getter) -> Getter:
+    return lambda group: get(group[0])
+
+
+def sacct_lines(
+    rows: Iterable[Any], fmt: str | None, header: bool, delimiter: str | None
+) -> list[str]:
+    width = None if delimiter is not None else ACCT_WIDTH
+    parts = parse_names(fmt or ACCT_DEFAULT, ACCT_COLUMNS, {}, size_mark="%", default_width=width)
+    lines = render(parts, rows, ACCT_COLUMNS, header=header, delimiter=delimiter)
+    if header and delimiter is None:  # sacct's rule of dashes under the header
+        rule = "".join(p if isinstance(p, str) else "-" * (p.width or 10) for p in parts)
+        lines.insert(1, rule.rstrip())
+    return lines
