@@ -45,6 +45,7 @@ class NodeDef:
     gpu_model: str
     topology: tuple[str, ...]
     features: tuple[str, ...] = ()  # what --constraint matches (Slurm's Features=)
+    fabric: tuple[str, ...] = ()  # the fabric links its agent watches (MUSTER_FABRIC)
 
 
 def load_topology(path: Path) -> list[NodeDef]:
@@ -61,7 +62,10 @@ def load_topology(path: Path) -> list[NodeDef]:
         for name in leaf["nodes"]:
             own = tuple(dict.fromkeys((*features, *map(str, leaf.get("features", ())))))
             count = int(leaf.get("gpus_per_node", gpus))
-            nodes.append(NodeDef(name, count, str(leaf.get("gpu_model", model)), path_, own))
+            fabric = tuple(map(str, leaf.get("fabric", data.get("fabric", ()))))
+            nodes.append(
+                NodeDef(name, count, str(leaf.get("gpu_model", model)), path_, own, fabric)
+            )
     if not nodes:
         raise ValueError(f"{path}: no nodes; add a [[leaf]] with nodes = [...]")
     return nodes
@@ -207,6 +211,7 @@ class Cluster:
             "MUSTER_GPU_MODEL": node.gpu_model,
             "MUSTER_TOPOLOGY": "/".join(node.topology),
             "MUSTER_FEATURES": ",".join(node.features),
+            **({"MUSTER_FABRIC": ",".join(node.fabric)} if node.fabric else {}),
             **metrics_port(),
             **extra,
         }

@@ -251,3 +251,19 @@ async def test_autodetected_ports_are_judged_only_once_seen_up(tmp_path: Path) -
     now[0] = 8.5
     await w.sample()
     assert list(w.faults()) == ["mlx5_0/2"]
+
+
+def test_a_topology_leaf_names_its_nodes_fabric_for_their_agents(tmp_path: Path) -> None:
+    from muster.cluster import Cluster, load_topology
+
+    topo = tmp_path / "topology.toml"
+    topo.write_text(
+        'fabric = ["mlx5_0"]\n'
+        '[[leaf]]\nname = "leaf1"\nnodes = ["n1"]\n'
+        '[[leaf]]\nname = "leaf2"\nnodes = ["n2"]\nfabric = ["mlx5_1/1", "ib0"]\n'
+    )
+    n1, n2 = load_topology(topo)
+    assert (n1.fabric, n2.fabric) == (("mlx5_0",), ("mlx5_1/1", "ib0"))
+    cluster = Cluster(tmp_path / "state", "nats://127.0.0.1:1", "postgresql://x/y")
+    key = cluster.plan_node(n2)
+    assert cluster.specs[key].env["MUSTER_FABRIC"] == "mlx5_1/1,ib0"
