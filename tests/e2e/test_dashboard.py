@@ -13,6 +13,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from muster.cluster import Cluster
 from tests.support.cluster import eventually, inject, nodes, running_cluster, submit
 
 pytestmark = pytest.mark.slow
@@ -29,7 +30,7 @@ NODES = nodes(3)
 WAIT_MS = 60_000
 
 
-async def gateway_url(c, user: str = "root") -> str:  # type: ignore[no-untyped-def]
+async def gateway_url(c: Cluster, user: str = "root") -> str:
     key = c.plan_gateway()
     c.specs[key].env["MUSTER_USER"] = user
     c.respawn(key)

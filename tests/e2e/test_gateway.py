@@ -192,6 +192,7 @@ async def test_every_refusal_is_a_4xx_with_the_clis_message_and_nothing_is_kept(
         await refused(await http.get("/api/acct", params={"limit": "0"}), 400, "malformed")
         await refused(await http.get("/api/acct", params={"since": "soon"}), 400, "invalid")
         await refused(await http.get("/api/utilisation", params={"hours": "-1"}), 400, "invalid")
+        await refused(await http.get("/api/gpumap", params={"page": "one"}), 400, "invalid")
 
         said = await refused(
             await http.post("/api/cancel", json={"job_ids": [bobs]}), 403, "forbidden"

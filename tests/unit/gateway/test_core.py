@@ -23,7 +23,9 @@ from services.gateway.core import (
 from shared.api import GpuView, JobView, NodeView, QueueReply
 
 
-def job(job_id: int, state: str = "PENDING", reason: str = "Priority", user: str = "alice"):
+def job(
+    job_id: int, state: str = "PENDING", reason: str = "Priority", user: str = "alice"
+) -> JobView:
     return JobView(
         job_id=job_id,
         name="train",
@@ -46,7 +48,12 @@ def job(job_id: int, state: str = "PENDING", reason: str = "Priority", user: str
     )
 
 
-def node(name: str, state: str = "UP", gpus: tuple[GpuView, ...] = (), fault=None) -> NodeView:
+def node(
+    name: str,
+    state: str = "UP",
+    gpus: tuple[GpuView, ...] = (),
+    fault: dict[str, Any] | None = None,
+) -> NodeView:
     return NodeView(
         name=name,
         state=state,
@@ -60,7 +67,9 @@ def node(name: str, state: str = "UP", gpus: tuple[GpuView, ...] = (), fault=Non
     )
 
 
-def gpu(index: int, job: int | None = None, healthy: bool = True, xid: int | None = None):
+def gpu(
+    index: int, job: int | None = None, healthy: bool = True, xid: int | None = None
+) -> GpuView:
     return GpuView(index=index, model="H100", healthy=healthy, allocated_to=job, last_xid=xid)
 
 
