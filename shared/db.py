@@ -23,7 +23,7 @@ from shared.bus import Bus
 from shared.events import Event, encode, subject_of
 from shared.logs import kv
 from shared.settings import Settings
-from shared.telemetry import current_headers
+from shared.telemetry import event_headers
 from shared.transient import Backoff, is_transient
 
 log = logging.getLogger(__name__)
@@ -98,10 +98,10 @@ async def outbox_add(conn: Conn, *events: Event) -> None:
     """Record events to publish; call inside the transaction that made them true."""
     if not events:
         return
-    headers = json.dumps(current_headers())
     await conn.executemany(
         "INSERT INTO outbox(event_id, subject, payload, headers) VALUES ($1, $2, $3, $4::jsonb)",
-        [(e.event_id, subject_of(e), encode(e), headers) for e in events],
+        # Each row carries its job's trace where one is known (shared/telemetry.py).
+        [(e.event_id, subject_of(e), encode(e), json.dumps(event_headers(e))) for e in events],
     )
 
 

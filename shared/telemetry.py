@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
+from opentelemetry import context as context_api
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
@@ -124,3 +125,36 @@ def extract_context(headers: Mapping[str, str] | None) -> Context:
 def current_headers() -> dict[str, str]:
     """Trace context of the current span, for storing beside an outbox row."""
     return inject_headers({})
+
+
+# One job's trace: the placer places many jobs per cycle, so an allocation written under
+# the cycle's span would start a trace of its own. Instead the placer remembers the
+# context each job's `job.submitted` arrived in, and the events it then writes about the
+# job carry that context (`event_headers`), so submission -> placement -> launch -> the
+# agent is one trace. Best effort and bounded: a restarted placer, or a standby that
+# heard the submission, falls back to the cycle's span.
+JOB_TRACES_MAX = 50_000
+_job_traces: dict[int, Context] = {}
+
+
+def remember_job_trace(event: object) -> None:
+    """Keep the current context as the trace of the job `event` names, if it names one."""
+    job_id = getattr(event, "job_id", None)
+    if not isinstance(job_id, int) or not trace.get_current_span().get_span_context().is_valid:
+        return
+    _job_traces.pop(job_id, None)
+    _job_traces[job_id] = context_api.get_current()
+    while len(_job_traces) > JOB_TRACES_MAX:
+        del _job_traces[next(iter(_job_traces))]
+
+
+def event_headers(event: object) -> dict[str, str]:
+    """Trace headers for an outbox row of `event`: its job's remembered trace, if any,
+    else the current span's."""
+    job_id = getattr(event, "job_id", None)
+    ctx = _job_traces.get(job_id) if isinstance(job_id, int) else None
+    if ctx is None:
+        return current_headers()
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=ctx)
+    return carrier

@@ -40,10 +40,12 @@ from shared.events import (
     JobPreemptRequested,
     JobSparesAnswered,
     JobSparesRequested,
+    JobSubmitted,
 )
 from shared.logs import kv
 from shared.runtime import ServiceContext, every, until_stopped
 from shared.settings import PlacerSettings
+from shared.telemetry import remember_job_trace
 from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
@@ -111,6 +113,8 @@ class Placer:
             await self.grant_spares(event)
         if isinstance(event, JobFinished):
             self._predictor = None  # one more outcome to learn
+        if isinstance(event, JobSubmitted):
+            remember_job_trace(event)  # its allocation continues the job's trace
         self.wake()
 
     def wake(self) -> None:

@@ -2,14 +2,18 @@
 after a small workload with an injected XID, says what happened: jobs completed, the
 XID counted with its class, the wait and fault-to-restart histograms filled, nodes and
 GPUs by state. The values are read from the tables at scrape time (shared/metrics.py),
-so what is asserted here is what an operator's Prometheus would see."""
+so what is asserted here is what an operator's Prometheus would see. The same run's
+spans show one job's trace running admission -> placer -> launcher -> agent."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import json
+import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -84,6 +88,13 @@ def total(samples: Samples, name: str, **labels: str) -> float:
     return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
 
 
+def spans_in(log: Path) -> list[dict[str, Any]]:
+    """The spans the console exporter wrote into a process's log (one JSON object each,
+    from a line "{" to a line "}")."""
+    text = log.read_text(errors="replace")
+    return [json.loads(block) for block in re.findall(r"(?ms)^\{$.*?^\}$", text)]
+
+
 async def run_of(db: asyncpg.Connection, job_id: int) -> tuple[str, list[str]]:
     row = await db.fetchrow("SELECT state, nodes FROM job_runs WHERE job_id = $1", job_id)
     return ("", []) if row is None else (row["state"], list(row["nodes"]))
@@ -100,7 +111,13 @@ async def test_every_endpoint_reports_the_workload_and_the_injected_xid(
     config.write_text(CONFIG)
     state = tmp_path / "state"
     async with running_cluster(
-        state, nats_url, database_url, db, list(NODES), MUSTER_CLUSTER_CONFIG=str(config)
+        state,
+        nats_url,
+        database_url,
+        db,
+        list(NODES),
+        MUSTER_CLUSTER_CONFIG=str(config),
+        MUSTER_OTEL_EXPORTER="console",  # spans as JSON in each process's log
     ) as cluster:
         await eventually(
             lambda: db.fetchval("SELECT count(*) FROM partition_policy"),
@@ -182,3 +199,19 @@ async def test_every_endpoint_reports_the_workload_and_the_injected_xid(
 
         agent = await scrape(endpoints[f"node-{NODES[0].name}"])
         assert total(agent, "muster_request_seconds_count") >= 1  # it answered the launcher
+
+    # The processes have stopped (their logs are flushed): one job's spans are one trace,
+    # from its submission through the placer and the launcher to the node agent.
+    spans = {log.stem: spans_in(log) for log in (state / "logs").glob("*.log")}
+    [allocated] = [
+        s for s in spans["launcher"]
+        if s["name"] == "consume job.allocated" and s["attributes"].get("muster.job_id") == short[0]
+    ]  # fmt: skip
+    trace_id = allocated["context"]["trace_id"]
+    in_trace = {
+        (process, s["name"]) for process, found in spans.items() for s in found
+        if s["context"]["trace_id"] == trace_id
+    }  # fmt: skip
+    assert ("admission", "serve muster.api.submit") in in_trace
+    assert ("placer", "consume job.submitted") in in_trace
+    assert any(p.startswith("node-") and n.endswith(".start") for p, n in in_trace), in_trace
