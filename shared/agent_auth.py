@@ -59,7 +59,12 @@ class GrantRefusal(msgspec.Struct, frozen=True, kw_only=True):
 
 def digest(body: WorkerSpec | StopWorkers) -> str:
     """sha256 of the request without its token, fields and keys in sorted order."""
-    raw = msgspec.json.encode(msgspec.structs.replace(body, token=None), order="sorted")
+    bare = msgspec.structs.replace(body, token=None)
+    # As the agent will see it: decoded from the wire, so a value the launcher holds as
+    # an int in a float field (a grace of 2) is the float the agent decodes (2.0), and
+    # both sides hash the same bytes.
+    seen = msgspec.json.decode(msgspec.json.encode(bare), type=type(bare))
+    raw = msgspec.json.encode(seen, order="sorted")
     return hashlib.sha256(raw).hexdigest()
 
 

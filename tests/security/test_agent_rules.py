@@ -265,3 +265,17 @@ def test_the_job_user_owns_only_its_script_not_the_folder(tmp_path: Path) -> Non
     folder = Path(spool.write(4, 1, 0, "script.sh", "x", account.uid))
     assert folder.stat().st_uid == os.geteuid()
     assert (folder / "script.sh").stat().st_uid == account.uid
+
+
+def test_a_stop_whose_float_field_was_set_from_an_int_still_verifies() -> None:
+    """Chaos seed 1: a preemption's stop carried grace_s=2 (an int from the partition's
+    grace_time); the agent decodes 2.0, and the digest must not differ (it did: the stop
+    was refused as altered and the preempted worker kept its GPU)."""
+    import msgspec
+
+    from shared.agent_auth import digest
+    from shared.api import StopWorkers
+
+    sent = StopWorkers(job_id=47, grace_s=2, attempt=1, generation=0)  # type: ignore[arg-type]
+    seen = msgspec.json.decode(msgspec.json.encode(sent), type=StopWorkers)
+    assert digest(sent) == digest(seen)
