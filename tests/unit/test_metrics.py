@@ -277,3 +277,26 @@ async def test_the_server_serves_metrics_and_reports_a_source_it_cannot_read(
         assert status == "HTTP/1.1 404 Not Found"
     finally:
         await server.close()
+
+
+def test_events_about_a_job_carry_the_trace_its_submission_arrived_in() -> None:
+    """What the placer writes about a job continues the job's trace, not the cycle's."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from shared.telemetry import event_headers, remember_job_trace
+
+    tracer = TracerProvider().get_tracer("test")
+
+    class About:
+        def __init__(self, job_id: int) -> None:
+            self.job_id = job_id
+
+    with tracer.start_as_current_span("consume job.submitted") as submitted:
+        remember_job_trace(About(987_654))
+    with tracer.start_as_current_span("placer.cycle") as cycle:
+        ours = event_headers(About(987_654))
+        other = event_headers(About(987_655))
+    job_trace = f"{submitted.get_span_context().trace_id:032x}"
+    cycle_trace = f"{cycle.get_span_context().trace_id:032x}"
+    assert ours["traceparent"].split("-")[1] == job_trace
+    assert other["traceparent"].split("-")[1] == cycle_trace != job_trace
