@@ -3,12 +3,13 @@ at 10,000 jobs and 1,000 nodes.
 
 Starts embedded NATS and PostgreSQL, admission, fairshare and the gateway (no placer,
 launcher or agents: the rows are inserted directly, so nothing moves while it measures),
-inserts --nodes nodes x 8 GPUs and --jobs jobs (a quarter of the GPUs... see --running:
-that many 4-GPU jobs running with live allocations, the rest pending with a reason and an
-estimated start), then times each endpoint uncached (the gateway's 1 s cache expired),
+inserts --nodes nodes x 8 GPUs and --jobs jobs (--running of them on 4 GPUs each with
+live allocations, the rest pending with a reason; of the idle nodes every 10th failed by
+an XID and every 15th drained), then times each endpoint uncached (the gateway's 1 s cache expired),
 median of --repeat, and the page: the queue view until its rows show, the GPU map until
 every node shows. Prints figures, then ONE JSON line. Usage:
     .venv/bin/python bench/dashboard_scale.py [--nodes 1000] [--jobs 10000] [--running 1500]
+        [--screenshot docs/img/dashboard.png]
 """
 
 from __future__ import annotations
@@ -124,6 +125,25 @@ async def fill(db: asyncpg.Connection, nodes: int, jobs: int, running: int) -> N
         records=[(j, "Resources" if j % 3 else "Priority") for j in ids[running:]],
         columns=["job_id", "reason"],
     )
+    # Faults as the map shows them: of the nodes without jobs, every 10th failed by an
+    # XID on one GPU, every 15th (not failed) drained by an operator.
+    free = range(-(-running * 4 // GPUS), nodes)
+    for n, i in enumerate(free):
+        if n % 10 == 3:
+            await db.execute(
+                "UPDATE nodes SET state = 'FAILED', reason = 'XID 79: GPU fell off the bus',"
+                " last_fault = '{\"xid\": 79}'::jsonb WHERE name = $1",
+                names[i],
+            )
+            await db.execute(
+                "UPDATE gpus SET healthy = false, last_xid = 79 WHERE node = $1 AND idx = 3",
+                names[i],
+            )
+        elif n % 15 == 7:
+            await db.execute(
+                "UPDATE nodes SET state = 'DRAINED', reason = 'maintenance' WHERE name = $1",
+                names[i],
+            )
 
 
 async def timed(http: httpx.AsyncClient, path: str, repeat: int) -> tuple[float, int]:
@@ -140,7 +160,7 @@ async def timed(http: httpx.AsyncClient, path: str, repeat: int) -> tuple[float,
     return statistics.median(times), size
 
 
-async def page_load(url: str, nodes: int) -> dict[str, float]:
+async def page_load(url: str, nodes: int, screenshot: str = "") -> dict[str, float]:
     try:
         from playwright.async_api import async_playwright
     except ImportError:
@@ -161,6 +181,8 @@ async def page_load(url: str, nodes: int) -> dict[str, float]:
                 await page.goto(f"{url}/#{view}")
                 await page.wait_for_function(ready, timeout=120_000)
                 out[f"page_{view}_s"] = round(time.perf_counter() - t0, 3)
+                if screenshot and view == "gpus":
+                    await page.screenshot(path=screenshot)
         finally:
             await browser.close()
     return out
@@ -207,7 +229,7 @@ async def measure(c: Cluster, args: argparse.Namespace) -> dict[str, object]:
             result[f"{name}_s"] = round(seconds, 3)
             result[f"{name}_bytes"] = size
             print(f"{name:24s} {seconds * 1000:8.1f} ms {size / 1024:9.1f} KiB", flush=True)
-    browser = await page_load(c.http, args.nodes)
+    browser = await page_load(c.http, args.nodes, args.screenshot)
     for k, v in browser.items():
         print(f"{k:24s} {v * 1000:8.1f} ms", flush=True)
     result.update(browser)
@@ -221,6 +243,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--running", type=int, default=1500)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--screenshot", default="", help="save the GPU map as this PNG")
     args = parser.parse_args()
     if args.running * 4 > args.nodes * GPUS or args.running > args.jobs:
         parser.error("--running jobs of 4 GPUs must fit the nodes and the jobs")

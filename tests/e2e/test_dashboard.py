@@ -2,7 +2,7 @@
 Chromium (Debian's `chromium`, driven by Playwright through `executable_path`; no
 browser is downloaded). It shows every node and GPU, a running job on its GPUs, a node
 taken out by an injected XID, and a job's page; screenshots go to the test's tmp dir
-(MUSTER_DASHBOARD_SCREENSHOT=PATH also writes the GPU map there, as docs/img has it)."""
+(MUSTER_DASHBOARD_SCREENSHOT=PATH also copies the GPU map there)."""
 
 from __future__ import annotations
 
