@@ -1,0 +1,70 @@
+"""The bus permission table (shared/bus_auth.py): who may publish what, by identity."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared import bus_auth
+
+USERS = bus_auth.users_permissions()
+PLACER = bus_auth.service_permissions("placer")
+AGENT = bus_auth.agent_permissions("node01")
+
+CASES = {
+    "a user requests the API": (USERS, "muster.api.submit", True),
+    "a user publishes no event": (USERS, "muster.job.allocated", False),
+    "a user has no JetStream API": (USERS, "$JS.API.STREAM.DELETE.MUSTER", False),
+    "a user calls no agent": (USERS, "muster.agent.node01.start", False),
+    "the placer publishes its allocations": (PLACER, "muster.job.allocated", True),
+    "the placer publishes no one else's event": (PLACER, "muster.job.submitted", False),
+    "the placer starts no workers": (PLACER, "muster.agent.node01.start", False),
+    "an agent heartbeats for its node": (AGENT, "muster.heartbeat.node01", True),
+    "an agent heartbeats for no other node": (AGENT, "muster.heartbeat.node02", False),
+    "an agent reports worker exits": (AGENT, "muster.worker.exited", True),
+    "an agent publishes no fault verdict": (AGENT, "muster.node.fault", False),
+    "an agent has no JetStream API": (AGENT, "$JS.API.STREAM.CREATE.MUSTER", False),
+}
+
+
+def matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: `*` one token, `>` the rest."""
+    want, got = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(got) > i
+        if i >= len(got) or (token != "*" and token != got[i]):
+            return False
+    return len(want) == len(got)
+
+
+@pytest.mark.parametrize(("perms", "subject", "want"), CASES.values(), ids=CASES.keys())
+def test_publish(perms: bus_auth.Permissions, subject: str, want: bool) -> None:
+    assert any(matches(p, subject) for p in perms.publish) is want
+
+
+def test_each_event_has_one_publishing_identity() -> None:
+    owners: dict[str, str] = {}
+    for service, tags in bus_auth.SERVICE_EVENTS.items():
+        for tag in tags:
+            assert tag not in owners, f"{tag}: {owners.get(tag)} and {service}"
+            owners[tag] = service
+    for tag in bus_auth.AGENT_EVENTS:
+        assert tag not in owners, f"{tag}: {owners.get(tag)} and the agents"
+
+
+def test_a_service_and_an_agent_read_only_their_own_inboxes() -> None:
+    assert PLACER.subscribe == ("_I.placer.>",)
+    assert AGENT.subscribe == ("_I.node-node01.>", "muster.agent.node01.>")
+    assert USERS.subscribe == ("_INBOX.>",)
+
+
+def test_the_authorization_block_names_every_key() -> None:
+    users = [
+        bus_auth.BusUser(name="users", nkey="UUSERS", permissions=USERS),
+        bus_auth.BusUser(
+            name="admin", nkey="UADMIN", permissions=bus_auth.Permissions(everything=True)
+        ),
+    ]
+    text = bus_auth.render_authorization(users)
+    assert '{ nkey: "UADMIN" }' in text
+    assert '{ nkey: "UUSERS", permissions: { publish: { allow: ["muster.api.*"] }' in text
