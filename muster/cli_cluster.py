@@ -11,6 +11,7 @@ import os
 import sys
 import time
 import tomllib
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,15 @@ if TYPE_CHECKING:
 DEFAULT_TOPOLOGY = Path(__file__).resolve().parent.parent / "deploy" / "local" / "topology.toml"
 
 
+def _no_runtime_dir_warning() -> None:
+    """platformdirs (under the embedded PostgreSQL, as it is imported) warns when a
+    shell has no XDG_RUNTIME_DIR (sudo, ssh without a session, a container) and uses
+    /tmp: nothing the user must act on, and nothing `muster up` keeps there."""
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+
+
 def cmd_up(args: argparse.Namespace) -> int:
+    _no_runtime_dir_warning()
     from muster import cluster as local
 
     state = Path(args.state)
@@ -116,6 +125,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    _no_runtime_dir_warning()
     from muster.demo import run_demo
 
     provision_local_users(Path(args.state))

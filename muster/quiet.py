@@ -16,9 +16,10 @@ def quietly(run: Callable[[], int]) -> int:
     """`run()`'s exit status; a reader gone away ends it silently (as SIGPIPE would end
     a C program), Ctrl-C with nothing but the shell's usual status."""
     try:
-        status = run()
-        sys.stdout.flush()  # a closed pipe shows here, not at exit as "Exception ignored"
-        return status
+        try:
+            return run()
+        finally:  # a closed pipe shows here, not at exit as "Exception ignored"
+            sys.stdout.flush()
     except BrokenPipeError:
         _stdout_to_devnull()
         return BROKEN_PIPE

@@ -12,9 +12,8 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from shared.api import JobView, NodeView
 
@@ -23,8 +22,7 @@ class FormatError(ValueError):
     """A format string names a field this command does not know; the message lists them."""
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(NamedTuple):  # a NamedTuple: dataclasses costs a command more to import
     key: str  # the field's letter (`-o`) or name (`-O`, sacct), lower case for names
     width: int | None = None  # pads and truncates to this many characters
     right: bool = False
@@ -384,7 +382,10 @@ def squeue_lines(
     jobs: Iterable[JobView], fmt: str | None, long_fmt: str | None, header: bool
 ) -> list[str]:
     if long_fmt is not None:
-        parts = parse_names(long_fmt, JOB_COLUMNS, SQUEUE_NAMES, size_mark=":", default_width=20)
+        # --Format puts no space between fields: the widths do
+        parts = parse_names(
+            long_fmt, JOB_COLUMNS, SQUEUE_NAMES, size_mark=":", default_width=20, sep=""
+        )
     else:
         parts = parse_percent(fmt or SQUEUE_DEFAULT, SQUEUE_LETTERS)
     return render(parts, jobs, JOB_COLUMNS, header=header)

@@ -1,0 +1,278 @@
+"""`muster.slurm_format`: Slurm's format strings (squeue -o/-O, sinfo -o, sacct -o)
+parsed and rendered over the API's views, compared whole."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from muster.slurm_format import (
+    JOB_COLUMNS,
+    SQUEUE_LETTERS,
+    SQUEUE_NAMES,
+    Field,
+    FormatError,
+    compress,
+    duration,
+    node_state,
+    parse_names,
+    parse_percent,
+    sacct_lines,
+    sinfo_lines,
+    squeue_lines,
+)
+from shared.api import GpuView, JobView, NodeView
+
+
+def job(**kw: object) -> JobView:
+    base: dict[str, object] = dict(
+        job_id=42, name="pretrain-llama", user="alice", account="ml", partition="gpu",
+        qos="normal", state="RUNNING", reason="", nodes=2, gpus=16,
+        nodelist=("node01", "node02"), submitted_at=1_700_000_000.0,
+        started_at=1_700_000_060.0, ended_at=None, time_limit_s=7200, elapsed_s=3725.0,
+        exit_code=None, restart_count=0,
+    )  # fmt: skip
+    return JobView(**(base | kw))  # type: ignore[arg-type]
+
+
+def node(name: str, state: str = "UP", free: int = 4, total: int = 4, **kw: object) -> NodeView:
+    gpus = tuple(
+        GpuView(index=i, model="NVIDIA H100", healthy=True,
+                allocated_to=None if i < free else 7, last_xid=None)
+        for i in range(total)
+    )  # fmt: skip
+    base: dict[str, object] = dict(
+        name=name, state=state, reason="", gpus_total=total, gpus_free=free,
+        topology=("spine0", "leaf1"), last_heartbeat=None, last_fault=None, gpus=gpus,
+        gpu_type="h100",
+    )  # fmt: skip
+    return NodeView(**(base | kw))  # type: ignore[arg-type]
+
+
+class Acct(msgspec.Struct, frozen=True, kw_only=True):
+    """The fields of fairshare's AcctRow the renderer reads (a row from the API)."""
+
+    job_id: int
+    attempt: int | None = None
+    name: str = "train"
+    user: str = "alice"
+    account: str = "ml"
+    partition: str = "gpu"
+    state: str = "COMPLETED"
+    gpus: int = 8
+    submit: float | None = 1_700_000_000.0
+    start: float | None = 1_700_000_010.0
+    end: float | None = 1_700_003_671.0
+    exit_code: int | None = 0
+    reason: str | None = None
+    nodes: tuple[str, ...] = ("node01", "node02")
+
+
+PARSE = {
+    "squeue's default: widths, right-justified with a dot": (
+        "%.18i %.9P %8j",
+        [Field("jobid", 18, True), " ", Field("partition", 9, True), " ", Field("name", 8)],
+    ),
+    "literal text and %% pass through": (
+        "id=%i|%%",
+        ["id=", Field("jobid"), "|", "%"],
+    ),
+}
+
+
+@pytest.mark.parametrize(("text", "want"), PARSE.values(), ids=PARSE.keys())
+def test_parse_percent(text: str, want: list[object]) -> None:
+    assert parse_percent(text, SQUEUE_LETTERS) == want
+
+
+def test_an_unknown_letter_is_refused_naming_what_exists() -> None:
+    with pytest.raises(FormatError, match=r"unknown field %Z in '%i %Z'; known: %i"):
+        parse_percent("%i %Z", SQUEUE_LETTERS)
+
+
+def test_long_names_take_any_case_a_width_and_a_side() -> None:
+    got = parse_names("JobID:10,name,ST:.4", JOB_COLUMNS, SQUEUE_NAMES,
+                      size_mark=":", default_width=20, sep="")  # fmt: skip
+    want = [Field("jobid", 10), Field("name", 20), Field("statecompact", 4, True)]
+    assert got == want
+
+
+def test_an_unknown_long_name_is_refused() -> None:
+    with pytest.raises(FormatError, match="unknown field 'Bogus'"):
+        parse_names("JobID,Bogus", JOB_COLUMNS, {}, size_mark=":", default_width=20)
+
+
+SQUEUE = {
+    "the script-friendly pair of id and state": (
+        [job(), job(job_id=43, state="PENDING", reason="PRIORITY", nodelist=(), elapsed_s=0)],
+        "%i %T",
+        None,
+        False,
+        ["42 RUNNING", "43 PENDING"],
+    ),
+    "squeue's default columns, truncated and padded as Slurm does": (
+        [job(), job(job_id=43, state="PENDING", reason="RESOURCES (requeued: x)", nodelist=())],
+        None,
+        None,
+        True,
+        [
+            "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)",
+            "                42       gpu pretrain    alice  R    1:02:05      2 node[01-02]",
+            "                43       gpu pretrain    alice PD    1:02:05      2 (RESOURCES)",
+        ],
+    ),
+    "every asked letter: %i %j %u %T %M %D %R %P": (
+        [job(elapsed_s=59.0, nodes=1, nodelist=("gpu7",))],
+        "%i|%j|%u|%T|%M|%D|%R|%P",
+        None,
+        False,
+        ["42|pretrain-llama|alice|RUNNING|0:59|1|gpu7|gpu"],
+    ),
+    "an array task is ARRAY_TASK and a day shows as D-HH:MM:SS": (
+        [job(job_id=51, array_job_id=50, array_task_id=1, elapsed_s=90061.0)],
+        "%i %M %l",
+        None,
+        False,
+        ["50_1 1-01:01:01 2:00:00"],
+    ),
+    "-O: names, widths with no space between, as squeue's --Format": (
+        [job()],
+        None,
+        "JobID:7,State:9,UserName:6,NumNodes:.6",
+        True,
+        ["JOBID  STATE    USER   NODES", "42     RUNNING  alice      2"],
+    ),
+}
+
+
+@pytest.mark.parametrize(("jobs", "fmt", "long", "header", "want"), SQUEUE.values(),
+                         ids=SQUEUE.keys())  # fmt: skip
+def test_squeue(
+    jobs: list[JobView], fmt: str | None, long: str | None, header: bool, want: list[str]
+) -> None:
+    assert squeue_lines(jobs, fmt, long, header) == want
+
+
+STATES = {
+    "a free node is idle": (node("a"), "idle", "idle"),
+    "some GPUs held: mixed": (node("a", free=2), "mixed", "mix"),
+    "every GPU held: allocated": (node("a", free=0), "allocated", "alloc"),
+    "draining with work left": (node("a", "DRAINING", free=0), "draining", "drng"),
+    "draining with nothing left is drained": (
+        node("a", "DRAINING", free=0, gpus=()),
+        "drained",
+        "drain",
+    ),
+    "silent: not responding, its use kept": (node("a", "SUSPECT", free=4), "idle*", "idle*"),
+    "down": (node("a", "DOWN"), "down*", "down*"),
+    "a hardware fault": (node("a", "FAILED"), "fail", "fail"),
+}
+
+
+@pytest.mark.parametrize(("n", "long", "short"), STATES.values(), ids=STATES.keys())
+def test_node_state(n: NodeView, long: str, short: str) -> None:
+    assert (node_state(n), node_state(n, compact=True)) == (long, short)
+
+
+SINFO = {
+    "-N -h -o '%N %T': a line per node": (
+        [node("node01"), node("node02", free=0)],
+        "%N %T",
+        True,
+        False,
+        ["node01 idle", "node02 allocated"],
+    ),
+    "plain sinfo groups nodes by state and compresses their names": (
+        [node("node01"), node("node02"), node("node03", free=0), node("node04")],
+        None,
+        False,
+        True,
+        [
+            "PARTITION  NODES  STATE NODELIST",
+            "all            3   idle node[01-02,04]",
+            "all            1  alloc node03",
+        ],
+    ),
+    "GRES and features": (
+        [node("n1", features=("ib", "nvlink"))],
+        "%N %G %f",
+        True,
+        False,
+        ["n1 gpu:h100:4 ib,nvlink"],
+    ),
+}
+
+
+@pytest.mark.parametrize(("nodes", "fmt", "by_node", "header", "want"), SINFO.values(),
+                         ids=SINFO.keys())  # fmt: skip
+def test_sinfo(
+    nodes: list[NodeView], fmt: str | None, by_node: bool, header: bool, want: list[str]
+) -> None:
+    assert sinfo_lines(nodes, fmt, by_node, header) == want
+
+
+SACCT = {
+    "sacct's default columns and its rule under the header": (
+        [Acct(job_id=7)],
+        None,
+        True,
+        None,
+        [
+            "JobID      JobName    Partition  Account    State      ExitCode",
+            "---------- ---------- ---------- ---------- ---------- ----------",
+            "7          train      gpu        ml         COMPLETED  0:0",
+        ],
+    ),
+    "-j 7 -o JobID,State%12,Elapsed -n: attempts as steps": (
+        [Acct(job_id=7), Acct(job_id=7, attempt=1, state="NODE_FAIL")],
+        "JobID,State%12,Elapsed",
+        False,
+        None,
+        ["7          COMPLETED    01:01:01", "7.1        NODE_FAIL    01:01:01"],
+    ),
+    "--parsable2: fields joined by |, no padding": (
+        [Acct(job_id=7, exit_code=3, state="FAILED")],
+        "jobid,state,exitcode,nodelist",
+        True,
+        "|",
+        ["JobID|State|ExitCode|NodeList", "7|FAILED|3:0|node[01-02]"],
+    ),
+}
+
+
+@pytest.mark.parametrize(("rows", "fmt", "header", "delimiter", "want"), SACCT.values(),
+                         ids=SACCT.keys())  # fmt: skip
+def test_sacct(
+    rows: list[Acct], fmt: str | None, header: bool, delimiter: str | None, want: list[str]
+) -> None:
+    assert sacct_lines(rows, fmt, header, delimiter) == want
+
+
+COMPRESS = {
+    "a run of numbers": (("node01", "node02", "node03"), "node[01-03]"),
+    "gaps make several ranges": (("n1", "n2", "n4", "n7", "n8"), "n[1-2,4,7-8]"),
+    "one node stays as it is": (("gpu7",), "gpu7"),
+    "names without numbers and other prefixes sort beside them": (
+        ("login", "b01", "a01", "a02"),
+        "a[01-02],b01,login",
+    ),
+    "nothing": ((), ""),
+}
+
+
+@pytest.mark.parametrize(("names", "want"), COMPRESS.values(), ids=COMPRESS.keys())
+def test_compress(names: tuple[str, ...], want: str) -> None:
+    assert compress(names) == want
+
+
+DURATION = {
+    "under an hour: M:SS": (59.0, "0:59"),
+    "hours": (3725.0, "1:02:05"),
+    "days": (90061.0, "1-01:01:01"),
+    "nothing yet": (0.0, "0:00"),
+}
+
+
+@pytest.mark.parametrize(("seconds", "want"), DURATION.values(), ids=DURATION.keys())
+def test_duration(seconds: float, want: str) -> None:
+    assert duration(seconds) == want
