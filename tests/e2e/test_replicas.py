@@ -206,7 +206,7 @@ async def test_up_with_replicas_on_three_nats_servers_survives_losing_one(
         }
         assert want <= set(found)
         data = json.loads((state / "cluster.json").read_text())
-        assert await stream_replicas(data["nats_url"]) == 3
+        assert await stream_replicas(data["nats_url"], state) == 3
 
         await asyncio.to_thread(completed, state, data["database_url"])
         os.kill(found["server-nats-0"], signal.SIGKILL)
@@ -229,8 +229,9 @@ async def test_up_with_replicas_on_three_nats_servers_survives_losing_one(
     assert left == []
 
 
-async def stream_replicas(url: str) -> int:
-    bus = await Bus.connect(url, name="replicas-test")
+async def stream_replicas(url: str, state: Path) -> int:
+    admin = state / "secrets" / "nats-admin.nk"  # muster up secures the bus
+    bus = await Bus.connect(url, name="replicas-test", creds=str(admin) if admin.exists() else "")
     try:
         return (await bus.js.stream_info(STREAM)).config.num_replicas or 1
     finally:
