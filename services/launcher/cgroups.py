@@ -196,12 +196,20 @@ def entered(ref: CgroupRef, h: Hierarchy) -> Iterator[None]:
 
 
 def procs(ref: CgroupRef) -> set[int]:
-    """Every process in the job's cgroup (any hierarchy), gone ones excluded."""
+    """Every process in the job's cgroup and the cgroups below it (a container's, which
+    podman makes under the worker's), any hierarchy, gone ones excluded."""
     found: set[int] = set()
     for folder in ref.dirs.values():
-        with contextlib.suppress(OSError):
-            found |= {int(p) for p in Path(folder, "cgroup.procs").read_text().split()}
+        for below in _tree(folder):
+            with contextlib.suppress(OSError):
+                found |= {int(p) for p in Path(below, "cgroup.procs").read_text().split()}
     return found
+
+
+def _tree(folder: str) -> list[str]:
+    """`folder` and every cgroup folder under it, deepest first (the order to remove)."""
+    out = [root for root, _, _ in os.walk(folder)]
+    return sorted(out, key=lambda f: f.count("/"), reverse=True)
 
 
 def kill(ref: CgroupRef, sig: int) -> int:
@@ -235,18 +243,19 @@ def remove(ref: CgroupRef, wait_s: float = _KILL_WAIT_S) -> bool:
     while kill(ref, 9) and time.monotonic() < deadline:
         time.sleep(0.02)
     gone = True
-    for folder in ref.dirs.values():
-        for _ in range(50):  # a killed process leaves its cgroup a moment after it died
-            try:
-                os.rmdir(folder)
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.02)
-        else:
-            log.warning("cgroup not removed", extra={"cgroup": folder})
-            gone = False
+    for top in ref.dirs.values():
+        for folder in _tree(top):  # a container's cgroup under it goes first
+            for _ in range(50):  # a killed process leaves its cgroup a moment after it died
+                try:
+                    os.rmdir(folder)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+            else:
+                log.warning("cgroup not removed", extra={"cgroup": folder})
+                gone = False
     return gone
 
 

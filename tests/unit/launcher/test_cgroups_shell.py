@@ -153,3 +153,23 @@ def test_a_controller_the_node_lacks_fails_a_required_cgroup_and_is_skipped_othe
     ref = cgroups.create(without, root, "lenient", deny, strict=False)
     assert ref.missing == ("devices",) and "devices" not in ref.dirs
     assert cgroups.remove(ref)
+
+
+def test_a_process_in_a_cgroup_below_the_jobs_is_found_killed_and_its_cgroup_removed(
+    root: str,
+) -> None:
+    """A container's cgroup sits under the worker's (podman's --cgroup-parent): its
+    processes are the job's too, and removal takes its folder first."""
+    assert HIERARCHY is not None
+    ref = cgroups.create(HIERARCHY, root, "job", Limits())
+    memory = ref.dir_of("memory")
+    assert memory is not None
+    below = Path(memory, "libpod-test")
+    below.mkdir()
+    nested = cgroups.CgroupRef(version=ref.version, dirs={"memory": str(below)})
+    with cgroups.entered(nested, HIERARCHY):
+        child = subprocess.Popen(["sleep", "300"])
+    assert child.pid in cgroups.procs(ref)
+    assert cgroups.remove(ref)
+    assert child.wait(timeout=10) == -9
+    assert not below.exists() and not Path(memory).exists()
