@@ -1,0 +1,94 @@
+"""End to end: Slurm's command names (`muster shims DIR`) driven as a Slurm user would,
+against a local cluster — a script submitted with `sbatch --parsable`, found with
+`squeue -h -o "%i %T"`, the nodes listed by `sinfo -N`, cancelled with `scancel`, its
+accounting read with `sacct`, and `sbatch --wait` returning the job's exit code."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from muster.cluster import Cluster
+from tests.support.cluster import eventually, nodes, run_cli, running_cluster
+
+pytestmark = pytest.mark.slow
+
+LONG = "#!/bin/bash\n#SBATCH --job-name=shimmed\n#SBATCH --gpus-per-node=1 --time=5\nsleep 120\n"
+FAILS = "#!/bin/bash\n#SBATCH --job-name=three --time=2\necho done; exit 3\n"
+
+
+@pytest.fixture
+async def cluster(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> AsyncIterator[Cluster]:
+    async with running_cluster(tmp_path / "state", nats_url, database_url, db, nodes(2)) as c:
+        yield c
+
+
+def slurm(folder: Path, cluster: Cluster, *words: str) -> subprocess.CompletedProcess[str]:
+    """One shim run as a user's shell runs it: found on PATH, in the job's folder."""
+    env = {
+        **os.environ,
+        "PATH": f"{folder / 'bin'}:{os.environ['PATH']}",
+        "MUSTER_NATS_URL": cluster.nats_url,
+    }
+    return subprocess.run(
+        list(words), capture_output=True, text=True, env=env, cwd=folder, timeout=120
+    )
+
+
+async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_them(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    wrote = run_cli("shims", str(tmp_path / "bin"), env={})
+    assert wrote.returncode == 0, wrote.stderr
+    (tmp_path / "long.sh").write_text(LONG)
+    (tmp_path / "fails.sh").write_text(FAILS)
+
+    def run(*words: str) -> subprocess.CompletedProcess[str]:
+        out = slurm(tmp_path, cluster, *words)
+        assert "Traceback" not in out.stderr, out.stderr
+        return out
+
+    async def shell(*words: str) -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(run, *words)
+
+    sub = await shell("sbatch", "--parsable", "long.sh")
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip()
+    assert job.isdigit(), sub.stdout
+
+    await eventually(
+        lambda: shell("squeue", "-h", "-o", "%i %T %R"),
+        lambda out: out.stdout.startswith(f"{job} RUNNING "),
+        timeout=60,
+        what="squeue shows the job RUNNING",
+    )
+    info = await shell("sinfo", "-N", "-h", "-o", "%N %T")
+    assert sorted(info.stdout.split()) == sorted(["node01", "node02", "idle", "mixed"]), info.stdout
+
+    cancel = await shell("scancel", job)
+    assert (cancel.returncode, cancel.stdout) == (0, ""), cancel.stderr
+    await eventually(
+        lambda: shell("squeue", "-h", "-t", "all", "-j", job, "-o", "%i %T"),
+        lambda out: out.stdout.split() == [job, "CANCELLED"],
+        timeout=60,
+        what="the job CANCELLED",
+    )
+    acct = await eventually(
+        lambda: shell("sacct", "-j", job, "-X", "-n", "-P", "-o", "JobID,JobName,State"),
+        lambda out: out.stdout.startswith(f"{job}|shimmed|CANCELLED"),
+        timeout=60,
+        what="sacct records the cancel",
+    )
+    assert acct.returncode == 0
+
+    waited = await shell("sbatch", "--wait", "fails.sh")
+    assert waited.returncode == 3, (waited.stdout, waited.stderr)
+    assert waited.stdout.startswith("Submitted batch job ")
