@@ -158,6 +158,9 @@ SELECT j.job_id, j.name, j.user_name, j.account, j.partition, j.qos, j.nodes_max
        ,(SELECT count(*) FROM allocations a
           JOIN allocation_gpus g ON g.alloc_id = a.alloc_id AND g.live
          WHERE a.job_id = j.job_id AND a.released_at IS NULL) AS alloc_gpus
+       ,(SELECT pr.for_job_id FROM preemptions pr
+          JOIN allocations a ON a.alloc_id = pr.victim_alloc_id AND a.released_at IS NULL
+         WHERE pr.victim_job_id = j.job_id LIMIT 1) AS preempted_for
   FROM jobs j
   LEFT JOIN job_runs r USING (job_id)
   LEFT JOIN pending_reasons p USING (job_id)

@@ -42,6 +42,11 @@ def job_state(row: Row) -> tuple[str, str]:
         return run, row["run_reason"] or ""
     if row["cancel_requested_at"] is not None and run in (None, JobState.REQUEUED):
         return JobState.CANCELLED, row["cancel_reason"] or "cancelled"
+    preempted_for = _preempted_for(row)
+    if preempted_for is not None and (run in LIVE_RUN or row["alloc_nodes"]):
+        # its workers are being stopped for another job (then requeued or ended): not
+        # RUNNING as if nothing happened, nor CONFIGURING while its allocation is let go
+        return JobState.COMPLETING, f"PREEMPTED: for job {preempted_for}"
     if run in LIVE_RUN:
         return run, row["run_reason"] or ""
     if row["alloc_nodes"]:
@@ -54,6 +59,16 @@ def job_state(row: Row) -> tuple[str, str]:
     if run == JobState.REQUEUED:
         return JobState.PENDING, f"{reason} (requeued: {row['run_reason']})"
     return JobState.PENDING, reason
+
+
+def _preempted_for(row: Row) -> int | None:
+    """The job a live preemption of this job's allocation makes room for (rows read
+    without the column have none)."""
+    try:
+        value = row["preempted_for"]
+    except KeyError:
+        return None
+    return None if value is None else int(value)
 
 
 def job_view(row: Row, now: float) -> JobView:
