@@ -93,7 +93,8 @@ class LocalSecurity:
     def apply(self, specs: Mapping[str, Spec], server_url: str = "", database: str = "") -> None:
         """Give every planned process its identity: a service its bus user and (when
         the database is ours, `server_url` given) its role; a node agent its node's bus
-        user; anything else (a gateway) the users' bus credential."""
+        user (and no database login); anything else (a gateway) the users' bus
+        credential."""
         ca = self.tls.ca if self.tls else None
         for key, spec in specs.items():
             service = spec.module.removeprefix("services.") if spec.module else ""
@@ -104,5 +105,7 @@ class LocalSecurity:
                     spec.env["MUSTER_DATABASE_URL"] = self.role_url(server_url, database, role)
             elif key.startswith("node-") and spec.module:
                 spec.env.update(self.bus.env(bus_auth.agent_name(key.removeprefix("node-")), ca))
+                if server_url:  # an agent uses no database: not the superuser's pgpass
+                    spec.env["MUSTER_DATABASE_URL"] = f"{server_url}/{database}"
             elif spec.module:
                 spec.env.update(self.bus.env(bus_auth.Kind.USERS, ca))
