@@ -32,6 +32,7 @@ from services.placer.core import (
     place,
     rank_key,
 )
+from services.placer.core.order import ranked
 from services.placer.core.predict import Outcome, Predictor
 from shared.states import NodeState
 from sim.baselines import SLURM, slurm_priority
@@ -103,7 +104,9 @@ class Simulation:
         self.predicted: dict[int, int] = {}  # job id: predicted runtime at its start
         # the core ranks by score with an age bound (order.py): the queue is kept by
         # score, and by submit time for the aged jobs that go first
-        self.ranked = bool(config.service_weight or config.max_wait_s is not None)
+        self.ranked = bool(
+            config.service_weight or config.max_wait_s is not None or config.protect_oldest
+        )
         self.by_submit: list[tuple[float, int]] = []
 
     def push(self, at: float, kind: str, subject: int | str, attempt: int = 0) -> None:
@@ -225,9 +228,10 @@ class Simulation:
         if self.config.max_wait_s is not None:
             cut = t - self.config.max_wait_s
             ids += [j for at, j in self.by_submit[:depth] if at <= cut]
+        if self.config.protect_oldest:
+            ids += [j for _, j in self.by_submit[:1]]  # the head the core protects
         reqs = [self.requests[j] for j in dict.fromkeys(ids)]
-        reqs.sort(key=lambda r: rank_key(r, t, self.config))
-        return reqs[:depth]
+        return ranked(reqs, t, self.config)[:depth]
 
     def _with_prediction(self, req: JobRequest) -> JobRequest:
         got = self.predictor.for_job(req)

@@ -105,6 +105,7 @@ class Skeleton:
             self.chain.append(tuple(chain))
         self.levels = self._levels()
         self.leaves = sorted(set(self.leaf_of))
+        self.widest_leaf = max((len(self.direct[d]) for d in self.leaves), default=0)
 
     def _domain(
         self, ids: dict[tuple[str, ...], int], key: tuple[str, ...], name: str, up: int, depth: int
@@ -169,6 +170,7 @@ class ClusterIndex:
         self.leaf_of = sk.leaf_of
         self.levels = sk.levels
         self.leaves = sk.leaves
+        self.widest_leaf = sk.widest_leaf
         self.free = list(sk.healthy)
         self.jobs_on = [0] * len(self.nodes)
         self.avail = [

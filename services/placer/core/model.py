@@ -158,6 +158,15 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True):
     # GPU-hours): small jobs first inside each account's fair share (see order.py)
     max_wait_s: float | None = None  # a job waiting this long goes ahead of every
     # younger one of its tier, oldest first: nothing waits unboundedly behind small jobs
+    pack_small: bool = False  # a one-node job goes to the node with the fewest free GPUs
+    # that hold it anywhere, and of those in the leaf with the fewest whole free nodes
+    # (select.py: the fragmentation score), so leaves stay whole for gangs
+    protect_oldest: bool = False  # the oldest job of the pass's top tier and priority is
+    # tried first (so it gets the first booking, as EASY's queue head does); the score
+    # orders the rest: no job waits much longer than it would at the head of a FIFO
+    gang_leaf_wait_s: float = 0.0  # a multi-node gang about to spread over leaf switches,
+    # that one leaf could hold, waits (TOPOLOGY, booked there) if a leaf holds it within
+    # this long from now on the planned ends
 
 
 class Waiting(StrEnum):
@@ -263,4 +272,4 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
 
 # The placer's own policy (the service's default and the simulator's `muster`): the
 # mechanism defaults above plus shortest-predicted-service-first with an age bound.
-MUSTER_POLICY = PolicyConfig(service_weight=10.0, max_wait_s=3 * 86_400)
+MUSTER_POLICY = PolicyConfig(service_weight=10.0, max_wait_s=3 * 86_400, pack_small=True)

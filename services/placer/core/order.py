@@ -20,6 +20,7 @@ under-served account's older backlog take 43% against its 30% share). Requeued j
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from services.placer.core.model import JobRequest, PolicyConfig
 from services.placer.core.predict import planned_runtime
@@ -37,6 +38,25 @@ def service_gpu_hours(job: JobRequest, config: PolicyConfig) -> float:
     """GPU-hours the job is planned to use (a zero-GPU job counts as one GPU)."""
     runtime = planned_runtime(job, config.use_predictions)
     return max(gpus_of(job), 1) * runtime / 3600.0
+
+
+def ranked(jobs: Sequence[JobRequest], now: float, config: PolicyConfig) -> list[JobRequest]:
+    """The jobs in pass order: by `rank_key`, and with `protect_oldest` the oldest job
+    of the top tier and priority (not held, no blocker) first, EASY's protected head."""
+    out = sorted(jobs, key=lambda j: rank_key(j, now, config))
+    if not config.protect_oldest or not out:
+        return out
+    tier = out[0].tier
+    best = max(j.priority for j in out if j.tier == tier)
+    free = [
+        j
+        for j in out
+        if j.tier == tier and j.priority == best and not j.held and j.blocked_by is None
+    ]
+    if not free:
+        return out
+    head = min(free, key=lambda j: (j.submitted_at, j.job_id))
+    return [head, *(j for j in out if j is not head)]
 
 
 def rank_key(job: JobRequest, now: float, config: PolicyConfig) -> RankKey:

@@ -33,7 +33,7 @@ from services.placer.core.model import (
     Wait,
     Waiting,
 )
-from services.placer.core.order import rank_key
+from services.placer.core.order import ranked
 from services.placer.core.predict import planned_end, planned_runtime
 from services.placer.core.preempt import candidates, choose_victims
 from services.placer.core.select import (
@@ -45,9 +45,17 @@ from services.placer.core.select import (
     select_total,
 )
 from services.placer.core.shape import Shape, precheck, shape_of
-from services.placer.core.timeline import Booking, Future, Need, earliest, whole_nodes
+from services.placer.core.timeline import (
+    Booking,
+    Future,
+    Need,
+    earliest,
+    earliest_leaf,
+    whole_nodes,
+)
 
 DEFAULT_POLICY = PolicyConfig()
+LEAF_SOON = "a leaf switch frees soon"
 NO_LIMITS = Limits()
 
 
@@ -100,13 +108,14 @@ class Prepared:
         self.blocked_by: int | None = None  # first job left waiting for resources
         self.tested = 0
         self.preemptors = 0
+        self.leaf_at: tuple[float, int] | None = None  # set by _leaf_soon
 
     def plan(self, pending: Sequence[JobRequest]) -> Plan:
         starts: list[Start] = []
         preempts: list[Preempt] = []
         waits: list[Wait] = []
         now, config = self.now, self.config
-        for job in sorted(pending, key=lambda j: rank_key(j, now, config)):
+        for job in ranked(pending, now, config):
             out = self._decide(job, preempts)
             if isinstance(out, Start):
                 starts.append(out)
@@ -177,6 +186,8 @@ class Prepared:
             for i, m in b.held:
                 self.ix.give(i, m)
         chosen = self._select(job, pool, shape, self._ok(job, avoid, only))
+        if isinstance(chosen, Chosen) and self._leaf_soon(job, pool, shape, chosen):
+            chosen = LEAF_SOON
         start = self._commit(job, shape, chosen, lent) if isinstance(chosen, Chosen) else None
         self._rehold(lent)
         if start is not None:
@@ -227,13 +238,35 @@ class Prepared:
         nmin = shape.nmin
         if job.required_nodes:
             nmin = max(nmin, min(len(job.required_nodes), shape.nmax))
-        return select_gang(ix, view, nmin, shape.nmax, shape.g, self._max_leaves(job))
+        pack = self.config.pack_small
+        return select_gang(ix, view, nmin, shape.nmax, shape.g, self._max_leaves(job), pack)
 
     def _max_leaves(self, job: JobRequest) -> int | None:
         if job.max_switches is None:
             return None
         wait = job.switches_wait_s or self.config.max_switch_wait_s
         return None if self.now >= job.submitted_at + wait else job.max_switches
+
+    def _leaf_soon(self, job: JobRequest, pool: Pool, shape: Shape, chosen: Chosen) -> bool:
+        """`gang_leaf_wait_s`: a gang about to spread over leaves, that one leaf could
+        hold, waits instead if a leaf holds it within that long (`self.leaf_at`)."""
+        wait = self.config.gang_leaf_wait_s
+        ix = self.ix
+        if wait <= 0 or job.max_switches is not None or shape.total is not None:
+            return False
+        if not 2 <= shape.nmin <= ix.widest_leaf or job.required_nodes:
+            return False
+        if len({ix.leaf_of[i] for i, _ in chosen.picks}) < 2:
+            return False
+        runtime = self._runtime(job)
+        need = Need(shape.g, shape.nmin, runtime, self.now, whole=job.exclusive)
+        ok = self._need_ok(job, pool)
+        releases = self.future.releases()
+        got = earliest_leaf(
+            ix, self.future, IndexView(ix, pool), releases, need, ok, self.now + wait
+        )
+        self.leaf_at = got
+        return got is not None
 
     def _commit(self, job: JobRequest, shape: Shape, chosen: Chosen, lent: list[Booking]) -> Start:
         ix = self.ix
@@ -286,6 +319,12 @@ class Prepared:
             wait = job.switches_wait_s or self.config.max_switch_wait_s
             detail = f"not within {job.max_switches} leaf switches yet"
             return self._wait(job, Waiting.TOPOLOGY, detail, job.submitted_at + wait)
+        if why == LEAF_SOON and self.leaf_at is not None:
+            soon, leaf = self.leaf_at
+            if len(self.bookings) < self.config.reservation_depth:
+                soon = self._book(job, pool, shape, leaf) or soon
+            detail = f"one leaf switch ({self.ix.domain_name[leaf]}) holds it from then"
+            return self._wait(job, Waiting.TOPOLOGY, detail, soon)
         cfg = self.config
         if cfg.preemption and job.can_preempt and self.preemptors < cfg.max_preemptors:
             got = self._preempt(job, pool, shape, preempts)
@@ -308,11 +347,16 @@ class Prepared:
             return lambda i: bool(member[i])
         return lambda i: bool(member[i]) and inner(i)
 
-    def _book(self, job: JobRequest, pool: Pool, shape: Shape) -> float | None:
+    def _book(
+        self, job: JobRequest, pool: Pool, shape: Shape, leaf: int | None = None
+    ) -> float | None:
         ix = self.ix
         runtime = self._runtime(job)
         need = Need(shape.g, shape.nmin, runtime, self.now, whole=job.exclusive)
         ok = self._need_ok(job, pool)
+        if leaf is not None:  # the gang waits for this leaf (`_leaf_soon`)
+            inner, leaf_of = ok, ix.leaf_of
+            ok = lambda i: leaf_of[i] == leaf and inner(i)  # noqa: E731
         found = earliest(ix, self.future, IndexView(ix, pool), self.future.releases(), need, ok)
         if found is None:
             return None

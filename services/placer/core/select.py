@@ -76,12 +76,26 @@ NO_TOPOLOGY = "no room within the switch limit"
 
 
 def select_gang(
-    ix: ClusterIndex, view: View, nmin: int, nmax: int, g: int, max_leaves: int | None
+    ix: ClusterIndex,
+    view: View,
+    nmin: int,
+    nmax: int,
+    g: int,
+    max_leaves: int | None,
+    pack: bool = False,
 ) -> Chosen | str:
-    """Nodes and GPUs for nmin..nmax nodes of g GPUs each, or why not."""
+    """Nodes and GPUs for nmin..nmax nodes of g GPUs each, or why not.
+
+    `pack`: a one-node job is placed by the fragmentation score (`packed_leaf`)."""
     n = min(nmax, view.count(ROOT, g))
     if n < nmin:
         return NO_ROOM
+    if pack and n == 1 and max_leaves is None and isinstance(view, IndexView):
+        leaf = packed_leaf(ix, view.pool, g)
+        if leaf is not None:
+            nodes = _take_nodes(ix, view, leaf, 1, g)
+            picks = tuple((i, pick_gpus(ix, i, view.usable(i), g)) for i in nodes)
+            return _chosen(ix, leaf, picks)
     if max_leaves is not None:
         tops = sorted((view.count(leaf, g) for leaf in ix.leaves), reverse=True)
         n = min(n, sum(tops[:max_leaves]))
@@ -93,6 +107,32 @@ def select_gang(
         return NO_TOPOLOGY
     picks = tuple((i, pick_gpus(ix, i, view.usable(i), g)) for i in sorted(nodes))
     return _chosen(ix, d, picks)
+
+
+def packed_leaf(ix: ClusterIndex, pool: Pool, g: int) -> int | None:
+    """The leaf for a one-node job of g GPUs by the fragmentation score, or None.
+
+    Score, lowest first: (free GPUs on the best node that holds the job, whole free nodes
+    in its leaf, leaf number). The first term is best fit over the whole pool, so a whole
+    node is broken only when no partly used node holds the job; the second breaks ties
+    toward the leaf a gang could use least (HiveD's buddy cells, FGD's "least
+    fragmentation" in one explainable number). None without leaves (blocks are left to
+    the plain tightest-domain rule) or when nothing fits."""
+    if g < 1 or not ix.levels or ix.levels[0][0] not in ix.leaves:
+        return None
+    ge, width = pool.ge, len(pool.ge[ROOT]) - 1
+    top = ge[ROOT]
+    a = next((k for k in range(g, width + 1) if top[k] - (top[k + 1] if k < width else 0)), -1)
+    if a < 0:
+        return None
+    best, best_key = None, (0, 0)
+    for leaf in ix.leaves:
+        row = ge[leaf]
+        if row[a] - (row[a + 1] if a < width else 0) > 0:
+            key = (row[width], leaf)
+            if best is None or key < best_key:
+                best, best_key = leaf, key
+    return best
 
 
 def _choose_domain(ix: ClusterIndex, view: View, n: int, g: int) -> int:

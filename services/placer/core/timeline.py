@@ -122,3 +122,46 @@ def earliest(
 def whole_nodes(ix: ClusterIndex, picks: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     """The picked nodes with every healthy GPU: what an exclusive job books or preempts."""
     return tuple((i, ix.healthy[i]) for i, _ in picks)
+
+
+def earliest_leaf(
+    ix: ClusterIndex,
+    future: Future,
+    now_view: IndexView,
+    releases: Sequence[Release],
+    need: Need,
+    ok: Callable[[int], bool],
+    horizon: float,
+) -> tuple[float, int] | None:
+    """The first release point up to `horizon` at which one leaf switch has nmin nodes
+    with g usable GPUs, and that leaf; None if none does by then (see `earliest`)."""
+    g, nmin, duration, start, _, whole = need
+    leaf_of = ix.leaf_of
+    counts: dict[int, int] = {}
+    for i in now_view.candidates(g):
+        if ok(i) and (not whole or (ix.jobs_on[i] == 0 and ix.free[i] == ix.healthy[i])):
+            counts[leaf_of[i]] = counts.get(leaf_of[i], 0) + 1
+    if counts and max(counts.values()) >= nmin:
+        return start, min(d for d, c in counts.items() if c >= nmin)
+    cur: dict[int, int] = {}
+    for r in releases:
+        if r.at > horizon:
+            break
+        i = r.node
+        if not ix.up[i] or not ok(i):
+            continue
+        before = cur.get(i)
+        if before is None:
+            before = ix.free[i] if ix.avail[i] >= 0 else 0
+        after = before | (r.mask & ix.healthy[i] & ~future.promised(i, r.at, r.at + duration))
+        cur[i] = after
+        if whole:
+            gained = after == ix.healthy[i] != before and after.bit_count() >= g
+        else:
+            gained = before.bit_count() < g <= after.bit_count()
+        if gained:
+            leaf = leaf_of[i]
+            counts[leaf] = counts.get(leaf, 0) + 1
+            if counts[leaf] >= nmin:
+                return max(start, r.at), leaf
+    return None
