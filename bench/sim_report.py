@@ -1,6 +1,6 @@
 """Runs the simulator experiments behind docs/sim-report.md and prints their tables.
 
-    .venv/bin/python bench/sim_report.py [--quick] [--only philly|kalos|openb]
+    .venv/bin/python bench/sim_report.py [--quick] [--only philly|kalos|llm-mix|openb]
 
 Each experiment replays one trace on one cluster under fifo, easy, slurm and muster, with
 realistic (drawn) time limits (sim/limits.py); figures
@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from services.placer.core import Node
 from sim import POLICIES, SimResult, load, make_cluster, openb_cluster, run
+from sim.llm_mix import llm_mix
 from sim.traces import TracesMissing, traces_root
 from sim.workload import TraceJob
 
@@ -45,6 +46,10 @@ def experiments(quick: bool) -> dict[str, tuple[list[TraceJob], tuple[Node, ...]
         "philly, 72 nodes x 8 GPUs": (philly, tree(72)),
         "kalos, 302 nodes x 8 GPUs (production size)": (kalos, tree(302)),
         "kalos x10 arrival rate, 32 nodes x 8 GPUs": (kalos_x10, tree(32)),
+        "llm-mix (sim/llm_mix.py, 60 days, load 0.8), 64 nodes x 8 GPUs": (
+            llm_mix(days=60, nodes=64, load=0.8, seed=0),
+            tree(64),
+        ),
         "openb, its 1,213 nodes / 6,212 GPUs": (
             openb,
             openb_cluster(root / "alibaba/openb_node_list_gpu_node.csv"),
