@@ -77,6 +77,11 @@ def main() -> None:
 
         asyncio.run(up())
         env = {**os.environ, "MUSTER_NATS_URL": cluster.nats_url, "MUSTER_USER": "root"}
+        # as on a user's machine, the bytecode is compiled once and kept (a test runner's
+        # PYTHONDONTWRITEBYTECODE would compile every module on every call), in a folder
+        # of the benchmark's own so the checkout is left as it is
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
         bin_ = folder / "bin"
         commands = {
             "python -c pass": [python, "-c", "pass"],

@@ -14,7 +14,6 @@ user may read it."""
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import sys
 import time
@@ -67,7 +66,7 @@ def nats_url(state_dir: str | None = None) -> str:
         return url
     folder = Path(state_dir or os.environ.get("MUSTER_STATE_DIR", ".muster"))
     if (folder / "cluster.json").exists():
-        url = str(json.loads((folder / "cluster.json").read_text())["nats_url"])
+        url = str(msgspec.json.decode((folder / "cluster.json").read_bytes())["nats_url"])
         _state_of[url] = folder
         return url
     raise SystemExit("no cluster: run `muster up` here, or set MUSTER_NATS_URL")

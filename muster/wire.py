@@ -11,12 +11,13 @@ Services keep nats-py; nothing here is async.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import socket
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+import msgspec  # loaded anyway for the API's structs; json's regexes cost a start more
 
 CRLF = b"\r\n"
 
@@ -85,7 +86,7 @@ class Connection:
             info = conn._info()
             if tls_ca or info.get("tls_required") or url.scheme == "tls":
                 conn._start_tls(host, tls_ca)
-            conn._send(b"CONNECT " + json.dumps(_connect_fields(info, url, creds)).encode())
+            conn._send(b"CONNECT " + msgspec.json.encode(_connect_fields(info, url, creds)))
             conn._send(b"PING")
             conn._expect_pong()
         except BaseException:
@@ -116,7 +117,7 @@ class Connection:
         line = self._line()
         if not line.startswith(b"INFO "):
             raise ServerError(f"not a NATS server: {line[:60]!r}")
-        info: dict[str, Any] = json.loads(line[5:])
+        info: dict[str, Any] = msgspec.json.decode(line[5:])
         return info
 
     def _start_tls(self, host: str, tls_ca: str) -> None:
