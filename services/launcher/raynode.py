@@ -34,6 +34,9 @@ from services.launcher.executor import group_members
 JOIN_TIMEOUT_S = 180.0  # every raylet alive, or the head gives up
 HEAD_GONE_AFTER = 3  # failed connects in a row (one per second): the head has ended
 STOP_GRACE_S = 5.0
+# `ray start` gives up after a fixed 30 s when its raylet is slow to register with the
+# GCS (a loaded node); it is started again, this many times in all.
+START_TRIES = 3
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -132,10 +135,10 @@ def run(args: argparse.Namespace) -> int:
         print("raynode: --ray needs Ray on every node: pip install 'muster[ray]'", file=sys.stderr)
         return 2
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    raylet = subprocess.Popen(ray_start(args, ray), env=env)
     try:
         if args.role == "worker":
-            return _live_with_head(args.head, raylet)
+            return _live_with_head(args, ray, env)
+        raylet = _start(args, ray, env)
         wait_for_nodes(args.head, args.nodes, raylet)
         driver = subprocess.Popen(args.command, env={**env, "RAY_ADDRESS": args.head})
         return driver.wait()
@@ -143,18 +146,42 @@ def run(args: argparse.Namespace) -> int:
         stop_group()
 
 
-def _live_with_head(endpoint: str, raylet: subprocess.Popen[bytes]) -> int:
-    misses, joined = 0, False
+def _start(args: argparse.Namespace, ray: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The head's `ray start --block`, started again when it gives up within Ray's own
+    fixed 30 s (slow to come up on a busy node) before its GCS answered."""
+    raylet = subprocess.Popen(ray_start(args, ray), env=env)
+    for _ in range(START_TRIES - 1):
+        while raylet.poll() is None:
+            if reachable(args.head):
+                return raylet
+            time.sleep(0.5)
+        print(f"raynode: ray start ended ({raylet.returncode}); again", file=sys.stderr)
+        stop_group()
+        raylet = subprocess.Popen(ray_start(args, ray), env=env)
+    return raylet
+
+
+def _live_with_head(args: argparse.Namespace, ray: str, env: dict[str, str]) -> int:
+    """A raylet for as long as the head lives; one that gives up registering (Ray's
+    fixed 30 s, a busy node) is started again while the head is there."""
+    raylet = subprocess.Popen(ray_start(args, ray), env=env)
+    tries, misses, joined = 1, 0, False
     while True:
         code = raylet.poll()
-        if reachable(endpoint):
+        if reachable(args.head):
             misses, joined = 0, True
         else:
             misses += 1
         if joined and misses >= HEAD_GONE_AFTER:
             return 0  # the head ended: the job's driver is done
         if code is not None:
-            return 0 if joined and not reachable(endpoint) else code or 1
+            if misses == 0 and tries < START_TRIES:
+                print(f"raynode: ray start ended ({code}); again", file=sys.stderr)
+                stop_group()
+                raylet = subprocess.Popen(ray_start(args, ray), env=env)
+                tries += 1
+                continue
+            return 0 if joined and not reachable(args.head) else code or 1
         time.sleep(1.0)
 
 

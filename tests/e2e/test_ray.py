@@ -49,7 +49,7 @@ async def ran(db: asyncpg.Connection, cluster: Cluster, tmp_path: Path, *extra: 
     reply = await submit(
         cluster.nats_url,
         DRIVER.read_text(),
-        ("--ray", "-N", "2", "--gpus-per-node=1", "--time=10"),
+        ("--ray", "-N", "2", "--gpus-per-node=1", "--cpus-per-task=2", "--time=10"),
         workdir=str(tmp_path),
         script_path=str(DRIVER),
         args=extra,
