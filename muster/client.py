@@ -197,6 +197,8 @@ def request(
             raise ApiRefused(f"{err}; is the cluster up?", "unreachable", ()) from err
         except wire.ServerError as err:
             raise ApiRefused(f"the bus refused this client: {err}", "bus_refused", ()) from err
+        except wire.BadCredential as err:
+            raise ApiRefused(f"{err}; see MUSTER_NATS_CREDS", "bus_refused", ()) from err
         except TimeoutError as err:
             raise ApiRefused(
                 f"no reply on {subject} within {timeout:g} s", "unavailable", ()

@@ -39,6 +39,10 @@ class ServerError(Exception):
     """The server's `-ERR` (an authorization violation, a bad credential)."""
 
 
+class BadCredential(Exception):
+    """The bus credential file cannot be read or holds no NKey seed."""
+
+
 def request(
     servers: list[str],
     subject: str,
@@ -191,14 +195,21 @@ def _connect_fields(info: dict[str, Any], url: Any, creds: str) -> dict[str, Any
     if url.username:
         fields["user"], fields["pass"] = url.username, url.password or ""
     if creds:
-        fields.update(_nkey_answer(Path(creds).read_text().strip(), str(info.get("nonce", ""))))
+        try:
+            seed = Path(creds).read_text().strip()
+        except OSError as err:
+            raise BadCredential(f"cannot read the bus credential {creds}: {err.strerror}") from err
+        fields.update(_nkey_answer(seed, creds, str(info.get("nonce", ""))))
     return fields
 
 
-def _nkey_answer(seed: str, nonce: str) -> dict[str, str]:
+def _nkey_answer(seed: str, path: str, nonce: str) -> dict[str, str]:
     """The CONNECT fields that prove the seed's key: its public key and the nonce signed."""
     import nkeys  # type: ignore[import-untyped]
 
-    pair = nkeys.from_seed(seed.encode())
+    try:
+        pair = nkeys.from_seed(seed.encode())
+    except Exception as err:  # nkeys raises its own classes for each way a seed is bad
+        raise BadCredential(f"the bus credential {path} holds no NKey seed ({err})") from err
     sig = base64.b64encode(pair.sign(nonce.encode())).decode()
     return {"nkey": pair.public_key.decode(), "sig": sig}
