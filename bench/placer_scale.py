@@ -168,7 +168,7 @@ def main() -> None:
     unlimited_s = time.perf_counter() - t
     assert plan is not None
     t = time.perf_counter()
-    prep = prepare(snap, T0)
+    prep = prepare(snap, T0, default)
     prepare_s = time.perf_counter() - t
     one = []
     for i in range(200):

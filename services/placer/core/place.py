@@ -250,23 +250,26 @@ class Prepared:
     def _leaf_soon(self, job: JobRequest, pool: Pool, shape: Shape, chosen: Chosen) -> bool:
         """`gang_leaf_wait_s`: a gang about to spread over leaves, that one leaf could
         hold, waits instead if a leaf holds it within that long (`self.leaf_at`)."""
+        if len({self.ix.leaf_of[i] for i, _ in chosen.picks}) < 2:
+            return False
+        self.leaf_at = self._leaf_by(job, pool, shape, self.now)
+        return self.leaf_at is not None
+
+    def _leaf_by(
+        self, job: JobRequest, pool: Pool, shape: Shape, at: float
+    ) -> tuple[float, int] | None:
+        """When and which one leaf holds the gang by `at` + `gang_leaf_wait_s`, for a
+        gang the leaf wait applies to (2 nodes up to a leaf's, no switch limit)."""
         wait = self.config.gang_leaf_wait_s
         ix = self.ix
         if wait <= 0 or job.max_switches is not None or shape.total is not None:
-            return False
+            return None
         if not 2 <= shape.nmin <= ix.widest_leaf or job.required_nodes:
-            return False
-        if len({ix.leaf_of[i] for i, _ in chosen.picks}) < 2:
-            return False
-        runtime = self._runtime(job)
-        need = Need(shape.g, shape.nmin, runtime, self.now, whole=job.exclusive)
+            return None
+        need = Need(shape.g, shape.nmin, self._runtime(job), self.now, whole=job.exclusive)
         ok = self._need_ok(job, pool)
         releases = self.future.releases()
-        got = earliest_leaf(
-            ix, self.future, IndexView(ix, pool), releases, need, ok, self.now + wait
-        )
-        self.leaf_at = got
-        return got is not None
+        return earliest_leaf(ix, self.future, IndexView(ix, pool), releases, need, ok, at + wait)
 
     def _commit(self, job: JobRequest, shape: Shape, chosen: Chosen, lent: list[Booking]) -> Start:
         ix = self.ix
@@ -354,10 +357,18 @@ class Prepared:
         runtime = self._runtime(job)
         need = Need(shape.g, shape.nmin, runtime, self.now, whole=job.exclusive)
         ok = self._need_ok(job, pool)
-        if leaf is not None:  # the gang waits for this leaf (`_leaf_soon`)
+        view_now, releases = IndexView(ix, pool), self.future.releases()
+        found = None
+        if leaf is None:
+            found = earliest(ix, self.future, view_now, releases, need, ok)
+            if found is None:
+                return None
+            soon = self._leaf_by(job, pool, shape, found[0])  # book one leaf if it comes
+            leaf = soon[1] if soon is not None else None  # within the leaf wait
+        if leaf is not None:
             inner, leaf_of = ok, ix.leaf_of
             ok = lambda i: leaf_of[i] == leaf and inner(i)  # noqa: E731
-        found = earliest(ix, self.future, IndexView(ix, pool), self.future.releases(), need, ok)
+            found = earliest(ix, self.future, view_now, releases, need, ok)
         if found is None:
             return None
         at, view, released = found

@@ -30,6 +30,17 @@ HALF_USED = snapshot(
 # two leaves of two nodes, one node of each busy: a 2-node gang fits only across leaves
 SPLIT = snapshot(*leafy(4, per_leaf=2), running=(running(9, whole("n00"), whole("n02")),))
 
+# every node busy; they free at +1800 (n02), +3600 (n00), +5400 (n03), +7200 (n01)
+STAGGERED = snapshot(
+    *leafy(4, per_leaf=2),
+    running=(
+        running(8, whole("n00")),
+        running(9, whole("n01"), started_at=T0),
+        running(10, whole("n02"), started_at=T0 - 5400),
+        running(11, whole("n03"), started_at=T0 - 1800),
+    ),
+)
+
 
 def started(job_id: int, node_name: str, *gpus: int, fit: Fit = Fit.NODE) -> Plan:
     return Plan(starts=(Start(job_id=job_id, grants=(grant(node_name, *gpus),), fit=fit),))
@@ -104,6 +115,18 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], PolicyConfig, Plan]] = {
                 ),
             ),
         ),
+    ),
+    "without the leaf wait a blocked gang books the first nodes to free, over two leaves": (
+        STAGGERED,
+        [gang(1, nodes=2, gpus_per_node=8)],
+        PolicyConfig(),
+        Plan(waits=(Wait(job_id=1, reason=Waiting.RESOURCES, estimated_start=T0 + 3600),)),
+    ),
+    "with it, the leaf that frees within the wait after that": (
+        STAGGERED,
+        [gang(1, nodes=2, gpus_per_node=8)],
+        LEAF_WAIT,
+        Plan(waits=(Wait(job_id=1, reason=Waiting.RESOURCES, estimated_start=T0 + 5400),)),
     ),
     "a gang wider than any leaf is not held": (
         snapshot(*leafy(4, per_leaf=2), running=(running(9, whole("n00")),)),
