@@ -10,7 +10,6 @@ import getpass
 import os
 import sys
 import time
-import tomllib
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -79,6 +78,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 def provision_local_users(state: Path) -> Path:
     """A local cluster's users: a key for you and for each user of its configuration in
     `state/keys`, registered with the services it starts (MUSTER_USER_KEYS_DIR)."""
+    import tomllib
+
     from muster import cluster as local
     from shared.identity_files import provision_keys
 

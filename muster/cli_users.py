@@ -14,7 +14,6 @@ import argparse
 import os
 import re
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +54,8 @@ def set_user_keys(
         (i for i in range(head + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines)
     )
     at = next((i for i in range(head + 1, end) if re.match(r"^\s*keys\s*=", lines[i])), None)
+    import tomllib  # only this command parses TOML; every other call is spared the import
+
     keys: list[str] = []
     if at is not None:
         try:

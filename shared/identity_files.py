@@ -14,7 +14,6 @@ import logging
 import os
 import stat
 import time
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,8 @@ def directory_from_toml(
 ) -> Directory:
     """The identity part of a cluster configuration (admission validates the whole file;
     this reads only these keys). `extra_keys` adds keys from a key folder."""
+    import tomllib  # the services read configurations; the CLI, which only signs, does not
+
     doc = tomllib.loads(text) if text else {}
     keys: dict[str, tuple[str, ...]] = {
         name: _strs(body.get("keys", ())) for name, body in _tables(doc, "users").items()
