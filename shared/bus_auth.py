@@ -76,6 +76,7 @@ AGENT_EVENTS = (
     "gpu.xid_observed",
     "node.fabric_fault_observed",
     "worker.exited",
+    "node.hook_failed",  # a failed prolog / epilog: the health monitor drains the node
 )
 EVENT_PREFIX = "muster."
 USERS_INBOX = "_INBOX"

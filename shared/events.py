@@ -236,6 +236,15 @@ class NodeDrainRequested(Event, frozen=True, tag="node.drain_requested"):
     resume: bool = False
 
 
+class NodeHookFailed(Event, frozen=True, tag="node.hook_failed"):
+    """A site hook (Prolog, Epilog) failed on `node`: its agent asks for the node's
+    drain, as Slurm does; the health monitor drains it with `reason`."""
+
+    node: str
+    hook: str  # prolog | epilog
+    reason: str
+
+
 class WorkerExited(Event, frozen=True, tag="worker.exited"):
     job_id: int
     attempt: int
@@ -268,6 +277,7 @@ AnyEvent = (
     | NodeDown
     | NodeRecovered
     | NodeDrainRequested
+    | NodeHookFailed
     | WorkerExited
 )
 

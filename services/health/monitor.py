@@ -75,6 +75,7 @@ from shared.events import (
     NodeDrainRequested,
     NodeFabricFaultObserved,
     NodeFault,
+    NodeHookFailed,
     NodeRecovered,
     NodeRegistered,
 )
@@ -93,6 +94,7 @@ SUBJECTS = (
     "muster.node.drain_requested",
     "muster.node.cleaned",
     "muster.node.fabric_fault_observed",
+    "muster.node.hook_failed",
 )
 CONSUMER = "health"
 LEASE_RELEASE_S = 2.0  # how long a stopping monitor tries to hand its lease over
@@ -162,6 +164,10 @@ class Monitor:
                     await self._registered(conn, event)
                 case GpuXidObserved():
                     await self._xid(conn, event)
+                case NodeHookFailed():
+                    by = f"{event.hook} on {event.node}"
+                    drain = NodeDrainRequested(node=event.node, by=by, reason=event.reason)
+                    await self._operator(conn, drain)
                 case NodeDrainRequested():
                     await self._operator(conn, event)
                 case NodeCleaned():

@@ -58,7 +58,7 @@ from services.launcher.worker_table import (
 from shared.agent_auth import TrustedKeys, check
 from shared.api import AGENT_PREFIX, AgentReply, StopWorkers, WorkerSpec
 from shared.bus import Bus
-from shared.events import NodeDrainRequested, RunningWorker, WorkerExited, encode, subject_of
+from shared.events import NodeHookFailed, RunningWorker, WorkerExited, encode, subject_of
 from shared.logs import kv
 from shared.transient import is_transient
 
@@ -208,7 +208,7 @@ class NodeExecutor:
             self.spool.remove(spec.job_id, spec.attempt, spec.generation)
             log.warning("worker did not start", extra=kv(job=spec.job_id, error=str(err)))
             if isinstance(err, PrologFailed):  # Slurm's rule: requeue, drain the node
-                self._own(self._drain(err.reason))
+                self._own(self._drain(err.reason, "prolog"))
             return AgentReply(ok=False, message=str(err))
         self._track(run)
         worker = run.record.worker
@@ -308,7 +308,7 @@ class NodeExecutor:
             kill_group(found.worker, _signal.SIGKILL, found.cgroup)
             ending = lost_exit()
         if ending.epilog_failed:
-            self._own(self._drain(ending.epilog_failed))
+            self._own(self._drain(ending.epilog_failed, "epilog"))
         run.ended.set()
         self._ended[(record.job_id, record.attempt, record.generation)] = None
         if len(self._ended) > _ENDED_KEPT:  # the oldest first (insertion order)
@@ -318,10 +318,10 @@ class NodeExecutor:
             del self.running[record.job_id]
         await self._report(record, ending)
 
-    async def _drain(self, reason: str) -> None:
+    async def _drain(self, reason: str, hook: str) -> None:
         """A site hook failed here: ask the health monitor to drain this node (as an
         operator would), once; a refusal (a bus without the permission) is logged."""
-        event = NodeDrainRequested(node=self.node, by=f"node {self.node}", reason=reason)
+        event = NodeHookFailed(node=self.node, hook=hook, reason=reason)
         try:
             await self.bus.publish_raw(subject_of(event), encode(event), str(event.event_id), {})
         except Exception as err:

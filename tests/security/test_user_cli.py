@@ -79,6 +79,7 @@ def muster(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "muster.cli", *args],
         capture_output=True, text=True, env=env, timeout=60, check=False,
+        cwd=home,  # not the checkout: a `.muster/` left there by `muster up` holds keys
     )  # fmt: skip
 
 
