@@ -32,6 +32,17 @@ def cmd_shims(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_step(args: argparse.Namespace) -> int:
+    """`muster srun` / `muster salloc`: their own option tables (muster/steps.py, salloc.py)."""
+    if args.command == "srun":
+        from muster import steps
+
+        return steps.main(args.words)
+    from muster import salloc
+
+    return salloc.main(args.words)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="muster", description=__doc__)
     p.add_argument(
@@ -52,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("folder")
     s.add_argument("--force", action="store_true", help="replace files already there")
     s.set_defaults(fn=cmd_shims)
+    for name, what in (
+        ("srun", "run a job step on the allocation's nodes, inside a job (docs/steps.md)"),
+        ("salloc", "an interactive allocation: a shell (or CMD) with the job's environment"),
+    ):
+        s = sub.add_parser(name, help=what, add_help=False)
+        s.add_argument("words", nargs=argparse.REMAINDER)
+        s.set_defaults(fn=cmd_step)
     return p
 
 
@@ -83,6 +101,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     """The parsed command line; `submit` hands its sbatch options over whole, as they are
     the script's business, not argparse's."""
     at = _command_at(argv)
+    if at is not None and argv[at] in ("srun", "salloc"):  # every word after is theirs
+        args = build_parser().parse_args([*argv[:at], argv[at]])
+        args.words = argv[at + 1 :]
+        return args
     if at is None or argv[at] != "submit":
         return build_parser().parse_args(argv)
     split = split_own(argv[at + 1 :], SUBMIT_OWN)

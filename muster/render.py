@@ -80,6 +80,12 @@ def show_lines(reply: ShowJobReply) -> list[str]:
             f"   Attempt {a.attempt}.{a.seq}: nodes={','.join(a.nodes)} world_size={a.world_size}"
             f" reason={a.reason} outcome={a.outcome or '-'} ({ended})"
         )
+    for st in reply.steps:  # srun's steps (docs/steps.md), as sacct lists JOB.STEP
+        code = "-" if st.exit_code is None else str(st.exit_code)
+        lines.append(
+            f"   Step {j.job_id}.{st.step_id}: {st.state} ExitCode={code}"
+            f" NumTasks={st.ntasks} NodeList={','.join(st.nodes)} Command={' '.join(st.argv)}"
+        )
     return lines
 
 

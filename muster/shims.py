@@ -1,5 +1,6 @@
 """Shell: Slurm's command names over Muster's API — `sbatch`, `squeue`, `scancel`,
-`sinfo`, `sacct`, `scontrol`, `sshare`, and `srun`/`salloc` refusing what needs job steps.
+`sinfo`, `sacct`, `scontrol`, `sshare`; `srun` (job steps, muster/steps.py) and
+`salloc` (interactive allocations, muster/salloc.py).
 
 `muster shims DIR` writes one small wrapper per name into DIR, each running
 `python -m muster.shims NAME ARGS`; nothing is written over an existing file (a real
@@ -348,11 +349,15 @@ def _show_nodes(name: str | None) -> int:
 
 
 def srun(argv: list[str]) -> int:
-    raise ShimError(NO_STEPS)
+    from muster import steps  # job steps (docs/steps.md)
+
+    return steps.main(argv)
 
 
 def salloc(argv: list[str]) -> int:
-    raise ShimError(NO_STEPS)
+    from muster import salloc as interactive  # interactive allocations (docs/steps.md)
+
+    return interactive.main(argv)
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {

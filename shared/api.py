@@ -132,6 +132,7 @@ class ShowJobReply(msgspec.Struct, frozen=True, kw_only=True):
     priority: dict[str, float] = {}
     dependency: str = ""  # the job's --dependency as given, e.g. "afterok:12:13"
     approval: str = ""  # "", "awaiting operator approval" or "approved by NAME"
+    steps: tuple[StepView, ...] = ()  # the job's srun steps (docs/steps.md)
 
 
 class GpuView(msgspec.Struct, frozen=True, kw_only=True):
@@ -276,3 +277,73 @@ class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
     message: str = ""
     workers: tuple[tuple[int, int, int], ...] = ()  # (job_id, attempt, generation) alive
     port: int = 0  # `port`: a TCP port free on the node's own address right now
+
+
+# --- job steps (srun inside an allocation; docs/steps.md) ------------------------------
+
+
+class StepRequest(Request, frozen=True, kw_only=True):
+    """`srun` inside job `job_id` -> the launcher (`muster.api.step`): run `argv` on the
+    allocation's nodes. 0 means "not given": one task per node on every node."""
+
+    job_id: int
+    argv: tuple[str, ...]
+    nodes: int = 0  # -N
+    ntasks: int = 0  # -n
+    ntasks_per_node: int = 0  # --ntasks-per-node
+    gpus_per_task: int = 0  # --gpus-per-task
+    workdir: str = ""
+    environment: dict[str, str] = {}  # the caller's (the job's) environment
+    output_dir: str = ""  # each task writes <output_dir>/<procid>.out and .err
+
+
+class StepReply(msgspec.Struct, frozen=True, kw_only=True):
+    step_id: int
+    state: str  # StepState
+    nodes: tuple[str, ...] = ()
+    ntasks: int = 0
+    exit_code: int | None = None  # the highest of the tasks'
+    signal: int | None = None
+    message: str = ""
+
+
+class StepView(msgspec.Struct, frozen=True, kw_only=True):
+    step_id: int
+    argv: tuple[str, ...]
+    nodes: tuple[str, ...]
+    ntasks: int
+    state: str
+    exit_code: int | None
+    started_at: float
+    ended_at: float | None
+
+
+class StepTaskSpec(msgspec.Struct, frozen=True, kw_only=True):
+    procid: int
+    env: dict[str, str]
+    stdout: str
+    stderr: str
+
+
+class StepLaunch(msgspec.Struct, frozen=True, kw_only=True):
+    """Launcher -> agent (`muster.agent.<node>.step`), signed like a start: run these
+    tasks of step `step_id` inside the job's running worker (attempt, generation)."""
+
+    job_id: int
+    attempt: int
+    generation: int
+    step_id: int
+    argv: tuple[str, ...]
+    tasks: tuple[StepTaskSpec, ...]
+    workdir: str
+    run_as: str | None = None
+    token: AgentToken | None = None
+
+
+class StepOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """The agent's answer once every task of its share of the step ended."""
+
+    ok: bool
+    message: str = ""
+    exit_codes: tuple[int | None, ...] = ()  # per task, in `tasks` order
+    signals: tuple[int | None, ...] = ()

@@ -37,6 +37,7 @@ OWNED: dict[str, tuple[str, ...]] = {
         "launcher_shards",
         "launcher_replicas",
         "launcher_mailbox",
+        "job_steps",
     ),
     "health": ("nodes", "gpus", "health_lease"),
     "fairshare": ("usage", "usage_charges", "fairshare_state", "job_priorities"),

@@ -131,8 +131,9 @@ class FairShareSettings(IdentitySettings, frozen=True, kw_only=True):
     fairshare_config: str = ""  # a TOML file of fair-share knobs (docs/fairshare.md)
 
 
-class LauncherSettings(Settings, frozen=True, kw_only=True):
-    """The job coordinator. The restart policy's defaults are `CoordinatorConfig`'s
+class LauncherSettings(IdentitySettings, frozen=True, kw_only=True):
+    """The job coordinator (and, for job steps, an identity checker: srun is signed by its
+    user). The restart policy's defaults are `CoordinatorConfig`'s
     (tests/unit/test_settings.py checks they agree)."""
 
     service_name: str = "launcher"

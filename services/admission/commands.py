@@ -39,7 +39,7 @@ from .actions import Decision, Target, Verb, decide, signal_name
 from .config_model import ClusterConfig
 from .errors_api import Refused
 from .policy import dependency_text, parse_job_ref
-from .views import job_state, job_view, why_pending
+from .views import job_state, job_view, step_view, why_pending
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +243,7 @@ class JobCommands:
                 raise Refused(f"no such job: {req.job_id}", "not_found")
             spec = await repo.job_spec(conn, req.job_id) or {}
             history = await repo.attempts(conn, req.job_id)
+            steps = await repo.steps(conn, req.job_id)
             priority = await repo.job_priority(conn, req.job_id)
         row = rows[0]
         spec = _visible(req.user, row, spec, self.directory())
@@ -261,6 +262,7 @@ class JobCommands:
             dependency=_dependency_of(spec),
             approval=approval,
             attempts=tuple(_attempt(a) for a in history),
+            steps=tuple(step_view(s) for s in steps),
             priority=priority,
         )
 

@@ -233,6 +233,17 @@ async def attempts(conn: Conn, job_id: int) -> list[asyncpg.Record]:
     )
 
 
+async def steps(conn: Conn, job_id: int) -> list[asyncpg.Record]:
+    """The job's srun steps (the launcher's `job_steps`), oldest first."""
+    return await conn.fetch(
+        "SELECT step_id, argv, nodes, ntasks, state, exit_code,"
+        " extract(epoch FROM started_at)::float8 AS started,"
+        " extract(epoch FROM ended_at)::float8 AS ended"
+        " FROM job_steps WHERE job_id = $1 ORDER BY step_id",
+        job_id,
+    )
+
+
 async def nodes_view(conn: Conn) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:
     nodes = await conn.fetch(
         "SELECT name, state, reason, topology, extract(epoch FROM last_heartbeat)::float8 AS hb,"

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from shared.api import GpuView, JobView, NodeView
+from shared.api import GpuView, JobView, NodeView, StepView
 from shared.gpu_types import type_of
 from shared.states import LIVE_RUN, TERMINAL, JobState
 
@@ -150,3 +150,17 @@ def node_views(nodes: Sequence[Row], gpus: Sequence[Row]) -> list[NodeView]:
             )
         )
     return out
+
+
+def step_view(row: Any) -> StepView:
+    """One `job_steps` row (the launcher's; docs/steps.md) as `muster show job` lists it."""
+    return StepView(
+        step_id=row["step_id"],
+        argv=tuple(row["argv"]),
+        nodes=tuple(row["nodes"]),
+        ntasks=row["ntasks"],
+        state=row["state"],
+        exit_code=row["exit_code"],
+        started_at=float(row["started"]),
+        ended_at=None if row["ended"] is None else float(row["ended"]),
+    )

@@ -39,6 +39,7 @@ from services.launcher.executor import (
 from services.launcher.hooks import PrologFailed
 from services.launcher.isolation import NodeIsolation, for_worker
 from services.launcher.spool import Spool
+from services.launcher.steps_agent import StepRunner
 from services.launcher.torchrun import fill_on_node
 from services.launcher.worker_table import (
     StepExit,
@@ -116,6 +117,7 @@ class NodeExecutor:
         # finished) must not run the generation twice.
         self._ended: dict[tuple[int, int, int], None] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self.steps = StepRunner(self)  # srun's tasks inside running jobs (steps_agent.py)
 
     def touch_contact(self) -> None:
         """The control plane was reached just now: every stepd's fence starts again."""
@@ -150,6 +152,7 @@ class NodeExecutor:
         await self.bus.serve(prefix + "stop", self.node, self._on_stop)
         await self.bus.serve(prefix + "status", self.node, self._on_status)
         await self.bus.serve(prefix + "port", self.node, self._on_port)
+        await self.steps.serve()
 
     async def shutdown(self, grace_s: float) -> None:
         """Agent stopping: workers are left running only if we are killed; on a clean
@@ -158,6 +161,7 @@ class NodeExecutor:
             *(self._terminate(r, grace_s) for r in list(self.running.values())),
             return_exceptions=True,
         )
+        await self.steps.close()
         tasks = list(self._tasks)
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace_s + 5.0)
@@ -255,7 +259,7 @@ class NodeExecutor:
         """What stepd runs: the spec with its spool folder filled in, and the fence."""
         return StepSpec(
             argv=tuple(self._fill(a, spool) for a in spec.argv),
-            env={k: self._fill(v, spool) for k, v in spec.env.items()},
+            env={k: self._fill(v, spool) for k, v in spec.env.items()} | _client_env(),
             workdir=spec.workdir,
             stdout=spec.stdout,
             stderr=spec.stderr,
@@ -310,6 +314,7 @@ class NodeExecutor:
         if ending.epilog_failed:
             self._own(self._drain(ending.epilog_failed, "epilog"))
         run.ended.set()
+        self.steps.end_job(record.job_id)  # a step never outlives its job
         self._ended[(record.job_id, record.attempt, record.generation)] = None
         if len(self._ended) > _ENDED_KEPT:  # the oldest first (insertion order)
             del self._ended[next(iter(self._ended))]
@@ -427,6 +432,13 @@ def aimed_at(req: StopWorkers, record: WorkerRecord) -> bool:
     if req.attempt is not None and req.attempt != record.attempt:
         return False
     return req.generation is None or req.generation == record.generation
+
+
+def _client_env() -> dict[str, str]:
+    """What a job's own `srun` needs to reach the cluster: the bus this agent uses
+    (docs/steps.md). The launcher strips every inherited MUSTER_ variable."""
+    url = os.environ.get("MUSTER_NATS_URL", "")
+    return {"MUSTER_NATS_URL": url} if url else {}
 
 
 def _start_stepd(folder: Path) -> subprocess.Popen[bytes]:

@@ -35,6 +35,7 @@ from services.launcher.observations import Choose, always, answer, at, exited, l
 from services.launcher.owners import Owners
 from services.launcher.owners_core import shard_of
 from services.launcher.reconcile_core import AllocationRow, may_start
+from services.launcher.steps import StepService
 from services.launcher.upkeep import Upkeep
 from shared.db import Conn, inbox_first_time, outbox_add
 from shared.events import (
@@ -92,6 +93,7 @@ class Coordinator:
         self.effects = EffectRunner(self.agents, self.launch, self.end_stopped, self.owns)
         self.upkeep = Upkeep(self)
         self.cleaner = Cleaner(self, retry_s=self.upkeep.reconcile_s)
+        self.steps = StepService(ctx, self.agents)  # srun inside running jobs (steps.py)
         self._locks: dict[int, asyncio.Lock] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -100,6 +102,7 @@ class Coordinator:
                 stop, self._consume, self.cleaner.consume, self.cleaner.retry_loop,
                 self.upkeep.timers, self.upkeep.ticks, self.upkeep.reconcile_loop,
                 self.upkeep.hold_loop, self.upkeep.mailbox_loop, self.ctx.relay.run,
+                self.steps.serve,
             )  # fmt: skip
         finally:
             await self.effects.close(self.settings.drain_timeout_s)

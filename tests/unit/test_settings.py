@@ -63,7 +63,12 @@ CASES: dict[str, tuple[type[Settings], dict[str, Any]]] = {
     ),
     "the launcher takes its restart policy": (
         LauncherSettings,
-        {"service_name": "launcher", "grow_back": True},
+        # the cluster configuration too: it verifies srun's signed requests (docs/steps.md)
+        {
+            "service_name": "launcher",
+            "grow_back": True,
+            "cluster_config": "/etc/muster/cluster.toml",
+        },
     ),
     "a node agent takes its node, fence and root policy": (
         NodeSettings,
@@ -87,7 +92,7 @@ def test_each_process_kind_reads_only_its_own_fields(
 
 
 OWN_FIELDS = {
-    "cluster_config": {AdmissionSettings, FairShareSettings},
+    "cluster_config": {AdmissionSettings, FairShareSettings, LauncherSettings},
     "lease_ttl_s": {PlacerSettings, HealthSettings},
     "cycle_interval_s": {PlacerSettings},
     "fence_s": {NodeSettings},

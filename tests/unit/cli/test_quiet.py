@@ -1,5 +1,5 @@
 """Ordinary shell use ends in one line or nothing, never a traceback: a closed pipe, an
-unreachable cluster, Ctrl-C while waiting for the cluster, `srun` asking for job steps.
+unreachable cluster, Ctrl-C while waiting for the cluster, `srun` outside a job.
 Each drives the real command in a subprocess."""
 
 from __future__ import annotations
@@ -61,11 +61,11 @@ def test_ctrl_c_while_waiting_for_the_cluster_says_nothing() -> None:
     assert (p.returncode, err.strip()) == (128 + signal.SIGINT, "")
 
 
-def test_srun_says_plainly_that_job_steps_are_not_supported() -> None:
+def test_srun_outside_a_job_says_so_plainly() -> None:
     p = muster("muster.shims", "srun", "hostname", stdout=subprocess.PIPE)
     out, err = p.communicate(timeout=60)
     assert (p.returncode, out) == (1, "")
-    assert err.startswith("srun: error: job steps and interactive allocations are not")
+    assert err.startswith("srun: error: not inside a job")
     assert err.count("\n") == 1
 
 

@@ -1,0 +1,171 @@
+"""Client: `muster salloc` (and the `salloc` shim) — an interactive allocation.
+
+`salloc [sbatch options] [CMD ARGS]` submits a job whose script only holds the
+allocation (it sleeps on every node until it is ended), waits until the job RUNS, then
+runs CMD (default: the user's `$SHELL`) here, with the job's environment: SLURM_JOB_ID,
+SLURM_JOB_NODELIST, SLURM_NNODES, ... — so `srun` from that shell runs steps on the
+allocation. When CMD exits (or salloc is interrupted) the job is cancelled and the
+allocation released. The job's time limit still applies: when the job ends first (its
+limit, a cancel), CMD gets SIGHUP, as Slurm's salloc does (docs/steps.md).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from muster.client import ApiRefused, current_user, nats_url, request
+from shared.api import (
+    JobSelector,
+    Ok,
+    ShowJobReply,
+    ShowJobRequest,
+    SubmitReply,
+    SubmitRequest,
+)
+from shared.sbatch_options import split_command_line
+
+HOLD_SCRIPT = (
+    "#!/bin/sh\n"
+    "# muster salloc: this job only holds its allocation for an interactive session\n"
+    "exec sleep 2147483647\n"
+)
+POLL_S = 0.5
+WATCH_S = 2.0
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"}
+
+
+class SallocError(Exception):
+    """What salloc prints after `salloc: error:` before it exits 1."""
+
+
+def submit_request(
+    argv: list[str], cwd: str, env: dict[str, str]
+) -> tuple[SubmitRequest, list[str]]:
+    """The holding job's request and the command to run once it runs."""
+    line = split_command_line(argv)
+    command = [] if line.script is None else [line.script, *line.args]
+    req = SubmitRequest(
+        user=current_user(),
+        argv=(*line.options, "--job-name=interactive")
+        if not _named(line.options)
+        else line.options,
+        script=HOLD_SCRIPT,
+        script_path="",
+        workdir=cwd,
+        environment=env,
+    )
+    return req, command
+
+
+def _named(options: tuple[str, ...]) -> bool:
+    return any(o in ("-J", "--job-name") or o.startswith(("-J", "--job-name=")) for o in options)
+
+
+def session_env(env: dict[str, str], reply: ShowJobReply) -> dict[str, str]:
+    """The shell's environment: the caller's plus the job's."""
+    j = reply.job
+    nodes = ",".join(j.nodelist)
+    return env | {
+        "SLURM_JOB_ID": str(j.job_id),
+        "SLURM_JOBID": str(j.job_id),
+        "MUSTER_JOB_ID": str(j.job_id),
+        "SLURM_JOB_NAME": j.name,
+        "SLURM_JOB_NODELIST": nodes,
+        "SLURM_NODELIST": nodes,
+        "SLURM_NNODES": str(len(j.nodelist)),
+        "SLURM_JOB_NUM_NODES": str(len(j.nodelist)),
+        "SLURM_JOB_PARTITION": j.partition,
+        "SLURM_SUBMIT_DIR": os.getcwd(),
+    }
+
+
+def _show(url: str, job_id: int) -> ShowJobReply:
+    return request(url, "show", ShowJobRequest(user=current_user(), job_id=job_id), ShowJobReply)
+
+
+def _wait_running(url: str, job_id: int) -> ShowJobReply:
+    said = False
+    while True:
+        reply = _show(url, job_id)
+        if reply.job.state == "RUNNING":
+            return reply
+        if reply.job.state in ENDED:
+            raise SallocError(f"job {job_id} ended before it ran: {reply.job.state}")
+        if not said:
+            print(f"salloc: job {job_id} queued and waiting for resources", file=sys.stderr)
+            said = True
+        time.sleep(POLL_S)
+
+
+def _cancel(url: str, job_id: int) -> None:
+    req = JobSelector(user=current_user(), job_ids=(job_id,), reason="salloc session ended")
+    try:
+        request(url, "cancel", req, Ok)
+    except ApiRefused as err:
+        print(f"salloc: error: cannot release job {job_id}: {err}", file=sys.stderr)
+
+
+def _watch(url: str, job_id: int, proc: subprocess.Popen[bytes], done: threading.Event) -> None:
+    """The job ended under the session (its time limit, a cancel): hang the shell up."""
+    while not done.wait(WATCH_S):
+        try:
+            state = _show(url, job_id).job.state
+        except ApiRefused:
+            continue
+        if state in ENDED:
+            print(
+                f"\nsalloc: job {job_id} has ended ({state}): ending the session", file=sys.stderr
+            )
+            proc.send_signal(signal.SIGHUP)
+            return
+
+
+def run(argv: list[str]) -> int:
+    env = dict(os.environ)
+    req, command = submit_request(argv, os.getcwd(), env)
+    url = nats_url()
+    reply = request(url, "submit", req, SubmitReply)
+    for warning in reply.warnings:
+        print(f"salloc: warning: {warning}", file=sys.stderr)
+    job_id = reply.job_ids[0]
+    print(f"salloc: Pending job allocation {job_id}", file=sys.stderr)
+    try:
+        shown = _wait_running(url, job_id)
+        print(f"salloc: Granted job allocation {job_id}", file=sys.stderr, flush=True)
+        argv_run = command or [env.get("SHELL") or "/bin/sh"]
+        proc = subprocess.Popen(argv_run, env=session_env(env, shown))
+        done = threading.Event()
+        watcher = threading.Thread(target=_watch, args=(url, job_id, proc, done), daemon=True)
+        watcher.start()
+        try:
+            while True:
+                try:
+                    code = proc.wait()
+                    break
+                except KeyboardInterrupt:  # Ctrl-C belongs to the shell, as in salloc
+                    continue
+        finally:
+            done.set()
+    except FileNotFoundError as err:
+        raise SallocError(f"cannot run {err.filename}: no such command") from None
+    finally:
+        print(f"salloc: Relinquishing job allocation {job_id}", file=sys.stderr)
+        _cancel(url, job_id)
+    return code if code >= 0 else 128 - code
+
+
+def main(argv: list[str]) -> int:
+    try:
+        return run(argv)
+    except (SallocError, ApiRefused) as err:
+        print(f"salloc: error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,220 @@
+"""Client: `muster srun` (and the `srun` shim) — a job step inside a running job.
+
+Inside a job (SLURM_JOB_ID / MUSTER_JOB_ID in the environment: a batch script, or a
+shell under `muster salloc`) `srun [-N n] [-n n] [--ntasks-per-node n]
+[--gpus-per-task n] [-l] CMD ARGS` asks the launcher (`muster.api.step`, signed as the
+user) to run CMD on the allocation's nodes. Each task writes its stdout and stderr to
+`<workdir>/.muster-steps/<job>-<token>/<procid>.out|.err` (the job's workdir is on
+every node, as Slurm's is); srun follows those files while the step runs and prints
+what they add, then removes them. Its exit status is the highest task's (docs/steps.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+from muster.client import ApiRefused, nats_url, request
+from shared.api import StepReply, StepRequest
+
+FOLLOW_S = 0.05
+WAIT_S = 7 * 24 * 3600.0  # the launcher answers when the step ends (or the job does)
+VALUED = {
+    "-N": "nodes",
+    "--nodes": "nodes",
+    "-n": "ntasks",
+    "--ntasks": "ntasks",
+    "--ntasks-per-node": "ntasks_per_node",
+    "--gpus-per-task": "gpus_per_task",
+    "--jobid": "jobid",
+    "-J": "",
+    "--job-name": "",
+    "-t": "",
+    "--time": "",
+    "-p": "",
+    "--partition": "",
+    "--mpi": "",
+    "-c": "",
+    "--cpus-per-task": "",
+    "--mem": "",
+    "--export": "",
+}
+FLAGS = {"-l": "label", "--label": "label", "--pty": "pty", "-u": "", "--unbuffered": ""}
+
+
+class SrunError(Exception):
+    """What srun prints after `srun: error:` before it exits 1."""
+
+
+def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """srun's options (name -> value; flags "1") and the command, as Slurm splits them:
+    options until `--` or the first word that is not one."""
+    opts: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return opts, argv[i + 1 :]
+        if not word.startswith("-") or word == "-":
+            return opts, argv[i:]
+        name, eq, value = word.partition("=")
+        if name in FLAGS:
+            if FLAGS[name]:
+                opts[FLAGS[name]] = "1"
+            i += 1
+            continue
+        if name not in VALUED and not eq and word[:2] in VALUED and len(word) > 2:
+            name, value, eq = word[:2], word[2:], "="  # -N2
+        if name not in VALUED:
+            raise SrunError(f"unrecognized option '{word}'")
+        if not eq:
+            if i + 1 >= len(argv):
+                raise SrunError(f"option '{name}' requires an argument")
+            value = argv[i + 1]
+            i += 1
+        if VALUED[name]:
+            opts[VALUED[name]] = value
+        i += 1
+    return opts, []
+
+
+def _count(opts: dict[str, str], name: str) -> int:
+    raw = opts.get(name, "0").rpartition(":")[2]  # --gpus-per-task=h100:1 -> 1
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SrunError(f"invalid --{name.replace('_', '-')} value '{opts[name]}'") from None
+    if value < 0:
+        raise SrunError(f"invalid --{name.replace('_', '-')} value '{opts[name]}'")
+    return value
+
+
+def step_request(argv: list[str], env: dict[str, str], cwd: str) -> StepRequest:
+    opts, command = parse(argv)
+    if "pty" in opts:
+        raise SrunError(
+            "--pty is not supported yet: run the command itself (srun CMD), or work in the "
+            "salloc shell, whose environment is the job's"
+        )
+    if not command:
+        raise SrunError("no command to run: srun [options] CMD [ARGS]")
+    job = opts.get("jobid") or env.get("MUSTER_JOB_ID") or env.get("SLURM_JOB_ID", "")
+    if not job.isdigit():
+        raise SrunError(
+            "not inside a job (no SLURM_JOB_ID): run srun in a batch script or under salloc"
+        )
+    token = f"{job}-{os.getpid()}-{os.urandom(4).hex()}"
+    return StepRequest(
+        user=env.get("MUSTER_USER", ""),
+        job_id=int(job),
+        argv=tuple(command),
+        nodes=_count(opts, "nodes"),
+        ntasks=_count(opts, "ntasks"),
+        ntasks_per_node=_count(opts, "ntasks_per_node"),
+        gpus_per_task=_count(opts, "gpus_per_task"),
+        workdir=cwd,
+        environment=dict(env),
+        output_dir=str(Path(cwd) / ".muster-steps" / token),
+    )
+
+
+class _Follower:
+    """Prints what the tasks' files add, stdout's to stdout and stderr's to stderr."""
+
+    def __init__(self, folder: Path, label: bool) -> None:
+        self.folder = folder
+        self.label = label
+        self.offsets: dict[str, int] = {}
+        self.partial: dict[str, bytes] = {}
+
+    def poll(self, final: bool = False) -> None:
+        try:
+            names = sorted(os.listdir(self.folder), key=_procid_order)
+        except FileNotFoundError:
+            return
+        for name in names:
+            self._read(name, final)
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+    def _read(self, name: str, final: bool) -> None:
+        try:
+            with open(self.folder / name, "rb") as f:
+                f.seek(self.offsets.get(name, 0))
+                data = f.read()
+        except OSError:
+            return
+        if not data and not final:
+            return
+        self.offsets[name] = self.offsets.get(name, 0) + len(data)
+        out = sys.stdout.buffer if name.endswith(".out") else sys.stderr.buffer
+        if not self.label:
+            out.write(data)
+            return
+        text = self.partial.pop(name, b"") + data
+        *lines, rest = text.split(b"\n")
+        if final and rest:
+            lines, rest = [*lines, rest], b""
+        prefix = name.partition(".")[0].encode() + b": "
+        for line in lines:
+            out.write(prefix + line + b"\n")
+        if rest:
+            self.partial[name] = rest
+
+
+def _procid_order(name: str) -> tuple[int, str]:
+    head = name.partition(".")[0]
+    return (int(head) if head.isdigit() else 0, name)
+
+
+def run(argv: list[str]) -> int:
+    env = dict(os.environ)
+    req = step_request(argv, env, os.getcwd())
+    folder = Path(req.output_dir)
+    folder.mkdir(parents=True, mode=0o700, exist_ok=True)
+    follower = _Follower(folder, label="label" in parse(argv)[0])
+    result: list[StepReply | ApiRefused] = []
+
+    def ask() -> None:
+        try:
+            result.append(request(nats_url(), "step", req, StepReply, timeout=WAIT_S))
+        except ApiRefused as err:
+            result.append(err)
+
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            follower.poll()
+            thread.join(FOLLOW_S)
+        follower.poll(final=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            folder.parent.rmdir()  # only when no other step's files are there
+    outcome = result[0]
+    if isinstance(outcome, ApiRefused):
+        raise SrunError(str(outcome))
+    if outcome.message:
+        print(
+            f"srun: error: step {req.job_id}.{outcome.step_id}: {outcome.message}", file=sys.stderr
+        )
+    if outcome.state == "CANCELLED":
+        print(f"srun: error: step {req.job_id}.{outcome.step_id} was cancelled", file=sys.stderr)
+    return outcome.exit_code if outcome.exit_code is not None else 1
+
+
+def main(argv: list[str]) -> int:
+    try:
+        return run(argv)
+    except SrunError as err:
+        print(f"srun: error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

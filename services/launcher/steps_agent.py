@@ -1,0 +1,159 @@
+"""Node shell: the tasks of job steps (srun) on this node (docs/steps.md).
+
+`muster.agent.<node>.step` carries a `StepLaunch` the launcher signed (verb "step",
+shared/agent_auth.py). A step runs only inside a job whose worker this agent runs now,
+with the same allocation attempt and generation: its tasks are started as the job's
+user, inside the job's cgroup when it has one (so the job's memory, CPU and device
+limits hold them), each in its own process group. The reply comes once every task here
+ended. When the job's worker ends (it finished, was cancelled, hit its time limit or
+was fenced) the agent ends its steps too (`end_job`): a step never outlives its job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
+
+from services.launcher import cgroups
+from services.launcher.accounts import AccountPolicy, job_account
+from services.launcher.executor import LaunchError, Worker, spawn_worker
+from shared.agent_auth import TrustedKeys, check
+from shared.api import AGENT_PREFIX, StepLaunch, StepOutcome
+from shared.bus import Bus
+from shared.logs import kv
+
+if TYPE_CHECKING:
+    from nats.aio.msg import Msg
+
+log = logging.getLogger(__name__)
+END_GRACE_S = 5.0  # SIGTERM, then SIGKILL, for a step whose job ended
+
+
+class NodeExecutor(Protocol):
+    """What steps need of the node agent (agent.py's NodeExecutor)."""
+
+    node: str
+    bus: Bus
+    trusted_keys: TrustedKeys
+    accounts: AccountPolicy
+    allow_root: bool
+
+    @property
+    def running(self) -> Mapping[int, Any]: ...  # job -> its worker (record, ended)
+
+
+class StepRunner:
+    def __init__(self, executor: NodeExecutor) -> None:
+        self.executor = executor
+        self.workers: dict[int, set[Worker]] = {}  # job -> its step tasks running here
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def serve(self) -> None:
+        """Each step in its own task: a step lasts as long as its command, and other
+        steps (and other jobs') must not wait for it."""
+        subject = f"{AGENT_PREFIX}{self.executor.node}.step"
+
+        async def on_request(msg: Msg) -> None:
+            task = asyncio.get_running_loop().create_task(self._answer(msg))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        await self.executor.bus.nc.subscribe(subject, queue=self.executor.node, cb=on_request)
+
+    async def _answer(self, msg: Msg) -> None:
+        try:
+            launch = msgspec.json.decode(msg.data, type=StepLaunch)
+            outcome = await self.run(launch)
+        except (msgspec.DecodeError, msgspec.ValidationError) as err:
+            outcome = StepOutcome(ok=False, message=f"malformed step: {err}")
+        if msg.reply:
+            with contextlib.suppress(Exception):  # the launcher is gone: nobody to tell
+                await msg.respond(msgspec.json.encode(outcome))
+
+    def refused(self, launch: StepLaunch) -> str | None:
+        ex = self.executor
+        refusal = check(launch, node=ex.node, trusted=ex.trusted_keys.current(), now=time.time())
+        if refusal is not None:
+            return f"node {ex.node} {refusal.message}"
+        current = ex.running.get(launch.job_id)
+        if current is None or current.ended.is_set():
+            return f"job {launch.job_id} runs no worker on {ex.node}: a step runs inside its job"
+        mine = (current.record.attempt, current.record.generation)
+        if mine != (launch.attempt, launch.generation):
+            return f"job {launch.job_id} on {ex.node} runs another start than the step's"
+        return None
+
+    async def run(self, launch: StepLaunch) -> StepOutcome:
+        if (refusal := self.refused(launch)) is not None:
+            log.warning("step refused", extra=kv(job=launch.job_id, reason=refusal))
+            return StepOutcome(ok=False, message=refusal)
+        ex = self.executor
+        record = ex.running[launch.job_id].record
+        hierarchy = cgroups.detect() if record.cgroup is not None else None
+        started: list[Worker] = []
+        mine = self.workers.setdefault(launch.job_id, set())
+        try:
+            run_as = job_account(launch.run_as, ex.accounts)
+            for task in launch.tasks:
+                worker = await spawn_worker(
+                    launch.argv,
+                    task.env,
+                    launch.workdir,
+                    task.stdout,
+                    task.stderr,
+                    run_as,
+                    allow_root=ex.allow_root,
+                    cgroup=record.cgroup,
+                    hierarchy=hierarchy,
+                )
+                # Inside the job's cgroup (its limits hold the task), but the task owns
+                # only its own process group: its end must never kill the job's cgroup.
+                worker.cgroup = None
+                started.append(worker)
+                mine.add(worker)
+        except (LaunchError, OSError) as err:
+            await asyncio.gather(*(w.terminate(0.0) for w in started), return_exceptions=True)
+            self._forget(launch.job_id, started)
+            return StepOutcome(ok=False, message=f"step did not start on {ex.node}: {err}")
+        log.info(
+            "step started",
+            extra=kv(job=launch.job_id, step=launch.step_id, tasks=len(started), node=ex.node),
+        )
+        try:
+            ends = await asyncio.gather(*(w.wait() for w in started))
+        finally:
+            self._forget(launch.job_id, started)
+        return StepOutcome(
+            ok=True,
+            exit_codes=tuple(e.exit_code for e in ends),
+            signals=tuple(e.signal for e in ends),
+        )
+
+    def _forget(self, job_id: int, workers: list[Worker]) -> None:
+        mine = self.workers.get(job_id, set())
+        mine.difference_update(workers)
+        if not mine:
+            self.workers.pop(job_id, None)
+
+    def end_job(self, job_id: int) -> None:
+        """The job's worker ended here: its steps' tasks end too."""
+        for worker in list(self.workers.get(job_id, ())):
+            task = asyncio.get_running_loop().create_task(_end(worker))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        for job_id in list(self.workers):
+            self.end_job(job_id)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=END_GRACE_S + 5.0)
+
+
+async def _end(worker: Worker) -> None:
+    await worker.terminate(END_GRACE_S)

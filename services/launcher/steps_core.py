@@ -1,0 +1,157 @@
+"""Pure core: a job step's task layout and each task's environment (docs/steps.md).
+
+`layout` decides which of the allocation's nodes a step (`srun`) uses and how many
+tasks each runs, as Slurm does inside an allocation: one task per node on every node by
+default; `-N` takes the first N nodes; `-n` spreads that many tasks in blocks (the first
+nodes get one more when they do not divide evenly); `--ntasks-per-node` caps each node.
+`--gpus-per-task` binds each task its own GPUs of the node's share of the job. A request
+the allocation cannot hold is refused with a message, never shrunk silently.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import msgspec
+
+from services.launcher.env import compress_hostlist
+
+
+class StepState(StrEnum):
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"  # the job ended (or its node went) under the step
+
+
+class StepShape(msgspec.Struct, frozen=True, kw_only=True):
+    """What srun asked for; 0 is "not given"."""
+
+    nodes: int = 0
+    ntasks: int = 0
+    ntasks_per_node: int = 0
+    gpus_per_task: int = 0
+
+
+class Task(msgspec.Struct, frozen=True, kw_only=True):
+    procid: int  # SLURM_PROCID: rank in the step
+    localid: int  # SLURM_LOCALID: rank on its node
+    nodeid: int  # SLURM_NODEID: the node's index in the step
+    node: str
+    gpus: tuple[int, ...]  # the GPUs it sees (CUDA_VISIBLE_DEVICES)
+
+
+class Layout(msgspec.Struct, frozen=True, kw_only=True):
+    nodes: tuple[str, ...]
+    tasks: tuple[Task, ...]
+
+    def on(self, node: str) -> tuple[Task, ...]:
+        return tuple(t for t in self.tasks if t.node == node)
+
+    def per_node(self) -> tuple[int, ...]:
+        return tuple(len(self.on(n)) for n in self.nodes)
+
+
+class Refusal(msgspec.Struct, frozen=True, kw_only=True):
+    message: str
+
+
+def _counts(shape: StepShape, available: int) -> tuple[int, ...] | Refusal:
+    """How many tasks each used node runs, in node order."""
+    nodes, ntasks, per = shape.nodes, shape.ntasks, shape.ntasks_per_node
+    if min(nodes, ntasks, per, shape.gpus_per_task) < 0:
+        return Refusal(message="counts must be positive")
+    if nodes > available:
+        return Refusal(
+            message=f"-N {nodes}: the allocation has {available} node{'s' * (available != 1)}"
+        )
+    if not nodes:
+        if per and ntasks:
+            nodes = min(available, -(-ntasks // per))
+        elif ntasks:
+            nodes = min(available, ntasks)
+        else:
+            nodes = available
+    if not ntasks:
+        ntasks = nodes * (per or 1)
+    if ntasks < nodes:
+        return Refusal(message=f"-n {ntasks} is fewer tasks than -N {nodes} nodes")
+    if per and ntasks > nodes * per:
+        return Refusal(
+            message=f"-n {ntasks} does not fit {nodes} node(s) at --ntasks-per-node={per}"
+        )
+    base, extra = divmod(ntasks, nodes)
+    return tuple(base + (1 if i < extra else 0) for i in range(nodes))
+
+
+def layout(
+    shape: StepShape, nodes: tuple[str, ...], gpus: dict[str, list[int]]
+) -> Layout | Refusal:
+    """The step's tasks over the allocation's `nodes` (rank order) holding `gpus`."""
+    if not nodes:
+        return Refusal(message="the job holds no nodes")
+    counts = _counts(shape, len(nodes))
+    if isinstance(counts, Refusal):
+        return counts
+    used = nodes[: len(counts)]
+    tasks: list[Task] = []
+    g = shape.gpus_per_task
+    for nodeid, (node, count) in enumerate(zip(used, counts, strict=True)):
+        held = sorted(gpus.get(node, []))
+        if g and count * g > len(held):
+            return Refusal(
+                message=f"--gpus-per-task={g} x {count} task(s) needs {count * g} GPUs on "
+                f"{node}; the job holds {len(held)} there"
+            )
+        for localid in range(count):
+            bound = tuple(held[localid * g : (localid + 1) * g]) if g else tuple(held)
+            tasks.append(
+                Task(procid=len(tasks), localid=localid, nodeid=nodeid, node=node, gpus=bound)
+            )
+    return Layout(nodes=used, tasks=tuple(tasks))
+
+
+def task_env(
+    base: dict[str, str], lay: Layout, task: Task, *, job_id: int, step_id: int
+) -> dict[str, str]:
+    """One task's environment: the caller's (the job's), with the step's and the task's
+    own variables over it, and the node's variables for the node it runs on."""
+    per_node = lay.per_node()
+    tasks_per_node = ",".join(str(n) for n in per_node)
+    return base | {
+        "SLURM_JOB_ID": str(job_id),
+        "SLURM_JOBID": str(job_id),
+        "MUSTER_JOB_ID": str(job_id),
+        "SLURM_STEP_ID": str(step_id),
+        "SLURM_STEPID": str(step_id),
+        "MUSTER_STEP_ID": str(step_id),
+        "SLURM_PROCID": str(task.procid),
+        "SLURM_LOCALID": str(task.localid),
+        "SLURM_NODEID": str(task.nodeid),
+        "SLURM_NTASKS": str(len(lay.tasks)),
+        "SLURM_NPROCS": str(len(lay.tasks)),
+        "SLURM_STEP_NUM_TASKS": str(len(lay.tasks)),
+        "SLURM_STEP_NUM_NODES": str(len(lay.nodes)),
+        "SLURM_STEP_NODELIST": compress_hostlist(lay.nodes),
+        "SLURM_STEP_TASKS_PER_NODE": tasks_per_node,
+        "SLURM_TASKS_PER_NODE": tasks_per_node,
+        "SLURMD_NODENAME": task.node,
+        "MUSTER_NODE": task.node,
+        "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in task.gpus),
+    }
+
+
+def step_state(exit_codes: list[int | None], signals: list[int | None], lost: bool) -> StepState:
+    """A step's end from its tasks': any lost node or signal -> CANCELLED, any nonzero
+    exit -> FAILED, else COMPLETED."""
+    if lost or any(s is not None for s in signals):
+        return StepState.CANCELLED
+    if any(c != 0 for c in exit_codes):
+        return StepState.FAILED
+    return StepState.COMPLETED
+
+
+def step_exit(exit_codes: list[int | None], signals: list[int | None]) -> int | None:
+    """The step's exit code, srun's: the highest of its tasks' (128+N for a signal)."""
+    codes = [c for c in exit_codes if c is not None] + [128 + s for s in signals if s is not None]
+    return max(codes) if codes else None

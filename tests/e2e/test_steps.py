@@ -1,0 +1,190 @@
+"""End to end on a local cluster: job steps and interactive allocations (docs/steps.md).
+
+A batch job on two nodes whose script calls `srun` three times (every node's tasks'
+environment asserted: PROCID, LOCALID, STEP_ID, NTASKS, the node, the GPUs bound per
+task), the steps listed by `show job`; then `salloc` driven through a pty: it waits for
+its allocation, its shell has the job's environment, `srun` from that shell runs on
+both nodes, and when the shell exits the job ends and its GPUs are free again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from muster.client import call
+from muster.render import show_lines
+from muster.shims import write_shims
+from shared.api import ShowJobReply, ShowJobRequest
+from tests.support.cluster import eventually, nodes, running_cluster, submit
+
+pytestmark = pytest.mark.slow
+
+NODES = nodes(2)
+PY = sys.executable
+ECHO = (
+    'echo "task $SLURM_PROCID $SLURM_LOCALID $SLURM_STEP_ID $SLURM_NTASKS $SLURMD_NODENAME'
+    ' G$CUDA_VISIBLE_DEVICES"'
+)
+
+
+def batch_script(work: Path, keys: Path) -> str:
+    # Muster runs the script on every node; the first node drives the steps while the
+    # other waits (its worker must run for a step to run there), as an allocation does.
+    return f"""#!/bin/bash
+export MUSTER_KEY_DIR={keys}  # the launcher passes no MUSTER_ variable of the submitter's
+if [ "$SLURM_NODEID" = 0 ]; then
+  {PY} -m muster.shims srun -l bash -c '{ECHO}' > {work}/step0.txt
+  {PY} -m muster.cli srun -N 1 -n 2 --gpus-per-task=1 bash -c '{ECHO}' > {work}/step1.txt
+  {PY} -m muster.cli srun false 2> {work}/step2.err; echo "rc=$?" > {work}/step2.txt
+  touch {work}/done
+else
+  while [ ! -f {work}/done ]; do sleep 0.2; done
+fi
+"""
+
+
+async def live_gpus(db: asyncpg.Connection, job_id: int) -> int:
+    n: int = await db.fetchval(
+        "SELECT count(*) FROM allocation_gpus g JOIN allocations a USING (alloc_id)"
+        " WHERE a.job_id = $1 AND g.live",
+        job_id,
+    )
+    return n
+
+
+async def test_steps_in_a_batch_job_and_an_interactive_allocation(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    async with running_cluster(tmp_path / "state", nats_url, database_url, db, list(NODES)):
+        os.environ["MUSTER_NATS_URL"] = nats_url  # the salloc shell's srun finds the bus
+        argv = ("-N", "2", "--gpus-per-node=2", "-t", "5")
+        job = (
+            await submit(
+                nats_url, batch_script(work, tmp_path / "state" / "keys"), argv, workdir=str(work)
+            )
+        ).job_ids[0]
+        await eventually(
+            lambda: db.fetchval("SELECT state FROM job_runs WHERE job_id = $1", job),
+            lambda s: s in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
+            120.0,
+            "the batch job's end",
+        )
+        gpus = await db.fetchval("SELECT gpus::text FROM job_runs WHERE job_id = $1", job)
+        held = {k: sorted(v) for k, v in json.loads(gpus).items()}
+
+        step0 = sorted((work / "step0.txt").read_text().splitlines())
+        assert step0 == [
+            f"0: task 0 0 0 2 node01 G{','.join(map(str, held['node01']))}",
+            f"1: task 1 0 0 2 node02 G{','.join(map(str, held['node02']))}",
+        ]
+        step1 = sorted((work / "step1.txt").read_text().splitlines())
+        assert [line.rsplit(" ", 1)[0] for line in step1] == [
+            "task 0 0 1 2 node01",
+            "task 1 1 1 2 node01",
+        ]
+        bound = [line.rsplit(" G", 1)[1] for line in step1]  # one GPU each, not the same
+        assert len(set(bound)) == 2 and all(int(g) in held["node01"] for g in bound)
+        assert (work / "step2.txt").read_text().strip() == "rc=1"
+        assert not (work / ".muster-steps").exists() or not any((work / ".muster-steps").iterdir())
+
+        shown = await call(nats_url, "show", ShowJobRequest(user="root", job_id=job), ShowJobReply)
+        steps = [(s.step_id, s.state, s.exit_code, s.ntasks, s.nodes) for s in shown.steps]
+        assert steps == [
+            (0, "COMPLETED", 0, 2, ("node01", "node02")),
+            (1, "COMPLETED", 0, 2, ("node01",)),
+            (2, "FAILED", 1, 2, ("node01", "node02")),
+        ]
+        assert f"   Step {job}.2: FAILED ExitCode=1 NumTasks=2" in "\n".join(show_lines(shown))
+
+        await interactive(work, db)
+
+
+async def interactive(work: Path, db: asyncpg.Connection) -> None:
+    """salloc through a pty, as a person at a terminal."""
+    shims = work.parent / "bin"  # sbatch, srun, salloc, ... as a Slurm user has them
+    write_shims(shims)
+    master, slave = os.openpty()
+    path = f"{shims}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "SHELL": "/bin/sh", "PS1": "$ ", "PATH": path}
+    proc = subprocess.Popen(  # noqa: ASYNC220 (a fork+exec; the waits are in threads)
+        [str(shims / "salloc"), "-N2", "--gpus-per-node=1", "-t", "5"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=work,
+        env=env,
+        start_new_session=True,
+    )
+    os.close(slave)
+    term = Terminal(master)
+    try:
+        granted = await term.expect(r"Granted job allocation (\d+)", 120.0)
+        job = int(granted.group(1))
+        term.send('echo "J=$SLURM_JOB_ID N=$SLURM_NNODES L=$SLURM_JOB_NODELIST"\n')
+        seen = await term.expect(r"J=(\d+) N=(\d) L=(\S+)", 60.0)
+        assert seen.groups() == (str(job), "2", "node01,node02")
+        term.send(
+            "srun bash -c 'echo \"R$SLURM_PROCID@$SLURMD_NODENAME\"' | sort | tr '\\n' ' '; echo\n"
+        )
+        await term.expect(r"R0@node01 R1@node02", 120.0)
+        assert await live_gpus(db, job) == 2
+        term.send("exit 3\n")
+        code = await asyncio.to_thread(proc.wait, 60)
+        assert code == 3
+        await term.expect(rf"Relinquishing job allocation {job}", 10.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    await eventually(lambda: live_gpus(db, job), lambda n: n == 0, 60.0, "salloc's GPUs freed")
+    await eventually(
+        lambda: db.fetchval("SELECT state FROM job_runs WHERE job_id = $1", job),
+        lambda s: s == "CANCELLED",
+        60.0,
+        "salloc's job ended",
+    )
+
+
+class Terminal:
+    """The test's side of a pty: what the session printed so far, and typing into it."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.text = ""
+
+    def send(self, line: str) -> None:
+        os.write(self.fd, line.encode())
+
+    async def expect(self, pattern: str, timeout: float) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = re.search(pattern, self.text)
+            if found is not None:
+                self.text = self.text[found.end() :]
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"no {pattern!r} within {timeout} s; the terminal: {self.text!r}"
+                )
+            await asyncio.to_thread(self._read, 0.2)
+
+    def _read(self, wait_s: float) -> None:
+        ready, _, _ = select.select([self.fd], [], [], wait_s)
+        if ready:
+            try:
+                self.text += os.read(self.fd, 65536).decode(errors="replace")
+            except OSError:  # the session closed its end
+                time.sleep(wait_s)

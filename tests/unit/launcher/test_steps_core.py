@@ -1,0 +1,180 @@
+"""Table tests of a job step's task layout, per-task environment and ending
+(services/launcher/steps_core.py), srun's argv split (muster/steps.py) and the step
+grant (shared/agent_auth.py)."""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+import pytest
+
+from muster.steps import SrunError, parse, step_request
+from services.launcher.steps_core import (
+    Layout,
+    Refusal,
+    StepShape,
+    StepState,
+    layout,
+    step_exit,
+    step_state,
+    task_env,
+)
+from shared.agent_auth import GrantSigner, check
+from shared.api import StepLaunch
+from shared.identity import Signer, encode_seed
+
+NODES = ("n0", "n1", "n2")
+GPUS = {"n0": [0, 1, 2, 3], "n1": [4, 5, 6, 7], "n2": [0, 1]}
+
+
+def _shape(lay: Layout) -> list[tuple[int, int, int, str, tuple[int, ...]]]:
+    return [(t.procid, t.localid, t.nodeid, t.node, t.gpus) for t in lay.tasks]
+
+
+@pytest.mark.parametrize(
+    ("shape", "per_node"),
+    [
+        (StepShape(), (1, 1, 1)),  # one task per node, every node
+        (StepShape(nodes=2), (1, 1)),
+        (StepShape(ntasks=2), (1, 1)),  # -n 2: two nodes, one each
+        (StepShape(ntasks=5), (2, 2, 1)),  # blocks, the first nodes one more
+        (StepShape(nodes=1, ntasks=3), (3,)),
+        (StepShape(ntasks_per_node=2), (2, 2, 2)),
+        (StepShape(nodes=2, ntasks_per_node=3), (3, 3)),
+        (StepShape(ntasks=3, ntasks_per_node=2), (2, 1)),
+        (StepShape(nodes=3, ntasks=6, ntasks_per_node=2), (2, 2, 2)),
+    ],
+)
+def test_layout_counts(shape: StepShape, per_node: tuple[int, ...]) -> None:
+    lay = layout(shape, NODES, GPUS)
+    assert isinstance(lay, Layout)
+    assert lay.per_node() == per_node
+    assert lay.nodes == NODES[: len(per_node)]
+    assert [t.procid for t in lay.tasks] == list(range(sum(per_node)))
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        (StepShape(nodes=4), "-N 4: the allocation has 3 nodes"),
+        (StepShape(nodes=3, ntasks=2), "-n 2 is fewer tasks than -N 3 nodes"),
+        (StepShape(nodes=1, ntasks=3, ntasks_per_node=2), "does not fit 1 node(s)"),
+        (StepShape(nodes=3, gpus_per_task=3, ntasks_per_node=1), "needs 3 GPUs on n2"),
+    ],
+)
+def test_layout_refusals(shape: StepShape, message: str) -> None:
+    lay = layout(shape, NODES, GPUS)
+    assert isinstance(lay, Refusal)
+    assert message in lay.message
+
+
+def test_gpus_per_task_binds_each_task_its_own_gpus() -> None:
+    lay = layout(StepShape(nodes=2, ntasks_per_node=2, gpus_per_task=2), NODES, GPUS)
+    assert isinstance(lay, Layout)
+    assert _shape(lay) == [
+        (0, 0, 0, "n0", (0, 1)),
+        (1, 1, 0, "n0", (2, 3)),
+        (2, 0, 1, "n1", (4, 5)),
+        (3, 1, 1, "n1", (6, 7)),
+    ]
+
+
+def test_without_gpus_per_task_a_task_sees_the_jobs_gpus_on_its_node() -> None:
+    lay = layout(StepShape(nodes=2), NODES, GPUS)
+    assert isinstance(lay, Layout)
+    assert [t.gpus for t in lay.tasks] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+
+
+def test_task_env() -> None:
+    lay = layout(StepShape(ntasks=3, nodes=2), NODES, GPUS)
+    assert isinstance(lay, Layout)
+    base = {"SLURM_JOB_ID": "7", "HOME": "/home/a", "SLURMD_NODENAME": "n0"}
+    env = task_env(base, lay, lay.tasks[2], job_id=7, step_id=1)
+    assert env["HOME"] == "/home/a"
+    assert (env["SLURM_PROCID"], env["SLURM_LOCALID"], env["SLURM_NODEID"]) == ("2", "0", "1")
+    assert (env["SLURM_STEP_ID"], env["SLURM_NTASKS"], env["SLURM_STEP_NUM_NODES"]) == (
+        "1",
+        "3",
+        "2",
+    )
+    assert env["SLURMD_NODENAME"] == "n1"
+    assert env["SLURM_STEP_TASKS_PER_NODE"] == "2,1"
+    assert env["SLURM_STEP_NODELIST"] == "n[0-1]"
+    assert env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+
+
+@pytest.mark.parametrize(
+    ("codes", "signals", "lost", "state", "exit_code"),
+    [
+        ([0, 0], [None, None], False, StepState.COMPLETED, 0),
+        ([0, 3], [None, None], False, StepState.FAILED, 3),
+        ([None, 0], [15, None], False, StepState.CANCELLED, 143),
+        ([0], [None], True, StepState.CANCELLED, 0),
+        ([], [], False, StepState.COMPLETED, None),
+    ],
+)
+def test_step_ending(
+    codes: list[int | None],
+    signals: list[int | None],
+    lost: bool,
+    state: StepState,
+    exit_code: int | None,
+) -> None:
+    assert step_state(codes, signals, lost) is state
+    assert step_exit(codes, signals) == exit_code
+
+
+@pytest.mark.parametrize(
+    ("argv", "opts", "command"),
+    [
+        (["hostname"], {}, ["hostname"]),
+        (["-N", "2", "hostname", "-f"], {"nodes": "2"}, ["hostname", "-f"]),
+        (["-N2", "-n4", "-l", "cmd"], {"nodes": "2", "ntasks": "4", "label": "1"}, ["cmd"]),
+        (["--ntasks-per-node=2", "--", "-x"], {"ntasks_per_node": "2"}, ["-x"]),
+        (["--gpus-per-task", "h100:1", "-J", "x", "cmd"], {"gpus_per_task": "h100:1"}, ["cmd"]),
+        (["--pty", "bash"], {"pty": "1"}, ["bash"]),
+    ],
+)
+def test_srun_argv_split(argv: list[str], opts: dict[str, str], command: list[str]) -> None:
+    assert parse(argv) == (opts, command)
+
+
+def test_srun_request() -> None:
+    env = {"SLURM_JOB_ID": "12", "MUSTER_USER": "alice"}
+    req = step_request(["-n", "3", "--gpus-per-task=h100:1", "echo", "hi"], env, "/w")
+    assert (req.job_id, req.ntasks, req.gpus_per_task, req.argv) == (12, 3, 1, ("echo", "hi"))
+    assert req.output_dir.startswith("/w/.muster-steps/12-")
+    assert req.user == "alice"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["hostname"], {}, "not inside a job"),
+        ([], {"SLURM_JOB_ID": "1"}, "no command"),
+        (["--bogus", "x"], {"SLURM_JOB_ID": "1"}, "unrecognized option '--bogus'"),
+        (["-N"], {"SLURM_JOB_ID": "1"}, "requires an argument"),
+        (["-N", "two", "x"], {"SLURM_JOB_ID": "1"}, "invalid --nodes value 'two'"),
+        (["--pty", "bash"], {"SLURM_JOB_ID": "1"}, "--pty is not supported yet"),
+    ],
+)
+def test_srun_refusals(argv: list[str], env: dict[str, str], message: str) -> None:
+    with pytest.raises(SrunError, match=message.replace("(", r"\(")):
+        step_request(argv, env, "/w")
+
+
+def test_a_step_grant_is_its_own_verb_and_checked_like_a_start() -> None:
+    signer = GrantSigner(Signer(encode_seed(b"\x01" * 32)))
+    launch = StepLaunch(
+        job_id=1, attempt=0, generation=0, step_id=0, argv=("true",), tasks=(), workdir="/"
+    )
+    signed = signer.sign(launch, "n0", now=time.time())
+    assert signed.token is not None and signed.token.grant.verb == "step"
+    trusted = frozenset({signer.public_key})
+    assert check(signed, node="n0", trusted=trusted, now=time.time()) is None
+    other = check(signed, node="n1", trusted=trusted, now=time.time())
+    assert other is not None and other.code == "wrong_node"
+    altered = msgspec.structs.replace(signed, argv=("rm", "-rf", "/"))
+    refusal = check(altered, node="n0", trusted=trusted, now=time.time())
+    assert refusal is not None and refusal.code == "altered"
