@@ -44,6 +44,17 @@ from services.health.monitor_model import (
     TransitionKind,
     WorkersFound,
 )
+from services.health.monitor_moves import (
+    CLEANING_REASON,
+    NodeResult,
+    count_failure,
+    drained_if_idle,
+    draining_or_drained,
+    move,
+    rest_state,
+    settle,
+    with_changes,
+)
 from shared.states import NodeState
 
 __all__ = [
@@ -77,10 +88,8 @@ __all__ = [
 
 # -- the step ----------------------------------------------------------------------------
 
-CLEANING_REASON = "re-registered with workers running: waiting for the launcher to stop stale ones"
 
 Result = tuple[ClusterHealth, tuple[Transition, ...]]
-_NodeResult = tuple[NodeHealth, list[Transition]]
 
 
 def step(state: ClusterHealth, obs: AnyObservation, now: float) -> Result:
@@ -107,7 +116,7 @@ def step(state: ClusterHealth, obs: AnyObservation, now: float) -> Result:
         case Cleaned():
             new, out = _cleaned(node, obs, now)
         case Idle():
-            new, out = _drained_if_idle(_set(node, running=0), now)
+            new, out = drained_if_idle(with_changes(node, running=0), now)
         case OperatorDrain():
             new, out = _operator_drain(node, obs, now)
         case OperatorResume():
@@ -129,7 +138,7 @@ def healthy_gpus(node: NodeHealth) -> tuple[int, ...]:
 # -- handlers ----------------------------------------------------------------------------
 
 
-def _heartbeat(node: NodeHealth, hb: Heartbeat, now: float, p: HealthPolicy) -> _NodeResult:
+def _heartbeat(node: NodeHealth, hb: Heartbeat, now: float, p: HealthPolicy) -> NodeResult:
     gpus = node.gpus
     if hb.gpu_count is not None and len(gpus) != hb.gpu_count:
         known = {g.index: g for g in gpus}
@@ -139,36 +148,36 @@ def _heartbeat(node: NodeHealth, hb: Heartbeat, now: float, p: HealthPolicy) -> 
     # A node back from a new boot is alive, but only its registration's check (which
     # carries the boot) may return it: its heartbeats do not adopt the new boot.
     boot = node.boot_id if away and not same_boot else hb.boot_id or node.boot_id
-    node = _set(node, last_heartbeat=now, running=hb.running, gpus=gpus, boot_id=boot)
+    node = with_changes(node, last_heartbeat=now, running=hb.running, gpus=gpus, boot_id=boot)
     if node.state is NodeState.SUSPECT:
         # Silent, but not long enough to be DOWN: back where it was, no fault.
-        return _settle(node, now, "heartbeat resumed") if same_boot else (node, [])
+        return settle(node, now, "heartbeat resumed") if same_boot else (node, [])
     if node.state is NodeState.DOWN:
         # Back after a silence. Same boot and no reboot owed: it only lost contact (a
         # reset still owed drains it, so the reset happens).
         if same_boot and node.recovery is not Recovery.REBOOT and p.auto_return:
-            return _settle(node, now, "heartbeat resumed")
+            return settle(node, now, "heartbeat resumed")
         return node, []
-    return _drained_if_idle(node, now)
+    return drained_if_idle(node, now)
 
 
-def _fault(node: NodeHealth, f: FaultSeen, now: float, p: HealthPolicy) -> _NodeResult:
+def _fault(node: NodeHealth, f: FaultSeen, now: float, p: HealthPolicy) -> NodeResult:
     c = f.classification
-    node = _set(node, gpus=_gpu_fault(node.gpus, f.gpu, c))
+    node = with_changes(node, gpus=_gpu_fault(node.gpus, f.gpu, c))
     if not (c.node_fault or c.affects_job or c.action is not Action.NONE):
         return node, []  # informational
     before = node.state
     reason = f"xid {c.xid} on gpu {f.gpu}: {c.description}"
     out: list[Transition] = []
     if c.action is Action.REBOOT_NODE:
-        node = _set(node, recovery=Recovery.REBOOT, fault_boot_id=node.boot_id)
+        node = with_changes(node, recovery=Recovery.REBOOT, fault_boot_id=node.boot_id)
         if before is not NodeState.DOWN:
-            node = _move(node, NodeState.FAILED, reason, now)
+            node = move(node, NodeState.FAILED, reason, now)
     elif c.excludes_node:
         if node.recovery is Recovery.NONE:
-            node = _set(node, recovery=Recovery.RESET)
+            node = with_changes(node, recovery=Recovery.RESET)
         if before in (NodeState.UP, NodeState.DRAINING):
-            node = _move(node, _draining_or_drained(node), reason, now)
+            node = move(node, draining_or_drained(node), reason, now)
     fault = Transition(
         node=node.name,
         kind=TransitionKind.NODE_FAULT,
@@ -179,11 +188,11 @@ def _fault(node: NodeHealth, f: FaultSeen, now: float, p: HealthPolicy) -> _Node
         classification=c,
     )
     if before is NodeState.UP and node.state is not NodeState.UP:
-        node, out = _count_failure(node, now, p)
+        node, out = count_failure(node, now, p)
     return node, [fault, *out]
 
 
-def _fabric_fault(node: NodeHealth, f: FabricFaultSeen, now: float, p: HealthPolicy) -> _NodeResult:
+def _fabric_fault(node: NodeHealth, f: FabricFaultSeen, now: float, p: HealthPolicy) -> NodeResult:
     """A link that cannot carry collectives drains the node (its jobs restart elsewhere,
     as for an XID) until the probe says the link is stable again; a lesser fault is
     published for the record and leaves the node where it is; a warning is nothing."""
@@ -194,9 +203,9 @@ def _fabric_fault(node: NodeHealth, f: FabricFaultSeen, now: float, p: HealthPol
     reason = f"network {c.condition} on {c.link}: {c.detail}".rstrip(": ")
     if c.excludes_node:
         if node.recovery is Recovery.NONE:
-            node = _set(node, recovery=Recovery.FABRIC)
+            node = with_changes(node, recovery=Recovery.FABRIC)
         if before in (NodeState.UP, NodeState.DRAINING):
-            node = _move(node, _draining_or_drained(node), reason, now)
+            node = move(node, draining_or_drained(node), reason, now)
     fault = Transition(
         node=node.name,
         kind=TransitionKind.NODE_FAULT,
@@ -206,20 +215,20 @@ def _fabric_fault(node: NodeHealth, f: FabricFaultSeen, now: float, p: HealthPol
         fabric=c,
     )
     if before is NodeState.UP and node.state is not NodeState.UP:
-        node, out = _count_failure(node, now, p)
+        node, out = count_failure(node, now, p)
         return node, [fault, *out]
     return node, [fault]
 
 
-def _fabric_cleared(node: NodeHealth, c: FabricCleared, now: float, p: HealthPolicy) -> _NodeResult:
+def _fabric_cleared(node: NodeHealth, c: FabricCleared, now: float, p: HealthPolicy) -> NodeResult:
     if c.faulted or node.recovery is not Recovery.FABRIC:
         return node, []  # other links still at fault, or something else is owed
-    node = _set(node, recovery=Recovery.NONE)
+    node = with_changes(node, recovery=Recovery.NONE)
     if node.state is NodeState.UP or node.held or not p.auto_return:
         return node, []
     if node.state in (NodeState.DOWN, NodeState.SUSPECT):
         return node, []  # a heartbeat brings it back
-    return _settle(node, now, f"fabric link {c.link} stable again")
+    return settle(node, now, f"fabric link {c.link} stable again")
 
 
 def _gpu_fault(
@@ -238,37 +247,37 @@ def _gpu_fault(
     return tuple(known[i] for i in sorted(known))
 
 
-def _check_passed(node: NodeHealth, chk: CheckPassed, now: float, p: HealthPolicy) -> _NodeResult:
+def _check_passed(node: NodeHealth, chk: CheckPassed, now: float, p: HealthPolicy) -> NodeResult:
     boot = chk.boot_id or node.boot_id
-    node = _set(node, boot_id=boot, last_heartbeat=now)
+    node = with_changes(node, boot_id=boot, last_heartbeat=now)
     if node.recovery is Recovery.REBOOT and boot and boot == node.fault_boot_id:
         return node, []  # a check from the boot that needed rebooting proves nothing
     gpus = tuple(
         GpuHealth(index=g.index, reset_pending=g.index in chk.reset_pending, last_xid=g.last_xid)
         for g in node.gpus
     )
-    node = _set(node, recovery=Recovery.NONE, fault_boot_id="", gpus=gpus)
+    node = with_changes(node, recovery=Recovery.NONE, fault_boot_id="", gpus=gpus)
     if node.state is NodeState.DOWN and node.held:
-        return _settle(node, now, "")  # alive again, but held: FAILED, not DOWN
+        return settle(node, now, "")  # alive again, but held: FAILED, not DOWN
     if node.state is NodeState.UP or node.held or not p.auto_return:
         return node, []
-    return _settle(node, now, "health check passed")
+    return settle(node, now, "health check passed")
 
 
-def _check_failed(node: NodeHealth, chk: CheckFailed, now: float, p: HealthPolicy) -> _NodeResult:
+def _check_failed(node: NodeHealth, chk: CheckFailed, now: float, p: HealthPolicy) -> NodeResult:
     known = {g.index: g for g in node.gpus}
     for i in chk.unhealthy_gpus:
         known[i] = msgspec.structs.replace(known.get(i, GpuHealth(index=i)), healthy=False)
-    node = _set(
+    node = with_changes(
         node, gpus=tuple(known[i] for i in sorted(known)), boot_id=chk.boot_id or node.boot_id
     )
     reason = "health check failed: " + "; ".join(chk.problems)
     if node.recovery is Recovery.NONE:
-        node = _set(node, recovery=Recovery.RESET)  # owed wherever the node is now
+        node = with_changes(node, recovery=Recovery.RESET)  # owed wherever the node is now
     before = node.state
     if before not in (NodeState.UP, NodeState.CLEANING):
-        return _set(node, reason=reason), []
-    node = _move(node, _draining_or_drained(node), reason, now)
+        return with_changes(node, reason=reason), []
+    node = move(node, draining_or_drained(node), reason, now)
     fault = Transition(
         node=node.name,
         kind=TransitionKind.NODE_FAULT,
@@ -276,22 +285,22 @@ def _check_failed(node: NodeHealth, chk: CheckFailed, now: float, p: HealthPolic
         to_state=node.state,
         reason=reason,
     )
-    node, held = _count_failure(node, now, p)
+    node, held = count_failure(node, now, p)
     return node, [fault, *held]
 
 
-def _workers_found(node: NodeHealth, found: WorkersFound, now: float) -> _NodeResult:
+def _workers_found(node: NodeHealth, found: WorkersFound, now: float) -> NodeResult:
     """Workers still running at registration may belong to attempts the launcher has
     ended: the node takes no new work until the launcher has looked (invariant 7)."""
     if found.workers == 0:
-        node = _set(node, clean_boot_id="")
-        return _settle(node, now, "no stale workers") if _cleaning(node) else (node, [])
+        node = with_changes(node, clean_boot_id="")
+        return settle(node, now, "no stale workers") if _cleaning(node) else (node, [])
     boot = found.boot_id or node.boot_id or "unknown"
-    node = _set(node, clean_boot_id=boot)
+    node = with_changes(node, clean_boot_id=boot)
     if node.state is not NodeState.UP:
         return node, []  # where it rests after this (a check, a heartbeat) is CLEANING
     reason = f"{CLEANING_REASON} ({found.workers} reported)"
-    node = _move(node, NodeState.CLEANING, reason, now)
+    node = move(node, NodeState.CLEANING, reason, now)
     return node, [
         Transition(
             node=node.name,
@@ -303,24 +312,24 @@ def _workers_found(node: NodeHealth, found: WorkersFound, now: float) -> _NodeRe
     ]
 
 
-def _cleaned(node: NodeHealth, c: Cleaned, now: float) -> _NodeResult:
+def _cleaned(node: NodeHealth, c: Cleaned, now: float) -> NodeResult:
     if not node.clean_boot_id or (c.boot_id and c.boot_id != node.clean_boot_id):
         return node, []  # nothing owed, or the answer for an older boot
-    node = _set(node, clean_boot_id="")
-    return _settle(node, now, "stale workers stopped") if _cleaning(node) else (node, [])
+    node = with_changes(node, clean_boot_id="")
+    return settle(node, now, "stale workers stopped") if _cleaning(node) else (node, [])
 
 
 def _cleaning(node: NodeHealth) -> bool:
     return node.state is NodeState.CLEANING
 
 
-def _operator_drain(node: NodeHealth, op: OperatorDrain, now: float) -> _NodeResult:
+def _operator_drain(node: NodeHealth, op: OperatorDrain, now: float) -> NodeResult:
     reason = f"drained by {op.by}: {op.reason}"
-    node = _set(node, operator_drain=True)
+    node = with_changes(node, operator_drain=True)
     if node.state not in (NodeState.UP, NodeState.DRAINING):
-        return _set(node, reason=reason), []
+        return with_changes(node, reason=reason), []
     before = node.state
-    node = _move(node, _draining_or_drained(node), reason, now)
+    node = move(node, draining_or_drained(node), reason, now)
     kind = (
         TransitionKind.NODE_DRAINED
         if node.state is NodeState.DRAINED
@@ -333,10 +342,10 @@ def _operator_drain(node: NodeHealth, op: OperatorDrain, now: float) -> _NodeRes
 
 def _operator_resume(
     node: NodeHealth, op: OperatorResume, now: float, p: HealthPolicy
-) -> _NodeResult:
+) -> NodeResult:
     reason = f"resumed by {op.by}" + (f": {op.reason}" if op.reason else "")
     gpus = tuple(msgspec.structs.replace(g, healthy=True) for g in node.gpus)
-    node = _set(
+    node = with_changes(
         node,
         operator_drain=False,
         held=False,
@@ -347,8 +356,8 @@ def _operator_resume(
     )
     heard = node.last_heartbeat is not None and now - node.last_heartbeat <= p.heartbeat_timeout_s
     if node.state in (NodeState.DOWN, NodeState.SUSPECT) and not heard:
-        return _set(node, reason=reason + " (still no heartbeat)"), []
-    return _settle(node, now, reason)
+        return with_changes(node, reason=reason + " (still no heartbeat)"), []
+    return settle(node, now, reason)
 
 
 def _tick(state: ClusterHealth, tick: Tick, now: float) -> Result:
@@ -385,16 +394,16 @@ def guard_for(p: HealthPolicy, connected_for: float, silent: int, live: int) -> 
 
 def _silent(
     node: NodeHealth, silence: float, guard: Guard, now: float, p: HealthPolicy
-) -> _NodeResult:
+) -> NodeResult:
     reason = f"no heartbeat for {silence:.1f}s"
     before = node.state
     if silence >= p.down_after_s and guard is Guard.NONE:
-        counts = _rest(node) is NodeState.UP  # it was in service: a failure
-        node = _move(node, NodeState.DOWN, reason, now)
+        counts = rest_state(node) is NodeState.UP  # it was in service: a failure
+        node = move(node, NodeState.DOWN, reason, now)
         kind = TransitionKind.NODE_DOWN
     elif before is not NodeState.SUSPECT:
         counts = False
-        node = _move(node, NodeState.SUSPECT, reason, now)
+        node = move(node, NodeState.SUSPECT, reason, now)
         kind = TransitionKind.NODE_SUSPECT
     else:
         return node, []
@@ -403,97 +412,9 @@ def _silent(
     )
     if not counts:
         return node, [moved]
-    node, held = _count_failure(node, now, p)
+    node, held = count_failure(node, now, p)
     return node, [moved, *held]
 
 
 def _heard(node: NodeHealth) -> float:
     return node.last_heartbeat if node.last_heartbeat is not None else node.since
-
-
-# -- helpers -----------------------------------------------------------------------------
-
-
-def _set(node: NodeHealth, **changes: object) -> NodeHealth:
-    return msgspec.structs.replace(node, **changes)
-
-
-def _move(node: NodeHealth, to: NodeState, reason: str, now: float) -> NodeHealth:
-    since = node.since if node.state is to else now
-    return _set(node, state=to, reason=reason, since=since)
-
-
-def _draining_or_drained(node: NodeHealth) -> NodeState:
-    return NodeState.DRAINED if node.running == 0 else NodeState.DRAINING
-
-
-def _drained_if_idle(node: NodeHealth, now: float) -> _NodeResult:
-    if node.state is not NodeState.DRAINING or node.running != 0:
-        return node, []
-    moved = _move(node, NodeState.DRAINED, node.reason, now)
-    return moved, [
-        Transition(
-            node=node.name,
-            kind=TransitionKind.NODE_DRAINED,
-            from_state=NodeState.DRAINING,
-            to_state=NodeState.DRAINED,
-            reason=node.reason,
-        )
-    ]
-
-
-def _rest(node: NodeHealth) -> NodeState:
-    """Where the node's flags say it rests once it is heard."""
-    if node.held or node.recovery is Recovery.REBOOT:
-        return NodeState.FAILED
-    if node.operator_drain or node.recovery in (Recovery.RESET, Recovery.FABRIC):
-        return _draining_or_drained(node)
-    if node.clean_boot_id:
-        return NodeState.CLEANING
-    return NodeState.UP
-
-
-def _settle(node: NodeHealth, now: float, reason: str) -> _NodeResult:
-    """Move a node that may return to where its flags say it rests; UP is a recovery."""
-    to = _rest(node)
-    before = node.state
-    if to is before:
-        return node, []
-    if to is NodeState.CLEANING:
-        reason = CLEANING_REASON
-    elif to is not NodeState.UP:
-        reason = node.reason
-    node = _move(node, to, reason, now)
-    kind = {
-        NodeState.UP: TransitionKind.NODE_RECOVERED,
-        NodeState.DRAINED: TransitionKind.NODE_DRAINED,
-        NodeState.DRAINING: TransitionKind.NODE_DRAINING,
-        NodeState.CLEANING: TransitionKind.NODE_CLEANING,
-    }.get(to, TransitionKind.NODE_HELD)
-    return node, [
-        Transition(node=node.name, kind=kind, from_state=before, to_state=to, reason=node.reason)
-    ]
-
-
-def _count_failure(node: NodeHealth, now: float, p: HealthPolicy) -> _NodeResult:
-    """Record one failure; on the `flap_max`-th within the window, hold the node."""
-    failures = (*(t for t in node.failures if now - t < p.flap_window_s), now)
-    node = _set(node, failures=failures)
-    if node.held or len(failures) < p.flap_max:
-        return node, []
-    reason = f"flapping: {len(failures)} failures in {p.flap_window_s:.0f}s; resume by hand"
-    before = node.state
-    node = _set(node, held=True)
-    if before is not NodeState.DOWN:
-        node = _move(node, NodeState.FAILED, reason, now)
-    else:
-        node = _set(node, reason=reason)
-    return node, [
-        Transition(
-            node=node.name,
-            kind=TransitionKind.NODE_HELD,
-            from_state=before,
-            to_state=node.state,
-            reason=reason,
-        )
-    ]
