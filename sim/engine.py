@@ -108,6 +108,9 @@ class Simulation:
             config.service_weight or config.max_wait_s is not None or config.protect_oldest
         )
         self.by_submit: list[tuple[float, int]] = []
+        widest = max((j.gpus for j in workload), default=1)  # the soonest size-scaled bound
+        ref = config.age_ref_gpus
+        self.age_scale = min(1.0, ref / widest) if ref and widest > ref else 1.0
 
     def push(self, at: float, kind: str, subject: int | str, attempt: int = 0) -> None:
         self.seq += 1
@@ -226,7 +229,7 @@ class Simulation:
         depth = self.queue_depth
         ids = [j for _, j in self.pending[:depth]]
         if self.config.max_wait_s is not None:
-            cut = t - self.config.max_wait_s
+            cut = t - self.config.max_wait_s * self.age_scale
             ids += [j for at, j in self.by_submit[:depth] if at <= cut]
         if self.config.protect_oldest:
             ids += [j for _, j in self.by_submit[:1]]  # the head the core protects

@@ -161,6 +161,8 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True):
     pack_small: bool = False  # a one-node job goes to the node with the fewest free GPUs
     # that hold it anywhere, and of those in the leaf with the fewest whole free nodes
     # (select.py: the fragmentation score), so leaves stay whole for gangs
+    age_ref_gpus: int = 0  # with max_wait_s: a job of more GPUs than this reaches the
+    # bound sooner, max_wait_s x age_ref_gpus / its GPUs (an age term growing with size)
     protect_oldest: bool = False  # the oldest job of the pass's top tier and priority is
     # tried first (so it gets the first booking, as EASY's queue head does); the score
     # orders the rest: no job waits much longer than it would at the head of a FIFO

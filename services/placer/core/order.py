@@ -59,9 +59,18 @@ def ranked(jobs: Sequence[JobRequest], now: float, config: PolicyConfig) -> list
     return [head, *(j for j in out if j is not head)]
 
 
+def wait_bound(job: JobRequest, config: PolicyConfig) -> float:
+    """How long the job waits before the age bound puts it ahead (`max_wait_s`, sooner
+    for a job wider than `age_ref_gpus`)."""
+    bound = config.max_wait_s if config.max_wait_s is not None else math.inf
+    ref = config.age_ref_gpus
+    gpus = gpus_of(job)
+    return bound * ref / gpus if ref and gpus > ref else bound
+
+
 def rank_key(job: JobRequest, now: float, config: PolicyConfig) -> RankKey:
     """Sort key of a pending job at `now`: smaller goes first (see the module doc)."""
-    aged = config.max_wait_s is not None and now - job.submitted_at >= config.max_wait_s
+    aged = config.max_wait_s is not None and now - job.submitted_at >= wait_bound(job, config)
     score = job.priority
     if config.service_weight and not aged:
         score -= config.service_weight * math.log2(1.0 + service_gpu_hours(job, config))
