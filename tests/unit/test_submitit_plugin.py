@@ -33,7 +33,7 @@ def sbatch_lines(text: str) -> list[str]:
         (
             {"additional_parameters": {"begin": "now+60", "hold": True}},
             ["--begin=now+60", "--hold"],
-        ),  # noqa: E501
+        ),
     ],
 )
 def test_the_batch_script_carries_the_parameters(

@@ -70,7 +70,7 @@ def test_only_the_allocated_gpus_device_nodes_are_passed(tmp_path: Path) -> None
         (
             "0::/system.slice/muster-node.service/job_4_0\n",
             "/system.slice/muster-node.service/job_4_0",
-        ),  # noqa: E501
+        ),
         ("12:memory:/\n0::/\n", None),
     ],
 )
