@@ -19,9 +19,10 @@ import threading
 from pathlib import Path
 
 from muster.client import ApiRefused, nats_url, request
-from shared.api import StepReply, StepRequest
+from shared.api import Ok, StepCancelRequest, StepReply, StepRequest
 
 FOLLOW_S = 0.05
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
 WAIT_S = 7 * 24 * 3600.0  # the launcher answers when the step ends (or the job does)
 VALUED = {
     "-N": "nodes",
@@ -179,24 +180,40 @@ def run(argv: list[str]) -> int:
     follower = _Follower(folder, label="label" in parse(argv)[0])
     result: list[StepReply | ApiRefused] = []
 
+    done = threading.Event()  # not Thread.join: a Ctrl-C inside join can lose the thread
+
     def ask() -> None:
         try:
             result.append(request(nats_url(), "step", req, StepReply, timeout=WAIT_S))
         except ApiRefused as err:
             result.append(err)
+        finally:
+            done.set()
 
     thread = threading.Thread(target=ask, daemon=True)
     thread.start()
+    interrupted = False
     try:
-        while thread.is_alive():
-            follower.poll()
-            thread.join(FOLLOW_S)
+        while not done.is_set():
+            try:
+                follower.poll()
+                done.wait(FOLLOW_S)
+            except KeyboardInterrupt:
+                if interrupted:  # a second Ctrl-C: leave at once, the step is ending
+                    raise
+                interrupted = True
+                print("srun: interrupted: ending the step's tasks", file=sys.stderr)
+                _cancel(req)
         follower.poll(final=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         with contextlib.suppress(OSError):
             folder.parent.rmdir()  # only when no other step's files are there
+    if not result:
+        raise SrunError("the step's request ended without an answer")
     outcome = result[0]
+    if interrupted:
+        return INTERRUPTED
     if isinstance(outcome, ApiRefused):
         raise SrunError(str(outcome))
     if outcome.message:
@@ -206,6 +223,15 @@ def run(argv: list[str]) -> int:
     if outcome.state == "CANCELLED":
         print(f"srun: error: step {req.job_id}.{outcome.step_id} was cancelled", file=sys.stderr)
     return outcome.exit_code if outcome.exit_code is not None else 1
+
+
+def _cancel(req: StepRequest) -> None:
+    """Ask the launcher to end this step on every node (srun's Ctrl-C)."""
+    cancel = StepCancelRequest(user=req.user, job_id=req.job_id, output_dir=req.output_dir)
+    try:
+        request(nats_url(), "step_cancel", cancel, Ok, timeout=30.0)
+    except ApiRefused as err:
+        print(f"srun: error: cannot end the step: {err}", file=sys.stderr)
 
 
 def main(argv: list[str]) -> int:

@@ -29,7 +29,7 @@ import msgspec
 import nacl.exceptions
 import nacl.signing
 
-from shared.api import AgentGrant, AgentToken, StepLaunch, StopWorkers, WorkerSpec
+from shared.api import AgentGrant, AgentToken, StepLaunch, StepStop, StopWorkers, WorkerSpec
 from shared.identity import Signer, encode_seed, public_key_bytes
 from shared.identity_files import load_signer, write_seed
 
@@ -37,7 +37,7 @@ GRANT_TTL_S = 300.0  # a grant is good this long after the launcher signed it
 MAX_AHEAD_S = GRANT_TTL_S + 60.0  # an expiry further ahead: a clock far off, refused
 _DOMAIN = b"MUSTER-AGENT-1\n"
 
-Body = TypeVar("Body", bound=WorkerSpec | StopWorkers | StepLaunch)
+Body = TypeVar("Body", bound=WorkerSpec | StopWorkers | StepLaunch | StepStop)
 
 
 class GrantCode(StrEnum):
@@ -57,7 +57,7 @@ class GrantRefusal(msgspec.Struct, frozen=True, kw_only=True):
     message: str
 
 
-def digest(body: WorkerSpec | StopWorkers | StepLaunch) -> str:
+def digest(body: WorkerSpec | StopWorkers | StepLaunch | StepStop) -> str:
     """sha256 of the request without its token, fields and keys in sorted order."""
     bare = msgspec.structs.replace(body, token=None)
     # As the agent will see it: decoded from the wire, so a value the launcher holds as
@@ -72,13 +72,15 @@ def signed_bytes(grant: AgentGrant) -> bytes:
     return _DOMAIN + msgspec.json.encode(grant, order="sorted")
 
 
-def _user_of(body: WorkerSpec | StopWorkers | StepLaunch) -> str:
+def _user_of(body: WorkerSpec | StopWorkers | StepLaunch | StepStop) -> str:
     return (body.run_as or "") if isinstance(body, WorkerSpec | StepLaunch) else ""
 
 
-def _verb_of(body: WorkerSpec | StopWorkers | StepLaunch) -> str:
+def _verb_of(body: WorkerSpec | StopWorkers | StepLaunch | StepStop) -> str:
     if isinstance(body, StepLaunch):  # a job step (srun) inside the running worker's job
         return "step"
+    if isinstance(body, StepStop):
+        return "step_stop"
     return "start" if isinstance(body, WorkerSpec) else "stop"
 
 
@@ -112,7 +114,11 @@ def _refuse(code: GrantCode, message: str) -> GrantRefusal:
 
 
 def check(
-    body: WorkerSpec | StopWorkers | StepLaunch, *, node: str, trusted: frozenset[str], now: float
+    body: WorkerSpec | StopWorkers | StepLaunch | StepStop,
+    *,
+    node: str,
+    trusted: frozenset[str],
+    now: float,
 ) -> GrantRefusal | None:
     """None when the launcher signed exactly this request for this node, now; else why not."""
     token, verb = body.token, _verb_of(body)

@@ -340,6 +340,26 @@ class StepLaunch(msgspec.Struct, frozen=True, kw_only=True):
     token: AgentToken | None = None
 
 
+class StepCancelRequest(Request, frozen=True, kw_only=True):
+    """srun interrupted (Ctrl-C) -> the launcher (`muster.api.step_cancel`): end the
+    step it started, named by the job and the step's output folder (srun's own)."""
+
+    job_id: int
+    output_dir: str
+
+
+class StepStop(msgspec.Struct, frozen=True, kw_only=True):
+    """Launcher -> agent (`muster.agent.<node>.step_stop`), signed: end the tasks of the
+    job's step writing under `output_dir` (SIGTERM, SIGKILL after `grace_s`)."""
+
+    job_id: int
+    attempt: int
+    generation: int
+    output_dir: str
+    grace_s: float = 5.0
+    token: AgentToken | None = None
+
+
 class StepOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """The agent's answer once every task of its share of the step ended."""
 

@@ -59,14 +59,14 @@ SERVICE_EVENTS: dict[str, tuple[str, ...]] = {
 # The node agent verbs each service calls (`muster.agent.<node>.<verb>`).
 SERVICE_AGENT_VERBS: dict[str, tuple[str, ...]] = {
     "admission": ("stop",),  # signals (`muster cancel --signal`)
-    "launcher": ("start", "stop", "status", "port", "step"),  # step: srun (docs/steps.md)
+    "launcher": ("start", "stop", "status", "port", "step", "step_stop"),  # docs/steps.md
     "health": ("reset",),
 }
 # What a service serves or listens to on core NATS.
 SERVICE_LISTENS: dict[str, tuple[str, ...]] = {
     "admission": (API_PREFIX + "*",),
     "fairshare": (API_PREFIX + "share", API_PREFIX + "acct"),
-    "launcher": (API_PREFIX + "step",),  # srun's job steps (docs/steps.md)
+    "launcher": (API_PREFIX + "step", API_PREFIX + "step_cancel"),  # srun (docs/steps.md)
     "health": (HEARTBEAT_PREFIX + "*",),
 }
 # Agents carry no node in these subjects (`muster.<tag>`): any agent may publish them;

@@ -36,10 +36,13 @@ from services.launcher.steps_core import (
 from shared.api import (
     AGENT_PREFIX,
     API_PREFIX,
+    Ok,
+    StepCancelRequest,
     StepLaunch,
     StepOutcome,
     StepReply,
     StepRequest,
+    StepStop,
     StepTaskSpec,
 )
 from shared.apiserve import Refused, enveloped
@@ -57,6 +60,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 VERB = "step"
+CANCEL_VERB = "step_cancel"
 QUEUE = "launcher"
 MARGIN_S = 60.0  # past the job's time limit, a node's silence means it is lost
 
@@ -80,6 +84,10 @@ class StepService:
             task.add_done_callback(self._tasks.discard)
 
         sub = await self.ctx.bus.nc.subscribe(API_PREFIX + VERB, queue=QUEUE, cb=on_request)
+        cancel = authenticated(
+            self.verifier, API_PREFIX + CANCEL_VERB, StepCancelRequest, self.cancel, time.time
+        )
+        await self.ctx.bus.serve(API_PREFIX + CANCEL_VERB, QUEUE, enveloped(cancel))
         try:
             await stop.wait()
         finally:
@@ -156,6 +164,38 @@ class StepService:
             signal=sig,
             message=message,
         )
+
+    async def cancel(self, req: StepCancelRequest) -> Ok:
+        """srun was interrupted: every node of the job ends that step's tasks; the
+        request that started the step then answers (CANCELLED) and records it."""
+        async with self.ctx.pool.acquire() as conn:
+            found = await _running_job(conn, req.job_id)
+        if found is None:
+            return Ok(message=f"job {req.job_id} is not running: no step to end")
+        row, spec = found
+        if req.user != spec.user:
+            raise Refused(f"job {req.job_id} belongs to {spec.user!r}", "forbidden")
+        signer = self.agents.signer
+        if signer is None:
+            raise Refused("the launcher has no signing key", "unavailable")
+        stop = StepStop(
+            job_id=req.job_id,
+            attempt=int(row["attempt"]),
+            generation=int(row["restart_count"]),
+            output_dir=req.output_dir,
+        )
+
+        async def one(node: str) -> None:
+            body = msgspec.json.encode(signer.sign(stop, node, now=time.time()))
+            try:
+                await self.ctx.bus.request(f"{AGENT_PREFIX}{node}.step_stop", body, timeout=5.0)
+            except Exception as err:
+                if not is_transient(err):
+                    raise
+                log.warning("step stop not delivered", extra=kv(node=node, error=repr(err)))
+
+        await asyncio.gather(*(one(n) for n in row["nodes"]))
+        return Ok(message="step ending")
 
     def _launch(
         self, req: StepRequest, spec: JobSpec, lay: Layout, node: str, step_id: int,

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import posixpath
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -24,7 +25,7 @@ from services.launcher import cgroups
 from services.launcher.accounts import AccountPolicy, job_account
 from services.launcher.executor import LaunchError, Worker, spawn_worker
 from shared.agent_auth import TrustedKeys, check
-from shared.api import AGENT_PREFIX, StepLaunch, StepOutcome
+from shared.api import AGENT_PREFIX, StepLaunch, StepOutcome, StepStop
 from shared.bus import Bus
 from shared.logs import kv
 
@@ -52,6 +53,7 @@ class StepRunner:
     def __init__(self, executor: NodeExecutor) -> None:
         self.executor = executor
         self.workers: dict[int, set[Worker]] = {}  # job -> its step tasks running here
+        self.folders: dict[Worker, str] = {}  # task -> its step's output folder (srun's)
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def serve(self) -> None:
@@ -65,6 +67,29 @@ class StepRunner:
             task.add_done_callback(self._tasks.discard)
 
         await self.executor.bus.nc.subscribe(subject, queue=self.executor.node, cb=on_request)
+        await self.executor.bus.serve(subject + "_stop", self.executor.node, self._on_stop)
+
+    async def _on_stop(self, payload: bytes, _subject: str) -> bytes:
+        """srun was interrupted: end that step's tasks here (its request then answers)."""
+        try:
+            stop = msgspec.json.decode(payload, type=StepStop)
+        except (msgspec.DecodeError, msgspec.ValidationError) as err:
+            return msgspec.json.encode(StepOutcome(ok=False, message=f"malformed: {err}"))
+        ex = self.executor
+        refusal = check(stop, node=ex.node, trusted=ex.trusted_keys.current(), now=time.time())
+        if refusal is not None:
+            return msgspec.json.encode(StepOutcome(ok=False, message=refusal.message))
+        ending = [
+            w for w in self.workers.get(stop.job_id, ()) if self.folders.get(w) == stop.output_dir
+        ]
+        for worker in ending:
+            self._spawn(_end(worker, stop.grace_s))
+        return msgspec.json.encode(StepOutcome(ok=True, message=f"ending {len(ending)} task(s)"))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _answer(self, msg: Msg) -> None:
         try:
@@ -117,6 +142,7 @@ class StepRunner:
                 worker.cgroup = None
                 started.append(worker)
                 mine.add(worker)
+                self.folders[worker] = posixpath.dirname(task.stdout)
         except (LaunchError, OSError) as err:
             await asyncio.gather(*(w.terminate(0.0) for w in started), return_exceptions=True)
             self._forget(launch.job_id, started)
@@ -138,15 +164,15 @@ class StepRunner:
     def _forget(self, job_id: int, workers: list[Worker]) -> None:
         mine = self.workers.get(job_id, set())
         mine.difference_update(workers)
+        for worker in workers:
+            self.folders.pop(worker, None)
         if not mine:
             self.workers.pop(job_id, None)
 
     def end_job(self, job_id: int) -> None:
         """The job's worker ended here: its steps' tasks end too."""
         for worker in list(self.workers.get(job_id, ())):
-            task = asyncio.get_running_loop().create_task(_end(worker))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(_end(worker, END_GRACE_S))
 
     async def close(self) -> None:
         for job_id in list(self.workers):
@@ -155,5 +181,5 @@ class StepRunner:
             await asyncio.wait(list(self._tasks), timeout=END_GRACE_S + 5.0)
 
 
-async def _end(worker: Worker) -> None:
-    await worker.terminate(END_GRACE_S)
+async def _end(worker: Worker, grace_s: float) -> None:
+    await worker.terminate(grace_s)

@@ -9,12 +9,14 @@ both nodes, and when the shell exits the job ends and its GPUs are free again.""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import re
 import select
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -31,6 +33,7 @@ pytestmark = pytest.mark.slow
 
 NODES = nodes(2)
 PY = sys.executable
+LAST_STEP = "SELECT state FROM job_steps WHERE job_id = $1 ORDER BY step_id DESC LIMIT 1"
 ECHO = (
     'echo "task $SLURM_PROCID $SLURM_LOCALID $SLURM_STEP_ID $SLURM_NTASKS $SLURMD_NODENAME'
     ' G$CUDA_VISIBLE_DEVICES"'
@@ -126,6 +129,7 @@ async def interactive(work: Path, db: asyncpg.Connection) -> None:
         cwd=work,
         env=env,
         start_new_session=True,
+        preexec_fn=_controlling_tty,  # a terminal's Ctrl-C reaches its foreground job
     )
     os.close(slave)
     term = Terminal(master)
@@ -140,6 +144,18 @@ async def interactive(work: Path, db: asyncpg.Connection) -> None:
         )
         await term.expect(r"R0@node01 R1@node02", 120.0)
         assert await live_gpus(db, job) == 2
+        # Ctrl-C in srun ends the step's tasks on every node, as Slurm's srun does
+        term.send("srun sleep 300; echo rc=$?\n")
+        await eventually(
+            lambda: db.fetchval(LAST_STEP, job),
+            lambda st: st == "RUNNING",
+            60.0,
+            "the sleep step running",
+        )
+        term.send("\x03")
+        await term.expect(r"rc=130", 60.0)
+        ended = await db.fetchrow(LAST_STEP.replace("state", "state, exit_code"), job)
+        assert (ended["state"], ended["exit_code"]) == ("CANCELLED", 128 + 15)
         term.send("exit 3\n")
         code = await asyncio.to_thread(proc.wait, 60)
         assert code == 3
@@ -156,6 +172,10 @@ async def interactive(work: Path, db: asyncpg.Connection) -> None:
         60.0,
         "salloc's job ended",
     )
+
+
+def _controlling_tty() -> None:
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
 class Terminal:

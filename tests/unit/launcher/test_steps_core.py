@@ -21,7 +21,7 @@ from services.launcher.steps_core import (
     task_env,
 )
 from shared.agent_auth import GrantSigner, check
-from shared.api import StepLaunch
+from shared.api import StepLaunch, StepStop
 from shared.identity import Signer, encode_seed
 
 NODES = ("n0", "n1", "n2")
@@ -178,3 +178,7 @@ def test_a_step_grant_is_its_own_verb_and_checked_like_a_start() -> None:
     altered = msgspec.structs.replace(signed, argv=("rm", "-rf", "/"))
     refusal = check(altered, node="n0", trusted=trusted, now=time.time())
     assert refusal is not None and refusal.code == "altered"
+    stop = StepStop(job_id=1, attempt=0, generation=0, output_dir="/w/x")
+    signed_stop = signer.sign(stop, "n0", now=time.time())
+    assert signed_stop.token is not None and signed_stop.token.grant.verb == "step_stop"
+    assert check(signed_stop, node="n0", trusted=trusted, now=time.time()) is None
