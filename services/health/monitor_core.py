@@ -20,7 +20,12 @@ from __future__ import annotations
 
 import msgspec
 
-from services.health.catalog import Action, Classification, FabricAction
+from services.health.catalog import (
+    Action,
+    Classification,
+    FabricAction,
+    FabricClassification,
+)
 from services.health.monitor_model import (
     AnyObservation,
     CheckFailed,
@@ -168,28 +173,14 @@ def _fault(node: NodeHealth, f: FaultSeen, now: float, p: HealthPolicy) -> NodeR
         return node, []  # informational
     before = node.state
     reason = f"xid {c.xid} on gpu {f.gpu}: {c.description}"
-    out: list[Transition] = []
     if c.action is Action.REBOOT_NODE:
         node = with_changes(node, recovery=Recovery.REBOOT, fault_boot_id=node.boot_id)
         if before is not NodeState.DOWN:
             node = move(node, NodeState.FAILED, reason, now)
     elif c.excludes_node:
-        if node.recovery is Recovery.NONE:
-            node = with_changes(node, recovery=Recovery.RESET)
-        if before in (NodeState.UP, NodeState.DRAINING):
-            node = move(node, draining_or_drained(node), reason, now)
-    fault = Transition(
-        node=node.name,
-        kind=TransitionKind.NODE_FAULT,
-        from_state=before,
-        to_state=node.state,
-        reason=reason,
-        gpu=f.gpu,
-        classification=c,
-    )
-    if before is NodeState.UP and node.state is not NodeState.UP:
-        node, out = count_failure(node, now, p)
-    return node, [fault, *out]
+        node = _drain_for(node, Recovery.RESET, reason, now)
+    fault = _fault_transition(node, before, reason, gpu=f.gpu, classification=c)
+    return _counted(node, before, fault, now, p)
 
 
 def _fabric_fault(node: NodeHealth, f: FabricFaultSeen, now: float, p: HealthPolicy) -> NodeResult:
@@ -202,21 +193,47 @@ def _fabric_fault(node: NodeHealth, f: FabricFaultSeen, now: float, p: HealthPol
     before = node.state
     reason = f"network {c.condition} on {c.link}: {c.detail}".rstrip(": ")
     if c.excludes_node:
-        if node.recovery is Recovery.NONE:
-            node = with_changes(node, recovery=Recovery.FABRIC)
-        if before in (NodeState.UP, NodeState.DRAINING):
-            node = move(node, draining_or_drained(node), reason, now)
-    fault = Transition(
+        node = _drain_for(node, Recovery.FABRIC, reason, now)
+    return _counted(node, before, _fault_transition(node, before, reason, fabric=c), now, p)
+
+
+def _drain_for(node: NodeHealth, owed: Recovery, reason: str, now: float) -> NodeHealth:
+    """A fault that takes the node out until `owed` is done: drain it if in service."""
+    if node.recovery is Recovery.NONE:
+        node = with_changes(node, recovery=owed)
+    if node.state in (NodeState.UP, NodeState.DRAINING):
+        node = move(node, draining_or_drained(node), reason, now)
+    return node
+
+
+def _fault_transition(
+    node: NodeHealth,
+    before: NodeState,
+    reason: str,
+    *,
+    gpu: int | None = None,
+    classification: Classification | None = None,
+    fabric: FabricClassification | None = None,
+) -> Transition:
+    return Transition(
         node=node.name,
         kind=TransitionKind.NODE_FAULT,
         from_state=before,
         to_state=node.state,
         reason=reason,
-        fabric=c,
+        gpu=gpu,
+        classification=classification,
+        fabric=fabric,
     )
+
+
+def _counted(
+    node: NodeHealth, before: NodeState, fault: Transition, now: float, p: HealthPolicy
+) -> NodeResult:
+    """`fault`, and one failure counted (a flapping node held) if it left service."""
     if before is NodeState.UP and node.state is not NodeState.UP:
-        node, out = count_failure(node, now, p)
-        return node, [fault, *out]
+        node, held = count_failure(node, now, p)
+        return node, [fault, *held]
     return node, [fault]
 
 

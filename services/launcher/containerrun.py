@@ -34,6 +34,8 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from services.launcher.wrapper_args import parse_wrapped
+
 NVIDIA_SHARED = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
 
@@ -42,12 +44,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--image", required=True)
     p.add_argument("--mount", action="append", default=[])
     p.add_argument("--workdir", default="")
-    cut = argv.index("--") if "--" in argv else len(argv)
-    args = p.parse_args(argv[:cut])
-    args.command = argv[cut + 1 :]
-    if not args.command:
-        p.error("the script's command follows --")
-    return args
+    return parse_wrapped(p, argv)
 
 
 def volume(mount: str) -> str:

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 
 from services.launcher.executor import group_members
+from services.launcher.wrapper_args import parse_wrapped
 
 JOIN_TIMEOUT_S = 180.0  # every raylet alive, or the head gives up
 HEAD_GONE_AFTER = 3  # failed connects in a row (one per second): the head has ended
@@ -49,12 +50,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--cpus", type=int, default=1)
     p.add_argument("--object-store-mib", type=int, default=512)
     p.add_argument("--temp-dir", default="")
-    cut = argv.index("--") if "--" in argv else len(argv)
-    args = p.parse_args(argv[:cut])
-    args.command = argv[cut + 1 :]
-    if not args.command:
-        p.error("the driver's command follows --")
-    return args
+    return parse_wrapped(p, argv)
 
 
 def ray_start(args: argparse.Namespace, ray: str) -> list[str]:
