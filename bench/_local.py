@@ -121,3 +121,21 @@ async def wait_for_nodes(db: object, count: int) -> None:
         except asyncpg.UndefinedTableError:
             pass
         await asyncio.sleep(0.2)
+
+
+async def poll_run(db, job_id: int, ok):  # type: ignore[no-untyped-def]
+    """The job's run row once `ok(row)` holds (state, nodes, restart_count and `seg`, its
+    segment's start in epoch seconds), polled every 5 ms for up to a minute."""
+    import asyncio
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        row = await db.fetchrow(
+            "SELECT state, nodes, restart_count, extract(epoch FROM segment_start)::float8 AS seg"
+            " FROM job_runs WHERE job_id = $1",
+            job_id,
+        )
+        if row is not None and ok(row):
+            return row
+        await asyncio.sleep(0.005)
+    raise SystemExit(f"job {job_id} did not get there")

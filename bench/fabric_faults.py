@@ -34,7 +34,7 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._local import FAST, latency_figures, provision_identity, wait_for_nodes
+from bench._local import FAST, latency_figures, poll_run, provision_identity, wait_for_nodes
 from muster.client import call
 from muster.cluster import Cluster, NodeDef
 from shared import embedded
@@ -62,7 +62,7 @@ async def one_run(
 ) -> tuple[float, float]:
     req = SubmitRequest(user="root", script=SCRIPT, argv=("--nodes=2:3", "--gpus-per-node=1"))
     job_id = (await call(url, "submit", req, SubmitReply)).job_ids[0]
-    row = await _poll(db, job_id, lambda r: r["state"] == "RUNNING" and len(r["nodes"]) == 3)
+    row = await poll_run(db, job_id, lambda r: r["state"] == "RUNNING" and len(r["nodes"]) == 3)
     victim = row["nodes"][0]
     while not faults.empty():
         faults.get_nowait()
@@ -72,29 +72,15 @@ async def one_run(
         at, node = await asyncio.wait_for(faults.get(), timeout=60)
         if node == victim:
             break
-    row = await _poll(db, job_id, lambda r: r["restart_count"] == 1 and r["state"] == "RUNNING")
+    row = await poll_run(db, job_id, lambda r: r["restart_count"] == 1 and r["state"] == "RUNNING")
     restarted = float(row["seg"]) - t0
     await call(url, "cancel", JobSelector(user="root", job_ids=(job_id,)), Ok)
-    await _poll(db, job_id, lambda r: r["state"] == "CANCELLED")
+    await poll_run(db, job_id, lambda r: r["state"] == "CANCELLED")
     await asyncio.to_thread(ip, "-n", bed.hosts[victim].namespace, "link", "set", LINK, "up")
     await wait_for_nodes(db, NODES)
     # Every run is a failure in the node's flap history: forget it, as an operator would.
     await call(url, "resume", NodeAction(user="root", node=victim, reason="bench"), Ok)
     return at - t0, restarted
-
-
-async def _poll(db: asyncpg.Connection, job_id: int, ok) -> asyncpg.Record:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        row = await db.fetchrow(
-            "SELECT state, nodes, restart_count, extract(epoch FROM segment_start)::float8 AS seg"
-            " FROM job_runs WHERE job_id = $1",
-            job_id,
-        )
-        if row is not None and ok(row):
-            return row
-        await asyncio.sleep(0.005)
-    raise SystemExit(f"job {job_id} did not get there")
 
 
 async def measure(

@@ -23,7 +23,7 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._local import latency_figures, local_cluster, wait_for_nodes
+from bench._local import latency_figures, local_cluster, poll_run, wait_for_nodes
 from muster.client import agent, call
 from shared.api import (
     InjectFault,
@@ -40,32 +40,18 @@ SCRIPT = "#!/bin/bash\nsleep 600\n"
 async def one_run(url: str, db: asyncpg.Connection) -> float:
     req = SubmitRequest(user="root", script=SCRIPT, argv=("--nodes=2:3", "--gpus-per-node=4"))
     job_id = (await call(url, "submit", req, SubmitReply)).job_ids[0]
-    row = await _poll(db, job_id, lambda r: r["state"] == "RUNNING")
+    row = await poll_run(db, job_id, lambda r: r["state"] == "RUNNING")
     victim = row["nodes"][0]
     t0 = time.time()
     await agent(url, victim, "inject", InjectFault(gpu=0, xid=79))
-    row = await _poll(db, job_id, lambda r: r["restart_count"] == 1 and r["state"] == "RUNNING")
+    row = await poll_run(db, job_id, lambda r: r["restart_count"] == 1 and r["state"] == "RUNNING")
     latency = row["seg"] - t0
     await call(url, "cancel", JobSelector(user="root", job_ids=(job_id,)), Ok)
-    await _poll(db, job_id, lambda r: r["state"] == "CANCELLED")
+    await poll_run(db, job_id, lambda r: r["state"] == "CANCELLED")
     await agent(url, victim, "reboot", InjectFault())
     await call(url, "resume", NodeAction(user="root", node=victim, reason="bench"), Ok)
     await wait_for_nodes(db, 4)
     return float(latency)
-
-
-async def _poll(db: asyncpg.Connection, job_id: int, ok) -> asyncpg.Record:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        row = await db.fetchrow(
-            "SELECT state, nodes, restart_count, extract(epoch FROM segment_start)::float8 AS seg"
-            " FROM job_runs WHERE job_id = $1",
-            job_id,
-        )
-        if row is not None and ok(row):
-            return row
-        await asyncio.sleep(0.005)
-    raise SystemExit(f"job {job_id} did not get there")
 
 
 async def measure(url: str, db_url: str, runs: int) -> list[float]:
