@@ -252,19 +252,21 @@ class Prepared:
         hold, waits instead if a leaf holds it within that long (`self.leaf_at`)."""
         if len({self.ix.leaf_of[i] for i, _ in chosen.picks}) < 2:
             return False
-        self.leaf_at = self._leaf_by(job, pool, shape, self.now)
-        return self.leaf_at is not None
+        self.leaf_at = got = self._leaf_by(job, pool, shape, self.now)
+        return got is not None and got[0] > self.now  # one holding it now: no wait
 
     def _leaf_by(
         self, job: JobRequest, pool: Pool, shape: Shape, at: float
     ) -> tuple[float, int] | None:
         """When and which one leaf holds the gang by `at` + `gang_leaf_wait_s`, for a
-        gang the leaf wait applies to (2 nodes up to a leaf's, no switch limit)."""
+        gang the leaf wait applies to (rigid, 2 nodes up to a leaf's, no switch limit)."""
         wait = self.config.gang_leaf_wait_s
         ix = self.ix
         if wait <= 0 or job.max_switches is not None or shape.total is not None:
             return None
         if not 2 <= shape.nmin <= ix.widest_leaf or job.required_nodes:
+            return None
+        if shape.nmax != shape.nmin:  # an elastic gang spreads to grow, by choice
             return None
         need = Need(shape.g, shape.nmin, self._runtime(job), self.now, whole=job.exclusive)
         ok = self._need_ok(job, pool)

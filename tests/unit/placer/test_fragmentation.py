@@ -128,6 +128,20 @@ CASES: dict[str, tuple[Snapshot, list[JobRequest], PolicyConfig, Plan]] = {
         LEAF_WAIT,
         Plan(waits=(Wait(job_id=1, reason=Waiting.RESOURCES, estimated_start=T0 + 5400),)),
     ),
+    "an elastic gang is not held: it spreads to grow": (
+        SPLIT,
+        [gang(1, nodes=(1, 2), gpus_per_node=8)],
+        LEAF_WAIT,
+        Plan(
+            starts=(
+                Start(
+                    job_id=1,
+                    grants=(grant("n01", *range(8)), grant("n03", *range(8))),
+                    fit=Fit.ACROSS_SWITCHES,
+                ),
+            )
+        ),
+    ),
     "a gang wider than any leaf is not held": (
         snapshot(*leafy(4, per_leaf=2), running=(running(9, whole("n00")),)),
         [gang(1, nodes=3, gpus_per_node=8)],
