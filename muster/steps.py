@@ -17,6 +17,7 @@ import shutil
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from muster.client import ApiRefused, nats_url, request
 from shared.api import Ok, StepCancelRequest, StepReply, StepRequest
@@ -96,11 +97,6 @@ def _count(opts: dict[str, str], name: str) -> int:
 
 def step_request(argv: list[str], env: dict[str, str], cwd: str) -> StepRequest:
     opts, command = parse(argv)
-    if "pty" in opts:
-        raise SrunError(
-            "--pty is not supported yet: run the command itself (srun CMD), or work in the "
-            "salloc shell, whose environment is the job's"
-        )
     if not command:
         raise SrunError("no command to run: srun [options] CMD [ARGS]")
     job = opts.get("jobid") or env.get("MUSTER_JOB_ID") or env.get("SLURM_JOB_ID", "")
@@ -120,6 +116,7 @@ def step_request(argv: list[str], env: dict[str, str], cwd: str) -> StepRequest:
         workdir=cwd,
         environment=dict(env),
         output_dir=str(Path(cwd) / ".muster-steps" / token),
+        pty=f"muster.pty.{os.urandom(16).hex()}" if "pty" in opts else "",
     )
 
 
@@ -175,6 +172,10 @@ def _procid_order(name: str) -> tuple[int, str]:
 def run(argv: list[str]) -> int:
     env = dict(os.environ)
     req = step_request(argv, env, os.getcwd())
+    if req.pty:
+        import asyncio
+
+        return asyncio.run(_terminal(req))
     folder = Path(req.output_dir)
     folder.mkdir(parents=True, mode=0o700, exist_ok=True)
     follower = _Follower(folder, label="label" in parse(argv)[0])
@@ -223,6 +224,60 @@ def run(argv: list[str]) -> int:
     if outcome.state == "CANCELLED":
         print(f"srun: error: step {req.job_id}.{outcome.step_id} was cancelled", file=sys.stderr)
     return outcome.exit_code if outcome.exit_code is not None else 1
+
+
+async def _terminal(req: StepRequest) -> int:
+    """`srun --pty`: this terminal, raw, wired to the task's pty on the first node: its
+    output arrives on `<pty>.out`, every key goes to `<pty>.in` (Ctrl-C included)."""
+    import asyncio
+    import termios
+    import tty
+
+    import nats
+
+    from muster.client import call, connect_options
+    from shared.settings import nats_servers
+
+    url = nats_url()
+    nc = await nats.connect(nats_servers(url), connect_timeout=5, **connect_options(url))
+    out = sys.stdout.buffer
+
+    async def shown(msg: Any) -> None:
+        out.write(msg.data)
+        out.flush()
+
+    await nc.subscribe(req.pty + ".out", cb=shown)
+    await nc.flush()  # subscribed before the task can print anything
+    loop = asyncio.get_running_loop()
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd) if os.isatty(fd) else None
+    if saved is not None:
+        tty.setraw(fd)
+
+    keys: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def typed() -> None:
+        data = os.read(fd, 4096)
+        if not data:
+            loop.remove_reader(fd)
+        keys.put_nowait(data)
+
+    async def send() -> None:  # in the order typed
+        while data := await keys.get():
+            await nc.publish(req.pty + ".in", data)
+
+    loop.add_reader(fd, typed)
+    sender = asyncio.create_task(send())
+    try:
+        reply = await call(url, "step", req, StepReply, timeout=WAIT_S)
+    finally:
+        loop.remove_reader(fd)
+        sender.cancel()
+        if saved is not None:
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        await nc.flush()
+        await nc.close()
+    return reply.exit_code if reply.exit_code is not None else 1
 
 
 def _cancel(req: StepRequest) -> None:

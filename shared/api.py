@@ -295,6 +295,9 @@ class StepRequest(Request, frozen=True, kw_only=True):
     workdir: str = ""
     environment: dict[str, str] = {}  # the caller's (the job's) environment
     output_dir: str = ""  # each task writes <output_dir>/<procid>.out and .err
+    # `srun --pty`: one task on the first node, on a terminal whose bytes travel on
+    # `<pty>.out` (agent -> srun) and `<pty>.in` (srun -> agent); "" for none.
+    pty: str = ""
 
 
 class StepReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -337,6 +340,7 @@ class StepLaunch(msgspec.Struct, frozen=True, kw_only=True):
     tasks: tuple[StepTaskSpec, ...]
     workdir: str
     run_as: str | None = None
+    pty: str = ""  # see StepRequest.pty
     token: AgentToken | None = None
 
 

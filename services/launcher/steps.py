@@ -125,6 +125,8 @@ class StepService:
             ntasks_per_node=req.ntasks_per_node,
             gpus_per_task=req.gpus_per_task,
         )
+        if req.pty:  # a terminal: one task, on the first node (Slurm's srun --pty)
+            shape = StepShape(nodes=1, ntasks=1, gpus_per_task=req.gpus_per_task)
         lay = layout(shape, tuple(row["nodes"]), gpus)
         if isinstance(lay, Refusal):
             raise Refused(f"srun: {lay.message}", "invalid")
@@ -220,6 +222,7 @@ class StepService:
             tasks=tasks,
             workdir=req.workdir or spec.workdir,
             run_as=None if spec.user == getpass.getuser() else spec.user,
+            pty=req.pty,
         )
 
     async def _call(self, node: str, launch: StepLaunch, timeout: float) -> StepOutcome:

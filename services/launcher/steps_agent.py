@@ -24,6 +24,7 @@ import msgspec
 from services.launcher import cgroups
 from services.launcher.accounts import AccountPolicy, job_account
 from services.launcher.executor import LaunchError, Worker, spawn_worker
+from services.launcher.steps_pty import relay, spawn_on_pty
 from shared.agent_auth import TrustedKeys, check
 from shared.api import AGENT_PREFIX, StepLaunch, StepOutcome, StepStop
 from shared.bus import Bus
@@ -123,6 +124,8 @@ class StepRunner:
         hierarchy = cgroups.detect() if record.cgroup is not None else None
         started: list[Worker] = []
         mine = self.workers.setdefault(launch.job_id, set())
+        if launch.pty:
+            return await self._run_pty(launch, record.cgroup, mine)
         try:
             run_as = job_account(launch.run_as, ex.accounts)
             for task in launch.tasks:
@@ -160,6 +163,28 @@ class StepRunner:
             exit_codes=tuple(e.exit_code for e in ends),
             signals=tuple(e.signal for e in ends),
         )
+
+    async def _run_pty(
+        self, launch: StepLaunch, cgroup: cgroups.CgroupRef | None, mine: set[Worker]
+    ) -> StepOutcome:
+        """`srun --pty`: its one task on a terminal relayed over the bus (steps_pty.py)."""
+        ex = self.executor
+        task = launch.tasks[0]
+        try:
+            run_as = job_account(launch.run_as, ex.accounts)
+            worker, master = spawn_on_pty(launch.argv, task.env, launch.workdir, run_as, cgroup)
+        except (LaunchError, OSError, cgroups.CgroupError) as err:
+            self._forget(launch.job_id, [])
+            return StepOutcome(ok=False, message=f"step did not start on {ex.node}: {err}")
+        mine.add(worker)
+        self.folders[worker] = posixpath.dirname(task.stdout)
+        log.info("pty step started", extra=kv(job=launch.job_id, step=launch.step_id))
+        try:
+            await relay(ex.bus, launch.pty, master, worker)
+            end = await worker.wait()
+        finally:
+            self._forget(launch.job_id, [worker])
+        return StepOutcome(ok=True, exit_codes=(end.exit_code,), signals=(end.signal,))
 
     def _forget(self, job_id: int, workers: list[Worker]) -> None:
         mine = self.workers.get(job_id, set())

@@ -4,7 +4,8 @@ A batch job on two nodes whose script calls `srun` three times (every node's tas
 environment asserted: PROCID, LOCALID, STEP_ID, NTASKS, the node, the GPUs bound per
 task), the steps listed by `show job`; then `salloc` driven through a pty: it waits for
 its allocation, its shell has the job's environment, `srun` from that shell runs on
-both nodes, and when the shell exits the job ends and its GPUs are free again."""
+both nodes, `srun --pty` gives a terminal on the first node, Ctrl-C ends a step, and
+when the shell exits the job ends and its GPUs are free again."""
 
 from __future__ import annotations
 
@@ -144,6 +145,14 @@ async def interactive(work: Path, db: asyncpg.Connection) -> None:
         )
         await term.expect(r"R0@node01 R1@node02", 120.0)
         assert await live_gpus(db, job) == 2
+        # srun --pty: a terminal on the first node, its keys and output through the agent
+        # (the prompt is typed in two quoted halves: its echo must not pass for it)
+        term.send("PS1='rem''ote> ' srun --pty /bin/sh; echo pty_rc=$?\n")
+        await term.expect(r"remote> ", 60.0)
+        term.send('echo "P=$SLURM_PROCID@$SLURMD_NODENAME:$SLURM_NTASKS"\n')
+        await term.expect(r"P=0@node01:1", 60.0)
+        term.send("exit 4\n")
+        await term.expect(r"pty_rc=4", 60.0)
         # Ctrl-C in srun ends the step's tasks on every node, as Slurm's srun does
         term.send("srun sleep 300; echo rc=$?\n")
         await eventually(
@@ -155,6 +164,7 @@ async def interactive(work: Path, db: asyncpg.Connection) -> None:
         term.send("\x03")
         await term.expect(r"rc=130", 60.0)
         ended = await db.fetchrow(LAST_STEP.replace("state", "state, exit_code"), job)
+        assert ended is not None
         assert (ended["state"], ended["exit_code"]) == ("CANCELLED", 128 + 15)
         term.send("exit 3\n")
         code = await asyncio.to_thread(proc.wait, 60)

@@ -146,6 +146,9 @@ def test_srun_request() -> None:
     assert (req.job_id, req.ntasks, req.gpus_per_task, req.argv) == (12, 3, 1, ("echo", "hi"))
     assert req.output_dir.startswith("/w/.muster-steps/12-")
     assert req.user == "alice"
+    assert req.pty == ""
+    pty = step_request(["--pty", "bash"], env, "/w").pty
+    assert pty.startswith("muster.pty.") and len(pty) == len("muster.pty.") + 32
 
 
 @pytest.mark.parametrize(
@@ -156,7 +159,6 @@ def test_srun_request() -> None:
         (["--bogus", "x"], {"SLURM_JOB_ID": "1"}, "unrecognized option '--bogus'"),
         (["-N"], {"SLURM_JOB_ID": "1"}, "requires an argument"),
         (["-N", "two", "x"], {"SLURM_JOB_ID": "1"}, "invalid --nodes value 'two'"),
-        (["--pty", "bash"], {"SLURM_JOB_ID": "1"}, "--pty is not supported yet"),
     ],
 )
 def test_srun_refusals(argv: list[str], env: dict[str, str], message: str) -> None:
