@@ -19,7 +19,6 @@ import logging
 import os
 import signal as _signal
 import subprocess
-import sys
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from services.launcher.executor import (
 from services.launcher.hooks import PrologFailed
 from services.launcher.isolation import NodeIsolation, for_worker
 from services.launcher.spool import Spool
+from services.launcher.stepd_client import kill_stepd, start_stepd, started_or_ended
 from services.launcher.steps_agent import StepRunner
 from services.launcher.torchrun import fill_on_node
 from services.launcher.worker_table import (
@@ -52,7 +52,6 @@ from services.launcher.worker_table import (
     judge,
     kill_group,
     lost_exit,
-    read_struct,
     touch,
     write_struct,
 )
@@ -64,9 +63,6 @@ from shared.logs import kv
 from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parents[2]
-START_TIMEOUT_S = 30.0
-_POLL_S = 0.01
 _PUBLISH_RETRY_S = 0.5
 _ENDED_KEPT = 10_000  # ended workers remembered against a repeated start
 
@@ -235,15 +231,15 @@ class NodeExecutor:
         )
         self.table.save(record)  # before stepd exists: a record for everything that may run
         write_struct(folder / "spec.json", self._step(spec, run_as, spool))
-        proc = _start_stepd(folder)
+        proc = start_stepd(folder)
         outcome: StepStarted | StepExit | None = None
         try:
-            outcome = await _started_or_ended(folder, proc)
+            outcome = await started_or_ended(folder, proc)
         finally:
             if outcome is None:  # no word from stepd: nothing of this start may run on
                 started = self.table.started(record)
                 kill_group(started.worker if started else None, _signal.SIGKILL)
-                _kill_stepd(proc)
+                kill_stepd(proc)
                 self.table.remove(record)
         if isinstance(outcome, StepExit) and outcome.spawn_failed:
             self.table.remove(record)
@@ -439,43 +435,3 @@ def _client_env() -> dict[str, str]:
     (docs/steps.md). The launcher strips every inherited MUSTER_ variable."""
     url = os.environ.get("MUSTER_NATS_URL", "")
     return {"MUSTER_NATS_URL": url} if url else {}
-
-
-def _start_stepd(folder: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    with (folder / "stepd.log").open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "services.launcher.stepd", str(folder)],
-            env=env,
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,  # its own session: our death or our group's signals
-            close_fds=True,  # never reach it
-        )
-
-
-async def _started_or_ended(folder: Path, proc: subprocess.Popen[bytes]) -> StepStarted | StepExit:
-    """What stepd said first: the worker runs, or it ended (or never started)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + START_TIMEOUT_S
-    while True:
-        started = read_struct(folder / "started.json", StepStarted)
-        if started is not None:
-            return started
-        ending = read_struct(folder / "exit.json", StepExit)
-        if ending is not None:
-            return ending
-        if proc.poll() is not None:
-            raise LaunchError(f"stepd exited {proc.returncode}: see {folder}/stepd.log")
-        if loop.time() > deadline:
-            raise LaunchError(f"stepd did not start the worker in {START_TIMEOUT_S:.0f} s")
-        await asyncio.sleep(_POLL_S)
-
-
-def _kill_stepd(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, _signal.SIGKILL)
-    proc.wait(timeout=5)

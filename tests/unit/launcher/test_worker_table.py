@@ -245,7 +245,8 @@ def test_stepd_fences_its_worker_group_when_the_contact_goes_stale(tmp_path: Pat
 def test_a_fresh_contact_keeps_the_worker_running(tmp_path: Path) -> None:
     table = WorkerTable(tmp_path / "node")
     touch(table.contact)
-    rec, proc = start_stepd(table, 4, "sleep 2.5", tmp_path, fence_s=1.0)
+    # A fence longer than any stall of a loaded machine between two touches.
+    rec, proc = start_stepd(table, 4, "sleep 2.5", tmp_path, fence_s=5.0)
     started(table, rec)
     while proc.poll() is None:
         touch(table.contact)
@@ -260,7 +261,13 @@ def test_stop_recorded_workers_stops_every_node_s_workers(tmp_path: Path) -> Non
         table = WorkerTable(state / "nodes" / node)
         touch(table.contact)
         rec, proc = start_stepd(table, job, "trap '' TERM; sleep 1000", tmp_path)
-        runs.append((table, rec, proc, started(table, rec)))
+        pids = started(table, rec)
+        # The shell has run its trap once its sleep is there: a SIGTERM before that
+        # would end the worker itself (EXITED), not the stop (STOPPED).
+        deadline = time.monotonic() + 30
+        while len(group_members(pids.worker.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        runs.append((table, rec, proc, pids))
     stopped = stop_recorded_workers(state, grace_s=0.5)
     assert sorted(stopped) == sorted(pids.worker.pid for *_, pids in runs)
     for table, rec, proc, pids in runs:
