@@ -33,7 +33,7 @@ GRANT CONNECT ON DATABASE "muster" TO muster_launcher;
 GRANT USAGE ON SCHEMA public TO muster_launcher;
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM muster_launcher;
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO muster_launcher;
-GRANT INSERT, UPDATE, DELETE ON job_runs, attempts, worker_exits, node_cleanings, launcher_shards, launcher_replicas, launcher_mailbox, outbox, inbox TO muster_launcher;
+GRANT INSERT, UPDATE, DELETE ON job_runs, attempts, worker_exits, node_cleanings, launcher_shards, launcher_replicas, launcher_mailbox, job_steps, outbox, inbox TO muster_launcher;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO muster_launcher;
 -- health
 DO $$ BEGIN CREATE ROLE muster_health LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
