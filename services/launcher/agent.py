@@ -112,6 +112,10 @@ class NodeExecutor:
         # repeated start of one (a new launcher owner resuming a start it cannot know
         # finished) must not run the generation twice.
         self._ended: dict[tuple[int, int, int], None] = {}
+        # Generations stopped by the launcher, whether or not they ran here: a start that
+        # arrives after its stop (delayed on the bus, or still in flight when the run
+        # ended) must not run them (invariant 7; chaos seed 308).
+        self._stopped: dict[tuple[int, int, int], None] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.steps = StepRunner(self)  # srun's tasks inside running jobs (steps_agent.py)
 
@@ -200,8 +204,11 @@ class NodeExecutor:
             if mine == (spec.attempt, spec.generation):
                 return AgentReply(ok=True, message="already running")
             await self._terminate(current, 2.0)
-        if (spec.job_id, spec.attempt, spec.generation) in self._ended:
+        key = (spec.job_id, spec.attempt, spec.generation)
+        if key in self._ended:
             return AgentReply(ok=True, message="already ran")
+        if key in self._stopped:
+            return AgentReply(ok=True, message="stopped before it started")
         try:
             run = await self._launch(spec)
         except (LaunchError, OSError) as err:
@@ -214,6 +221,9 @@ class NodeExecutor:
         worker = run.record.worker
         pid = worker.pid if worker is not None else 0
         log.info("worker started", extra=kv(job=spec.job_id, gen=spec.generation, pid=pid))
+        if key in self._stopped:  # its stop came while it was starting
+            await self._terminate(run, self.grace_s)
+            return AgentReply(ok=True, message="stopped as it started")
         return AgentReply(ok=True, message=f"pid {pid}")
 
     async def _launch(self, spec: WorkerSpec) -> _Running:
@@ -390,6 +400,10 @@ class NodeExecutor:
         req = msgspec.json.decode(payload, type=StopWorkers)
         if (refused := self.refused(req)) is not None:
             return msgspec.json.encode(refused)
+        if req.wait and req.attempt is not None and req.generation is not None:
+            self._stopped[(req.job_id, req.attempt, req.generation)] = None
+            if len(self._stopped) > _ENDED_KEPT:
+                del self._stopped[next(iter(self._stopped))]
         current = self.running.get(req.job_id)
         if current is None:
             return msgspec.json.encode(AgentReply(ok=True, message="not running"))

@@ -22,7 +22,7 @@ import pytest
 from muster.client import agent, call
 from muster.cluster import Cluster
 from services.launcher.gang import Generation, launcher_signer, worker_spec
-from shared.api import AgentReply, JobSelector, Ok
+from shared.api import AgentReply, JobSelector, Ok, StopWorkers
 from shared.jobspec import JobSpec
 from tests.support.cluster import (
     eventually,
@@ -191,6 +191,37 @@ async def test_a_repeated_start_of_a_generation_that_ended_runs_nothing(
     body = signer.sign(worker_spec(spec, gen, node, "127.0.0.1", 29500), node, now=time.time())
     reply = msgspec.json.decode(await agent(cluster.nats_url, node, "start", body), type=AgentReply)
     assert (reply.ok, reply.message) == (True, "already ran")
+    await asyncio.sleep(2)
+    runs = tmp_path / f"runs-{job_id}"
+    assert (await asyncio.to_thread(runs.read_text)).splitlines() == ["ran"]
+
+
+async def test_a_start_that_arrives_after_its_stop_runs_nothing(
+    cluster: Cluster, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    """The launcher ended a generation and stopped it on every node while one node's
+    start was still on its way (chaos seed 308): that start must not run a worker of an
+    ended run, which would hold GPUs the placer has given to the next job."""
+    script = '#!/bin/bash\necho ran >> "runs-$MUSTER_JOB_ID"\n'
+    job_id = (await submit(cluster.nats_url, script, (), str(tmp_path))).job_ids[0]
+    await eventually(lambda: job_state(db, job_id), lambda s: s == "COMPLETED", 60, "done")
+    row = await db.fetchrow("SELECT nodes, gpus FROM job_runs WHERE job_id = $1", job_id)
+    raw = await db.fetchval("SELECT spec FROM jobs WHERE job_id = $1", job_id)
+    spec = msgspec.json.decode(raw, type=JobSpec)
+    node = row["nodes"][0]
+    late = Generation(  # a generation this node never ran
+        job_id=job_id, attempt=1, generation=7, nodes=(node,), gpus=json.loads(row["gpus"])
+    )
+    signer = launcher_signer(str(cluster.state_dir))
+    assert signer is not None
+    stop = StopWorkers(job_id=job_id, grace_s=1.0, attempt=1, generation=7)
+    body = signer.sign(stop, node, now=time.time())
+    reply = msgspec.json.decode(await agent(cluster.nats_url, node, "stop", body), type=AgentReply)
+    assert (reply.ok, reply.message) == (True, "not running")
+    start = signer.sign(worker_spec(spec, late, node, "127.0.0.1", 29500), node, now=time.time())
+    raw = await agent(cluster.nats_url, node, "start", start)
+    reply = msgspec.json.decode(raw, type=AgentReply)
+    assert (reply.ok, reply.message) == (True, "stopped before it started")
     await asyncio.sleep(2)
     runs = tmp_path / f"runs-{job_id}"
     assert (await asyncio.to_thread(runs.read_text)).splitlines() == ["ran"]
