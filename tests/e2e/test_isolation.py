@@ -235,14 +235,6 @@ async def _async(value: object) -> object:
     return value
 
 
-@pytest.mark.skip(
-    reason="a throughput test on a loop device needs a filesystem on it and direct I/O "
-    "through the job's cgroup; not done here: the caps are read back from the cgroup files"
-)
-async def test_io_caps_hold_a_jobs_throughput_on_a_loop_device() -> None:
-    raise AssertionError("not built")
-
-
 PROLOG = """#!/bin/sh
 if [ "$SLURM_JOB_NAME" = bad-prolog ]; then echo "pkey 0x8001 not on this HCA"; exit 3; fi
 exit 0
