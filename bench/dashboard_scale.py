@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -208,13 +209,13 @@ async def measure(c: Cluster, args: argparse.Namespace) -> dict[str, object]:
         "fill_s": round(fill_s, 2),
     }
     async with httpx.AsyncClient(base_url=c.http, timeout=120) as http:
-        for _ in range(600):
-            try:
+        for _ in range(600):  # the gateway is up once it answers; not yet: no connection
+            with contextlib.suppress(httpx.TransportError):
                 if (await http.get("/api/whoami")).status_code == 200:
                     break
-            except httpx.TransportError:
-                pass
             await asyncio.sleep(0.1)
+        else:
+            raise SystemExit(f"the gateway at {c.http} did not answer within 60 s")
         for name, path in (
             ("queue_page", "/api/queue?per_page=100"),
             ("queue_all_states_page", "/api/queue?all=1&per_page=100&page=50"),
