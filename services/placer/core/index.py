@@ -25,14 +25,15 @@ from shared.gpu_types import gpu_matches, type_of
 from shared.states import NodeState
 
 ROOT = 0
-# (partition, the GPU type or model asked for, a --constraint without [..]); None: any.
-PoolKey = tuple[str, str | None, str | None]
+# (partition, the GPU type or model asked for, a --constraint without [..]; None: any,
+# multi-node: the nodes a fabric fault keeps out of multi-node jobs left out).
+PoolKey = tuple[str, str | None, str | None, bool]
 
 
 class Pool:
     """The nodes one (partition, GPU type, constraint) can use, with counts per domain."""
 
-    __slots__ = ("buckets", "ge", "gpus", "key", "member", "size", "up", "widest")
+    __slots__ = ("buckets", "ge", "gpus", "key", "member", "size", "together", "up", "widest")
 
     def __init__(self, key: PoolKey, n_nodes: int, n_domains: int, width: int):
         self.key = key
@@ -43,6 +44,8 @@ class Pool:
         self.up = 0  # member nodes UP
         self.widest = 0  # most healthy GPUs on one member node
         self.gpus = 0  # healthy GPUs on member nodes
+        # (feature counts, nodes) -> whether member nodes can meet them (shape.precheck)
+        self.together: dict[tuple[tuple[Term, ...], int], bool] = {}
 
 
 class Skeleton:
@@ -192,15 +195,21 @@ class ClusterIndex:
 
     # --- pools ----------------------------------------------------------------------------
 
-    def pool(self, partition: str, model: str | None, constraint: str | None = None) -> Pool:
-        key = (partition, model, constraint)
+    def pool(
+        self,
+        partition: str,
+        model: str | None,
+        constraint: str | None = None,
+        multi_node: bool = False,
+    ) -> Pool:
+        key = (partition, model, constraint, multi_node)
         found = self.pools.get(key)
         if found is None:
             found = self.pools[key] = self._new_pool(key)
         return found
 
     def _new_pool(self, key: PoolKey) -> Pool:
-        partition, model, constraint = key
+        partition, model, constraint, multi_node = key
         pool = Pool(key, len(self.nodes), len(self.domain_name), self.width)
         wanted = parse_constraint(constraint) if constraint else None
         for i, n in enumerate(self.nodes):
@@ -210,6 +219,8 @@ class ClusterIndex:
                 continue
             if wanted is not None and not node_fits(n.features, wanted):
                 continue
+            if multi_node and n.multi_node_excluded:
+                continue  # its fabric carries no collectives now (placer/core/fabric.py)
             pool.member[i] = 1
             pool.size += 1
             pool.up += n.state is NodeState.UP

@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from services.placer.core.calendar import Window, inside, off_limits, windows
+from services.placer.core.counted import NO_COUNTS, meets, select_counted
 from services.placer.core.index import ROOT, ClusterIndex, Pool
-from services.placer.core.job_pool import job_pool
+from services.placer.core.job_pool import counts_in, job_choices, job_pool
 from services.placer.core.limits import Usage, check, headroom
 from services.placer.core.model import (
     Backfill,
@@ -148,11 +149,15 @@ class Prepared:
         if self.tested >= self.config.max_job_test:
             return self._wait(job, Waiting.NOT_TESTED, "beyond max_job_test this pass")
         self.tested += 1
-        pool = job_pool(self.ix, job)
-        got = self._try_start(job, pool, shape)
-        if isinstance(got, Start | Wait):
-            return got
-        return self._blocked(job, pool, shape, got, preempts)
+        first: Start | Wait | str | None = None
+        for choice in job_choices(self.ix, job):  # one per [..] alternative, else one
+            got = self._try_start(job, choice.pool, shape)
+            if isinstance(got, Start):
+                return got
+            first = got if first is None else first
+        if isinstance(first, Wait):
+            return first
+        return self._blocked(job, job_pool(self.ix, job), shape, str(first), preempts)
 
     def _runtime(self, job: JobRequest) -> int:
         return planned_runtime(job, self.config.use_predictions)
@@ -186,7 +191,8 @@ class Prepared:
             for i, m in b.held:
                 self.ix.give(i, m)
         chosen = self._select(job, pool, shape, self._ok(job, avoid, only))
-        if isinstance(chosen, Chosen) and self._leaf_soon(job, pool, shape, chosen):
+        counted = bool(counts_in(self.ix, job, pool))  # the leaf wait weighs no counts
+        if isinstance(chosen, Chosen) and not counted and self._leaf_soon(job, pool, shape, chosen):
             chosen = LEAF_SOON
         start = self._commit(job, shape, chosen, lent) if isinstance(chosen, Chosen) else None
         self._rehold(lent)
@@ -233,13 +239,18 @@ class Prepared:
         g = shape.g if shape.total is None else 1
         if ok is not None:
             view = CandidateView(ix, {i: ix.free[i] for i in view.candidates(g) if ok(i)}, g)
+        counts = counts_in(self.ix, job, pool)
         if shape.total is not None:
-            return select_total(ix, view, shape.total, shape.nmax)
+            got = select_total(ix, view, shape.total, shape.nmax)
+            if isinstance(got, Chosen) and not meets(ix, [i for i, _ in got.picks], counts):
+                return NO_COUNTS
+            return got
         nmin = shape.nmin
         if job.required_nodes:
             nmin = max(nmin, min(len(job.required_nodes), shape.nmax))
         pack = self.config.pack_small
-        return select_gang(ix, view, nmin, shape.nmax, shape.g, self._max_leaves(job), pack)
+        leaves = self._max_leaves(job)
+        return select_counted(ix, view, counts, nmin, shape.nmax, shape.g, leaves, pack)
 
     def _max_leaves(self, job: JobRequest) -> int | None:
         if job.max_switches is None:
@@ -416,6 +427,9 @@ class Prepared:
         if got is None:
             return None
         picks, victims = got
+        counts = counts_in(self.ix, job, pool)
+        if counts and not meets(self.ix, [i for i, _ in picks], counts):
+            return None  # the victims' nodes would not meet the counts: stop no one
         self.preemptors += 1
         grace = max((v.grace_s for v in victims), default=0)
         ix = self.ix

@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from services.placer.core.counted import meets, nodes_needed
+from services.placer.core.fabric import fabric_wait
 from services.placer.core.index import ClusterIndex
-from services.placer.core.job_pool import job_pool
+from services.placer.core.job_pool import Choice, job_choices, job_pool
 from services.placer.core.model import JobRequest, Waiting
 
 
@@ -52,6 +54,8 @@ def precheck(ix: ClusterIndex, job: JobRequest) -> tuple[Waiting, str] | None:
     if job.time_limit_s < 1 or (job.gpus_total is not None and job.gpus_total < 0):
         return Waiting.BAD_CONSTRAINTS, "time limit must be >= 1 s and a GPU total >= 0"
     pool = job_pool(ix, job)
+    if (fabric := fabric_wait(ix, job, pool)) is not None:
+        return fabric
     if pool.size == 0:
         model = f" with {job.gpu_model} GPUs" if job.gpu_model else ""
         model += f" matching {job.constraint}" if job.constraint else ""
@@ -62,6 +66,10 @@ def precheck(ix: ClusterIndex, job: JobRequest) -> tuple[Waiting, str] | None:
         return Waiting.BAD_CONSTRAINTS, f"nodes have at most {pool.widest} healthy GPUs"
     if job.gpus_total is not None and job.gpus_total > pool.gpus:
         return Waiting.BAD_CONSTRAINTS, f"partition {job.partition} has {pool.gpus} GPUs"
+    if job.constraint:
+        why = _together(ix, job)
+        if why is not None:
+            return Waiting.BAD_CONSTRAINTS, why
     if job.nodes_min > pool.size:
         return Waiting.BAD_CONSTRAINTS, f"partition {job.partition} has {pool.size} nodes"
     if job.required_nodes or job.excluded_nodes:
@@ -81,3 +89,30 @@ def _node_lists(ix: ClusterIndex, job: JobRequest, size: int) -> tuple[Waiting, 
     if (job.required_nodes and len(job.required_nodes) < job.nodes_min) or left < job.nodes_min:
         return Waiting.NODES_EXCLUDED, "too few nodes left once the excluded ones are out"
     return None
+
+
+def _together(ix: ClusterIndex, job: JobRequest) -> str | None:
+    """Why no set of the partition's nodes, up or not, meets the job's constraint
+    together (feature counts, or one [..] alternative for all), or None."""
+    choices = job_choices(ix, job)
+    if len(choices) == 1 and not choices[0].counts:
+        return None
+    need = min(nodes_needed(c.counts) for c in choices)
+    if need > job.nodes_max:
+        return f"--constraint {job.constraint} needs {need} nodes; the job asks for {job.nodes_max}"
+    if any(_can_meet(ix, c, job.nodes_min) for c in choices):
+        return None
+    return (
+        f"no {job.nodes_min} node(s) of partition {job.partition} satisfy --constraint "
+        f"{job.constraint} together"
+    )
+
+
+def _can_meet(ix: ClusterIndex, choice: Choice, nodes: int) -> bool:
+    pool, counts = choice
+    known = pool.together.get((counts, nodes))
+    if known is None:
+        members = [i for i in range(len(ix.nodes)) if pool.member[i]]
+        enough = len(members) >= max(nodes, nodes_needed(counts))
+        known = pool.together[(counts, nodes)] = enough and meets(ix, members, counts)
+    return known

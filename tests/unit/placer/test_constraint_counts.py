@@ -1,0 +1,138 @@
+"""Table tests: `--constraint` feature counts (`a*2&b`) and ORs that must hold a job whole.
+
+A count is met by nodes of its own (`[r1*1&r2*2]` is three nodes), the uncounted
+features by every node; a matching OR (`[a|b]`) or an OR of counted alternatives tries
+each alternative in turn. A job no set of nodes can satisfy waits with BAD_CONSTRAINTS
+and says why; one whose counted nodes are busy waits for resources.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from services.placer.core import Fit, Node, Running, Waiting, place
+from tests.unit.placer.helpers import T0, gang, node, running, snapshot, whole
+
+
+def feat(name: str, *features: str, leaf: str = "") -> Node:
+    n = node(name, 4, topology=(leaf,) if leaf else ())
+    return msgspec.structs.replace(n, features=features)
+
+
+FLAT = (
+    feat("n1", "b"),
+    feat("n2", "b"),
+    feat("n3", "a", "b"),
+    feat("n4", "a", "b"),
+    feat("n5", "a"),
+    feat("r1", "rack1", "b"),
+    feat("r2", "rack2", "b"),
+    feat("r3", "rack2", "b"),
+)
+
+LEAVES = (
+    feat("x1", "b", leaf="leaf1"),
+    feat("x2", "b", leaf="leaf1"),
+    feat("x3", "b", leaf="leaf1"),
+    feat("y1", "a", "b", leaf="leaf2"),
+    feat("y2", "a", "b", leaf="leaf2"),
+    feat("y3", "b", leaf="leaf2"),
+    feat("y4", "b", leaf="leaf2"),
+)
+
+Case = tuple[tuple[Node, ...], dict[str, Any], tuple[Running, ...], tuple[str, ...] | str]
+
+# name -> (nodes, the job's request, running jobs, the nodes it starts on or why it waits)
+CASES: dict[str, Case] = {
+    "a count reserves the nodes with the feature, then fills from the rest": (
+        FLAT,
+        {"constraint": "a*2&b", "nodes": 3},
+        (),
+        ("n1", "n3", "n4"),
+    ),
+    "the uncounted feature is needed on every node": (
+        FLAT[:5],
+        {"constraint": "a*1&b", "nodes": 4},
+        (),
+        ("n1", "n2", "n3", "n4"),
+    ),
+    "a plain pick that already meets the count is kept": (
+        FLAT,
+        {"constraint": "a*1", "nodes": 3},
+        (),
+        ("n1", "n2", "n3"),
+    ),
+    "each count gets nodes of its own": (
+        FLAT,
+        {"constraint": "[rack1*1&rack2*2]", "nodes": 3},
+        (),
+        ("r1", "r2", "r3"),
+    ),
+    "counts are met inside one leaf switch when one can": (
+        LEAVES,
+        {"constraint": "a*2&b", "nodes": 3},
+        (),
+        ("y1", "y2", "y3"),
+    ),
+    "an OR of counted alternatives takes the one that can be met": (
+        FLAT,
+        {"constraint": "rack1*2|a*2", "nodes": 2},
+        (),
+        ("n3", "n4"),
+    ),
+    "a matching OR tries the next alternative when the first has no room for it": (
+        FLAT,
+        {"constraint": "[rack1|rack2]", "nodes": 2, "excluded_nodes": ("r1",)},
+        (),
+        ("r2", "r3"),
+    ),
+    "the counted nodes are busy: the job waits for resources": (
+        FLAT,
+        {"constraint": "a*2&b", "nodes": 2},
+        (running(50, whole("n3", 4)),),
+        "RESOURCES",
+    ),
+    "more counted nodes than the job asks for: it can never run": (
+        FLAT,
+        {"constraint": "a*2&b*2", "nodes": 3},
+        (),
+        "BAD_CONSTRAINTS: --constraint a*2&b*2 needs 4 nodes; the job asks for 3",
+    ),
+    "too few nodes with the feature in the partition: it can never run": (
+        FLAT,
+        {"constraint": "rack2*3", "nodes": 3},
+        (),
+        "BAD_CONSTRAINTS: no 3 node(s) of partition normal satisfy --constraint rack2*3 together",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_feature_counts_choose_the_nodes(name: str) -> None:
+    nodes, ask, busy, want = CASES[name]
+    ask = dict(ask)
+    n = ask.pop("nodes")
+    plan = place(snapshot(*nodes, running=busy), [gang(1, nodes=n, gpus_per_node=4, **ask)], T0)
+    if isinstance(want, tuple):
+        assert tuple(sorted(g.node for s in plan.starts for g in s.grants)) == want
+        return
+    assert not plan.starts
+    reason, _, detail = want.partition(": ")
+    assert [(w.reason, w.detail if detail else "") for w in plan.waits] == [
+        (Waiting(reason), detail)
+    ]
+
+
+def test_counts_inside_a_leaf_say_the_switch() -> None:
+    plan = place(snapshot(*LEAVES), [gang(1, nodes=3, gpus_per_node=4, constraint="a*2&b")], T0)
+    assert [(s.fit, s.domain) for s in plan.starts] == [(Fit.SWITCH, "leaf2")]
+
+
+def test_an_elastic_job_grows_past_its_counted_nodes() -> None:
+    plan = place(
+        snapshot(*FLAT[:4]), [gang(1, nodes=(2, 4), gpus_per_node=4, constraint="a*2")], T0
+    )
+    assert sorted(g.node for s in plan.starts for g in s.grants) == ["n1", "n2", "n3", "n4"]
