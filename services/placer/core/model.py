@@ -31,6 +31,10 @@ class Node(msgspec.Struct, frozen=True, kw_only=True):
     partitions: tuple[str, ...] = ()  # empty: the node serves every partition
     features: tuple[str, ...] = ()  # what --constraint matches (topology file, config)
     gpu_type: str | None = None  # configured short type; None: derived from the GPU model
+    # Why a fabric fault keeps the node out of multi-node jobs ("" : it is not): its
+    # links carry collectives badly (errors rising, speed degraded), single-node work
+    # is unaffected. See `fabric.spans_nodes`.
+    multi_node_excluded: str = ""
 
 
 class Grant(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,6 +91,8 @@ class JobRequest(msgspec.Struct, frozen=True, kw_only=True):
     min_runtime_s: int = 0
     reservation: str | None = None  # run inside this advance reservation only
     requeued: bool = False  # back in the queue after a fault or preemption: head of its priority
+    multi_node: bool = False  # one node of a gang of several (a spare, a grow): it needs
+    # a node fit for multi-node work even when it asks for one
     name: str = ""  # the job's name: runtime predictions learn per user and name
     predicted_s: int | None = None  # expected runtime (predict.py): backfill and bookings
     # plan on it; the kill stays at time_limit_s

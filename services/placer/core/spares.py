@@ -4,7 +4,9 @@ The spares are a small gang of their own (`count` nodes with the job's GPUs per 
 sought first inside the topology domain of the nodes the job keeps — the same leaf
 switch, then each level up — and only then anywhere, so the restarted job stays as
 close together as it was. Replacing lost capacity is not growth: limits do not apply,
-nor backfill or preemption (a spare is taken only if it is free now).
+nor backfill or preemption (a spare is taken only if it is free now). Spares (and the
+nodes an elastic job grows onto, asked the same way) join a gang of several nodes, so
+a node a fabric fault keeps out of multi-node jobs is never one (core/fabric.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ def place_spares(
     snapshot: Snapshot, job: JobRequest, near: tuple[str, ...], now: float
 ) -> Start | None:
     """The spares for `job` closest to the `near` nodes, or None when none are free."""
+    if near:  # the spares join the nodes kept: a gang of several, whatever `job` asks
+        job = msgspec.structs.replace(job, multi_node=True)
     by_name = {n.name: n for n in snapshot.nodes}
     paths = {by_name[n].topology for n in near if n in by_name}
     depth = max((len(p) for p in paths), default=0)
