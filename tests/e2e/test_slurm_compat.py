@@ -1,8 +1,8 @@
 """End to end, on a local cluster of real processes: Slurm users' GPU type names and
 node features. Nodes announce NVML model names ("NVIDIA H100 80GB HBM3") and features
 from their topology; the config's node sets add more. `--gres=gpu:h100:N` and
-`--constraint` expressions are admitted, placed on the nodes they name, and shown by
-`muster nodes`; a typo in a partition list is refused naming it."""
+`--constraint` expressions (feature counts too) are admitted, placed on the nodes they
+name, and shown by `muster nodes`; a typo in a partition list is refused naming it."""
 
 from __future__ import annotations
 
@@ -81,6 +81,8 @@ async def test_typed_gpus_and_constraints_place_on_the_nodes_they_name(
         "an A100 by type, any case": ("--gpus-per-node=A100:1",),
         "an AND, an OR and a config feature": ("-C", "ib&rack1|bigmem", "-N", "2", "-G", "2"),
         "a matching OR: the rack that holds two nodes": ("-C", "[rack1|rack2]", "-N", "2"),
+        # leaf2 alone would hold two nodes, but only one of them has ib
+        "a count: two nodes with ib": ("-C", "ib*2", "-N", "2"),
     }
     ids = {name: (await submit(url, SLEEP, argv)).job_ids[0] for name, argv in asks.items()}
     placed = {name: await _placed(db, job_id) for name, job_id in ids.items()}
@@ -89,6 +91,7 @@ async def test_typed_gpus_and_constraints_place_on_the_nodes_they_name(
         "an A100 by type, any case": ["node02"],
         "an AND, an OR and a config feature": ["node01", "node03"],
         "a matching OR: the rack that holds two nodes": ["node02", "node03"],
+        "a count: two nodes with ib": ["node01", "node02"],
     }
 
     view = await call(url, "nodes", QueueRequest(user="root"), NodesReply)
