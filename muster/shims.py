@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from msgspec.structs import replace
+
 from muster import slurm_format as fmt
 from muster.client import ApiRefused, current_user, nats_url, request
 from muster.quiet import quietly
@@ -228,18 +230,28 @@ def sinfo(argv: list[str]) -> int:
     p.add_argument("-h", "--noheader", action="store_true")
     p.add_argument("-o", "--format")
     p.add_argument("-n", "--nodes")
+    p.add_argument("-p", "--partition", action="append")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
-    nodes = request(_url(), "nodes", QueueRequest(user=current_user()), NodesReply).nodes
+    reply = request(_url(), "nodes", QueueRequest(user=current_user()), NodesReply)
+    nodes, parts = reply.nodes, reply.partitions
     if a.nodes:
         wanted = set(_csv([a.nodes]))
         nodes = tuple(n for n in nodes if n.name in wanted)
+    if a.partition:
+        parts = tuple(p for p in _csv(a.partition) if p in parts or not parts)
+        nodes = tuple(
+            replace(n, partitions=tuple(p for p in n.partitions if p in parts))
+            for n in nodes
+            if set(n.partitions) & set(parts)
+        )
     if a.json:
         from muster.render import to_json
 
-        print(to_json(NodesReply(nodes=nodes)))
+        print(to_json(replace(reply, nodes=nodes, partitions=parts)))
         return 0
-    _print(fmt.sinfo_lines(nodes, a.format, a.Node, header=not a.noheader))
+    lines = fmt.sinfo_lines(nodes, a.format, a.Node, not a.noheader, parts, reply.default_partition)
+    _print(lines)
     return 0
 
 
@@ -339,6 +351,7 @@ def _show_nodes(name: str | None) -> int:
             f"NodeName={n.name} State={fmt.node_state(n).upper()} Gres={gres}"
             f" GresUsed=gpu:{n.gpus_total - n.gpus_free}\n"
             f"   AvailableFeatures={','.join(n.features) or '(null)'}"
+            f" Partitions={','.join(n.partitions) or '(null)'}"
             f" Switches={'/'.join(n.topology) or '(null)'}\n"
             f"   Reason={n.reason or '(null)'}\n"
         )

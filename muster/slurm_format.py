@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
+from msgspec.structs import replace
+
 from shared.api import JobView, NodeView
 
 
@@ -233,7 +235,9 @@ NODE_COLUMNS: dict[str, Column] = {
     "features": ("AVAIL_FEATURES", lambda n: ",".join(n.features) or "(null)"),
     "reason": ("REASON", lambda n: n.reason or "none"),
     "nodes": ("NODES", lambda n: "1"),
-    "partition": ("PARTITION", lambda n: "all"),
+    # a row of sinfo is one node in one partition (see `_by_partition`)
+    "partition": ("PARTITION", lambda n: _partition(n)),
+    "partitionname": ("PARTITION", lambda n: _partition(n)),
 }
 SINFO_LETTERS = {
     "N": "nodelist",
@@ -245,6 +249,7 @@ SINFO_LETTERS = {
     "E": "reason",
     "D": "nodes",
     "P": "partition",
+    "R": "partitionname",
 }
 SINFO_NODES_DEFAULT = "%N %.6D %P %.6t"
 SINFO_DEFAULT = "%9P %.6D %.6t %N"
@@ -391,22 +396,50 @@ def squeue_lines(
     return render(parts, jobs, JOB_COLUMNS, header=header)
 
 
+def _partition(n: NodeView) -> str:
+    return n.partitions[0] if n.partitions else "(null)"
+
+
 def sinfo_lines(
-    nodes: Sequence[NodeView], fmt: str | None, by_node: bool, header: bool
+    nodes: Sequence[NodeView],
+    fmt: str | None,
+    by_node: bool,
+    header: bool,
+    partitions: Sequence[str] = (),
+    default_partition: str = "",
 ) -> list[str]:
-    """`sinfo -N`: a line per node; plain `sinfo`: nodes grouped by state, compressed."""
+    """`sinfo -N`: a line per node and partition; plain `sinfo`: per partition, nodes
+    grouped by state, compressed. `%P` marks the default partition with `*`, `%R` not."""
     default = SINFO_NODES_DEFAULT if by_node else SINFO_DEFAULT
     parts = parse_percent(fmt or default, SINFO_LETTERS)
+    rows = _by_partition(nodes, partitions)
+    starred = NODE_COLUMNS | {
+        "partition": ("PARTITION", lambda n: _starred(n, default_partition)),
+    }
     if by_node:
-        return render(parts, nodes, NODE_COLUMNS, header=header)
-    groups: dict[str, list[NodeView]] = {}
-    for n in nodes:
-        groups.setdefault(node_state(n), []).append(n)
+        rows.sort(key=lambda n: n.name)  # Slurm's -N: by node, then partition
+        return render(parts, rows, starred, header=header)
+    groups: dict[tuple[str, str], list[NodeView]] = {}
+    for n in rows:
+        groups.setdefault((_partition(n), node_state(n)), []).append(n)
     # a group's columns: its first node's value, but all its names and its count
-    columns: dict[str, Column] = {k: (h, _of_first(get)) for k, (h, get) in NODE_COLUMNS.items()}
+    columns: dict[str, Column] = {k: (h, _of_first(get)) for k, (h, get) in starred.items()}
     columns["nodelist"] = ("NODELIST", lambda g: compress(n.name for n in g))
     columns["nodes"] = ("NODES", lambda g: str(len(g)))
     return render(parts, groups.values(), columns, header=header)
+
+
+def _by_partition(nodes: Sequence[NodeView], order: Sequence[str]) -> list[NodeView]:
+    """A row per node and partition it serves (a node in none: one row), partitions in
+    the config's order (`order`; else as the nodes name them)."""
+    known = list(dict.fromkeys([*order, *(p for n in nodes for p in n.partitions)]))
+    rows = [replace(n, partitions=(p,)) for p in known for n in nodes if p in n.partitions]
+    return rows + [n for n in nodes if not n.partitions]
+
+
+def _starred(n: NodeView, default: str) -> str:
+    name = _partition(n)
+    return f"{name}*" if default and name == default else name
 
 
 def _of_first(get: Getter) -> Getter:

@@ -155,10 +155,13 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     gpus: tuple[GpuView, ...] = ()
     features: tuple[str, ...] = ()  # what --constraint matches here
     gpu_type: str = ""  # the short GPU type --gres=gpu:TYPE:N names ("h100")
+    partitions: tuple[str, ...] = ()  # the partitions it serves, in the config's order
 
 
 class NodesReply(msgspec.Struct, frozen=True, kw_only=True):
     nodes: tuple[NodeView, ...]
+    partitions: tuple[str, ...] = ()  # every partition, in the config's order
+    default_partition: str = ""  # what a job without -p gets (sinfo marks it `*`)
 
 
 class NodeAction(Request, frozen=True, kw_only=True):

@@ -27,6 +27,7 @@ from services.admission.config import ConfigError
 from services.admission.config_model import ClusterConfig, Limits
 from services.admission.config_source import ConfigSource
 from services.admission.errors_api import Refused
+from services.admission.node_partitions import nodes_reply
 from services.admission.nonces import NonceLedger
 from services.admission.policy import NO_POLICY, JobPolicy, job_policy
 from services.admission.ratelimit import Bucket, take
@@ -405,7 +406,7 @@ class Admission:
     async def nodes(self, _req: QueueRequest) -> NodesReply:
         async with self.ctx.pool.acquire() as conn:
             nodes, gpus = await repo.nodes_view(conn)
-        return NodesReply(nodes=tuple(node_views(nodes, gpus)))
+        return nodes_reply(node_views(nodes, gpus), _placement(self.source.config))
 
     # --- operator actions -----------------------------------------------------------
 

@@ -44,7 +44,7 @@ def node(name: str, state: str = "UP", free: int = 4, total: int = 4, **kw: obje
     base: dict[str, object] = dict(
         name=name, state=state, reason="", gpus_total=total, gpus_free=free,
         topology=("spine0", "leaf1"), last_heartbeat=None, last_fault=None, gpus=gpus,
-        gpu_type="h100",
+        gpu_type="h100", partitions=("normal", "debug") if free == 0 else ("normal",),
     )  # fmt: skip
     return NodeView(**(base | kw))  # type: ignore[arg-type]
 
@@ -176,22 +176,42 @@ def test_node_state(n: NodeView, long: str, short: str) -> None:
 
 SINFO = {
     "-N -h -o '%N %T': a line per node": (
-        [node("node01"), node("node02", free=0)],
+        [node("node01"), node("node02", free=0, partitions=("normal",))],
         "%N %T",
         True,
         False,
         ["node01 idle", "node02 allocated"],
     ),
-    "plain sinfo groups nodes by state and compresses their names": (
-        [node("node01"), node("node02"), node("node03", free=0), node("node04")],
+    "plain sinfo groups nodes by partition and state and compresses their names": (
+        [node("node01"), node("node02"), node("node03", free=0), node("node04", partitions=())],
         None,
         False,
         True,
         [
             "PARTITION  NODES  STATE NODELIST",
-            "all            3   idle node[01-02,04]",
-            "all            1  alloc node03",
+            "normal*        2   idle node[01-02]",
+            "normal*        1  alloc node03",
+            "debug          1  alloc node03",
+            "(null)         1   idle node04",
         ],
+    ),
+    "sinfo -N: a line per node and partition, the default marked by %P only": (
+        [node("node02", free=0), node("node01", partitions=("debug",))],
+        "%N %P %R %T",
+        True,
+        False,
+        [
+            "node01 debug debug idle",
+            "node02 normal* normal allocated",
+            "node02 debug debug allocated",
+        ],
+    ),
+    "the default sinfo -N columns": (
+        [node("node01", partitions=("debug",))],
+        None,
+        True,
+        True,
+        ["NODELIST  NODES PARTITION  STATE", "node01      1 debug   idle"],
     ),
     "GRES and features": (
         [node("n1", features=("ib", "nvlink"))],
@@ -208,7 +228,7 @@ SINFO = {
 def test_sinfo(
     nodes: list[NodeView], fmt: str | None, by_node: bool, header: bool, want: list[str]
 ) -> None:
-    assert sinfo_lines(nodes, fmt, by_node, header) == want
+    assert sinfo_lines(nodes, fmt, by_node, header, ("normal", "debug"), "normal") == want
 
 
 SACCT = {

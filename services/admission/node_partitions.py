@@ -1,0 +1,41 @@
+"""Pure: the partitions each node serves, for `muster nodes` and the `sinfo` shim.
+
+A partition serves the nodes its config resolves to (`node_names`; None: every node).
+Without a placement config every node serves every partition, and a job gets the
+JobSpec's default partition, so that is the one partition shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from services.admission.config_model import ClusterConfig
+from shared.api import NodesReply, NodeView
+from shared.jobspec import JobSpec
+
+# what a job without -p gets when no config says otherwise
+NO_CONFIG_PARTITION: str = next(
+    f.default for f in msgspec.structs.fields(JobSpec) if f.name == "partition"
+)
+
+
+def nodes_reply(views: Sequence[NodeView], config: ClusterConfig | None) -> NodesReply:
+    if config is None:
+        names: tuple[str, ...] = (NO_CONFIG_PARTITION,)
+        default = NO_CONFIG_PARTITION
+        served = {v.name: names for v in views}
+    else:
+        names, default = tuple(config.partitions), config.default_partition
+        served = {v.name: _served(v.name, config) for v in views}
+    nodes = tuple(msgspec.structs.replace(v, partitions=served[v.name]) for v in views)
+    return NodesReply(nodes=nodes, partitions=names, default_partition=default)
+
+
+def _served(node: str, config: ClusterConfig) -> tuple[str, ...]:
+    return tuple(
+        name
+        for name, p in config.partitions.items()
+        if p.node_names is None or node in p.node_names
+    )

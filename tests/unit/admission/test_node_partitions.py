@@ -1,0 +1,45 @@
+"""`nodes_reply`: each node lists the partitions that serve it, in the config's order,
+and the reply names the default partition (sinfo marks it `*`)."""
+
+from __future__ import annotations
+
+from services.admission.config_model import ClusterConfig, Partition
+from services.admission.node_partitions import nodes_reply
+from shared.api import NodeView
+
+
+def view(name: str) -> NodeView:
+    return NodeView(
+        name=name, state="UP", reason="", gpus_total=0, gpus_free=0, topology=(),
+        last_heartbeat=None, last_fault=None,
+    )  # fmt: skip
+
+
+def part(name: str, nodes: tuple[str, ...] | None) -> Partition:
+    return Partition(name=name, nodes=(), node_names=nodes, default_time_s=60, max_time_s=None)
+
+
+def test_each_node_lists_the_partitions_that_serve_it() -> None:
+    config = ClusterConfig(
+        default_partition="gpu",
+        default_qos="normal",
+        partitions={
+            "gpu": part("gpu", ("n1", "n2")),
+            "debug": part("debug", None),
+            "big": part("big", ("n2",)),
+        },
+        qos={},
+    )
+    reply = nodes_reply([view("n1"), view("n2"), view("n3")], config)
+    assert [(n.name, n.partitions) for n in reply.nodes] == [
+        ("n1", ("gpu", "debug")),
+        ("n2", ("gpu", "debug", "big")),
+        ("n3", ("debug",)),
+    ]
+    assert (reply.partitions, reply.default_partition) == (("gpu", "debug", "big"), "gpu")
+
+
+def test_without_a_config_every_node_serves_the_partition_jobs_get() -> None:
+    reply = nodes_reply([view("n1")], None)
+    assert [n.partitions for n in reply.nodes] == [("normal",)]
+    assert (reply.partitions, reply.default_partition) == (("normal",), "normal")
