@@ -29,6 +29,7 @@ import shutil
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from services.health.catalog import FabricAction, classify_fabric
 from services.health.fabric_core import (
     FabricCondition,
     FabricPolicy,
@@ -228,9 +229,15 @@ class FabricWatcher:
         return faulted(self.state)
 
     def problems(self) -> tuple[str, ...]:
-        """What a health check must not pass while it lasts: a faulted link, or one down
-        now (an agent just restarted has not judged it yet)."""
-        held = self.faults()
+        """What a health check must not pass while it lasts: a link at a fault that
+        drains the node, or one down now (an agent just restarted has not judged it
+        yet). A fault that only keeps the node out of multi-node jobs fails no check:
+        the node is healthy for single-node work."""
+        held = {
+            n: (c, d)
+            for n, (c, d) in self.faults().items()
+            if classify_fabric(n, c).action is FabricAction.DRAIN_NODE
+        }
         down = [n for n, t in sorted(self.state.links.items()) if not t.up and n not in held]
         return (
             *(f"fabric {n}: {c} ({d})" for n, (c, d) in held.items()),

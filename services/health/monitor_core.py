@@ -26,6 +26,7 @@ from services.health.catalog import (
     FabricAction,
     FabricClassification,
 )
+from services.health.monitor_links import excluded_by, shown, still_faulted
 from services.health.monitor_model import (
     AnyObservation,
     CheckFailed,
@@ -127,7 +128,7 @@ def step(state: ClusterHealth, obs: AnyObservation, now: float) -> Result:
         case OperatorResume():
             new, out = _operator_resume(node, obs, now, p)
     nodes = dict(state.nodes)
-    nodes[new.name] = new
+    nodes[new.name] = shown(new)
     return ClusterHealth(policy=p, nodes=nodes, guard=state.guard), tuple(out)
 
 
@@ -185,13 +186,18 @@ def _fault(node: NodeHealth, f: FaultSeen, now: float, p: HealthPolicy) -> NodeR
 
 def _fabric_fault(node: NodeHealth, f: FabricFaultSeen, now: float, p: HealthPolicy) -> NodeResult:
     """A link that cannot carry collectives drains the node (its jobs restart elsewhere,
-    as for an XID) until the probe says the link is stable again; a lesser fault is
-    published for the record and leaves the node where it is; a warning is nothing."""
+    as for an XID) until the probe says the link is stable again; a lesser fault keeps
+    it out of multi-node jobs only (UP, its jobs untouched), published for the record;
+    a warning is nothing."""
     c = f.classification
     if c.action is FabricAction.WARN:
         return node, []
     before = node.state
     reason = f"network {c.condition} on {c.link}: {c.detail}".rstrip(": ")
+    if f.faulted:
+        node = still_faulted(node, f.faulted)
+    if c.action is FabricAction.EXCLUDE_MULTI_NODE:
+        node = excluded_by(node, c)
     if c.excludes_node:
         node = _drain_for(node, Recovery.FABRIC, reason, now)
     return _counted(node, before, _fault_transition(node, before, reason, fabric=c), now, p)
@@ -238,6 +244,7 @@ def _counted(
 
 
 def _fabric_cleared(node: NodeHealth, c: FabricCleared, now: float, p: HealthPolicy) -> NodeResult:
+    node = still_faulted(node, c.faulted, c.link)  # its multi-node exclusion ends too
     if c.faulted or node.recovery is not Recovery.FABRIC:
         return node, []  # other links still at fault, or something else is owed
     node = with_changes(node, recovery=Recovery.NONE)
@@ -370,6 +377,7 @@ def _operator_resume(
         recovery=Recovery.NONE,
         fault_boot_id="",
         gpus=gpus,
+        multi_node_excluded={},
     )
     heard = node.last_heartbeat is not None and now - node.last_heartbeat <= p.heartbeat_timeout_s
     if node.state in (NodeState.DOWN, NodeState.SUSPECT) and not heard:

@@ -20,7 +20,7 @@ def fabric_observation(obs: NodeFabricFaultObserved) -> AnyObservation:
     if obs.cleared:
         return FabricCleared(node=obs.node, link=obs.link, faulted=obs.faulted)
     verdict = classify_fabric(obs.link, obs.condition, obs.detail)
-    return FabricFaultSeen(node=obs.node, classification=verdict)
+    return FabricFaultSeen(node=obs.node, classification=verdict, faulted=obs.faulted)
 
 
 async def fabric_fault_event(

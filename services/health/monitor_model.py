@@ -78,6 +78,9 @@ class NodeHealth(msgspec.Struct, frozen=True, kw_only=True):
     # it stopped the stale ones (node.cleaned), the node takes no new work.
     clean_boot_id: str = ""
     gpus: tuple[GpuHealth, ...] = ()
+    # Links whose fabric fault keeps the node out of multi-node jobs (link -> what shows
+    # it); the node stays UP for single-node work (monitor_links.py).
+    multi_node_excluded: dict[str, str] = {}
 
 
 class ClusterHealth(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,6 +112,7 @@ class FaultSeen(Observation, frozen=True, tag="fault_seen"):
 class FabricFaultSeen(Observation, frozen=True, tag="fabric_fault_seen"):
     node: str
     classification: FabricClassification
+    faulted: tuple[str, ...] = ()  # every link the probe holds at fault, this one too
 
 
 class FabricCleared(Observation, frozen=True, tag="fabric_cleared"):

@@ -92,6 +92,7 @@ def _node(r: asyncpg.Record, gpus: tuple[GpuHealth, ...], running: dict[str, int
         clean_boot_id=r["clean_boot_id"],
         running=running.get(r["name"], 0),
         gpus=gpus,
+        multi_node_excluded=json.loads(r["multi_node_excluded"]),
     )
 
 
@@ -102,7 +103,7 @@ async def save_health(conn: Conn, nodes: Iterable[NodeHealth]) -> None:
         "UPDATE nodes SET state = $2, reason = $3, state_since = $4, boot_id = $5,"
         " last_heartbeat = GREATEST(last_heartbeat, $6), recovery = $7, fault_boot_id = $8,"
         " operator_drain = $9, held = $10, failures = $11, clean_boot_id = $12,"
-        " updated_at = now()"
+        " multi_node_excluded = $13::jsonb, updated_at = now()"
         " WHERE name = $1",
         [
             (
@@ -118,6 +119,7 @@ async def save_health(conn: Conn, nodes: Iterable[NodeHealth]) -> None:
                 n.held,
                 list(n.failures),
                 n.clean_boot_id,
+                json.dumps(n.multi_node_excluded, sort_keys=True),
             )
             for n in nodes
         ],

@@ -8,6 +8,8 @@ the cycle's transaction and returns core types; nothing here decides.
 
 from __future__ import annotations
 
+import json
+
 import asyncpg
 
 from services.placer.core import (
@@ -29,10 +31,12 @@ NO_PARTITION = ("(none)",)  # the core reads an empty tuple as "every partition"
 async def load_nodes(conn: Conn) -> tuple[Node, ...]:
     """Nodes with their GPUs and features and, when a cluster config is in force, the
     partitions each serves (a node no partition names serves none) and the GPU type
-    and features its node sets give it."""
+    and features its node sets give it; and the fabric links (health's) that keep a
+    node out of multi-node jobs."""
     policy = await conn.fetch("SELECT partition, nodes FROM partition_policy ORDER BY partition")
     rows = await conn.fetch(
         "SELECT n.name, n.state, n.topology, n.features, p.features AS given, p.gpu_type,"
+        " n.multi_node_excluded::text AS fabric,"
         f" {_gpu_column('idx', 'idx')}, {_gpu_column('model', 'model')},"
         f" {_gpu_column('memory_mib', 'mem')}, {_gpu_column('locality', 'loc')},"
         f" {_gpu_column('healthy', 'ok')}"
@@ -49,6 +53,7 @@ async def load_nodes(conn: Conn) -> tuple[Node, ...]:
             # the agent's own (topology file) and its config node sets'
             features=tuple(dict.fromkeys((*r["features"], *(r["given"] or ())))),
             gpu_type=r["gpu_type"],
+            multi_node_excluded=_multi_node_excluded(r["fabric"]),
             gpus=tuple(
                 Gpu(index=i, model=m, memory_mib=mem, locality=loc, healthy=ok)
                 for i, m, mem, loc, ok in zip(
@@ -58,6 +63,13 @@ async def load_nodes(conn: Conn) -> tuple[Node, ...]:
         )
         for r in rows
     )
+
+
+def _multi_node_excluded(raw: str) -> str:
+    """Health's {link: what shows it} as the core's one text ("" : no fabric fault keeps
+    the node out of multi-node jobs)."""
+    links: dict[str, str] = json.loads(raw) if raw else {}
+    return "; ".join(f"{link} {what}" for link, what in sorted(links.items()))
 
 
 def _partitions_of(node: str, policy: list[asyncpg.Record]) -> tuple[str, ...]:
