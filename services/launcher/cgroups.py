@@ -212,11 +212,16 @@ def _tree(folder: str) -> list[str]:
     return sorted(out, key=lambda f: f.count("/"), reverse=True)
 
 
-def kill(ref: CgroupRef, sig: int) -> int:
-    """Send `sig` to every process of the job; how many were signalled."""
+def kill(ref: CgroupRef, sig: int, *, but_group: int | None = None) -> int:
+    """Send `sig` to every process of the job, except those of process group
+    `but_group` (the caller signals that group itself, and a process signalled twice
+    runs its handler twice: a script's TERM trap, killing the command the first one
+    ran); how many were signalled."""
     hit = 0
     for pid in procs(ref):
         with contextlib.suppress(ProcessLookupError):
+            if but_group is not None and os.getpgid(pid) == but_group:
+                continue
             os.kill(pid, sig)
             hit += 1
     return hit

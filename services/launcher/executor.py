@@ -282,9 +282,9 @@ class Worker:
                 if self._proc.returncode is None:
                     os.kill(self.pid, sig)
                 return
+            if self.cgroup is not None:  # what left the group; the group gets killpg
+                cgroups.kill(self.cgroup, sig, but_group=self.pgid)
             os.killpg(self.pgid, sig)
-        if self.cgroup is not None:
-            cgroups.kill(self.cgroup, sig)
 
     def _members(self) -> bool:
         if group_members(self.pgid):

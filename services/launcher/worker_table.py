@@ -286,11 +286,13 @@ class WorkerTable:
 
 def kill_group(worker: ProcessRef | None, sig: int, cgroup: CgroupRef | None = None) -> bool:
     """Signal a worker's process group, only while its leader is the recorded process,
-    and every process in the job's cgroup (its name is the job's alone, never reused)."""
-    hit = cgroup is not None and kill(cgroup, sig) > 0
+    and every process in the job's cgroup (its name is the job's alone, never reused)
+    that left that group: each process gets `sig` once."""
     if not alive(worker):
-        return hit
+        return cgroup is not None and kill(cgroup, sig) > 0
     assert worker is not None
+    if cgroup is not None:
+        kill(cgroup, sig, but_group=worker.pid)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(worker.pid, sig)
     return True

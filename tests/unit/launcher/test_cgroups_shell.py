@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from services.launcher import cgroups
 from services.launcher.cgroups_core import DevNum, Limits, Version
-from services.launcher.worker_table import ProcessRef, kill_group
+from services.launcher.worker_table import ProcessRef, kill_group, start_time
 
 HIERARCHY = cgroups.detect()
 pytestmark = [
@@ -173,3 +174,31 @@ def test_a_process_in_a_cgroup_below_the_jobs_is_found_killed_and_its_cgroup_rem
     assert cgroups.remove(ref)
     assert child.wait(timeout=10) == -9
     assert not below.exists() and not Path(memory).exists()
+
+
+def test_the_cgroup_pass_skips_the_group_that_killpg_reaches_so_each_gets_a_signal_once(
+    root: str,
+) -> None:
+    """Signalled through its group and its cgroup both, a script got SIGTERM twice: its
+    TERM trap ran twice and the second TERM killed what the first trap ran. The cgroup
+    pass now reaches only what left the group."""
+    assert HIERARCHY is not None
+    ref = cgroups.create(HIERARCHY, root, "job", Limits())
+    with cgroups.entered(ref, HIERARCHY):
+        leader = subprocess.Popen(
+            ["sh", "-c", "sleep 300 & setsid sleep 300 & echo $!; wait"],
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+    assert leader.stdout is not None
+    escaped = int(leader.stdout.readline())
+    deadline = time.monotonic() + 10
+    while len(cgroups.procs(ref)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(cgroups.procs(ref)) == 3  # the script, its sleep, the escaped sleep
+    assert cgroups.kill(ref, 0, but_group=leader.pid) == 1  # the escaped one alone
+    assert cgroups.kill(ref, 0) == 3
+    assert kill_group(ProcessRef(pid=leader.pid, start=start_time(leader.pid)), 9, ref)
+    assert leader.wait(timeout=10) == -9
+    assert cgroups.remove(ref)
+    assert escaped not in cgroups.procs(ref)
