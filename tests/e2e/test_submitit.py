@@ -89,7 +89,8 @@ async def test_a_function_returns_its_result_and_a_cancel_ends_a_job(
     ex = executor(tmp_path / "jobs" / "%j", name="adder")
     job = ex.submit(jobs.add, 2, 40)
     assert await asyncio.to_thread(job.result) == 42
-    assert await job_state(db, int(job.job_id)) == "COMPLETED"
+    # the result file is written just before the script exits and its run ends
+    await eventually(lambda: job_state(db, int(job.job_id)), lambda s: s == "COMPLETED", 30)
     assert job.get_info()["State"] == "COMPLETED"  # a forced `muster queue` read
     assert (tmp_path / "jobs" / job.job_id / f"{job.job_id}_0_log.out").exists()
 
@@ -111,16 +112,19 @@ async def test_map_array_runs_one_array_whose_tasks_return_in_order(
     results = await asyncio.to_thread(lambda: [j.result() for j in done])
     assert results == [(1, "0"), (4, "1"), (9, "2")]
     array_id = int(done[0].job_id.split("_")[0])
-    states = await db.fetch(
-        "SELECT j.array_task_id, r.state FROM jobs j JOIN job_runs r USING (job_id)"
-        " WHERE j.array_job_id = $1 ORDER BY 1",
-        array_id,
-    )
-    assert [(r["array_task_id"], r["state"]) for r in states] == [
-        (0, "COMPLETED"),
-        (1, "COMPLETED"),
-        (2, "COMPLETED"),
-    ]
+
+    async def states() -> list[tuple[int, str]]:
+        rows = await db.fetch(
+            "SELECT j.array_task_id, r.state FROM jobs j JOIN job_runs r USING (job_id)"
+            " WHERE j.array_job_id = $1 ORDER BY 1",
+            array_id,
+        )
+        return [(r["array_task_id"], r["state"]) for r in rows]
+
+    # submitit's result file is written before the task's script exits: its run ends
+    # (COMPLETED) a moment after `result()` returned.
+    done_states = [(0, "COMPLETED"), (1, "COMPLETED"), (2, "COMPLETED")]
+    assert await eventually(states, lambda s: s == done_states, 30, "tasks ended") == done_states
 
 
 async def test_a_preempted_job_checkpoints_and_resumes_where_it_stopped(
@@ -149,7 +153,12 @@ async def test_a_preempted_job_checkpoints_and_resumes_where_it_stopped(
     # The requeued attempt continued from the checkpoint, not from the first step.
     assert again[0] == first[-1] + 1 or again[0] == first[-1], seen
     assert again[-1] == 40
-    row = await db.fetchrow(
-        "SELECT state, restart_count FROM job_runs WHERE job_id = $1", int(job.job_id)
+    row = await eventually(
+        lambda: db.fetchrow(
+            "SELECT state, restart_count FROM job_runs WHERE job_id = $1", int(job.job_id)
+        ),
+        lambda r: r is not None and r["state"] == "COMPLETED",
+        30,
+        "the run ended",
     )
-    assert (row["state"], row["restart_count"]) == ("COMPLETED", 1)
+    assert row is not None and (row["state"], row["restart_count"]) == ("COMPLETED", 1)

@@ -102,6 +102,8 @@ async def test_killed_processes_come_back_and_down_leaves_nothing(up: Path) -> N
     before = pids(state)
     assert {"supervisor", "server-nats", "server-postgres", "placer", "node-node01"} <= set(before)
     data = json.loads((state / "cluster.json").read_text())
+    agent_log = state / "logs" / "node-node01.log"
+    registered = agent_log.read_text().count("registered node=node01")
 
     for key in ("placer", "node-node01"):
         os.kill(before[key], signal.SIGKILL)
@@ -116,6 +118,14 @@ async def test_killed_processes_come_back_and_down_leaves_nothing(up: Path) -> N
         k: v for k, v in before.items() if k not in ("placer", "node-node01")
     }
 
+    # The new agent answers before its probe registers the node (muster/node.py): until
+    # then a job's start finds no agent on node01, and the job is requeued without it.
+    await eventually(
+        lambda: asyncio.to_thread(agent_log.read_text),
+        lambda text: text.count("registered node=node01") > registered,
+        timeout=60,
+        what="the restarted agent registered its node",
+    )
     db = await asyncpg.connect(data["database_url"])
     try:
         await eventually(
