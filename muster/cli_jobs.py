@@ -211,11 +211,12 @@ def register(sub: Any) -> None:
 
 
 def _register_actions(sub: Any) -> None:
-    """cancel, hold, release and approve: one selection of jobs each."""
+    """cancel, hold, release, requeue and approve: one selection of jobs each."""
     for verb, what in (
         ("cancel", "cancel jobs, or signal running ones with -s (like scancel)"),
         ("hold", "hold pending jobs"),
         ("release", "release held jobs"),
+        ("requeue", "stop running jobs and put them back in the queue (like scontrol requeue)"),
         ("approve", "approve jobs of a partition that requires it (operators)"),
     ):
         s = sub.add_parser(verb, help=what)

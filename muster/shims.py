@@ -312,16 +312,11 @@ def scontrol(argv: list[str]) -> int:
         return _show_job(argv[2])
     if argv[:2] == ["show", "node"] or argv[:2] == ["show", "nodes"]:
         return _show_nodes(argv[2] if len(argv) > 2 else None)
-    if argv[:1] in (["hold"], ["release"]) and len(argv) >= 2:
+    if argv[:1] in (["hold"], ["release"], ["requeue"]) and len(argv) >= 2:
         return _act("scontrol", argv[0], argv[1:])
-    if argv[:1] == ["requeue"]:
-        raise ShimError(
-            "requeue is not in Muster's API yet (a job is requeued by its faults or a "
-            "preemption); scancel it and submit it again"
-        )
     raise ShimError(
         f"unsupported: scontrol {' '.join(argv) or '(nothing)'}; this shim knows "
-        "show job ID, show node [NAME], hold IDS, release IDS"
+        "show job ID, show node [NAME], hold IDS, release IDS, requeue IDS"
     )
 
 

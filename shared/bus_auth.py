@@ -42,7 +42,12 @@ SERVICES = ("admission", "placer", "launcher", "health", "fairshare")
 
 # The events each service owns (publishes through its outbox), as the subject suffix.
 SERVICE_EVENTS: dict[str, tuple[str, ...]] = {
-    "admission": ("job.submitted", "job.cancel_requested", "node.drain_requested"),
+    "admission": (
+        "job.submitted",
+        "job.cancel_requested",
+        "job.requeue_requested",
+        "node.drain_requested",
+    ),
     "placer": ("job.allocated", "job.preempt_requested", "job.spares_answered"),
     "launcher": (
         "job.started",

@@ -45,6 +45,15 @@ class JobCancelRequested(Event, frozen=True, tag="job.cancel_requested"):
     signal: str | None = None
 
 
+class JobRequeueRequested(Event, frozen=True, tag="job.requeue_requested"):
+    """`muster requeue` / `scontrol requeue`: stop the running job and put it back in
+    the queue, same id, restart_count + 1 (admission checked who asks)."""
+
+    job_id: int
+    by: str
+    reason: str = "requeued by user"
+
+
 class JobAllocated(Event, frozen=True, tag="job.allocated"):
     job_id: int
     attempt: int
@@ -260,6 +269,7 @@ class WorkerExited(Event, frozen=True, tag="worker.exited"):
 AnyEvent = (
     JobSubmitted
     | JobCancelRequested
+    | JobRequeueRequested
     | JobAllocated
     | JobStarted
     | JobPreemptRequested

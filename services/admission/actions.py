@@ -1,4 +1,5 @@
-"""Pure: which of the selected jobs a cancel, signal, hold, release or approve acts on.
+"""Pure: which of the selected jobs a cancel, signal, hold, release, approve or requeue
+acts on.
 
 The shell loads the selected jobs (locked) as `Target`s; `decide` returns the jobs to
 change, the ones left alone with why, or one refusal for the whole request: a command
@@ -20,6 +21,9 @@ from .config_model import ClusterConfig
 
 # Workers that are up, or coming up, take a signal; a COMPLETING job's are being stopped.
 SIGNALLABLE = frozenset({JobState.STARTING, JobState.RUNNING})
+# A requeue stops workers that are up or coming up (Slurm's scontrol requeue of a running
+# job); a pending job is already in the queue, a finished one stays finished.
+REQUEUEABLE = SIGNALLABLE
 
 
 class Verb(StrEnum):
@@ -28,6 +32,7 @@ class Verb(StrEnum):
     HOLD = "hold"
     RELEASE = "release"
     APPROVE = "approve"
+    REQUEUE = "requeue"
 
 
 _AUTHZ = {
@@ -36,6 +41,7 @@ _AUTHZ = {
     Verb.HOLD: Action.HOLD,
     Verb.RELEASE: Action.RELEASE,
     Verb.APPROVE: Action.APPROVE,
+    Verb.REQUEUE: Action.REQUEUE,
 }
 
 
@@ -90,6 +96,8 @@ def _why_not(verb: Verb, actor: str, t: Target, config: ClusterConfig) -> str | 
     """None when `verb` applies to `t`; a reason it is skipped; or '!reason' to refuse."""
     job = f"job {t.job_id}"
     if t.state not in ACTIVE:
+        if verb is Verb.REQUEUE:
+            return f"{job} already ended ({t.state}); submit it again to run it again"
         return f"{job} already ended ({t.state})"
     match verb:
         case Verb.CANCEL:
@@ -107,6 +115,12 @@ def _why_not(verb: Verb, actor: str, t: Target, config: ClusterConfig) -> str | 
                 return f"{job} is not held"
             if t.held_by_operator and actor not in config.operators:
                 return f"!{job} was held by an operator; only an operator may release it"
+            return None
+        case Verb.REQUEUE:
+            if t.state == JobState.PENDING:
+                return f"{job} is pending: it is in the queue already"
+            if t.state not in REQUEUEABLE:
+                return f"{job} is {t.state}; only a running job can be requeued"
             return None
         case Verb.APPROVE:
             if not t.needs_approval:

@@ -1,4 +1,4 @@
-"""Shell: the job commands (cancel, signal, hold, release, approve) and the reads
+"""Shell: the job commands (cancel, signal, hold, release, approve, requeue) and the reads
 (queue, show). Each command is one transaction: select and lock the jobs, `decide`
 (pure, actions.py), write and queue the events it owes (outbox)."""
 
@@ -25,7 +25,7 @@ from shared.api import (
     StopWorkers,
 )
 from shared.db import Conn, outbox_add
-from shared.events import JobCancelRequested, JobSubmitted
+from shared.events import JobCancelRequested, JobRequeueRequested, JobSubmitted
 from shared.identity import Directory
 from shared.jobspec import JobSpec
 from shared.logs import kv
@@ -187,6 +187,23 @@ class JobCommands:
             f"; still awaiting operator approval: {', '.join(map(str, waiting))}" if waiting else ""
         )
         return _ok(f"released {len(decision.act_on)} job(s){note}", decision)
+
+    async def requeue(self, sel: JobSelector) -> Ok:
+        """Running jobs back to the queue: the launcher stops them and requeues them
+        (same id, restart_count + 1), as it does a preempted job."""
+        reason = sel.reason or f"requeued by {sel.user}"
+        async with self.ctx.pool.acquire() as conn, conn.transaction():
+            decision, _ = await self._decided(conn, Verb.REQUEUE, sel)
+            await outbox_add(
+                conn,
+                *(
+                    JobRequeueRequested(job_id=j, by=sel.user, reason=reason)
+                    for j in decision.act_on
+                ),
+            )
+        self.ctx.relay.kick()
+        log.info("requeue", extra=kv(by=sel.user, jobs=len(decision.act_on)))
+        return _ok(f"requeue requested for {len(decision.act_on)} job(s)", decision)
 
     async def approve(self, sel: JobSelector) -> Ok:
         async with self.ctx.pool.acquire() as conn, conn.transaction():

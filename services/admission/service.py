@@ -114,6 +114,7 @@ class Admission:
             "cancel": self._signed("cancel", JobSelector, self.jobs.cancel),
             "hold": self._signed("hold", JobSelector, self.jobs.hold),
             "release": self._signed("release", JobSelector, self.jobs.release),
+            "requeue": self._signed("requeue", JobSelector, self.jobs.requeue),
             "approve": self._signed("approve", JobSelector, self.jobs.approve),
             "queue": self._signed("queue", QueueRequest, self.jobs.queue),
             "show": self._signed("show", ShowJobRequest, self.jobs.show),

@@ -10,7 +10,8 @@ reconcile are in `upkeep.py`, the answer to a re-registering node in `cleaning.p
 
 - `job.allocated` -> start the allocation's ROW (the placer's) on every node, or none
 - `worker.exited`, `node.fault`, `node.down`, `job.cancel_requested`,
-  `job.preempt_requested`, the settle / `--signal` / time-limit timers -> the core
+  `job.preempt_requested`, `job.requeue_requested`, the settle / `--signal` /
+  time-limit timers -> the core
 - a run that ends after its workers are stopped stays COMPLETING (GPUs held) until they
   are gone; usage ticks while running, so long jobs are charged as they run
 """
@@ -46,6 +47,7 @@ from shared.events import (
     JobCancelRequested,
     JobPreemptRequested,
     JobReconfigured,
+    JobRequeueRequested,
     JobSparesAnswered,
     JobSparesRequested,
     JobStarted,
@@ -66,6 +68,7 @@ SUBJECTS = (
     "muster.job.allocated",
     "muster.job.cancel_requested",
     "muster.job.preempt_requested",
+    "muster.job.requeue_requested",
     "muster.worker.exited",
     "muster.node.fault",
     "muster.node.down",
@@ -121,7 +124,7 @@ class Coordinator:
                 await self.offer_growth()
             case JobAllocated() | WorkerExited() | JobCancelRequested():
                 await self.dispatch(event.job_id, event)
-            case JobSparesAnswered() | JobPreemptRequested():
+            case JobSparesAnswered() | JobPreemptRequested() | JobRequeueRequested():
                 await self.dispatch(event.job_id, event)
             case _:
                 return
@@ -142,6 +145,10 @@ class Coordinator:
                 await self.observe(event.job_id, answer(event), event)
             case JobPreemptRequested():
                 await self.observe(event.job_id, always(core.Preempt(grace_s=event.grace_s)), event)
+            case JobRequeueRequested():
+                await self.observe(
+                    event.job_id, always(core.RequeueAsked(reason=event.reason)), event
+                )
             case _:
                 return
 

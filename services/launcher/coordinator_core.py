@@ -51,6 +51,7 @@ from services.launcher.coordinator_model import (
     Preempt,
     RequestSpares,
     Requeue,
+    RequeueAsked,
     SettleElapsed,
     SignalDue,
     SignalWorkers,
@@ -81,7 +82,8 @@ __all__ = [
     "SPARE_WAIT_S", "Action", "AllocationGone", "AnyAction", "AnyObservation", "AttemptRecord",
     "Cancel", "CoordinatorConfig", "Decision", "Finish", "JobRun", "JobState", "NodeDown",
     "NodeFault", "NodesAvailable", "Observation", "PendingFailure", "Phase", "Preempt",
-    "RequestSpares", "Requeue", "SettleElapsed", "SignalDue", "SignalWorkers", "SparesDenied",
+    "RequestSpares", "Requeue", "RequeueAsked", "SettleElapsed", "SignalDue", "SignalWorkers",
+    "SparesDenied",
     "SparesGranted", "StartFailed", "StartGeneration", "StopWorkers", "TimeLimitReached",
     "Timers", "Verdict", "WorkerExited", "backoff_s", "decide", "due_at", "due_observation",
     "parse_signal", "start_run", "timers", "world_size",
@@ -146,6 +148,8 @@ class _Decider:
                 return self.finish(Verdict.CANCEL, JobState.CANCELLED, obs.reason)
             case Preempt():
                 return self.preempt(obs)
+            case RequeueAsked():
+                return self.requeue_asked(obs)
             case StartFailed():
                 return self.start_failed(obs)
         return self.ignore()
@@ -361,6 +365,25 @@ class _Decider:
             reason="preempted",
         )  # fmt: skip
         actions = (*_stop(self.live, obs.grace_s), requeue)
+        return Decision(verdict=Verdict.REQUEUE, run=new, actions=actions)
+
+    def requeue_asked(self, obs: RequeueAsked) -> Decision:
+        """Stop the workers and requeue at once: same id, restart_count + 1, as Slurm's
+        scontrol requeue (whatever --requeue says: that is for faults), not counted
+        toward the fault restart limit, no backoff. Only a running job: one between
+        generations (awaiting spares) is already stopped and on its way."""
+        run = self.run
+        if not self.running:
+            return self.ignore()
+        new = msgspec.structs.replace(
+            run, phase=Phase.ENDED, restart_count=run.restart_count + 1,
+            history=self.history(Verdict.REQUEUE, obs.reason),
+        )  # fmt: skip
+        requeue = Requeue(
+            restart_count=new.restart_count, excluded_nodes=run.excluded_nodes, delay_s=0.0,
+            reason=obs.reason,
+        )  # fmt: skip
+        actions = (*_stop(self.live, self.config.kill_wait_s), requeue)
         return Decision(verdict=Verdict.REQUEUE, run=new, actions=actions)
 
     def start_failed(self, obs: StartFailed) -> Decision:

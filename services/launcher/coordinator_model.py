@@ -148,6 +148,12 @@ class Cancel(Observation, frozen=True, tag="cancel"):
     reason: str = "cancelled by user"
 
 
+class RequeueAsked(Observation, frozen=True, tag="requeue_asked"):
+    """`scontrol requeue`: its owner or an operator puts the running job back."""
+
+    reason: str = "requeued by user"
+
+
 class StartFailed(Observation, frozen=True, tag="start_failed"):
     """Some nodes could not start `generation`'s workers: the gang did not start."""
 
@@ -186,6 +192,7 @@ AnyObservation = (
     | TimeLimitReached
     | Preempt
     | Cancel
+    | RequeueAsked
     | StartFailed
     | SparesGranted
     | SparesDenied

@@ -1,11 +1,14 @@
 """End to end: Slurm's command names (`muster shims DIR`) driven as a Slurm user would,
 against a local cluster — a script submitted with `sbatch --parsable`, found with
-`squeue -h -o "%i %T"`, the nodes listed by `sinfo -N`, cancelled with `scancel`, its
-accounting read with `sacct`, and `sbatch --wait` returning the job's exit code."""
+`squeue -h -o "%i %T"`, the nodes listed by `sinfo -N` (with their partition), put back
+in the queue with `scontrol requeue` (it runs again, same id, restart count 1),
+cancelled with `scancel`, its accounting read with `sacct`, and `sbatch --wait`
+returning the job's exit code."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 from collections.abc import AsyncIterator
@@ -72,6 +75,17 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
     )
     info = await shell("sinfo", "-N", "-h", "-o", "%N %T")
     assert sorted(info.stdout.split()) == sorted(["node01", "node02", "idle", "mixed"]), info.stdout
+    parts = await shell("sinfo", "-h", "-o", "%P %D")
+    assert parts.stdout.split() == ["normal*", "1", "normal*", "1"], parts.stdout  # by state
+
+    requeue = await shell("scontrol", "requeue", job)
+    assert requeue.returncode == 0, requeue.stderr
+
+    async def restarts() -> list[tuple[str, int]]:
+        out = await shell("squeue", "-j", job, "--json")
+        return [(j["job_state"][0], j["restart_cnt"]) for j in json.loads(out.stdout)["jobs"]]
+
+    await eventually(restarts, lambda got: got == [("RUNNING", 1)], 60, "requeued, running again")
 
     cancel = await shell("scancel", job)
     assert (cancel.returncode, cancel.stdout) == (0, ""), cancel.stderr
