@@ -16,6 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
+from muster.node_fabric import configured_fabric
 from services.health.fabric import watcher_from
 from services.health.gpu import GpuBackend
 from services.health.probe import Boots, NodeProbe, kernel_boot_id
@@ -117,7 +118,7 @@ def main() -> None:
                 on_contact=executor.touch_contact,
                 fence_s=settings.fence_s,
                 fence=executor.fence_all,
-                fabric=watcher_from(settings, time.monotonic),
+                fabric=watcher_from(settings, time.monotonic, configured_fabric(settings)),
             )
             await probe.run(stop)
             await executor.shutdown(settings.fault_kill_wait_s)

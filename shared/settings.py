@@ -200,6 +200,9 @@ class NodeSettings(Settings, frozen=True, kw_only=True):
     # Fabric watch (docs/health.md): the links that matter ("mlx5_0,mlx5_1/1,ib0"; empty:
     # every HCA found), read under fabric_root's sysfs, polled (and woken by netlink).
     fabric: str = ""
+    # The cluster configuration: with MUSTER_FABRIC unset, the links its node sets name
+    # for this node (`fabric = [...]`, muster/node_fabric.py) are watched.
+    cluster_config: str = ""
     fabric_root: str = "/"
     fabric_poll_s: float = 1.0
     fabric_down_grace_s: float = 2.0  # a shorter bounce is damped (a warning)

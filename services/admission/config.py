@@ -12,6 +12,7 @@ import tomllib
 
 from . import config_read as r
 from .config_check import check_references
+from .config_fabric import fabric_links
 from .config_io import io_policy
 from .config_model import (
     Account,
@@ -124,14 +125,15 @@ def _identity_only(doc: dict[str, object]) -> bool:
 def _node_sets(
     body: dict[str, object], p: r.Problems
 ) -> tuple[dict[str, tuple[str, ...]], dict[str, NodeTraits]]:
-    """`label = "node[01-04]"`, or a table `{nodes = ..., features = [...], gpu_type = ...}`
-    whose features and GPU type its nodes get (several sets' features add up)."""
+    """`label = "node[01-04]"`, or a table `{nodes = ..., features = [...], gpu_type = ...,
+    fabric = [...]}` whose features, GPU type and fabric links its nodes get (several
+    sets' features, and fabric links, add up)."""
     sets: dict[str, tuple[str, ...]] = {}
     traits: dict[str, NodeTraits] = {}
     for label, value in body.items():
         key = f"node_sets.{label}"
         table = value if isinstance(value, dict) else {"nodes": value}
-        r.unknown_keys(table, key, ("nodes", "features", "gpu_type"), p)
+        r.unknown_keys(table, key, ("nodes", "features", "gpu_type", "fabric"), p)
         where = f"{key}.nodes" if isinstance(value, dict) else key
         exprs = r.str_list(table.get("nodes", []), where, p)
         sets[label] = _expand_all(exprs, key, {}, p) or ()
@@ -139,11 +141,13 @@ def _node_sets(
         gpu_type = (
             r.string(table["gpu_type"], f"{key}.gpu_type", p) if "gpu_type" in table else None
         )
-        for node in sets[label] if features or gpu_type else ():
+        fabric = fabric_links(table.get("fabric", []), f"{key}.fabric", p)
+        for node in sets[label] if features or gpu_type or fabric else ():
             had = traits.get(node, NodeTraits())
             traits[node] = NodeTraits(
                 features=tuple(dict.fromkeys((*had.features, *features))),
                 gpu_type=gpu_type.lower() if gpu_type else had.gpu_type,
+                fabric=tuple(dict.fromkeys((*had.fabric, *fabric))),
             )
     return sets, traits
 

@@ -22,10 +22,12 @@ class PreemptMode(StrEnum):
 
 class NodeTraits(msgspec.Struct, frozen=True, kw_only=True):
     """What a node set's table gives its nodes (like Slurm's `Features=` and gres.conf
-    `Type=`): features `--constraint` matches, and the short GPU type `--gres` names."""
+    `Type=`): features `--constraint` matches, the short GPU type `--gres` names, and
+    the fabric links the node's agent watches (config_fabric.py; empty: every HCA)."""
 
     features: tuple[str, ...] = ()
     gpu_type: str | None = None
+    fabric: tuple[str, ...] = ()
 
 
 class IoPolicy(msgspec.Struct, frozen=True, kw_only=True):

@@ -332,8 +332,12 @@ class FabricWatcher:
             await proc.wait()
 
 
-def watcher_from(settings: NodeSettings, clock: Callable[[], float]) -> FabricWatcher:
-    """The node agent's fabric watch, as its settings (MUSTER_FABRIC_*) describe it."""
+def watcher_from(
+    settings: NodeSettings, clock: Callable[[], float], configured: Sequence[str] = ()
+) -> FabricWatcher:
+    """The node agent's fabric watch, as its settings (MUSTER_FABRIC_*) describe it: the
+    links MUSTER_FABRIC names, else those the cluster configuration gives the node
+    (`configured`), else every HCA found."""
     policy = FabricPolicy(
         down_grace_s=settings.fabric_down_grace_s,
         stable_s=settings.fabric_stable_s,
@@ -343,7 +347,7 @@ def watcher_from(settings: NodeSettings, clock: Callable[[], float]) -> FabricWa
         error_window_s=settings.fabric_error_window_s,
     )
     return FabricWatcher(
-        names=parse_fabric(settings.fabric),
+        names=parse_fabric(settings.fabric) or tuple(configured),
         root=Path(settings.fabric_root or "/"),
         policy=policy,
         poll_s=settings.fabric_poll_s,

@@ -1,6 +1,7 @@
 """A node whose fabric link trained down to a lower speed stays UP for single-node work
-and out of multi-node jobs, end to end: every agent watches `mlx5_0` in its own fake
-sysfs tree (MUSTER_FABRIC_ROOT, read by the same code as the real /sys), the test
+and out of multi-node jobs, end to end: every agent watches the port the cluster
+configuration's node set names (`fabric = ["mlx5_0/1"]`, no MUSTER_FABRIC) in its own
+fake sysfs tree (MUSTER_FABRIC_ROOT, read by the same code as the real /sys), the test
 lowers one port's rate, and the monitor's flag reaches the placer: a 2-node job goes
 around the node, a 1-node job lands on it, `muster nodes` says why, and the flag goes
 once the rate is back for the stable period."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -25,6 +27,17 @@ pytestmark = pytest.mark.slow
 
 SLEEPER = "#!/bin/bash\nsleep 120\n"
 FLAGGED = "node01"  # first in topology order: a gang takes it unless told not to
+CONFIG = """
+[roles]
+operators = ["root", "admin"]
+
+[node_sets.gpu]
+nodes = "node[01-03]"
+fabric = ["mlx5_0/1"]
+
+[partitions.normal]
+nodes = ["gpu"]
+"""
 
 
 @contextlib.asynccontextmanager
@@ -37,15 +50,21 @@ async def fake_fabric_cluster(
     cluster: Cluster | None = None
     try:
         cluster = make_cluster(tmp / "state", nats_url, database_url)
-        cluster.start_services()
-        for d in defs:
-            cluster.start_node(
-                d,
-                MUSTER_FABRIC="mlx5_0",
-                MUSTER_FABRIC_ROOT=str(tmp / "sysfs" / d.name),
-                MUSTER_FABRIC_POLL_S="0.2",
-                MUSTER_FABRIC_STABLE_S="2",
-            )
+        config = tmp / "cluster.toml"
+        config.write_text(CONFIG)
+        identity = os.environ["MUSTER_CLUSTER_CONFIG"]
+        os.environ["MUSTER_CLUSTER_CONFIG"] = str(config)  # every process's, agents' too
+        try:
+            cluster.start_services()
+            for d in defs:
+                cluster.start_node(
+                    d,
+                    MUSTER_FABRIC_ROOT=str(tmp / "sysfs" / d.name),
+                    MUSTER_FABRIC_POLL_S="0.2",
+                    MUSTER_FABRIC_STABLE_S="2",
+                )
+        finally:
+            os.environ["MUSTER_CLUSTER_CONFIG"] = identity
         await nodes_up(db, len(defs), timeout=60)
         yield ports
     finally:

@@ -72,7 +72,14 @@ CASES: dict[str, tuple[type[Settings], dict[str, Any]]] = {
     ),
     "a node agent takes its node, fence and root policy": (
         NodeSettings,
-        {"service_name": "node", "node": "n7", "fence_s": 3.0, "allow_root_jobs": True},
+        # the cluster configuration too: its node sets name the fabric links to watch
+        {
+            "service_name": "node",
+            "node": "n7",
+            "fence_s": 3.0,
+            "allow_root_jobs": True,
+            "cluster_config": "/etc/muster/cluster.toml",
+        },
     ),
     "the supervisor takes the common settings only": (
         ToolSettings,
@@ -92,7 +99,7 @@ def test_each_process_kind_reads_only_its_own_fields(
 
 
 OWN_FIELDS = {
-    "cluster_config": {AdmissionSettings, FairShareSettings, LauncherSettings},
+    "cluster_config": {AdmissionSettings, FairShareSettings, LauncherSettings, NodeSettings},
     "lease_ttl_s": {PlacerSettings, HealthSettings},
     "cycle_interval_s": {PlacerSettings},
     "fence_s": {NodeSettings},
