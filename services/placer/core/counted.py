@@ -9,23 +9,26 @@ meets every count. Otherwise it walks the domains as select_gang does (blocks, t
 leaf switches, up to the whole cluster), tightest first, and in the first domain that
 can meet the counts it reserves the counted nodes (the scarcest feature first; among
 its nodes those with the fewest other counted features, then the fewest free GPUs),
-then fills the rest of the gang inside the same domain.
+then fills the rest of the gang inside the same domain. `earliest_counted` is the
+booking's question (timeline.earliest) with the counts: when can they be met.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from services.placer.core.index import ROOT, ClusterIndex
 from services.placer.core.select import (
     NO_TOPOLOGY,
     CandidateView,
     Chosen,
+    IndexView,
     View,
     _chosen,
     pick_gpus,
     select_gang,
 )
+from services.placer.core.timeline import Future, Need, Release, earliest
 from shared.constraint import Term
 
 Counts = tuple[Term, ...]  # the counted terms of one alternative; () for none
@@ -108,19 +111,74 @@ def _counted_set(
 def _assign(
     ix: ClusterIndex, nodes: list[int], counts: Counts, usable: dict[int, int]
 ) -> list[int] | None:
-    """Distinct nodes meeting each count, greedily: the scarcest feature first, and for
-    it the nodes least wanted by the other counts, then the fullest (best fit)."""
+    """Distinct nodes meeting each count (one slot per counted node), or None: a
+    bipartite matching of slots to nodes by augmenting paths, so it finds a way when
+    one exists. Nodes are tried least wanted by the other counts first, then fullest
+    (best fit); the scarcest feature's slots first."""
     feats = {i: set(ix.nodes[i].features) for i in nodes}
     wanted = {t.feature for t in counts}
-    having = {t: [i for i in nodes if t.feature in feats[i]] for t in counts}
-    chosen: list[int] = []
-    taken: set[int] = set()
-    for t in sorted(counts, key=lambda t: (len(having[t]) - (t.count or 0), t.feature)):
-        free = [i for i in having[t] if i not in taken]
-        free.sort(key=lambda i: (len(feats[i] & wanted), usable.get(i, 0).bit_count(), i))
-        need = t.count or 0
-        if len(free) < need:
+    order = sorted(nodes, key=lambda i: (len(feats[i] & wanted), usable.get(i, 0).bit_count(), i))
+    having = {f: [i for i in order if f in feats[i]] for f in wanted}
+    terms = sorted(counts, key=lambda t: (len(having[t.feature]) - (t.count or 0), t.feature))
+    slots = [t.feature for t in terms for _ in range(t.count or 0)]
+    if any(len(having[f]) < slots.count(f) for f in wanted):
+        return None
+    owner: dict[int, int] = {}  # node -> the slot it meets
+
+    def augment(slot: int, seen: set[int]) -> bool:
+        for i in having[slots[slot]]:
+            if i not in seen:
+                seen.add(i)
+                if i not in owner or augment(owner[i], seen):
+                    owner[i] = slot
+                    return True
+        return False
+
+    for slot in range(len(slots)):
+        if not augment(slot, set()):
             return None
-        chosen += free[:need]
-        taken.update(free[:need])
-    return chosen
+    return sorted(owner, key=owner.__getitem__)
+
+
+def earliest_counted(
+    ix: ClusterIndex,
+    future: Future,
+    now_view: IndexView,
+    releases: Sequence[Release],
+    need: Need,
+    ok: Callable[[int], bool],
+    counts: Counts,
+) -> tuple[float, CandidateView, dict[int, int]] | None:
+    """timeline.earliest, with `counts` met too: the first release point at which the
+    usable nodes number nmin and can meet every count; the view then, and what the
+    releases alone add per node."""
+    if not counts:
+        return earliest(ix, future, now_view, releases, need, ok)
+    g, nmin, duration, start, ranked, whole = need
+    masks = {
+        i: ix.free[i]
+        for i in now_view.candidates(g)
+        if ok(i) and (not whole or (ix.jobs_on[i] == 0 and ix.free[i] == ix.healthy[i]))
+    }
+    enough = max(nmin, nodes_needed(counts))
+
+    def fits() -> bool:
+        return len(masks) >= enough and meets(ix, list(masks), counts)
+
+    if fits():
+        return start, CandidateView(ix, masks, g), {}
+    cur: dict[int, int] = {}
+    for r in releases:
+        i = r.node
+        if not ix.up[i] or not ok(i):
+            continue
+        before = cur.get(i, ix.free[i] if ix.avail[i] >= 0 else 0)
+        at = start if ranked else r.at
+        after = before | (r.mask & ix.healthy[i] & ~future.promised(i, at, at + duration))
+        cur[i] = after
+        if after == ix.healthy[i] if whole else after.bit_count() >= g:
+            new = i not in masks
+            masks[i] = after
+            if new and fits():
+                return r.at, CandidateView(ix, masks, g), cur
+    return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from services.placer.core.calendar import Window, inside, off_limits, windows
-from services.placer.core.counted import NO_COUNTS, meets, select_counted
+from services.placer.core.counted import NO_COUNTS, earliest_counted, meets, select_counted
 from services.placer.core.index import ROOT, ClusterIndex, Pool
 from services.placer.core.job_pool import counts_in, job_choices, job_pool
 from services.placer.core.limits import Usage, check, headroom
@@ -42,7 +42,6 @@ from services.placer.core.select import (
     CandidateView,
     Chosen,
     IndexView,
-    select_gang,
     select_total,
 )
 from services.placer.core.shape import Shape, precheck, shape_of
@@ -191,8 +190,7 @@ class Prepared:
             for i, m in b.held:
                 self.ix.give(i, m)
         chosen = self._select(job, pool, shape, self._ok(job, avoid, only))
-        counted = bool(counts_in(self.ix, job, pool))  # the leaf wait weighs no counts
-        if isinstance(chosen, Chosen) and not counted and self._leaf_soon(job, pool, shape, chosen):
+        if isinstance(chosen, Chosen) and self._leaf_soon(job, pool, shape, chosen):
             chosen = LEAF_SOON
         start = self._commit(job, shape, chosen, lent) if isinstance(chosen, Chosen) else None
         self._rehold(lent)
@@ -274,6 +272,8 @@ class Prepared:
         wait = self.config.gang_leaf_wait_s
         ix = self.ix
         if wait <= 0 or job.max_switches is not None or shape.total is not None:
+            return None
+        if counts_in(ix, job, pool):  # one leaf's nodes may not meet the feature counts
             return None
         if not 2 <= shape.nmin <= ix.widest_leaf or job.required_nodes:
             return None
@@ -371,9 +371,10 @@ class Prepared:
         need = Need(shape.g, shape.nmin, runtime, self.now, whole=job.exclusive)
         ok = self._need_ok(job, pool)
         view_now, releases = IndexView(ix, pool), self.future.releases()
+        counts = counts_in(ix, job, pool)
         found = None
         if leaf is None:
-            found = earliest(ix, self.future, view_now, releases, need, ok)
+            found = earliest_counted(ix, self.future, view_now, releases, need, ok, counts)
             if found is None:
                 return None
             soon = self._leaf_by(job, pool, shape, found[0])  # book one leaf if it comes
@@ -392,9 +393,9 @@ class Prepared:
         if job.exclusive:  # nodes partly busy now, booked whole
             busy = {i: view.masks[i] for i, m in busy.items() if m and i in view.masks}
         busy_then = CandidateView(ix, busy, shape.g)
-        chosen = select_gang(ix, busy_then, shape.nmin, shape.nmin, shape.g, None)
+        chosen = select_counted(ix, busy_then, counts, shape.nmin, shape.nmin, shape.g, None)
         if isinstance(chosen, str):
-            chosen = select_gang(ix, view, shape.nmin, shape.nmin, shape.g, None)
+            chosen = select_counted(ix, view, counts, shape.nmin, shape.nmin, shape.g, None)
         if isinstance(chosen, str):
             return None
         picks = whole_nodes(ix, chosen.picks) if job.exclusive else chosen.picks

@@ -136,3 +136,19 @@ def test_an_elastic_job_grows_past_its_counted_nodes() -> None:
         snapshot(*FLAT[:4]), [gang(1, nodes=(2, 4), gpus_per_node=4, constraint="a*2")], T0
     )
     assert sorted(g.node for s in plan.starts for g in s.grants) == ["n1", "n2", "n3", "n4"]
+
+
+def test_a_blocked_count_job_books_the_nodes_with_the_feature_and_others_backfill() -> None:
+    busy = (
+        running(50, whole("n3", 4), time_limit_s=3600 + 1000),
+        running(51, whole("n4", 4), time_limit_s=3600 + 2000),
+    )
+    jobs = [
+        gang(1, nodes=2, gpus_per_node=4, constraint="a*2&b"),
+        gang(2, nodes=1, gpus_per_node=4, time_limit_s=7200),
+    ]
+    plan = place(snapshot(*FLAT[:4], running=busy), jobs, T0)
+    assert [(w.job_id, w.reason, w.estimated_start) for w in plan.waits] == [
+        (1, Waiting.RESOURCES, T0 + 2000)  # when both nodes with `a` are free
+    ]
+    assert [(s.job_id, [g.node for g in s.grants]) for s in plan.starts] == [(2, ["n1"])]
