@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 
 import asyncpg
 import nats
@@ -22,6 +22,7 @@ from shared.states import TERMINAL
 from tests.chaos.checker import (
     Invariant,
     NodeSample,
+    Placement,
     Violation,
     excluded_placements,
 )
@@ -137,13 +138,59 @@ async def gangs_whole(db: asyncpg.Connection) -> list[Violation]:
     ]
 
 
-async def excluded_nodes_unused(
-    db: asyncpg.Connection, samples: Mapping[str, Sequence[NodeSample]]
-) -> list[Violation]:
+# The chaos bed's own record (never the product's): every node state as it commits, and
+# every node added to an allocation, stamped when the row was written. Deferred
+# constraint triggers run at commit, so a state's stamp is when others could first see
+# it; the placer's `added_at` is its transaction's start, before it read the nodes. The
+# functions run as the bed's owner, so any service's role may fire them.
+JOURNAL = """
+CREATE TABLE chaos_node_states (
+    node text NOT NULL, state text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE chaos_placements (
+    alloc_id bigint NOT NULL, node text NOT NULL, began timestamptz NOT NULL,
+    inserted timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE FUNCTION chaos_node_state() RETURNS trigger LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = public AS $$
+BEGIN
+    INSERT INTO chaos_node_states(node, state) VALUES (NEW.name, NEW.state);
+    RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER chaos_node_state AFTER INSERT OR UPDATE OF state ON nodes
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION chaos_node_state();
+CREATE FUNCTION chaos_placement() RETURNS trigger LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = public AS $$
+BEGIN
+    IF NEW.live THEN
+        INSERT INTO chaos_placements(alloc_id, node, began)
+        VALUES (NEW.alloc_id, NEW.node, NEW.added_at);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER chaos_placement AFTER INSERT OR UPDATE OF live, added_at ON allocation_nodes
+    FOR EACH ROW EXECUTE FUNCTION chaos_placement();
+"""
+
+
+async def install_journal(db: asyncpg.Connection) -> None:
+    """Record node states and placements for invariant 4 (after the migrations)."""
+    await db.execute(JOURNAL)
+
+
+async def excluded_nodes_unused(db: asyncpg.Connection) -> list[Violation]:
+    """Invariant 4 from the journal: a node added to an allocation while excluded."""
+    transitions: dict[str, list[NodeSample]] = {}
+    for r in await db.fetch(
+        "SELECT node, state, extract(epoch FROM at)::float8 AS t FROM chaos_node_states ORDER BY at"
+    ):
+        transitions.setdefault(r["node"], []).append(NodeSample(r["t"], r["state"]))
     rows = await db.fetch(
-        "SELECT alloc_id, node, extract(epoch FROM added_at)::float8 AS t FROM allocation_nodes"
+        "SELECT alloc_id, node, extract(epoch FROM began)::float8 AS began,"
+        " extract(epoch FROM inserted)::float8 AS inserted FROM chaos_placements"
     )
-    return excluded_placements(samples, [(r["alloc_id"], r["node"], r["t"]) for r in rows])
+    placements = [Placement(r["alloc_id"], r["node"], r["began"], r["inserted"]) for r in rows]
+    return excluded_placements(transitions, placements)
 
 
 async def one_placer(db: asyncpg.Connection) -> list[Violation]:

@@ -24,6 +24,7 @@ import asyncpg
 from muster.cluster import SERVICES, Cluster
 from shared import embedded
 from shared.db import migrate
+from tests.chaos import audit
 from tests.chaos.schedule import Targets
 from tests.chaos.workload import CONFIG
 from tests.support import netns
@@ -98,6 +99,7 @@ async def _database(folder: Path) -> tuple[embedded.Server, str]:
     conn = await asyncpg.connect(url)
     try:
         await migrate(conn)
+        await audit.install_journal(conn)
     finally:
         await conn.close()
     return pg, url

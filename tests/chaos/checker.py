@@ -9,7 +9,6 @@ the row-level rules here. No I/O and no clock: every time is passed in.
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -205,24 +204,39 @@ class NodeSample:
     state: str
 
 
+@dataclass(frozen=True)
+class Placement:
+    """A node added to an allocation: `began` when the placer's transaction began (it
+    read the nodes after that), `inserted` when the row was written."""
+
+    alloc_id: int
+    node: str
+    began: float
+    inserted: float
+
+
 def excluded_placements(
-    samples: Mapping[str, Sequence[NodeSample]],
-    placements: Iterable[tuple[int, str, float]],
+    transitions: Mapping[str, Sequence[NodeSample]], placements: Iterable[Placement]
 ) -> list[Violation]:
-    """Invariant 4: an allocation (alloc_id, node, added_at) made on a node between two
-    consecutive samples that both saw it excluded."""
+    """Invariant 4: a node added to an allocation although it was excluded (its last
+    committed state when the placer's transaction began) and did not come back before
+    the row was written, so whatever the placer read of it said excluded.
+    `transitions`: each node's states in order, stamped at their commit."""
     found = []
-    for alloc_id, node, added in placements:
-        seq = samples.get(node, ())
-        for a, b in itertools.pairwise(seq):
-            if a.state in EXCLUDED and b.state in EXCLUDED and a.t < added < b.t:
-                found.append(
-                    Violation(
-                        Invariant.EXCLUDED_NODE,
-                        f"allocation {alloc_id} placed on {node} while it was {a.state}",
-                    )
-                )
-                break
+    for p in placements:
+        seq = transitions.get(p.node, ())
+        before = [s for s in seq if s.t <= p.began]
+        if not before or before[-1].state not in EXCLUDED:
+            continue
+        if any(p.began < s.t <= p.inserted and s.state not in EXCLUDED for s in seq):
+            continue  # it came back meanwhile: the placer may have read it UP
+        found.append(
+            Violation(
+                Invariant.EXCLUDED_NODE,
+                f"allocation {p.alloc_id} placed on {p.node} while it was {before[-1].state}"
+                f" (since {before[-1].t:.3f}; the placer began at {p.began:.3f})",
+            )
+        )
     return found
 
 

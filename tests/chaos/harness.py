@@ -194,7 +194,7 @@ async def _audit(
         found, report.job_states = await audit.jobs_kept(conn, workload.accepted)
         found += await audit.gpus_held_once(conn)
         found += await audit.gangs_whole(conn)
-        found += await audit.excluded_nodes_unused(conn, sampler.node_samples)
+        found += await audit.excluded_nodes_unused(conn)
         found += await audit.one_placer(conn)
         found += await audit.fences_in_place(conn)
         found += await _settled_usage(conn)

@@ -11,6 +11,7 @@ from tests.chaos.checker import (
     Invariant,
     LeaseWatch,
     NodeSample,
+    Placement,
     Run,
     Violation,
     Watch,
@@ -97,28 +98,43 @@ def test_a_job_that_leaves_a_terminal_state_is_caught() -> None:
     ]
 
 
-SAMPLES = {
-    "n1": [NodeSample(10.0, "UP"), NodeSample(11.0, "FAILED"), NodeSample(12.0, "FAILED"),
-           NodeSample(13.0, "UP")],
+TRANSITIONS = {
+    "n1": [NodeSample(10.0, "UP"), NodeSample(11.0, "FAILED"), NodeSample(13.0, "UP"),
+           NodeSample(14.0, "SUSPECT"), NodeSample(14.2, "UP")],
 }  # fmt: skip
+FAILED_SINCE_11 = (
+    "allocation 7 placed on n1 while it was FAILED (since 11.000; the placer began at 11.500)"
+)
 PLACEMENT_CASES = {
-    "placed while two samples in a row saw the node failed": (
-        [(7, "n1", 11.5)],
-        [Violation(Invariant.EXCLUDED_NODE, "allocation 7 placed on n1 while it was FAILED")],
+    "placed by a transaction that began after the fault committed": (
+        Placement(7, "n1", began=11.5, inserted=11.6),
+        [Violation(Invariant.EXCLUDED_NODE, FAILED_SINCE_11)],
     ),
-    "placed between up and failed: the fault may not have been known yet": ([(7, "n1", 10.5)], []),
-    "placed after it came back": ([(7, "n1", 13.5)], []),
-    "a node never sampled is not judged": ([(7, "n9", 11.5)], []),
-}
+    "began before the fault committed: it may have read the node UP": (
+        Placement(7, "n1", began=10.9, inserted=11.1), [],
+    ),
+    "the node came back before the row was written: it may have read it UP": (
+        Placement(7, "n1", began=12.9, inserted=13.1), [],
+    ),
+    "a SUSPECT moment the placer's read may have fallen after": (
+        Placement(7, "n1", began=14.1, inserted=14.3), [],
+    ),
+    "excluded throughout a short SUSPECT": (
+        Placement(7, "n1", began=14.05, inserted=14.1),
+        [Violation(Invariant.EXCLUDED_NODE,
+                   "allocation 7 placed on n1 while it was SUSPECT (since 14.000; the placer"
+                   " began at 14.050)")],
+    ),
+    "placed after it came back": (Placement(7, "n1", began=13.5, inserted=13.6), []),
+    "a node with no recorded state is not judged": (Placement(7, "n9", 11.5, 11.6), []),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("placements", "want"), PLACEMENT_CASES.values(), ids=PLACEMENT_CASES.keys()
+    ("placement", "want"), PLACEMENT_CASES.values(), ids=PLACEMENT_CASES.keys()
 )
-def test_excluded_placements(
-    placements: list[tuple[int, str, float]], want: list[Violation]
-) -> None:
-    assert excluded_placements(SAMPLES, placements) == want
+def test_excluded_placements(placement: Placement, want: list[Violation]) -> None:
+    assert excluded_placements(TRANSITIONS, [placement]) == want
 
 
 def test_tally_names_every_invariant() -> None:
