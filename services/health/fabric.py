@@ -40,6 +40,7 @@ from services.health.fabric_core import (
     SiteVerdicts,
     faulted,
     observe,
+    restated,
 )
 from shared.logs import kv
 from shared.settings import NodeSettings
@@ -150,7 +151,7 @@ def parse_hook_output(raw: str) -> SiteVerdicts:
             cond = FabricCondition(str(e.get("condition", "site")))
         except ValueError:
             cond = FabricCondition.SITE
-        if cond is FabricCondition.LINK_BOUNCED:
+        if cond in (FabricCondition.LINK_BOUNCED, FabricCondition.RESTATED):
             cond = FabricCondition.SITE
         verdicts[e["link"]] = (cond, str(e.get("detail", "site hook")))
     return verdicts
@@ -219,6 +220,7 @@ class FabricWatcher:
         self.on_clean: Callable[[], Awaitable[None]] | None = None  # problems all gone
         self._had_problems = False
         self._seen_up: set[str] = set()
+        self._restated = False
         self._wake = asyncio.Event()
 
     @property
@@ -260,6 +262,9 @@ class FabricWatcher:
             self._seen_up |= {s.link for s in samples if s.up}
             samples = [s for s in samples if s.link in self._seen_up]
         self.state, reports = observe(self.state, samples, self.clock(), self.site)
+        if not self._restated:  # after the faults this round raised, so they count
+            self._restated = True
+            reports = (*reports, restated())
         for r in reports:
             if self.report is None:
                 continue

@@ -51,6 +51,10 @@ class FabricCondition(StrEnum):
     SPEED_DEGRADED = "speed_degraded"
     SITE = "site"  # a site hook's verdict that names no condition of ours
     LINK_BOUNCED = "link_bounced"  # warning only
+    # Not a condition: an agent's first round restates which of its links are at fault
+    # (`FabricReport.faulted` travels with it), so the monitor drops what an earlier run
+    # of the agent left (link "", cleared).
+    RESTATED = "restated"
 
 
 # Strongest first: a held fault is escalated, never weakened, while it lasts.
@@ -262,3 +266,10 @@ def _judge(
 def faulted(state: FabricState) -> dict[str, tuple[FabricCondition, str]]:
     """The links that hold a fault now (a health check fails while any does)."""
     return {n: (t.fault, t.detail) for n, t in sorted(state.links.items()) if t.fault is not None}
+
+
+def restated() -> FabricReport:
+    """The report an agent's first round ends with: its links at fault are all there is."""
+    return FabricReport(
+        link="", condition=FabricCondition.RESTATED, detail="as the agent started", cleared=True
+    )

@@ -252,7 +252,8 @@ def _fabric_cleared(node: NodeHealth, c: FabricCleared, now: float, p: HealthPol
         return node, []
     if node.state in (NodeState.DOWN, NodeState.SUSPECT):
         return node, []  # a heartbeat brings it back
-    return settle(node, now, f"fabric link {c.link} stable again")
+    well = f"fabric link {c.link} stable again" if c.link else "fabric links well at agent start"
+    return settle(node, now, well)
 
 
 def _gpu_fault(

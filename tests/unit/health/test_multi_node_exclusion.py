@@ -86,6 +86,11 @@ CASES: dict[str, tuple[list[AnyObservation], tuple[object, ...], list[Transition
         (NodeState.UP, {}, ""),
         [TransitionKind.NODE_FAULT],
     ),
+    "a restarted agent's first round restates its faulted links: the rest are dropped": (
+        [DEGRADED, seen(B, "errors_rising", "80 errors in 60s", (A, B)), cleared("", B)],
+        (NodeState.UP, {B: ERRS}, f"multi-node excluded: {B} {ERRS}"),
+        [TransitionKind.NODE_FAULT, TransitionKind.NODE_FAULT],
+    ),
     "a damped bounce flags nothing": (
         [seen(A, "link_bounced", "down 0.5s, damped")],
         (NodeState.UP, {}, ""),
