@@ -124,3 +124,17 @@ async def test_a_degraded_link_is_a_fault_that_fails_no_health_check(tmp_path: P
     await w.sample()
     assert w.faults() == {A: (FabricCondition.SPEED_DEGRADED, "100 of 200 Gb/s")}
     assert w.problems() == ()  # the node is healthy for single-node work
+
+
+def test_muster_nodes_shows_a_flagged_node_up_with_the_link_in_its_reason() -> None:
+    from muster.render import nodes_lines
+    from shared.api import NodesReply, NodeView
+
+    reason = f"multi-node excluded: {A} {SLOW}"
+    node = NodeView(
+        name="node01", state="UP", reason=reason, gpus_total=8, gpus_free=8,
+        topology=("spine0", "leaf1"), last_heartbeat=None,
+        last_fault={"link": A, "class": "network_degraded"},
+    )  # fmt: skip
+    [_, line] = nodes_lines(NodesReply(nodes=(node,)))
+    assert line.split()[:3] == ["node01", "UP", "8/8"] and line.endswith(reason)
