@@ -38,6 +38,8 @@ def job_choices(ix: ClusterIndex, job: JobRequest) -> list[Choice]:
 def job_pool(ix: ClusterIndex, job: JobRequest) -> Pool:
     """The pool a job is judged by when it waits: the first choice with room for it
     now, else the first big enough."""
+    if not job.constraint:
+        return pool_for(ix, job)  # the common case, asked several times per job a pass
     pools = [c.pool for c in job_choices(ix, job)]
     if len(pools) == 1:
         return pools[0]
