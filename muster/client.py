@@ -13,21 +13,21 @@ user may read it."""
 
 from __future__ import annotations
 
-import getpass
 import os
 import sys
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 
 from shared.api import API_PREFIX, Envelope
-from shared.identity import KEYGEN_HINT, Signer
-from shared.identity_files import KeyFileError, load_signer
+from shared.identity import KEYGEN_HINT
+from shared.identity_key import KeyFileError, load_signer
 from shared.settings import nats_servers
 
 if TYPE_CHECKING:  # nats-py (and asyncio) load only for the async calls, not a CLI command's
+    from pathlib import Path  # neither does pathlib: a shim runs without site's imports
+
     from nats.aio.client import Client
     from nats.aio.msg import Msg
 
@@ -37,6 +37,12 @@ NO_RESPONDERS_WAIT_S = 15.0
 # module's openssl and ssl imports stay off the CLI's path).
 SECRETS = "secrets"
 USERS_CREDS = "nats-users.nk"
+
+
+class Signs(Protocol):
+    """What signs a request: shared.identity.Signer (a test may pass its own)."""
+
+    def sign(self, subject: str, body: bytes, *, now: float, nonce: bytes) -> bytes: ...
 
 
 class ApiRefused(Exception):
@@ -61,12 +67,18 @@ def refused(verb: str, err: ApiRefused) -> int:
     return 1
 
 
+def _state_dir() -> str:
+    return os.environ.get("MUSTER_STATE_DIR", ".muster")
+
+
 def nats_url(state_dir: str | None = None) -> str:
     if url := os.environ.get("MUSTER_NATS_URL"):
         return url
-    folder = Path(state_dir or os.environ.get("MUSTER_STATE_DIR", ".muster"))
-    if (folder / "cluster.json").exists():
-        url = str(msgspec.json.decode((folder / "cluster.json").read_bytes())["nats_url"])
+    folder = state_dir or _state_dir()
+    cluster = os.path.join(folder, "cluster.json")
+    if os.path.exists(cluster):
+        with open(cluster, "rb") as f:
+            url = str(msgspec.json.decode(f.read())["nats_url"])
         _state_of[url] = folder
         return url
     raise SystemExit("no cluster: run `muster up` here, or set MUSTER_NATS_URL")
@@ -78,43 +90,61 @@ def current_user() -> str:
 
 
 def default_key_file() -> Path:
-    return Path.home() / ".muster" / "user.nk"
+    from pathlib import Path
+
+    return Path(_default_key_path())
+
+
+def _default_key_path() -> str:
+    return os.path.join(os.path.expanduser("~"), ".muster", "user.nk")
 
 
 def key_file(user: str = "") -> Path:
     """The key file that signs for `user` (see the module docstring for the order)."""
+    from pathlib import Path
+
+    return Path(_key_path(user))
+
+
+def _key_path(user: str) -> str:
     if path := os.environ.get("MUSTER_KEY_FILE"):
-        return Path(path)
-    name = user or os.environ.get("MUSTER_USER") or getpass.getuser()
-    state = Path(os.environ.get("MUSTER_STATE_DIR", ".muster")) / "keys"
-    for folder in (os.environ.get("MUSTER_KEY_DIR"), str(state)):
-        if folder and (candidate := Path(folder) / f"{name}.nk").exists():
+        return path
+    name = user or os.environ.get("MUSTER_USER") or _login_name()
+    state = os.path.join(_state_dir(), "keys")
+    for folder in (os.environ.get("MUSTER_KEY_DIR"), state):
+        if folder and os.path.exists(candidate := os.path.join(folder, f"{name}.nk")):
             return candidate
-    return default_key_file()
+    return _default_key_path()
 
 
-_signers: dict[Path, Signer] = {}
-_state_of: dict[str, Path] = {}  # a cluster's URL -> its state folder (from cluster.json)
+def _login_name() -> str:
+    import getpass  # only when MUSTER_USER does not say
+
+    return getpass.getuser()
 
 
-def register_cluster(url: str, state_dir: Path) -> None:
+_signers: dict[str, Signs] = {}
+_state_of: dict[str, str] = {}  # a cluster's URL -> its state folder (from cluster.json)
+
+
+def register_cluster(url: str, state_dir: str | os.PathLike[str]) -> None:
     """Connect to `url` with the credentials of the cluster in `state_dir`."""
-    _state_of[url] = state_dir
+    _state_of[url] = os.fspath(state_dir)
 
 
 def bus_credentials(url: str, *, operator: bool = False) -> tuple[str, str]:
     """(NKey seed file, TLS CA file) to connect to the cluster at `url` with ("" each
     when it needs none; see the module docstring)."""
-    folder = _state_of.get(url) or Path(os.environ.get("MUSTER_STATE_DIR", ".muster"))
+    folder = _state_of.get(url) or _state_dir()
     creds = os.environ.get("MUSTER_NATS_CREDS", "")
-    admin = folder / SECRETS / "nats-admin.nk"
+    admin = os.path.join(folder, SECRETS, "nats-admin.nk")
     if operator and os.access(admin, os.R_OK):
-        creds = str(admin)
-    elif not creds and (folder / USERS_CREDS).exists():
-        creds = str(folder / USERS_CREDS)
+        creds = admin
+    elif not creds and os.path.exists(users := os.path.join(folder, USERS_CREDS)):
+        creds = users
     ca = os.environ.get("MUSTER_NATS_TLS_CA", "")
-    if not ca and (folder / "tls" / "ca.pem").exists():
-        ca = str(folder / "tls" / "ca.pem")
+    if not ca and os.path.exists(pem := os.path.join(folder, "tls", "ca.pem")):
+        ca = pem
     return creds, ca
 
 
@@ -126,18 +156,18 @@ def connect_options(url: str, *, operator: bool = False) -> dict[str, Any]:
     return nats_options(*bus_credentials(url, operator=operator))
 
 
-def signer_for(user: str = "") -> Signer:
+def signer_for(user: str = "") -> Signs:
     """The signer for `user`, read once per key file; ApiRefused says how to get one."""
-    path = key_file(user)
+    path = _key_path(user)
     if path not in _signers:
         try:
-            _signers[path] = load_signer(str(path))
+            _signers[path] = load_signer(path)
         except KeyFileError as err:
             raise ApiRefused(f"no usable key: {err}; {KEYGEN_HINT}", "no_key", ()) from err
     return _signers[path]
 
 
-def signed(verb: str, request: msgspec.Struct, signer: Signer | None = None) -> bytes:
+def signed(verb: str, request: msgspec.Struct, signer: Signs | None = None) -> bytes:
     """The wire bytes of `request` to `muster.api.<verb>`, signed now with a fresh nonce."""
     signer = signer or signer_for(str(getattr(request, "user", "")))
     body = msgspec.json.encode(request)
@@ -150,7 +180,7 @@ async def call(
     request: msgspec.Struct,
     reply: type[T],
     timeout: float = 15.0,
-    signer: Signer | None = None,
+    signer: Signs | None = None,
 ) -> T:
     import nats
 
@@ -176,7 +206,7 @@ def request(
     req: msgspec.Struct,
     reply: type[T],
     timeout: float = 15.0,
-    signer: Signer | None = None,
+    signer: Signs | None = None,
 ) -> T:
     """`call` for a one-shot command: the same signed request over a blocking socket
     (muster.wire), without loading asyncio or nats-py. An unreachable cluster, a

@@ -10,16 +10,53 @@ Services keep nats-py; nothing here is async.
 
 from __future__ import annotations
 
-import base64
 import os
 import socket
-from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, NamedTuple
 
 import msgspec  # loaded anyway for the API's structs; json's regexes cost a start more
 
 CRLF = b"\r\n"
+
+
+class Address(NamedTuple):
+    """A server URL's parts, as `urllib.parse.urlsplit` reads them."""
+
+    scheme: str
+    host: str | None  # lower case, IPv6 without its brackets
+    port: int | None
+    username: str | None
+    password: str | None
+
+
+def address(server: str) -> Address:
+    """`nats://user:pass@host:4222` (or `host:port`, `tls://...`, `[::1]:4222`) read
+    as urlsplit reads it, without urllib's imports (ipaddress and more, on every call);
+    ValueError for a port that is not one, as urlsplit's `port`."""
+    text = server if "://" in server else f"nats://{server}"
+    scheme, _, rest = text.partition("://")
+    for end in "/?#":
+        rest = rest.split(end, 1)[0]
+    userinfo, has_user, hostinfo = rest.rpartition("@")
+    username = password = None
+    if has_user:
+        username, has_password, password_text = userinfo.partition(":")
+        password = password_text if has_password else None
+    _, bracket, bracketed = hostinfo.partition("[")
+    if bracket:
+        host, _, after = bracketed.partition("]")
+        port_text = after.partition(":")[2]
+    else:
+        host, _, port_text = hostinfo.partition(":")
+    port = None
+    if port_text:
+        if not (port_text.isdigit() and port_text.isascii()):
+            raise ValueError(f"Port could not be cast to integer value as {port_text!r}")
+        port = int(port_text)
+        if not 0 <= port <= 65535:
+            raise ValueError("Port out of range 0-65535")
+    name, percent, zone = host.partition("%")
+    return Address(scheme.lower(), name.lower() + percent + zone or None, port, username, password)
 
 
 class Unreachable(OSError):
@@ -82,8 +119,8 @@ class Connection:
 
     @classmethod
     def open(cls, server: str, timeout: float, creds: str, tls_ca: str) -> Connection:
-        url = urlsplit(server if "://" in server else f"nats://{server}")
-        host, port = url.hostname or "127.0.0.1", url.port or 4222
+        url = address(server)
+        host, port = url.host or "127.0.0.1", url.port or 4222
         sock = socket.create_connection((host, port), timeout=timeout)
         conn = cls(sock)
         try:
@@ -181,7 +218,7 @@ class Connection:
         self.buf += chunk
 
 
-def _connect_fields(info: dict[str, Any], url: Any, creds: str) -> dict[str, Any]:
+def _connect_fields(info: dict[str, Any], url: Address, creds: str) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "verbose": False,
         "pedantic": False,
@@ -196,7 +233,8 @@ def _connect_fields(info: dict[str, Any], url: Any, creds: str) -> dict[str, Any
         fields["user"], fields["pass"] = url.username, url.password or ""
     if creds:
         try:
-            seed = Path(creds).read_text().strip()
+            with open(creds) as f:
+                seed = f.read().strip()
         except OSError as err:
             raise BadCredential(f"cannot read the bus credential {creds}: {err.strerror}") from err
         fields.update(_nkey_answer(seed, creds, str(info.get("nonce", ""))))
@@ -205,11 +243,13 @@ def _connect_fields(info: dict[str, Any], url: Any, creds: str) -> dict[str, Any
 
 def _nkey_answer(seed: str, path: str, nonce: str) -> dict[str, str]:
     """The CONNECT fields that prove the seed's key: its public key and the nonce signed."""
-    import nkeys  # type: ignore[import-untyped]
+    import base64
+
+    from shared.identity_sodium import BadSeed, SeedPair  # nkeys' signatures, lighter
 
     try:
-        pair = nkeys.from_seed(seed.encode())
-    except Exception as err:  # nkeys raises its own classes for each way a seed is bad
+        pair = SeedPair(seed)
+    except BadSeed as err:
         raise BadCredential(f"the bus credential {path} holds no NKey seed ({err})") from err
     sig = base64.b64encode(pair.sign(nonce.encode())).decode()
     return {"nkey": pair.public_key.decode(), "sig": sig}

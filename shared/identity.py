@@ -23,12 +23,13 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
-import nacl.exceptions
-import nacl.signing
-import nkeys  # type: ignore[import-untyped]
+
+from shared.identity_sodium import SeedPair
 
 if TYPE_CHECKING:  # the CLI signs with this module; the server side's imports stay off its path
     import asyncio
+
+    import nacl.signing
 
     from shared.apiserve import Route
 
@@ -146,6 +147,8 @@ def encode_public_key(raw: bytes) -> str:
 
 def encode_seed(raw: bytes) -> str:
     """A user seed (`SU...`) from 32 random bytes, as `muster keygen` writes it."""
+    import nkeys  # type: ignore[import-untyped]  # only keygen writes seeds
+
     return str(nkeys.encode_seed(raw, nkeys.PREFIX_BYTE_USER).decode())
 
 
@@ -166,7 +169,7 @@ class Signer:
 
     def __init__(self, seed: str) -> None:
         decode_seed(seed)  # nkeys does not check the seed's checksum; a damaged file is refused
-        self._pair = nkeys.from_seed(seed.strip().encode())
+        self._pair = SeedPair(seed)  # nkeys' signatures, without loading all of PyNaCl
         self.public_key: str = self._pair.public_key.decode()
 
     def sign(self, subject: str, body: bytes, *, now: float, nonce: bytes) -> bytes:
@@ -333,6 +336,9 @@ class Verifier:
         return Verified(user=user, key=req.key, replay_id=replay_id, forget_at=forget_at)
 
     def _signed(self, req: SignedRequest, body: bytes, subject: str) -> bool:
+        import nacl.exceptions
+        import nacl.signing
+
         key = self._keys.get(req.key)
         try:
             if key is None:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shared.identity import Directory, Signer, directory_of, encode_seed
+from shared.identity import Directory, directory_of, encode_seed
+from shared.identity_key import KeyFileError as KeyFileError  # re-exported for the services
+from shared.identity_key import load_signer
 from shared.logs import kv
 from shared.privacy import DEFAULT_PRIVATE, PrivateData
 
@@ -143,32 +144,6 @@ class IdentitySource:
             self._current = directory_from_toml(text, read_key_dir(self.keys_dir))
         except (OSError, ValueError) as err:  # tomllib's error is a ValueError
             log.error("identities not reloaded", extra=kv(path=self.config_path, error=str(err)))
-
-
-class KeyFileError(Exception):
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
-
-
-def load_signer(path: str) -> Signer:
-    """The user's key from `path`, refused (as ssh does) if others may read it."""
-    try:
-        st = os.stat(path)
-        text = Path(path).read_text()
-    except FileNotFoundError as err:
-        raise KeyFileError(path, "no key file here") from err
-    except OSError as err:
-        raise KeyFileError(path, f"cannot read the key: {err.strerror}") from err
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise KeyFileError(
-            path,
-            f"the key is readable by others (mode {stat.S_IMODE(st.st_mode):04o}): chmod 600 it",
-        )
-    try:
-        return Signer(text.strip())
-    except ValueError as err:
-        raise KeyFileError(path, str(err)) from err
 
 
 def write_seed(path: str, seed: str) -> None:
