@@ -424,13 +424,11 @@ class Prepared:
             ok=ok,
             now=self.now,
             runtime=self._runtime(job),
+            counts=counts_in(self.ix, job, pool),
         )
         if got is None:
             return None
         picks, victims = got
-        counts = counts_in(self.ix, job, pool)
-        if counts and not meets(self.ix, [i for i, _ in picks], counts):
-            return None  # the victims' nodes would not meet the counts: stop no one
         self.preemptors += 1
         grace = max((v.grace_s for v in victims), default=0)
         ix = self.ix

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 
+from services.placer.core.counted import Counts, earliest_counted, select_counted
 from services.placer.core.index import ClusterIndex, Pool
 from services.placer.core.model import JobRequest, Running
-from services.placer.core.select import IndexView, pick_gpus, select_gang
+from services.placer.core.select import IndexView, pick_gpus
 from services.placer.core.shape import Shape
-from services.placer.core.timeline import Future, Need, Release, earliest, whole_nodes
+from services.placer.core.timeline import Future, Need, Release, whole_nodes
 
 
 def candidates(
@@ -56,10 +57,12 @@ def choose_victims(
     ok: Callable[[int], bool],
     now: float,
     runtime: int,
+    counts: Counts = (),
 ) -> tuple[list[tuple[int, int]], list[Running]] | None:
     """The preemptor's GPUs (node id, mask) and the victims (among `cands`, cheapest
     first) that free them, or None. `ok` filters the nodes it may use; `runtime` is
-    what the preemptor is planned to run (promises overlapping it are off limits)."""
+    what the preemptor is planned to run (promises overlapping it are off limits);
+    `counts`, the feature counts its nodes must meet (counted.py)."""
     if not cands:
         return None
     releases = [
@@ -69,11 +72,11 @@ def choose_victims(
         if g.node in ix.id_of
     ]
     need = Need(shape.g, shape.nmin, runtime, now, ranked=True, whole=job.exclusive)
-    found = earliest(ix, future, IndexView(ix, pool), releases, need, ok)
+    found = earliest_counted(ix, future, IndexView(ix, pool), releases, need, ok, counts)
     if found is None:
         return None
     view = found[1]
-    chosen = select_gang(ix, view, shape.nmin, shape.nmin, shape.g, None)
+    chosen = select_counted(ix, view, counts, shape.nmin, shape.nmin, shape.g, None)
     if isinstance(chosen, str):
         return None
     if job.exclusive:  # every job on its nodes goes, as for an explicit whole-node request

@@ -152,3 +152,11 @@ def test_a_blocked_count_job_books_the_nodes_with_the_feature_and_others_backfil
         (1, Waiting.RESOURCES, T0 + 2000)  # when both nodes with `a` are free
     ]
     assert [(s.job_id, [g.node for g in s.grants]) for s in plan.starts] == [(2, ["n1"])]
+
+
+def test_a_preemptor_with_counts_stops_the_jobs_on_the_nodes_with_the_feature() -> None:
+    low = tuple(running(50 + k, whole(n.name, 4)) for k, n in enumerate(FLAT[:4]))
+    job = gang(1, nodes=2, gpus_per_node=4, constraint="a*2&b", tier=1, can_preempt=True)
+    plan = place(snapshot(*FLAT[:4], running=low), [job], T0)
+    assert sorted(p.victim_job_id for p in plan.preemptions) == [52, 53]  # on n3 and n4
+    assert [w.reason for w in plan.waits] == [Waiting.PREEMPTING]
