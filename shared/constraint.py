@@ -4,7 +4,8 @@
 nodes have `a`, every node has `b`), and `[a|b]` (matching OR: every node of the job
 has the same one of the alternatives, e.g. one rack). Parentheses are not supported.
 `node_fits` is what a single node must satisfy (every feature without a count in one
-alternative); `feasible` checks a whole set of nodes, counts included.
+alternative); `feasible` checks a whole set of nodes, counts included; `residual` is
+what spares must satisfy to complete the nodes a job keeps.
 """
 
 from __future__ import annotations
@@ -87,3 +88,33 @@ def feasible(c: Constraint, nodes: Sequence[Sequence[str]], needed: int) -> bool
     if c.matching or any(t.count is not None for alt in c.alternatives for t in alt):
         return False
     return sum(1 for n in nodes if node_fits(n, c)) >= needed
+
+
+def text_of(alternative: Sequence[Term]) -> str:
+    return "&".join(t.feature + (f"*{t.count}" if t.count else "") for t in alternative)
+
+
+def residual(c: Constraint, kept: Sequence[Sequence[str]]) -> str | None:
+    """The constraint spares must meet so that they and the `kept` nodes (each its
+    features) meet `c` together: the first alternative every kept node fits, its counts
+    less what kept nodes already meet (each kept node meets one count). None when the
+    kept nodes fit no alternative together; `c` unchanged when it needs no togetherness."""
+    together = c.matching or any(t.count is not None for alt in c.alternatives for t in alt)
+    if not together:
+        return "|".join(text_of(alt) for alt in c.alternatives)
+    for alt in c.alternatives:
+        if not all(fits_alternative(n, alt) for n in kept):
+            continue
+        left = [set(n) for n in kept]
+        terms: list[Term] = []
+        for t in alt:
+            if t.count is None:
+                terms.append(t)
+                continue
+            met = [n for n in left if t.feature in n][: t.count]
+            for n in met:
+                left.remove(n)
+            if t.count > len(met):
+                terms.append(Term(t.feature, t.count - len(met)))
+        return text_of(terms)
+    return None

@@ -6,15 +6,19 @@ switch, then each level up — and only then anywhere, so the restarted job stay
 close together as it was. Replacing lost capacity is not growth: limits do not apply,
 nor backfill or preemption (a spare is taken only if it is free now). Spares (and the
 nodes an elastic job grows onto, asked the same way) join a gang of several nodes, so
-a node a fabric fault keeps out of multi-node jobs is never one (core/fabric.py).
+a node a fabric fault keeps out of multi-node jobs is never one (core/fabric.py). With
+the nodes kept they meet the job's `--constraint` as a whole: the alternative the kept
+nodes are in, and the feature counts they do not meet yet (shared.constraint.residual).
 """
 
 from __future__ import annotations
 
 import msgspec
 
+from services.placer.core.index import parse_constraint
 from services.placer.core.model import JobRequest, Limits, PolicyConfig, Snapshot, Start
 from services.placer.core.place import place
+from shared.constraint import residual
 
 SPARE_POLICY = PolicyConfig(backfill=False, preemption=False)
 
@@ -26,6 +30,12 @@ def place_spares(
     if near:  # the spares join the nodes kept: a gang of several, whatever `job` asks
         job = msgspec.structs.replace(job, multi_node=True)
     by_name = {n.name: n for n in snapshot.nodes}
+    if job.constraint and near:
+        kept = [by_name[n].features for n in near if n in by_name]
+        rest = residual(parse_constraint(job.constraint), kept)
+        if rest is None:
+            return None  # the kept nodes fit none of its alternatives together
+        job = msgspec.structs.replace(job, constraint=rest or None)
     paths = {by_name[n].topology for n in near if n in by_name}
     depth = max((len(p) for p in paths), default=0)
     for level in range(depth, -1, -1):

@@ -13,7 +13,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from services.placer.core import Fit, Node, Running, Waiting, place
+from services.placer.core import Fit, Node, Running, Waiting, place, place_spares
+from shared.constraint import parse, residual
 from tests.unit.placer.helpers import T0, gang, node, running, snapshot, whole
 
 
@@ -160,3 +161,28 @@ def test_a_preemptor_with_counts_stops_the_jobs_on_the_nodes_with_the_feature() 
     plan = place(snapshot(*FLAT[:4], running=low), [job], T0)
     assert sorted(p.victim_job_id for p in plan.preemptions) == [52, 53]  # on n3 and n4
     assert [w.reason for w in plan.waits] == [Waiting.PREEMPTING]
+
+
+def test_a_spare_completes_the_counts_the_kept_nodes_do_not_meet() -> None:
+    nodes = (*FLAT[:3], FLAT[4], feat("n6", "a", "b"))  # n3 kept; n4 lost
+    job = gang(1, nodes=1, gpus_per_node=4, constraint="a*2&b", excluded_nodes=("n3", "n4"))
+    start = place_spares(snapshot(*nodes, running=(running(50, whole("n3", 4)),)), job, ("n3",), T0)
+    assert start is not None
+    assert [g.node for g in start.grants] == ["n6"]  # needs b, and a for the second count
+
+
+@pytest.mark.parametrize(
+    ("text", "kept", "want"),
+    [
+        ("a*2&b", [{"a", "b"}], "a*1&b"),
+        ("a*2&b", [{"a", "b"}, {"a", "b"}], "b"),
+        ("[r1|r2]", [{"r2"}], "r2"),
+        ("[r1|r2]", [{"r1"}, {"r2"}], None),
+        ("a|b", [{"a"}], "a|b"),
+        ("[r1*1&r2*2]", [{"r2"}], "r1*1&r2*1"),
+    ],
+)
+def test_residual_is_what_spares_must_meet_beside_the_kept_nodes(
+    text: str, kept: list[set[str]], want: str | None
+) -> None:
+    assert residual(parse(text), [sorted(k) for k in kept]) == want
