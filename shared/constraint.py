@@ -81,13 +81,33 @@ def feasible(c: Constraint, nodes: Sequence[Sequence[str]], needed: int) -> bool
     for alt in c.alternatives:
         pool = [set(n) for n in nodes if fits_alternative(n, alt)]
         counted = [t for t in alt if t.count is not None]
-        enough = all(sum(1 for n in pool if t.feature in n) >= (t.count or 0) for t in counted)
-        if len(pool) >= max(needed, sum(t.count or 0 for t in counted)) and enough:
+        if len(pool) >= max(needed, sum(t.count or 0 for t in counted)) and countable(
+            counted, pool
+        ):
             return True
     # Plain OR: the nodes may mix alternatives (counts are then met per alternative above).
     if c.matching or any(t.count is not None for alt in c.alternatives for t in alt):
         return False
     return sum(1 for n in nodes if node_fits(n, c)) >= needed
+
+
+def countable(counted: Sequence[Term], pool: Sequence[set[str]]) -> bool:
+    """Whether distinct nodes of `pool` meet every count (each counted node meets one
+    count, as Slurm's `[a*2&b*4]` is six nodes): a bipartite matching of count slots to
+    nodes by augmenting paths."""
+    slots = [t.feature for t in counted for _ in range(t.count or 0)]
+    owner: dict[int, int] = {}  # node -> the slot it meets
+
+    def augment(slot: int, seen: set[int]) -> bool:
+        for i, n in enumerate(pool):
+            if slots[slot] in n and i not in seen:
+                seen.add(i)
+                if i not in owner or augment(owner[i], seen):
+                    owner[i] = slot
+                    return True
+        return False
+
+    return all(augment(slot, set()) for slot in range(len(slots)))
 
 
 def text_of(alternative: Sequence[Term]) -> str:

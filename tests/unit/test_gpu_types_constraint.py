@@ -75,6 +75,7 @@ FEASIBLE = {
     "no rack holds three nodes": ("[rack1|rack2]", 3, False),
     "a plain OR mixes racks": ("rack1|rack2", 4, True),
     "counts over both racks": ("[rack1*2&rack2*2]", 4, True),
+    "one node does not meet two counts": ("rack2*2&big*2", 4, False),
 }
 
 
