@@ -5,11 +5,9 @@ What they print is `muster.render`'s."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from muster import render
@@ -26,7 +24,6 @@ from shared.api import (
     SubmitReply,
     SubmitRequest,
 )
-from shared.sbatch_options import split_command_line
 
 
 def _print(lines: list[str]) -> None:
@@ -35,6 +32,8 @@ def _print(lines: list[str]) -> None:
 
 def submit_request(words: list[str], dry_run: bool) -> SubmitRequest | str:
     """The submit request from the command line and the script file, or what is wrong."""
+    from shared.sbatch_options import split_command_line
+
     # The script is found the way admission reads the options: one table of sbatch's.
     line = split_command_line(words)
     script_text, path = "", ""
@@ -43,11 +42,12 @@ def submit_request(words: list[str], dry_run: bool) -> SubmitRequest | str:
             return "give a script: muster submit [options] SCRIPT [ARGS]"
     else:
         try:
-            raw = Path(line.script).read_bytes()
+            with open(line.script, "rb") as f:  # not pathlib: a shim runs without site's
+                raw = f.read()
         except OSError as err:
             return f"cannot read {line.script}: {err.strerror}"
         script_text = raw.decode("utf-8", errors="surrogateescape")
-        path = str(Path(line.script).resolve())
+        path = os.path.realpath(line.script)  # what Path.resolve() says
     return SubmitRequest(
         user=current_user(),
         argv=line.options,
@@ -74,6 +74,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.json:
         print(render.to_json(reply))
     elif reply.spec is not None:
+        import json
+
         print(json.dumps(reply.spec, indent=2))
     elif len(reply.job_ids) == 1:
         print(f"Submitted batch job {reply.job_ids[0]}")

@@ -3,10 +3,10 @@
 `salloc` (interactive allocations, muster/salloc.py).
 
 `muster shims DIR` writes one small wrapper per name into DIR, each running
-`python -m muster.shims NAME ARGS`; nothing is written over an existing file (a real
-Slurm's command, say) unless asked with `--force`. The options and output formats are
-Slurm's; what they print is muster.slurm_format's. Errors are one line, as Slurm's:
-`squeue: error: ...`, exit status 1.
+`muster.shims.main` with NAME ARGS (as `python -S`: muster/shim_script.py); nothing is
+written over an existing file (a real Slurm's command, say) unless asked with `--force`.
+The options and output formats are Slurm's; what they print is muster.slurm_format's.
+Errors are one line, as Slurm's: `squeue: error: ...`, exit status 1.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import replace
 
@@ -35,6 +34,9 @@ from shared.api import (
     ShowJobRequest,
     SubmitReply,
 )
+
+if TYPE_CHECKING:  # only write_shims takes a Path: a shim starts without site, or pathlib
+    from pathlib import Path
 
 NAMES = ("sbatch", "squeue", "scancel", "sinfo", "sacct", "scontrol", "sshare", "srun", "salloc")
 NO_STEPS = (
@@ -57,9 +59,12 @@ def write_shims(folder: Path, force: bool = False, python: str = sys.executable)
             f"{', '.join(taken)} already in {folder}; nothing written "
             "(--force replaces them, a real Slurm's included)"
         )
+    from muster.shim_script import shim_text, site_paths  # how a wrapper starts fast
+
+    paths = site_paths(python)
     for name in NAMES:
         path = folder / name
-        path.write_text(f'#!/bin/sh\nexec "{python}" -m muster.shims {name} "$@"\n')
+        path.write_text(shim_text(python, name, paths))
         path.chmod(0o755)
     return list(NAMES)
 

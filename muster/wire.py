@@ -121,7 +121,10 @@ class Connection:
     def open(cls, server: str, timeout: float, creds: str, tls_ca: str) -> Connection:
         url = address(server)
         host, port = url.host or "127.0.0.1", url.port or 4222
-        sock = socket.create_connection((host, port), timeout=timeout)
+        # an ASCII name as bytes: getaddrinfo encodes a str with the idna codec (stringprep,
+        # unicodedata: imports the call does not need)
+        name = host.encode() if host.isascii() else host
+        sock = socket.create_connection((name, port), timeout=timeout)  # type: ignore[arg-type]
         conn = cls(sock)
         try:
             info = conn._info()
