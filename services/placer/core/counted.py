@@ -161,9 +161,14 @@ def earliest_counted(
         if ok(i) and (not whole or (ix.jobs_on[i] == 0 and ix.free[i] == ix.healthy[i]))
     }
     enough = max(nmin, nodes_needed(counts))
+    have = {t.feature: 0 for t in counts}  # usable nodes with each counted feature
+    for i in masks:
+        _count_in(ix, i, have)
 
-    def fits() -> bool:
-        return len(masks) >= enough and meets(ix, list(masks), counts)
+    def fits() -> bool:  # the cheap counts first: the matching only once they hold
+        if len(masks) < enough or any(have[t.feature] < (t.count or 0) for t in counts):
+            return False
+        return meets(ix, list(masks), counts)
 
     if fits():
         return start, CandidateView(ix, masks, g), {}
@@ -179,6 +184,14 @@ def earliest_counted(
         if after == ix.healthy[i] if whole else after.bit_count() >= g:
             new = i not in masks
             masks[i] = after
-            if new and fits():
-                return r.at, CandidateView(ix, masks, g), cur
+            if new:
+                _count_in(ix, i, have)
+                if fits():
+                    return r.at, CandidateView(ix, masks, g), cur
     return None
+
+
+def _count_in(ix: ClusterIndex, i: int, have: dict[str, int]) -> None:
+    for f in set(ix.nodes[i].features):
+        if f in have:
+            have[f] += 1
