@@ -24,35 +24,35 @@ def spans_nodes(ix: ClusterIndex, job: JobRequest) -> bool:
 
 def pool_for(ix: ClusterIndex, job: JobRequest, constraint: str | None = None) -> Pool:
     """The job's pool for one constraint: without the fabric-excluded nodes when the
-    job spans nodes."""
-    return ix.pool(job.partition, job.gpu_model, constraint, multi_node=spans_nodes(ix, job))
+    job spans nodes (while none is excluded, the one pool serves both kinds of job)."""
+    multi = bool(ix.multi_node_excluded) and spans_nodes(ix, job)
+    return ix.pool(job.partition, job.gpu_model, constraint, multi_node=multi)
 
 
 def fabric_wait(ix: ClusterIndex, job: JobRequest, pool: Pool) -> tuple[Waiting, str] | None:
     """NODES_EXCLUDED when fabric faults alone leave a multi-node job too few nodes (or
-    a node it requires), so it waits for the links instead of reading as impossible."""
-    if not spans_nodes(ix, job):
+    a node it requires), so it waits for the links instead of reading as impossible.
+    O(1) unless it must say why: it runs for every job of every pass."""
+    if not ix.multi_node_excluded or not spans_nodes(ix, job):
         return None
-    excluded = [n.name for n in ix.nodes if n.multi_node_excluded]
-    if not excluded:
-        return None
-    required = [n for n in job.required_nodes if n in excluded]
+    required = [n for n in job.required_nodes if _excluded(ix, n)]
     if required:
         return Waiting.NODES_EXCLUDED, _why(required, ix)
     if pool.up >= job.nodes_min:
         return None  # enough sound nodes up: any wait is for room, not for the fabric
     whole = ix.pool(job.partition, job.gpu_model, pool.key[2])
     if whole.up >= job.nodes_min:
-        return Waiting.NODES_EXCLUDED, _why([n for n in excluded if _in(whole, ix, n)], ix)
+        names = [ix.nodes[i].name for i in ix.multi_node_excluded if whole.member[i]]
+        return Waiting.NODES_EXCLUDED, _why(names, ix)
     return None
 
 
-def _in(pool: Pool, ix: ClusterIndex, name: str) -> bool:
-    return bool(pool.member[ix.id_of[name]])
+def _excluded(ix: ClusterIndex, name: str) -> bool:
+    i = ix.id_of.get(name)
+    return i is not None and bool(ix.nodes[i].multi_node_excluded)
 
 
 def _why(names: list[str], ix: ClusterIndex) -> str:
-    by_name = {n.name: n for n in ix.nodes}
-    shown = "; ".join(f"{n} ({by_name[n].multi_node_excluded})" for n in names[:4])
+    shown = "; ".join(f"{n} ({ix.nodes[ix.id_of[n]].multi_node_excluded})" for n in names[:4])
     more = f" and {len(names) - 4} more" if len(names) > 4 else ""
     return f"kept out of multi-node jobs by fabric faults: {shown}{more}"

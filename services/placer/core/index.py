@@ -61,6 +61,8 @@ class Skeleton:
         self.id_of = {n.name: i for i, n in enumerate(nodes)}
         self.width = max((len(n.gpus) for n in nodes), default=0)
         self.up = bytearray(n.state is NodeState.UP for n in nodes)
+        # nodes a fabric fault keeps out of multi-node jobs (core/fabric.py)
+        self.multi_node_excluded = tuple(i for i, n in enumerate(nodes) if n.multi_node_excluded)
         self._build_gpus(nodes)
         self._build_domains(nodes)
 
@@ -159,6 +161,7 @@ class ClusterIndex:
         self.id_of = sk.id_of
         self.width = sk.width
         self.up = sk.up
+        self.multi_node_excluded = sk.multi_node_excluded
         self.bit_to_gpu = sk.bit_to_gpu
         self.plain_bits = sk.plain_bits
         self.groups = sk.groups
