@@ -10,11 +10,14 @@ Services keep nats-py; nothing here is async.
 
 from __future__ import annotations
 
+import _socket  # socket.py's own import builds enums of every constant: not needed here
 import os
-import socket
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec  # loaded anyway for the API's structs; json's regexes cost a start more
+
+if TYPE_CHECKING:
+    import ssl
 
 CRLF = b"\r\n"
 
@@ -113,7 +116,7 @@ def connect(servers: list[str], timeout: float, creds: str = "", tls_ca: str = "
 class Connection:
     """One connected, authenticated client; `request` then `close`."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: _socket.socket | ssl.SSLSocket) -> None:
         self.sock = sock
         self.buf = b""
 
@@ -121,10 +124,7 @@ class Connection:
     def open(cls, server: str, timeout: float, creds: str, tls_ca: str) -> Connection:
         url = address(server)
         host, port = url.host or "127.0.0.1", url.port or 4222
-        # an ASCII name as bytes: getaddrinfo encodes a str with the idna codec (stringprep,
-        # unicodedata: imports the call does not need)
-        name = host.encode() if host.isascii() else host
-        sock = socket.create_connection((name, port), timeout=timeout)  # type: ignore[arg-type]
+        sock = _open_socket(host, port, timeout)
         conn = cls(sock)
         try:
             info = conn._info()
@@ -165,10 +165,14 @@ class Connection:
         return info
 
     def _start_tls(self, host: str, tls_ca: str) -> None:
-        import ssl  # only a TLS bus pays for it
+        import socket
+        import ssl  # only a TLS bus pays for them
 
+        raw, timeout = self.sock, self.sock.gettimeout()
+        plain = socket.socket(raw.family, raw.type, raw.proto, raw.detach())
+        plain.settimeout(timeout)
         context = ssl.create_default_context(cafile=tls_ca or None)
-        self.sock = context.wrap_socket(self.sock, server_hostname=host)
+        self.sock = context.wrap_socket(plain, server_hostname=host)
 
     def _expect_pong(self) -> None:
         while True:
@@ -219,6 +223,25 @@ class Connection:
         if not chunk:
             raise ConnectionError("the server closed the connection")
         self.buf += chunk
+
+
+def _open_socket(host: str, port: int, timeout: float) -> _socket.socket:
+    """socket.create_connection's loop over the host's addresses (the last error
+    raised), on the C module alone."""
+    # an ASCII name as bytes: getaddrinfo encodes a str with the idna codec (stringprep,
+    # unicodedata: imports the call does not need)
+    name = host.encode() if host.isascii() else host
+    last: OSError = OSError(f"getaddrinfo found no address for {host}")
+    for family, kind, proto, _, addr in _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM):
+        sock = _socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(addr)
+            return sock
+        except OSError as err:
+            sock.close()
+            last = err
+    raise last
 
 
 def _connect_fields(info: dict[str, Any], url: Address, creds: str) -> dict[str, Any]:
