@@ -280,6 +280,7 @@ class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
     message: str = ""
     workers: tuple[tuple[int, int, int], ...] = ()  # (job_id, attempt, generation) alive
     port: int = 0  # `port`: a TCP port free on the node's own address right now
+    answered: bool = True  # False: made up by the caller, the agent never answered
 
 
 # --- job steps (srun inside an allocation; docs/steps.md) ------------------------------

@@ -414,6 +414,7 @@ class Coordinator:
             obs = core.StartFailed(
                 generation=gen.generation, nodes=tuple(failed),
                 reason="; ".join(failed.values()),
+                unanswered=tuple(n for n in failed if not replies[n].answered),
             )  # fmt: skip
             await self.observe(gen.job_id, always(obs))
             return

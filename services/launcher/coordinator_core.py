@@ -19,8 +19,9 @@ Rules (docs/launching.md has the long form):
   that is down is still asked, best effort, to stop its worker;
 - time limit -> TIMEOUT (SIGTERM, SIGKILL after `kill_wait_s`); `--signal=SIG@secs`
   sends SIG that long before the limit (see `timers`);
-- gang start: a node that cannot start its worker -> stop the ones that did, REQUEUE
-  with that node excluded (counted like a fault);
+- gang start: a node that refuses to start its worker -> stop the ones that did, REQUEUE
+  with that node excluded (counted like a fault); one that does not answer is stopped
+  too but not excluded (health takes a silent node out of placement);
 - preemption: SIGTERM, SIGKILL after the grace, REQUEUE (same id, restart_count + 1),
   or PREEMPTED when the job may not be requeued; cancel -> CANCELLED; an allocation
   released under a live run -> stop at once and REQUEUE (not counted), else FAILED.
@@ -387,15 +388,22 @@ class _Decider:
         return Decision(verdict=Verdict.REQUEUE, run=new, actions=actions)
 
     def start_failed(self, obs: StartFailed) -> Decision:
-        """No partial start: stop the nodes that did start, requeue without the others
-        (counted and backed off like a fault), or NODE_FAIL at the restart limit."""
+        """No partial start: stop the nodes that did start, requeue without the nodes
+        that refused (counted and backed off like a fault), or NODE_FAIL at the
+        restart limit. A node whose agent did not answer (restarting, paused) is not
+        excluded, or a job as wide as the cluster could never run again: its agent and
+        its health probe are one process, so a node that stays silent goes SUSPECT and
+        out of placement. It is asked to stop too, so a start still on its way runs
+        nothing."""
         run = self.run
         if obs.generation != run.generation or not self.running:
             return self.ignore()
-        started = tuple(n for n in self.live if n not in obs.nodes)
+        refused = set(obs.nodes) - set(obs.unanswered)
+        started = tuple(n for n in self.live if n not in refused)
         excluded = run.excluded_nodes
         for node in obs.nodes:
-            excluded = _excluding(excluded, node)
+            if node in refused:
+                excluded = _excluding(excluded, node)
         self.run = run = msgspec.structs.replace(run, excluded_nodes=excluded)
         reason = f"could not start on {','.join(obs.nodes)}: {obs.reason}"
         if run.fault_restarts >= self.config.max_restarts:

@@ -155,11 +155,14 @@ class RequeueAsked(Observation, frozen=True, tag="requeue_asked"):
 
 
 class StartFailed(Observation, frozen=True, tag="start_failed"):
-    """Some nodes could not start `generation`'s workers: the gang did not start."""
+    """Some nodes could not start `generation`'s workers: the gang did not start.
+    `unanswered`: those of `nodes` whose agent did not answer at all (restarting,
+    paused, cut off), as opposed to one that answered with a refusal."""
 
     generation: int
     nodes: tuple[str, ...]
     reason: str
+    unanswered: tuple[str, ...] = ()
 
 
 class SparesGranted(Observation, frozen=True, tag="spares_granted"):

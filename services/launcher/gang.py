@@ -118,7 +118,9 @@ class Agents:
         except Exception as err:
             if not is_transient(err):  # no responders, a timeout, NATS away: an answer
                 raise
-            return AgentReply(ok=False, message=f"node {node} did not answer: {err!r}")
+            return AgentReply(
+                ok=False, message=f"node {node} did not answer: {err!r}", answered=False
+            )
         return msgspec.json.decode(raw, type=AgentReply)
 
 

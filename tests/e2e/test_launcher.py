@@ -19,7 +19,7 @@ from muster.client import agent, call
 from muster.cluster import Cluster
 from services.health.probe import NodeProbe
 from services.health.sim_backend import SimulatedGpuBackend
-from shared.api import AgentReply, JobSelector, Ok, StopWorkers
+from shared.api import AGENT_PREFIX, AgentReply, JobSelector, Ok, StopWorkers
 from shared.bus import Bus
 from shared.events import JobPreemptRequested
 from shared.identity_files import provision_keys
@@ -161,9 +161,20 @@ async def test_a_preempted_job_that_may_not_be_requeued_ends_preempted(
 
 @contextlib.asynccontextmanager
 async def ghost_node(url: str, name: str) -> AsyncIterator[None]:
-    """A node whose health probe registers and heartbeats but whose agent is not running."""
+    """A node whose health probe registers and heartbeats but whose agent refuses every
+    start (as a node whose spool or accounts are broken does); it names a port and
+    answers stops. A node that does not answer at all is not excluded (the table tests
+    of the coordinator's core)."""
     bus = await Bus.connect(url, name=f"ghost-{name}")
     await bus.ensure_streams()
+
+    async def answer(_payload: bytes, subject: str) -> bytes:
+        verb = subject.rsplit(".", 1)[-1]
+        if verb == "start":
+            return msgspec.json.encode(AgentReply(ok=False, message="the spool is not writable"))
+        return msgspec.json.encode(AgentReply(ok=True, port=29500 if verb == "port" else 0))
+
+    await bus.serve(f"{AGENT_PREFIX}{name}.*", f"ghost-{name}", answer)
     backend = SimulatedGpuBackend(name, gpu_count=4, model="SIM-H100")
     probe = NodeProbe(
         bus, backend, node=name, address="127.0.0.1", topology=("spine0", "leaf1"),

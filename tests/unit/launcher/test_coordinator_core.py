@@ -283,6 +283,23 @@ FAULT_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decision
              closed=NO_START_B, phase=Phase.ENDED, restart_count=1, fault_restarts=1,
              excluded_nodes=("b",)),
     ),
+    "a node whose agent did not answer is asked to stop too, and not excluded": (
+        R, StartFailed(generation=0, nodes=("b",), reason="no responders", unanswered=("b",)),
+        CFG,
+        then(R, Verdict.REQUEUE, StopWorkers(nodes=("a", "b", "c"), grace_s=GRACE),
+             Requeue(restart_count=1, excluded_nodes=(), delay_s=0.0, reason=NO_START_B),
+             closed=NO_START_B, phase=Phase.ENDED, restart_count=1, fault_restarts=1),
+    ),
+    "of two failed nodes only the one that refused is excluded": (
+        R, StartFailed(generation=0, nodes=("a", "b"), reason="no responders",
+                       unanswered=("b",)),
+        CFG,
+        then(R, Verdict.REQUEUE, StopWorkers(nodes=("b", "c"), grace_s=GRACE),
+             Requeue(restart_count=1, excluded_nodes=("a",), delay_s=0.0,
+                     reason="could not start on a,b: no responders"),
+             closed="could not start on a,b: no responders", phase=Phase.ENDED,
+             restart_count=1, fault_restarts=1, excluded_nodes=("a",)),
+    ),
     "a gang start failure at the restart limit ends NODE_FAIL": (
         running(fault_restarts=3), StartFailed(generation=0, nodes=("b",), reason="no responders"),
         CFG,
