@@ -4,11 +4,16 @@ nodes gets it: gangs, elastic jobs, GPU totals wider than a node, spares and gro
 
 from __future__ import annotations
 
+from random import Random
+
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.placer.core import JobRequest, Node, Plan, Snapshot, place, place_spares
 from tests.unit.placer.helpers import T0, gang, grant, node, running, snapshot
+from tests.unit.placer.test_properties import worlds
 
 DEGRADED = "mlx5_0/1 speed_degraded (100 of 200 Gb/s)"
 
@@ -118,3 +123,19 @@ def test_a_lone_one_node_request_with_nothing_kept_may_take_the_flagged_node() -
     snap = snapshot(flagged(node("a", 4)))
     start = place_spares(snap, gang(1, 1, gpus_per_node=4), near=(), now=T0)
     assert start is not None and [g.node for g in start.grants] == ["a"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(worlds(), st.randoms(use_true_random=False))
+def test_no_start_of_several_nodes_ever_includes_a_flagged_node(
+    world: tuple[Snapshot, list[JobRequest]], rng: Random
+) -> None:
+    snap, pending = world
+    marked = {n.name for n in snap.nodes if rng.random() < 0.3}
+    nodes = tuple(flagged(n) if n.name in marked else n for n in snap.nodes)
+    plan = place(msgspec.structs.replace(snap, nodes=nodes), pending, T0)
+    by_id = {j.job_id: j for j in pending}
+    for s in plan.starts:
+        names = {g.node for g in s.grants}
+        if len(names) > 1 or by_id[s.job_id].nodes_max > 1:
+            assert not names & marked, (s, marked)
