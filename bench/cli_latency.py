@@ -49,13 +49,15 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float
 
 
 def figures(samples: list[tuple[float, float]]) -> dict[str, float]:
-    walls = sorted(w for w, _ in samples)
-    cpus = [c for _, c in samples]
-    return {
-        "wall_p50_ms": round(statistics.median(walls) * 1000, 1),
-        "wall_p90_ms": round(walls[int(0.9 * (len(walls) - 1))] * 1000, 1),
-        "cpu_p50_ms": round(statistics.median(cpus) * 1000, 1),
-    }
+    """p50, p90 and p99 of the wall and of the CPU time, in ms (interpolated between
+    the calls: with 30 calls, p99 is close to the slowest)."""
+    out: dict[str, float] = {}
+    for kind, values in (("wall", [w for w, _ in samples]), ("cpu", [c for _, c in samples])):
+        cuts = statistics.quantiles(values, n=100, method="inclusive")
+        out[f"{kind}_p50_ms"] = round(statistics.median(values) * 1000, 1)
+        out[f"{kind}_p90_ms"] = round(cuts[89] * 1000, 1)
+        out[f"{kind}_p99_ms"] = round(cuts[98] * 1000, 1)
+    return out
 
 
 def main() -> None:
@@ -97,7 +99,9 @@ def main() -> None:
             results[name] = figures([timed(argv, env, folder) for _ in range(args.calls)])
             print(f"{name:>20}: " + "  ".join(f"{k}={v}" for k, v in results[name].items()))
     goal_ms = 50.0
-    worst = max(r["wall_p50_ms"] for n, r in results.items() if n != "python -c pass")
+    commands_only = [r for n, r in results.items() if n != "python -c pass"]
+    worst = max(r["wall_p50_ms"] for r in commands_only)
+    worst_cpu = max(r["cpu_p50_ms"] for r in commands_only)
     print(
         json.dumps(
             {
@@ -105,6 +109,7 @@ def main() -> None:
                 "calls": args.calls,
                 "goal_ms": goal_ms,
                 "worst_command_wall_p50_ms": worst,
+                "worst_command_cpu_p50_ms": worst_cpu,
                 "load_average": round(os.getloadavg()[0], 2),
                 "cpus": os.cpu_count(),
                 "commands": results,

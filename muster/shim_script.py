@@ -6,7 +6,8 @@ finder alone loads pathlib, urllib and re). What site would have added to the im
 path is written into the wrapper instead: the interpreter's site-packages, `.pth` and
 user-site entries (read from it once, here) and the folders holding this project's
 packages. The current folder is left off the path (a job's folder may hold a
-`shared/`), PYTHONPATH and the other PYTHON* variables still apply.
+`shared/`), PYTHONPATH and the other PYTHON* variables still apply. An interpreter
+that cannot be asked (not there yet, say) gets the plain `python -m muster.shims NAME`.
 """
 
 from __future__ import annotations
@@ -45,17 +46,24 @@ def project_roots() -> list[str]:
     return roots
 
 
-def site_paths(python: str) -> list[str]:
-    """What `python -S` lacks of its usual import path, then the project's folders."""
-    bare = set(_path_of(python, "-S"))
+def site_paths(python: str) -> list[str] | None:
+    """What `python -S` lacks of its usual import path, then the project's folders;
+    None when `python` cannot be run."""
+    try:
+        bare = set(_path_of(python, "-S"))
+        full = _path_of(python)
+    except (OSError, subprocess.SubprocessError, ValueError):  # JSON's error is a ValueError
+        return None
     # folders and zips only: an editable install's finder marks its hook with a name
-    extra = [p for p in _path_of(python) if p not in bare and os.path.exists(p)]
+    extra = [p for p in full if p not in bare and os.path.exists(p)]
     return extra + [r for r in project_roots() if r not in extra]
 
 
-def shim_text(python: str, name: str, paths: list[str]) -> str:
+def shim_text(python: str, name: str, paths: list[str] | None) -> str:
     """The wrapper for shim `name`: `python -S`, `paths` appended to its import path,
     then `muster.shims.main` with `name` and the wrapper's arguments."""
+    if paths is None:
+        return f'#!/bin/sh\nexec "{python}" -m muster.shims {name} "$@"\n'
     code = (
         f"import sys; sys.path = [p for p in sys.path if p] + {json.dumps(paths)}; "
         "import muster.lean_msgspec; from muster.shims import main; sys.exit(main())"

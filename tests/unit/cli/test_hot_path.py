@@ -57,7 +57,9 @@ print(status, sorted(m for m in loaded if any(m == f or m.startswith(f + ".") fo
 
 @pytest.fixture(scope="module")
 def paths() -> list[str]:
-    return site_paths(sys.executable)
+    found = site_paths(sys.executable)
+    assert found is not None
+    return found
 
 
 def closed_port() -> int:
@@ -145,3 +147,9 @@ def test_a_shim_survives_quotes_and_dollars_in_its_paths(paths: list[str], tmp_p
     out = subprocess.run([str(shim), "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("usage: squeue"), out.stdout
+
+
+def test_a_shim_for_an_interpreter_that_cannot_run_is_the_plain_one() -> None:
+    assert site_paths("/nonexistent/python") is None
+    want = '#!/bin/sh\nexec "/nonexistent/python" -m muster.shims squeue "$@"\n'
+    assert shim_text("/nonexistent/python", "squeue", None) == want
