@@ -6,7 +6,6 @@ as dates use the local time zone, as squeue does.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -21,6 +20,8 @@ NODE_COLUMNS = "{:<10} {:<9} {:>9} {:<14} {:<12} {:<14} {:<12} {}"
 
 def to_json(value: Any) -> str:
     """What `--json` prints: the reply's fields, sorted, indented."""
+    import json  # only --json pays for it: a one-shot command's imports are its cost
+
     return json.dumps(msgspec.to_builtins(value), indent=2, sort_keys=True)
 
 
