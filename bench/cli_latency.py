@@ -95,6 +95,7 @@ def main() -> None:
         for argv in commands.values():  # warm the page cache and the bytecode
             timed(argv, env, folder)
         results: dict[str, dict[str, float]] = {}
+        load_before = os.getloadavg()[0]  # the machine's other work, beside the figures
         for name, argv in commands.items():
             results[name] = figures([timed(argv, env, folder) for _ in range(args.calls)])
             print(f"{name:>20}: " + "  ".join(f"{k}={v}" for k, v in results[name].items()))
@@ -110,6 +111,7 @@ def main() -> None:
                 "goal_ms": goal_ms,
                 "worst_command_wall_p50_ms": worst,
                 "worst_command_cpu_p50_ms": worst_cpu,
+                "load_average_before": round(load_before, 2),
                 "load_average": round(os.getloadavg()[0], 2),
                 "cpus": os.cpu_count(),
                 "commands": results,
