@@ -19,7 +19,7 @@ from typing import Any
 
 from shared.identity import Directory, directory_of, encode_seed
 from shared.identity_key import KeyFileError as KeyFileError  # re-exported for the services
-from shared.identity_key import load_signer
+from shared.identity_key import load_signer as load_signer
 from shared.logs import kv
 from shared.privacy import DEFAULT_PRIVATE, PrivateData
 
