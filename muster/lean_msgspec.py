@@ -22,5 +22,7 @@ if (
     sys.modules["typing_extensions"] = None  # type: ignore[assignment]  # its import fails
     try:
         import msgspec  # noqa: F401  # what this module is for
+    except ImportError:  # a msgspec that cannot do without it: the next import loads it
+        pass
     finally:
         del sys.modules["typing_extensions"]
