@@ -38,7 +38,7 @@ from services.launcher.executor import (
 from services.launcher.hooks import PrologFailed
 from services.launcher.isolation import NodeIsolation, for_worker
 from services.launcher.spool import Spool
-from services.launcher.stepd_client import kill_stepd, start_stepd, started_or_ended
+from services.launcher.stepd_client import Spare, kill_stepd, started_or_ended
 from services.launcher.steps_agent import StepRunner
 from services.launcher.torchrun import fill_on_node
 from services.launcher.worker_table import (
@@ -118,6 +118,7 @@ class NodeExecutor:
         self._stopped: dict[tuple[int, int, int], None] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.steps = StepRunner(self)  # srun's tasks inside running jobs (steps_agent.py)
+        self.spare = Spare()  # the next worker's stepd, started ahead (stepd_client.py)
 
     def touch_contact(self) -> None:
         """The control plane was reached just now: every stepd's fence starts again."""
@@ -153,6 +154,7 @@ class NodeExecutor:
         await self.bus.serve(prefix + "status", self.node, self._on_status)
         await self.bus.serve(prefix + "port", self.node, self._on_port)
         await self.steps.serve()
+        self.spare.warm()
 
     async def shutdown(self, grace_s: float) -> None:
         """Agent stopping: workers are left running only if we are killed; on a clean
@@ -162,6 +164,7 @@ class NodeExecutor:
             return_exceptions=True,
         )
         await self.steps.close()
+        await asyncio.to_thread(self.spare.close)
         tasks = list(self._tasks)
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace_s + 5.0)
@@ -241,7 +244,7 @@ class NodeExecutor:
         )
         self.table.save(record)  # before stepd exists: a record for everything that may run
         write_struct(folder / "spec.json", self._step(spec, run_as, spool))
-        proc = start_stepd(folder)
+        proc = self.spare.take(folder)
         outcome: StepStarted | StepExit | None = None
         try:
             outcome = await started_or_ended(folder, proc)

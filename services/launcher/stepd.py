@@ -189,11 +189,38 @@ def _record(folder: Path, ending: StepExit) -> StepExit:
     return ending
 
 
+def _folder_from_agent() -> Path | None:
+    """`--ready`: started ahead by the agent, imports done; the worker folder comes on
+    stdin, and this process's output goes to its stepd.log. None: the agent closed the
+    pipe (it stopped, or died) without a folder, so nothing is run."""
+    line = sys.stdin.readline().strip()
+    if not line:
+        return None
+    folder = Path(line)
+    log_fd = os.open(folder / "stepd.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return folder
+
+
 def main() -> None:
     if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m services.launcher.stepd <worker folder>")
+        raise SystemExit("usage: python -m services.launcher.stepd <worker folder> | --ready")
+    folder = _folder_from_agent() if sys.argv[1] == "--ready" else Path(sys.argv[1])
+    if folder is None:
+        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s stepd %(message)s")
-    uvloop.run(supervise(Path(sys.argv[1])))
+    uvloop.run(supervise(folder))
+    # Everything it owes is on disk (written atomically): skip the interpreter's teardown,
+    # a tenth of a second the agent would wait for before it reports the exit.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import pytest
 
 from services.health.probe import kernel_boot_id
 from services.launcher.executor import group_members
+from services.launcher.stepd_client import Spare
 from services.launcher.worker_table import (
     Ending,
     Facts,
@@ -152,6 +153,19 @@ def record(table: WorkerTable, job_id: int) -> WorkerRecord:
 def start_stepd(
     table: WorkerTable, job_id: int, script: str, tmp: Path, fence_s: float = 60.0
 ) -> tuple[WorkerRecord, subprocess.Popen[bytes]]:
+    rec = prepared(table, job_id, script, tmp, fence_s)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.launcher.stepd", rec.folder],
+        cwd=REPO,
+        start_new_session=True,
+    )
+    return rec, proc
+
+
+def prepared(
+    table: WorkerTable, job_id: int, script: str, tmp: Path, fence_s: float = 60.0
+) -> WorkerRecord:
+    """A worker's record and spec, for a stepd to run."""
     rec = record(table, job_id)
     spec = StepSpec(
         argv=("/bin/sh", "-c", script),
@@ -165,12 +179,7 @@ def start_stepd(
         grace_s=0.5,
     )
     write_struct(Path(rec.folder) / "spec.json", spec)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "services.launcher.stepd", rec.folder],
-        cwd=REPO,
-        start_new_session=True,
-    )
-    return rec, proc
+    return rec
 
 
 def started(table: WorkerTable, rec: WorkerRecord) -> StepStarted:
@@ -273,3 +282,54 @@ def test_stop_recorded_workers_stops_every_node_s_workers(tmp_path: Path) -> Non
     for table, rec, proc, pids in runs:
         assert ended(proc, table, rec).ending is Ending.STOPPED
         assert not alive(pids.worker)
+
+
+# --- the spare stepd the agent keeps ready ---------------------------------------------
+
+
+def test_a_spare_stepd_runs_the_folder_it_is_handed_and_the_next_one_waits(
+    tmp_path: Path,
+) -> None:
+    table = WorkerTable(tmp_path / "node")
+    touch(table.contact)
+    spare = Spare()
+    spare.warm()
+    rec = prepared(table, 5, "echo from-the-spare; exit 4", tmp_path)
+    proc = spare.take(Path(rec.folder))
+    try:
+        assert ended(proc, table, rec) == StepExit(ending=Ending.EXITED, exit_code=4)
+        assert (tmp_path / "out-5.txt").read_text() == "from-the-spare\n"
+        assert (Path(rec.folder) / "stepd.log").exists()  # its output went to the folder
+        waiting = spare._proc
+        assert waiting is not None and waiting is not proc and waiting.poll() is None
+    finally:
+        spare.close()
+    assert waiting.returncode == 0  # the end of its pipe: it ran nothing
+
+
+def test_a_spare_whose_agent_died_exits_having_run_nothing(tmp_path: Path) -> None:
+    agent = subprocess.Popen(
+        [
+            sys.executable, "-c",
+            "import sys; from services.launcher.stepd_client import Spare; s = Spare();"
+            " s.warm(); print(s._proc.pid, flush=True); sys.stdin.readline()",
+        ],
+        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert agent.stdout is not None and agent.stdin is not None
+    spare_pid = int(agent.stdout.readline())
+    agent.kill()
+    agent.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    while not _gone(spare_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(spare_pid)
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie until whoever inherited it reaps it) or reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
