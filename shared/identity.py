@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 
-from shared.identity_sodium import SeedPair
+from shared.identity_sodium import SeedPair, crc16
 
 if TYPE_CHECKING:  # the CLI signs with this module; the server side's imports stay off its path
     import asyncio
@@ -116,17 +116,6 @@ def _b32(text: str) -> bytes:
     return base64.b32decode(text + "=" * (-len(text) % 8))
 
 
-def _crc16(data: bytes) -> int:
-    """CRC-16/XMODEM, the checksum NKeys end with."""
-    crc = 0
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
-            crc &= 0xFFFF
-    return crc
-
-
 def public_key_bytes(text: str) -> bytes:
     """The raw ed25519 key of a user public NKey; ValueError says what is wrong."""
     try:
@@ -135,14 +124,14 @@ def public_key_bytes(text: str) -> bytes:
         raise ValueError(f"{text!r} is not an NKey (base32 text like 'UAB...')") from err
     if len(raw) != 35 or raw[0] != _PREFIX_USER:
         raise ValueError(f"{text!r} is not a user public key: those start with 'U' (56 chars)")
-    if int.from_bytes(raw[33:], "little") != _crc16(raw[:33]):
+    if int.from_bytes(raw[33:], "little") != crc16(raw[:33]):
         raise ValueError(f"{text!r} has a bad checksum: copy the whole key again")
     return raw[1:33]
 
 
 def encode_public_key(raw: bytes) -> str:
     body = bytes([_PREFIX_USER]) + raw
-    return base64.b32encode(body + _crc16(body).to_bytes(2, "little")).decode().rstrip("=")
+    return base64.b32encode(body + crc16(body).to_bytes(2, "little")).decode().rstrip("=")
 
 
 def encode_seed(raw: bytes) -> str:
@@ -159,7 +148,7 @@ def decode_seed(text: str) -> bytes:
         raise ValueError("not an NKey seed (base32 text like 'SUA...')") from err
     if len(raw) != 36 or raw[0] & 248 != _PREFIX_SEED:
         raise ValueError("not an NKey seed: seeds start with 'S' (58 chars)")
-    if int.from_bytes(raw[34:], "little") != _crc16(raw[:34]):
+    if int.from_bytes(raw[34:], "little") != crc16(raw[:34]):
         raise ValueError("the seed has a bad checksum: the key file is damaged")
     return raw[2:34]
 
