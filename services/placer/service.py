@@ -29,6 +29,7 @@ from services.placer.core import (
     place_spares,
 )
 from services.placer.core.blockers import blockers
+from services.placer.core.exclusions import standing
 from services.placer.core.predict import Predictor, learned, with_predictions
 from shared.bus import NotMine
 from shared.db import Conn, inbox_first_time, outbox_add
@@ -264,6 +265,7 @@ async def _load_requests(conn: Conn, now: float) -> list[repo.PendingJob]:
     specs = [(p.request.job_id, p.spec) for p in pending]
     blocked = blockers(specs, await repo.load_blocker_facts(conn, specs), now)
     prio = await repo.load_priorities(conn)
+    up_since = await repo.load_up_since(conn)
     return [
         msgspec.structs.replace(
             p,
@@ -271,6 +273,14 @@ async def _load_requests(conn: Conn, now: float) -> list[repo.PendingJob]:
                 p.request,
                 blocked_by=blocked.get(p.request.job_id),
                 priority=prio.get(p.request.job_id, p.request.priority),
+                excluded_nodes=tuple(
+                    sorted(
+                        {
+                            *p.request.excluded_nodes,
+                            *standing(p.run_excluded, p.requeued_at, up_since),
+                        }
+                    )
+                ),
             ),
         )
         for p in pending

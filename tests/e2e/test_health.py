@@ -383,3 +383,35 @@ async def test_a_nats_restart_longer_than_down_after_downs_no_node_and_moves_no_
     log = (state / "logs" / "health.log").read_text()
     assert "node node_down" not in log
     assert "down guard holding: no node is declared DOWN (bus_down)" in log
+
+
+async def test_a_job_requeued_without_a_failed_node_takes_it_again_once_it_is_back(
+    cluster: Cluster, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    """A job as wide as the cluster, requeued without the node an XID took out (no
+    spare), runs on that node again once a reboot brought it back: an exclusion held
+    for ever left it pending with nothing to wait for."""
+    argv = ("--nodes=3", "--gpus-per-node=4")
+    job_id = (await submit(cluster.nats_url, SLEEPER, argv, workdir=str(tmp_path))).job_ids[0]
+    await eventually(lambda: job_state(db, job_id), lambda s: s == "RUNNING", what="running")
+    victim = NODES[0].name
+    await inject(cluster.nats_url, victim, 79)
+    row = await eventually(
+        lambda: db.fetchrow("SELECT state, excluded_nodes FROM job_runs WHERE job_id = $1", job_id),
+        lambda r: r["state"] == "REQUEUED",
+        what="requeued without the failed node",
+    )
+    assert row["excluded_nodes"] == [victim]
+    await eventually(lambda: node_state(db, victim), lambda s: s == "FAILED", what="FAILED")
+
+    await reboot(cluster.nats_url, victim)
+    await eventually(lambda: node_state(db, victim), lambda s: s == "UP", 60, "back UP")
+    row = await eventually(
+        lambda: db.fetchrow(
+            "SELECT state, nodes, restart_count FROM job_runs WHERE job_id = $1", job_id
+        ),
+        lambda r: r["state"] == "RUNNING",
+        60,
+        "running again on every node",
+    )
+    assert sorted(row["nodes"]) == sorted(n.name for n in NODES) and row["restart_count"] == 1

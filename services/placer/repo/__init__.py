@@ -24,7 +24,12 @@ from services.placer.repo.allocations import (
 )
 from services.placer.repo.history import load_outcomes
 from services.placer.repo.lease import acquire_lease, lock_lease, release_lease, renew_lease
-from services.placer.repo.pending import PendingJob, load_blocker_facts, load_pending
+from services.placer.repo.pending import (
+    PendingJob,
+    load_blocker_facts,
+    load_pending,
+    load_up_since,
+)
 from services.placer.repo.snapshot import (
     load_kept,
     load_limits,
@@ -49,6 +54,7 @@ __all__ = [
     "load_priorities",
     "load_reservations",
     "load_running",
+    "load_up_since",
     "lock_lease",
     "record_cycle",
     "record_preemption",

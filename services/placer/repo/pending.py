@@ -24,9 +24,11 @@ TERMINAL_STATES = sorted(TERMINAL)  # as a query parameter (`= ANY($n::text[])`)
 
 
 class PendingJob(msgspec.Struct, frozen=True, kw_only=True):
-    request: JobRequest  # without a blocker or a priority: the cycle adds those
+    request: JobRequest  # without a blocker, a priority or run exclusions: the cycle adds those
     attempt: int  # the attempt number its next allocation gets
     spec: JobSpec
+    run_excluded: tuple[str, ...] = ()  # the nodes the launcher requeued it without
+    requeued_at: float | None = None  # when (its run row's last write)
 
 
 async def load_pending(conn: Conn) -> list[PendingJob]:
@@ -35,6 +37,7 @@ async def load_pending(conn: Conn) -> list[PendingJob]:
         conn,
         "j.job_id, j.spec, j.held, extract(epoch FROM j.submitted_at)::float8 AS submitted,"
         " coalesce(r.excluded_nodes, '{}') AS run_excluded, r.state = $1 AS requeued,"
+        " extract(epoch FROM r.updated_at)::float8 AS requeued_at,"
         " (SELECT coalesce(max(attempt), 0) FROM allocations a WHERE a.job_id = j.job_id) AS last,"
         # admission's policy columns (migration 0004)
         " j.needs_approval AND j.approved_at IS NULL AS unapproved, j.tier, j.preemptible,"
@@ -43,8 +46,25 @@ async def load_pending(conn: Conn) -> list[PendingJob]:
     out = []
     for r in rows:
         spec = msgspec.json.decode(r["spec"], type=JobSpec)
-        out.append(PendingJob(request=_request(r, spec), attempt=r["last"] + 1, spec=spec))
+        out.append(
+            PendingJob(
+                request=_request(r, spec),
+                attempt=r["last"] + 1,
+                spec=spec,
+                run_excluded=tuple(r["run_excluded"]),
+                requeued_at=r["requeued_at"],
+            )
+        )
     return out
+
+
+async def load_up_since(conn: Conn) -> dict[str, float]:
+    """Each UP node's time of coming UP (what lifts a run's exclusion of it)."""
+    rows = await conn.fetch(
+        "SELECT name, extract(epoch FROM state_since)::float8 AS since FROM nodes"
+        " WHERE state = 'UP'"
+    )
+    return {r["name"]: r["since"] for r in rows}
 
 
 def _request(row: asyncpg.Record, spec: JobSpec) -> JobRequest:
@@ -63,7 +83,7 @@ def _request(row: asyncpg.Record, spec: JobSpec) -> JobRequest:
         constraint=spec.constraint,
         exclusive=spec.exclusive,
         required_nodes=spec.required_nodes,
-        excluded_nodes=tuple(sorted({*spec.excluded_nodes, *row["run_excluded"]})),
+        excluded_nodes=spec.excluded_nodes,
         time_limit_s=spec.time_limit_s,
         max_switches=spec.max_switches,
         switches_wait_s=spec.switches_wait_s,
