@@ -33,12 +33,17 @@ def hms(seconds: float) -> str:
     return f"{days}-{text}" if days else text
 
 
+def _stamp(at: float) -> str:
+    """Local time as scontrol prints it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(at))
+
+
 def _where(job: JobView, start: bool) -> str:
     """The last column: the estimated start, the nodes of a live job, or the reason."""
     if start:
         if not job.estimated_start:
             return "N/A"
-        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(job.estimated_start))
+        return _stamp(job.estimated_start)
     return ",".join(job.nodelist) if job.state in LIVE_RUN else f"({job.reason})"
 
 
@@ -64,6 +69,16 @@ def show_lines(reply: ShowJobReply) -> list[str]:
         f" TimeLimit={hms(j.time_limit_s)} RunTime={hms(j.elapsed_s)}",
         f"   NodeList={','.join(j.nodelist) or '(null)'}",
     ]
+    if j.started_at is not None:
+        limit_end = j.ended_at if j.ended_at is not None else j.started_at + j.time_limit_s
+        lines.append(f"   StartTime={_stamp(j.started_at)} EndTime={_stamp(limit_end)}")
+    elif j.estimated_start:
+        lines.append(f"   StartTime={_stamp(j.estimated_start)} (estimated)")
+    if reply.predicted_end is not None:
+        lines.append(
+            f"   PredictedEnd={_stamp(reply.predicted_end)} ({reply.predicted_why};"
+            " the limit still ends it)"
+        )
     if j.array_job_id is not None:
         lines.append(f"   ArrayJobId={j.array_job_id} ArrayTaskId={j.array_task_id}")
     if reply.dependency:

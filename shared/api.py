@@ -133,6 +133,10 @@ class ShowJobReply(msgspec.Struct, frozen=True, kw_only=True):
     dependency: str = ""  # the job's --dependency as given, e.g. "afterok:12:13"
     approval: str = ""  # "", "awaiting operator approval" or "approved by NAME"
     steps: tuple[StepView, ...] = ()  # the job's srun steps (docs/steps.md)
+    # A running job's expected end from the placer's runtime prediction (never its kill,
+    # which stays at the limit), and which history it comes from; None: no prediction.
+    predicted_end: float | None = None
+    predicted_why: str = ""
 
 
 class GpuView(msgspec.Struct, frozen=True, kw_only=True):

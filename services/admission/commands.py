@@ -262,6 +262,7 @@ class JobCommands:
             history = await repo.attempts(conn, req.job_id)
             steps = await repo.steps(conn, req.job_id)
             priority = await repo.job_priority(conn, req.job_id)
+            predicted, why = await repo.predicted_end(conn, req.job_id)
         row = rows[0]
         spec = _visible(req.user, row, spec, self.directory())
         view = job_view(row, now)
@@ -281,6 +282,8 @@ class JobCommands:
             attempts=tuple(_attempt(a) for a in history),
             steps=tuple(step_view(s) for s in steps),
             priority=priority,
+            predicted_end=predicted if view.state in ("RUNNING", "CONFIGURING") else None,
+            predicted_why=why if view.state in ("RUNNING", "CONFIGURING") else "",
         )
 
 

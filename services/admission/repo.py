@@ -322,6 +322,18 @@ async def publish_policy(conn: Conn, config: ClusterConfig | None) -> None:
     )
 
 
+async def predicted_end(conn: Conn, job_id: int) -> tuple[float | None, str]:
+    """The placer's predicted end of the job's live allocation, and why (placer's)."""
+    row = await conn.fetchrow(
+        "SELECT extract(epoch FROM predicted_end)::float8 AS at, predicted_why FROM allocations"
+        " WHERE job_id = $1 AND released_at IS NULL",
+        job_id,
+    )
+    if row is None or row["at"] is None:
+        return None, ""
+    return float(row["at"]), str(row["predicted_why"])
+
+
 async def job_priority(conn: Conn, job_id: int) -> dict[str, float]:
     """The job's multifactor priority and its weighted parts, as fairshare last ranked
     it (pending jobs only; empty once it runs)."""

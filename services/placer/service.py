@@ -30,7 +30,7 @@ from services.placer.core import (
 )
 from services.placer.core.blockers import blockers
 from services.placer.core.exclusions import standing
-from services.placer.core.predict import Predictor, learned, with_predictions
+from services.placer.core.predict import Predictor, explained_end, learned, with_predictions
 from shared.bus import NotMine
 from shared.db import Conn, inbox_first_time, outbox_add
 from shared.events import (
@@ -78,6 +78,7 @@ class Placer:
         self._wake = asyncio.Event()
         self._woken_at: float | None = None  # first wake-up not yet served by a cycle
         self._reasons: dict[int, Wait] = {}  # pending reasons as last written
+        self._ends: dict[int, tuple[float, str]] = {}  # running jobs' predicted ends, written
         self._predictor: Predictor | None = None  # rebuilt from job history after an end
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -168,6 +169,7 @@ class Placer:
             if epoch is not None:
                 self.epoch = epoch
                 self._reasons = {}  # another leader may have written since
+                self._ends = {}
                 log.info("leading", extra=kv(holder=self.holder, epoch=epoch))
                 self.wake()
 
@@ -213,6 +215,10 @@ class Placer:
                 # must not mean 50,000 row writes a second.
                 changed = tuple(w for w in plan.waits if self._reasons.get(w.job_id) != w)
                 await repo.write_waits(conn, changed)
+                ends = self._predicted_ends(snapshot, now)
+                await repo.write_predictions(
+                    conn, {j: e for j, e in ends.items() if self._ends.get(j) != e}
+                )
                 duration = time.perf_counter() - t0
                 self.cycles += 1
                 if plan.starts:
@@ -220,6 +226,7 @@ class Placer:
                         conn, epoch, self.cycles, started, duration, len(plan.starts), len(pending)
                     )
             self._reasons = {w.job_id: w for w in plan.waits}  # committed: what the table says
+            self._ends = ends
             span.set_attribute("placer.placed", len(plan.starts))
             span.set_attribute("placer.pending", len(pending))
         if events:
@@ -237,6 +244,13 @@ class Placer:
             ),
         )
         return plan
+
+    def _predicted_ends(self, snapshot: Snapshot, now: float) -> dict[int, tuple[float, str]]:
+        """Each running job's predicted end and why (`muster show job`), when predicting."""
+        if self._predictor is None or not self.policy.use_predictions:
+            return {}
+        ends = {r.job_id: explained_end(self._predictor, r, now) for r in snapshot.running}
+        return {j: e for j, e in ends.items() if e is not None}
 
     async def _predicted(
         self, conn: Conn, requests: list[JobRequest], snapshot: Snapshot

@@ -14,7 +14,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from muster.client import call
 from muster.cluster import Cluster
+from shared.api import ShowJobReply, ShowJobRequest
 from tests.support.cluster import eventually, job_state, nodes, running_cluster, submit
 
 pytestmark = pytest.mark.slow
@@ -272,3 +274,15 @@ async def test_a_waiting_job_is_booked_on_the_predicted_end_of_the_job_before_it
         "an estimated start",
     )
     assert 0 < ahead < 1800, f"booked {ahead:.0f} s after the blocker began, not on its limit"
+    # `muster show job` gives the same predicted end beside the hour's limit, and why.
+    shown = await eventually(
+        lambda: call(
+            cluster.nats_url, "show", ShowJobRequest(user="root", job_id=blocker), ShowJobReply
+        ),
+        lambda r: r.predicted_end is not None,
+        20,
+        "a predicted end",
+    )
+    assert shown.job.started_at is not None and shown.predicted_end is not None
+    assert 0 < shown.predicted_end - shown.job.started_at < 1800
+    assert "named quick" in shown.predicted_why, shown.predicted_why

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+
 import pytest
 
 from muster.render import hms, nodes_lines, queue_lines, show_lines
@@ -70,7 +73,17 @@ def test_queue_start_column_says_n_a_without_an_estimate() -> None:
     assert lines[0].endswith("START_TIME") and lines[1].endswith("  N/A")
 
 
-def test_show_lines_name_every_attempt_and_the_priority() -> None:
+@pytest.fixture
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Times print in local time, as scontrol's do: UTC here, whatever the machine's."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_show_lines_name_every_attempt_and_the_priority(utc: None) -> None:
     attempt = AttemptView(
         attempt=1, seq=2, nodes=("node01", "node03"), world_size=16, reason="xid 79 on node02",
         outcome="shrink", started_at=1_700_000_060.0, ended_at=1_700_000_160.5,
@@ -87,6 +100,7 @@ def test_show_lines_name_every_attempt_and_the_priority() -> None:
         "   JobState=RUNNING Reason=None ExitCode=None Restarts=1",
         "   Partition=gpu QOS=normal NumNodes=2 GPUs=16 TimeLimit=2:00:00 RunTime=1:02:05",
         "   NodeList=node01,node02",
+        "   StartTime=2023-11-14T22:14:20 EndTime=2023-11-15T00:14:20",
         "   ArrayJobId=40 ArrayTaskId=2",
         "   Dependency=afterok:12",
         "   Priority=1234 (age=34 fairshare=1200)",
@@ -110,4 +124,20 @@ def test_nodes_lines_show_free_gpus_and_the_unhealthy_ones() -> None:
         "    REASON",
         "node02     DRAINING        0/2 spine0/leaf1   gpu:h100:2   ib,rack1       1(xid79)"
         "     xid 79",
+    ]
+
+
+def test_show_lines_give_the_predicted_end_beside_the_limit_and_why(utc: None) -> None:
+    why = "mean of the last 2 jobs of alice named pretrain on 16 GPUs"
+    reply = ShowJobReply(job=job(), spec={}, predicted_end=1_700_004_000.0, predicted_why=why)
+    assert show_lines(reply)[4:] == [
+        "   StartTime=2023-11-14T22:14:20 EndTime=2023-11-15T00:14:20",
+        f"   PredictedEnd=2023-11-14T23:20:00 ({why}; the limit still ends it)",
+    ]
+
+
+def test_a_pending_job_shows_its_estimated_start(utc: None) -> None:
+    pending = job(state="PENDING", started_at=None, estimated_start=1_700_004_000.0)
+    assert show_lines(ShowJobReply(job=pending, spec={}))[4:] == [
+        "   StartTime=2023-11-14T23:20:00 (estimated)"
     ]

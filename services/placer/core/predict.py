@@ -136,6 +136,21 @@ def planned_runtime(job: JobRequest, use: bool = True) -> int:
     return max(1, min(job.predicted_s, job.time_limit_s))
 
 
+def explained_end(predictor: Predictor, run: Running, now: float) -> tuple[float, str] | None:
+    """When `run` is expected to end, and why (for `muster show job`); None without a
+    prediction (it is planned on its limit)."""
+    got = predictor.for_running(run)
+    if got is None:
+        return None
+    end = planned_end(msgspec.structs.replace(run, predicted_s=got.seconds), now)
+    why = got.why
+    if end >= run.started_at + run.time_limit_s:
+        why = f"{why}; at its limit"
+    elif end > run.started_at + got.seconds:
+        why = f"{why}; extended, it outlived {got.seconds} s"
+    return round(end, 3), why
+
+
 def planned_end(run: Running, now: float, use: bool = True) -> float:
     """When a running job is expected to end: its prediction, extended once outlived
     (doubled until it passes `now`), never past its limit; without one, its limit."""

@@ -20,6 +20,7 @@ from services.placer.repo.allocations import (
     release_dropped_nodes,
     release_finished,
     swap_nodes,
+    write_predictions,
     write_waits,
 )
 from services.placer.repo.history import load_outcomes
@@ -63,5 +64,6 @@ __all__ = [
     "release_lease",
     "renew_lease",
     "swap_nodes",
+    "write_predictions",
     "write_waits",
 ]

@@ -8,6 +8,7 @@ the unique index on live GPUs refuses a GPU held twice, whatever this code does.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 import msgspec
@@ -97,6 +98,15 @@ async def insert_allocation(conn: Conn, start: Start, attempt: int, epoch: int) 
     )
     await conn.execute("DELETE FROM pending_reasons WHERE job_id = $1", start.job_id)
     return alloc_id
+
+
+async def write_predictions(conn: Conn, ends: Mapping[int, tuple[float, str]]) -> None:
+    """Running jobs' predicted ends and why, on their live allocations."""
+    await conn.executemany(
+        "UPDATE allocations SET predicted_end = to_timestamp($2), predicted_why = $3"
+        " WHERE job_id = $1 AND released_at IS NULL",
+        [(job_id, end, why) for job_id, (end, why) in ends.items()],
+    )
 
 
 async def write_waits(conn: Conn, waits: tuple[Wait, ...]) -> None:

@@ -9,6 +9,7 @@ from services.placer.core.predict import (
     Outcome,
     Prediction,
     Predictor,
+    explained_end,
     planned_end,
     with_predictions,
 )
@@ -133,3 +134,31 @@ def test_the_queue_and_the_running_jobs_get_their_predictions() -> None:
     assert [j.predicted_s for j in jobs] == [2000, None]
     assert [r.predicted_s for r in now_running] == [2000]
     assert jobs[1] is queue[1]
+
+
+ALICE_WHY = "mean of the last 2 jobs of alice named train on 8 GPUs"
+EXPLAINED = {
+    "no history: no predicted end (planned on its limit)": (
+        running(1, whole("a"), user="bob", name="train"), None,
+    ),
+    "its prediction, and the history it comes from": (
+        running(1, whole("a"), user="alice", name="train", time_limit_s=86_400,
+                started_at=T0 - 1000),
+        (T0 + 1000, ALICE_WHY),
+    ),
+    "outlived: extended, and it says so": (
+        running(1, whole("a"), user="alice", name="train", time_limit_s=86_400,
+                started_at=T0 - 3000),
+        (T0 + 1000, f"{ALICE_WHY}; extended, it outlived 2000 s"),
+    ),
+    "extended up to its limit": (
+        running(1, whole("a"), user="alice", name="train", time_limit_s=86_400,
+                started_at=T0 - 80_000),
+        (T0 + 6_400, f"{ALICE_WHY}; at its limit"),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("run", "want"), EXPLAINED.values(), ids=EXPLAINED.keys())
+def test_explained_end(run: object, want: tuple[float, str] | None) -> None:
+    assert explained_end(learned(*ALICE_TRAIN), run, T0) == want  # type: ignore[arg-type]
