@@ -113,7 +113,7 @@ async def measure(url: str, db_url: str, runs: int) -> list[dict[str, float]]:
         ordered_consumer=True,
         deliver_policy=nats.js.api.DeliverPolicy.NEW,
     )
-    await nc.subscribe("muster.gpu.xid_observed", cb=on_xid)
+    await nc.subscribe("muster.gpu.xid_observed.>", cb=on_xid)
     await nc.flush()
     try:
         return [await one_run(url, db, js, faults, observed, i) for i in range(runs)]

@@ -25,7 +25,7 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError, NotFoundError
 from opentelemetry import trace
 
-from shared.events import AnyEvent, Event, decode, encode, subject_of, tag_of
+from shared.events import AnyEvent, Event, decode, encode, node_mismatch, subject_of, tag_of
 from shared.logs import kv
 from shared.security import nats_options
 from shared.settings import nats_servers
@@ -275,6 +275,12 @@ class Bus:
         except (msgspec.DecodeError, msgspec.ValidationError) as err:
             log.error("undecodable message", extra=kv(subject=msg.subject, error=str(err)))
             await self._dead_letter(durable, msg, f"undecodable: {err}")
+            return
+        if (mismatch := node_mismatch(msg.subject, event)) is not None:
+            # A node event about another node than its subject's: forged (an agent may
+            # publish on its own node's subjects alone) or misrouted. Poison, never handled.
+            log.error(mismatch, extra=kv(subject=msg.subject, durable=durable))
+            await self._dead_letter(durable, msg, mismatch)
             return
         ctx = extract_context(msg.headers)
         with tracer.start_as_current_span(

@@ -29,6 +29,7 @@ from enum import StrEnum
 import msgspec
 
 from shared.api import AGENT_PREFIX, API_PREFIX, HEARTBEAT_PREFIX
+from shared.events import NODE_SUBJECT_TAGS, node_subject
 
 
 class Kind(StrEnum):
@@ -74,16 +75,9 @@ SERVICE_LISTENS: dict[str, tuple[str, ...]] = {
     "launcher": (API_PREFIX + "step", API_PREFIX + "step_cancel"),  # srun (docs/steps.md)
     "health": (HEARTBEAT_PREFIX + "*",),
 }
-# Agents carry no node in these subjects (`muster.<tag>`): any agent may publish them;
-# a per-node subject (`muster.node.registered.<node>`) would be needed to tell them apart
-# on the bus (docs/security.md).
-AGENT_EVENTS = (
-    "node.registered",
-    "gpu.xid_observed",
-    "node.fabric_fault_observed",
-    "worker.exited",
-    "node.hook_failed",  # a failed prolog / epilog: the health monitor drains the node
-)
+# What a node agent publishes, each on its own node's subject only (`muster.<tag>.<node>`,
+# shared/events.py): an agent cannot speak for another node on the bus.
+AGENT_EVENTS = NODE_SUBJECT_TAGS
 EVENT_PREFIX = "muster."
 USERS_INBOX = "_INBOX"
 
@@ -137,7 +131,7 @@ def service_permissions(service: str) -> Permissions:
 
 
 def agent_permissions(node: str) -> Permissions:
-    publish = (HEARTBEAT_PREFIX + node, *(EVENT_PREFIX + tag for tag in AGENT_EVENTS))
+    publish = (HEARTBEAT_PREFIX + node, *(node_subject(tag, node) for tag in AGENT_EVENTS))
     subscribe = (inbox_prefix(agent_name(node)) + ".>", f"{AGENT_PREFIX}{node}.>")
     return Permissions(publish=publish, subscribe=subscribe, allow_responses=True)
 

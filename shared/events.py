@@ -301,8 +301,56 @@ def tag_of(event: Event) -> str:
     return tag
 
 
+# The events a node agent (or its probe) publishes. Their subject ends with the node
+# they are about, `muster.<tag>.<node>` (`muster.gpu.xid_observed.node01`), so the bus
+# lets each agent publish its own node's alone (shared/bus_auth.py) and every consumer
+# refuses one whose payload names another node (`node_mismatch`; docs/security.md).
+NODE_SUBJECT_TAGS = (
+    "node.registered",
+    "gpu.xid_observed",
+    "node.fabric_fault_observed",
+    "worker.exited",
+    "node.hook_failed",
+)
+
+
 def subject_of(event: Event) -> str:
-    return SUBJECT_PREFIX + tag_of(event)
+    tag = tag_of(event)
+    if tag in NODE_SUBJECT_TAGS:
+        return node_subject(tag, _node_of(event))
+    return SUBJECT_PREFIX + tag
+
+
+def _node_of(event: Event) -> str:
+    node = getattr(event, "node", None)
+    assert isinstance(node, str), f"{tag_of(event)} names no node"
+    return node
+
+
+def node_subject(tag: str, node: str) -> str:
+    """The subject of node event `tag` about `node`: `muster.<tag>.<node>`."""
+    return f"{SUBJECT_PREFIX}{tag}.{node}"
+
+
+def node_filter(tag: str) -> str:
+    """The filter subject of node event `tag`, every node's: `muster.<tag>.>`."""
+    return f"{SUBJECT_PREFIX}{tag}.>"
+
+
+def node_mismatch(subject: str, event: Event) -> str | None:
+    """Why `event`, received on `subject`, must be refused; None when it may be handled.
+
+    A node event must arrive on its own node's subject: one whose payload names another
+    node (or that came on a subject without a node) was forged or misrouted."""
+    tag = tag_of(event)
+    if tag not in NODE_SUBJECT_TAGS:
+        return None
+    node = _node_of(event)
+    prefix = f"{SUBJECT_PREFIX}{tag}."
+    on = subject.removeprefix(prefix) if subject.startswith(prefix) else ""
+    if on == node:
+        return None
+    return f"node mismatch: {tag} about node {node!r} on the subject of node {on!r}"
 
 
 def encode(event: Event) -> bytes:

@@ -89,12 +89,12 @@ from shared.transient import is_transient
 log = logging.getLogger(__name__)
 
 SUBJECTS = (
-    "muster.node.registered",
-    "muster.gpu.xid_observed",
+    "muster.node.registered.>",
+    "muster.gpu.xid_observed.>",
     "muster.node.drain_requested",
     "muster.node.cleaned",
-    "muster.node.fabric_fault_observed",
-    "muster.node.hook_failed",
+    "muster.node.fabric_fault_observed.>",
+    "muster.node.hook_failed.>",
 )
 CONSUMER = "health"
 LEASE_RELEASE_S = 2.0  # how long a stopping monitor tries to hand its lease over

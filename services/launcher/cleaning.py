@@ -29,7 +29,7 @@ from shared.runtime import every
 log = logging.getLogger(__name__)
 
 CONSUMER = "launcher-nodes"
-SUBJECTS = ("muster.node.registered",)
+SUBJECTS = ("muster.node.registered.>",)
 
 
 class Cleaner:

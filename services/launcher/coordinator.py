@@ -69,7 +69,7 @@ SUBJECTS = (
     "muster.job.cancel_requested",
     "muster.job.preempt_requested",
     "muster.job.requeue_requested",
-    "muster.worker.exited",
+    "muster.worker.exited.>",
     "muster.node.fault",
     "muster.node.down",
     "muster.job.spares_answered",

@@ -21,8 +21,16 @@ from nats.js.errors import NotFoundError
 
 from shared import embedded
 from shared.api import WorkerSpec
-from shared.bus import STREAM
-from shared.events import JobAllocated, NodeRegistered, UsageTicked, encode, subject_of
+from shared.bus import DLQ_PREFIX, DLQ_STREAM, STREAM
+from shared.events import (
+    GpuXidObserved,
+    JobAllocated,
+    NodeRegistered,
+    UsageTicked,
+    encode,
+    node_subject,
+    subject_of,
+)
 from shared.security import make_tls, nats_options, provision_bus
 from tests.support.cluster import eventually, job_state, nodes, submit
 from tests.support.secure import Secured, secured_cluster
@@ -163,6 +171,68 @@ async def test_an_agent_speaks_only_for_its_own_node(secured: Secured) -> None:
         await agent.violated("muster.agent.node02.start")
     finally:
         await nc.close()
+
+
+def info_xid(node: str) -> GpuXidObserved:
+    """An XID the catalog counts and does nothing about (92: single-bit ECC rate)."""
+    return GpuXidObserved(event_id=uuid.uuid4(), occurred_at=NOW, node=node, gpu=0, xid=92)
+
+
+async def test_an_agent_publishes_node_events_on_its_own_node_subjects_only(
+    secured: Secured,
+) -> None:
+    agent = Watched()
+    nc = await agent.connect(
+        secured.nats_url, secured.creds("node-node01"), inbox_prefix="_I.node-node01"
+    )
+    try:
+        forged = info_xid("node02")
+        with pytest.raises(NatsError):
+            await nc.jetstream().publish(subject_of(forged), encode(forged), timeout=2)
+        await agent.violated("muster.gpu.xid_observed.node02")
+        last = await last_on(secured, "muster.gpu.xid_observed.node02")
+        assert last is None or str(forged.event_id) not in last.decode()
+
+        own = info_xid("node01")
+        assert subject_of(own) == "muster.gpu.xid_observed.node01"
+        ack = await nc.jetstream().publish(subject_of(own), encode(own), timeout=5)
+        assert ack.stream == STREAM
+    finally:
+        await nc.close()
+
+
+async def test_a_consumer_refuses_a_node_event_about_another_node(secured: Secured) -> None:
+    # Node01's agent may publish on its own subject; a payload naming node02 there is
+    # dead-lettered by the health monitor, never handled.
+    agent = Watched()
+    nc = await agent.connect(
+        secured.nats_url, secured.creds("node-node01"), inbox_prefix="_I.node-node01"
+    )
+    forged = info_xid("node02")
+    try:
+        subject = node_subject("gpu.xid_observed", "node01")
+        await nc.jetstream().publish(subject, encode(forged), timeout=5)
+    finally:
+        await nc.close()
+    admin = await nats.connect(secured.nats_url, **nats_options(secured.creds("admin")))
+
+    async def dead_letter() -> str:
+        try:
+            msg = await admin.jetstream().get_last_msg(DLQ_STREAM, DLQ_PREFIX + "health")
+        except NotFoundError:
+            return ""
+        return (msg.data or b"").decode() + str(msg.headers)
+
+    try:
+        text = await eventually(
+            dead_letter,
+            lambda t: str(forged.event_id) in t,
+            timeout=60,
+            what="the forged XID dead-lettered by the health monitor",
+        )
+        assert "node mismatch" in text and "node02" in text and "node01" in text
+    finally:
+        await admin.close()
 
 
 async def test_a_user_cannot_delete_a_stream(secured: Secured, user: Watched) -> None:

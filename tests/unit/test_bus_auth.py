@@ -20,7 +20,15 @@ CASES = {
     "the placer starts no workers": (PLACER, "muster.agent.node01.start", False),
     "an agent heartbeats for its node": (AGENT, "muster.heartbeat.node01", True),
     "an agent heartbeats for no other node": (AGENT, "muster.heartbeat.node02", False),
-    "an agent reports worker exits": (AGENT, "muster.worker.exited", True),
+    "an agent reports its node's worker exits": (AGENT, "muster.worker.exited.node01", True),
+    "an agent reports no other node's worker exits": (
+        AGENT,
+        "muster.worker.exited.node02",
+        False,
+    ),
+    "an agent reports no node-less worker exit": (AGENT, "muster.worker.exited", False),
+    "an agent reports its node's XIDs": (AGENT, "muster.gpu.xid_observed.node01", True),
+    "an agent reports no other node's XID": (AGENT, "muster.gpu.xid_observed.node02", False),
     "an agent publishes no fault verdict": (AGENT, "muster.node.fault", False),
     "an agent has no JetStream API": (AGENT, "$JS.API.STREAM.CREATE.MUSTER", False),
 }

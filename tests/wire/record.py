@@ -85,7 +85,7 @@ class Recorder:
             event = events.decode(msg.data)
         except Exception:  # an API request or reply on muster.>, not an event
             return
-        tag = events.subject_of(event).removeprefix("muster.")
+        tag = events.tag_of(event)
         gaps = len(unfilled(json.loads(msg.data)))
         if tag not in self.best or gaps < self.best[tag][0]:
             self.best[tag] = (gaps, msg.data)
