@@ -247,7 +247,9 @@ class NodeProbe:
             reset_pending=result.reset_pending,
             running=self.running(),
         )
-        await self.bus.publish(event)
+        # Through a NATS fail-over too: the agent's first registration met a stream
+        # electing its leader (soak seed 415) and ended the node agent.
+        await self._publish_through_outages(event)
         log.info(
             "registered",
             extra=kv(node=self.node, gpus=len(gpus), boot=self.boot_id, check=result.passed),
@@ -327,10 +329,12 @@ class NodeProbe:
             await self.register()
 
     async def _publish_through_outages(
-        self, event: GpuXidObserved | NodeFabricFaultObserved
+        self, event: GpuXidObserved | NodeFabricFaultObserved | NodeRegistered
     ) -> None:
-        """An XID seen while NATS fails over is reported once it is back: a transient
-        bus error used to end the reporter's task group, and with it the node agent."""
+        """An XID (or a registration) while NATS fails over is published once it is back:
+        a transient bus error used to end the reporter's task group, and with it the node
+        agent. The event's id makes a repeat of one that did land a duplicate JetStream
+        drops."""
         backoff = Backoff()
         while True:
             try:
@@ -339,7 +343,9 @@ class NodeProbe:
             except Exception as err:
                 if not is_transient(err):
                     raise
-                log.warning("cannot report the xid yet", extra=kv(error=repr(err)))
+                log.warning(
+                    "cannot publish yet", extra=kv(event=type(event).__name__, error=repr(err))
+                )
                 await asyncio.sleep(backoff.next_s())
 
     async def report(self, sighting: Sighting) -> GpuXidObserved | None:
