@@ -12,6 +12,7 @@ anything imports msgspec; typing_extensions stays importable for whatever wants 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 if (
@@ -21,8 +22,8 @@ if (
 ):
     sys.modules["typing_extensions"] = None  # type: ignore[assignment]  # its import fails
     try:
-        import msgspec  # noqa: F401  # what this module is for
-    except ImportError:  # a msgspec that cannot do without it: the next import loads it
-        pass
+        # A msgspec that cannot do without it fails here; the next import then loads it.
+        with contextlib.suppress(ImportError):
+            import msgspec  # noqa: F401  # what this module is for
     finally:
         del sys.modules["typing_extensions"]

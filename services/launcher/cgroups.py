@@ -180,6 +180,15 @@ def enter(ref: CgroupRef, pid: int) -> None:
         _write(Path(folder, "cgroup.procs"), str(pid))
 
 
+def entered_if(
+    ref: CgroupRef | None, h: Hierarchy | None
+) -> contextlib.AbstractContextManager[None]:
+    """`entered(ref, h)` when both are known, else a block that changes nothing."""
+    if ref is None or h is None:
+        return contextlib.nullcontext()
+    return entered(ref, h)
+
+
 @contextlib.contextmanager
 def entered(ref: CgroupRef, h: Hierarchy) -> Iterator[None]:
     """This process inside `ref` for the block, then back where it was: a child forked

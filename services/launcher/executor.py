@@ -185,11 +185,7 @@ async def spawn_worker(
         task_prolog,
         *argv,
     ]
-    inside = (
-        cgroups.entered(cgroup, hierarchy)
-        if cgroup is not None and hierarchy is not None
-        else contextlib.nullcontext()
-    )
+    inside = cgroups.entered_if(cgroup, hierarchy)
     try:
         with inside:
             proc = _popen(wrapper, env, ids)

@@ -41,11 +41,7 @@ def spawn_on_pty(
     gid = run_as.gid if switch and run_as else None
     groups = list(run_as.groups) if switch and run_as else None
     hierarchy = cgroups.detect() if cgroup is not None else None
-    inside = (
-        cgroups.entered(cgroup, hierarchy)
-        if cgroup is not None and hierarchy is not None
-        else contextlib.nullcontext()
-    )
+    inside = cgroups.entered_if(cgroup, hierarchy)
     try:
         with inside:
             proc = subprocess.Popen(
