@@ -4,7 +4,10 @@ Runs chaos runs back to back (seeds S, S+1, ...; each a fresh bed of its own, se
 tests/chaos/harness.py) of `--per-run` faults each, one every `--slot-s` seconds on
 average, until `--faults` faults have been carried out; with `--nats-servers mixed`
 every other run is on the three-server JetStream cluster (one server of three killed)
-and the rest on one server with the nodes in network namespaces (partitions). Prints a
+and the rest on one server with the nodes in network namespaces (partitions). Every bed
+is secured as `muster up` runs (bus credentials and permissions per service and per
+node, SCRAM PostgreSQL with a role per service, signed requests); `--insecure` runs the
+old bed without authentication. Prints a
 line per run (its seed, so a failing one can be replayed with
 `MUSTER_CHAOS_SEED=<seed> pytest tests/chaos/test_chaos.py`), then one JSON object:
 `faults_injected` (by kind), `jobs_submitted`, `jobs_completed`, `violations` (by
@@ -41,6 +44,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--slot-s", type=float, default=3.5, help="seconds per fault (default 3.5)")
     p.add_argument("--nats-servers", choices=("1", "3", "mixed"), default="mixed")
     p.add_argument("--replicas", type=int, default=1, help="of every service (default 1)")
+    p.add_argument("--insecure", action="store_true", help="no bus auth, trust PG logins")
     return p.parse_args()
 
 
@@ -50,6 +54,7 @@ class Totals:
         self.violations: Counter[str] = Counter()
         self.records: list[FaultRecord] = []
         self.jobs_submitted = self.jobs_completed = self.orphans = 0
+        self.cancels = self.forged_refused = self.forged_accepted = 0
         self.failing_seeds: list[int] = []
         self.services_exited: list[str] = []
         self.runs = 0
@@ -61,14 +66,18 @@ class Totals:
         self.jobs_submitted += report.jobs_submitted
         self.jobs_completed += report.job_states.get("COMPLETED", 0)
         self.orphans += report.orphans
+        self.cancels += report.cancels
+        self.forged_refused += report.forged_refused
+        self.forged_accepted += len(report.forged_accepted)
         self.services_exited += [f"{report.seed}:{k}" for k in report.services_exited]
         self.runs += 1
         if report.verdict():
             self.failing_seeds.append(report.seed)
 
-    def summary(self, wall_s: float) -> dict[str, object]:
+    def summary(self, wall_s: float, secure: bool) -> dict[str, object]:
         return {
             "runs": self.runs,
+            "auth": "on" if secure else "off",
             "wall_s": round(wall_s, 1),
             "faults_injected": dict(self.faults),
             "faults_total": sum(self.faults.values()),
@@ -76,6 +85,9 @@ class Totals:
             "jobs_completed": self.jobs_completed,
             "violations": dict(self.violations),
             "orphans": self.orphans,
+            "cancels": self.cancels,
+            "forged_cancels_refused": self.forged_refused,
+            "forged_cancels_accepted": self.forged_accepted,
             "services_exited": self.services_exited,
             "failing_seeds": self.failing_seeds,
             "failover_s": failover(self.records),
@@ -89,7 +101,7 @@ async def soak(args: argparse.Namespace, totals: Totals) -> None:
         servers = {"1": 1, "3": 3}.get(args.nats_servers, 3 if seed % 2 else 1)
         settings = ChaosSettings(
             seed=seed, n_faults=n, duration_s=n * args.slot_s,
-            nats_servers=servers, replicas=args.replicas,
+            nats_servers=servers, replicas=args.replicas, secure=not args.insecure,
         )  # fmt: skip
         report = await run_chaos(settings)
         totals.add(report)
@@ -114,7 +126,8 @@ async def main() -> None:
         await soak(args, totals)
     finally:
         # Also when stopped early: the figures then cover the runs that finished.
-        print(json.dumps(totals.summary(time.monotonic() - began)), flush=True)
+        summary = totals.summary(time.monotonic() - began, secure=not args.insecure)
+        print(json.dumps(summary), flush=True)
 
 
 if __name__ == "__main__":

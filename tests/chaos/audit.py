@@ -15,10 +15,11 @@ import asyncpg
 import nats
 from nats.js.errors import NotFoundError
 
+from muster.client import connect_options
 from shared.bus import DLQ_STREAM
 from shared.events import JobFinished, JobRequeued, decode
-from shared.settings import nats_servers
 from shared.states import TERMINAL
+from shared.settings import nats_servers
 from tests.chaos.checker import (
     Invariant,
     NodeSample,
@@ -264,8 +265,9 @@ def _same(a: float, b: float) -> bool:
 async def dead_letters(nats_url: str, poison: bytes) -> tuple[list[Violation], int]:
     """Invariant 9: the dead-letter stream holds the poison the test sent and nothing
     else. Returns the violations and how many copies of the poison it holds (one per
-    consumer of its subject)."""
-    nc = await nats.connect(nats_servers(nats_url), connect_timeout=5)
+    consumer of its subject). Read with the operator's credential on a secured bus."""
+    options = connect_options(nats_url, operator=True)
+    nc = await nats.connect(nats_servers(nats_url), connect_timeout=5, **options)
     try:
         js = nc.jetstream()
         info = await js.stream_info(DLQ_STREAM)

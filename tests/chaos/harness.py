@@ -2,7 +2,9 @@
 
 `run_chaos(settings, folder)` brings up a bed of its own (a PostgreSQL and a NATS server
 it may kill, every service, one node agent per node, each agent in its own network
-namespace where the machine allows, so a node can be partitioned), sends one poison
+namespace where the machine allows, so a node can be partitioned; secured as `muster up`
+runs unless `secure=False`: bus credentials and permissions per service and per node,
+SCRAM PostgreSQL with a role per service, signed requests), sends one poison
 message, runs the mixed workload while it carries out the seeded fault schedule, lets
 every accepted job finish, and returns a `Report`: what it did, and every violation of
 invariants 1-9 it found on the machine (sampled through the run) and in the database
@@ -24,7 +26,7 @@ from pathlib import Path
 import asyncpg
 
 from shared.states import TERMINAL
-from tests.chaos import audit
+from tests.chaos import audit, secured
 from tests.chaos.bed import ChaosBed, chaos_bed
 from tests.chaos.checker import Violation, tally
 from tests.chaos.faults import FaultRecord, carry_out, resume
@@ -44,6 +46,7 @@ class ChaosSettings:
     replicas: int = 1  # of every service, as muster.cluster plans them
     nats_servers: int = 1  # 3: a JetStream cluster, streams at R3 (no partitions then)
     drain_s: float = 120.0
+    secure: bool = True  # False: the old bed, no bus auth, `trust` PostgreSQL logins
 
 
 @dataclass
@@ -58,10 +61,16 @@ class Report:
     poison_copies: int = 0
     refused: int = 0
     workers_seen: int = 0  # 0 would mean the machine checks judged nothing
+    secure: bool = True
+    cancels: int = 0
+    forged_refused: int = 0
+    forged_accepted: list[int] = field(default_factory=list)  # a forged cancel's jobs
+    unsecured: list[str] = field(default_factory=list)  # lapses of a secured bed's auth
 
     def summary(self) -> dict[str, object]:
         return {
             "seed": self.seed,
+            "auth": "on" if self.secure else "off",
             "faults_injected": counts([r.fault for r in self.faults]),
             "jobs_submitted": self.jobs_submitted,
             "jobs_completed": self.job_states.get("COMPLETED", 0),
@@ -72,6 +81,10 @@ class Report:
             "poison_copies": self.poison_copies,
             "submits_refused": self.refused,
             "workers_seen": self.workers_seen,
+            "cancels": self.cancels,
+            "forged_cancels_refused": self.forged_refused,
+            "forged_cancels_accepted": len(self.forged_accepted),
+            "auth_lapses": len(self.unsecured),
             "failover_s": failover(self.faults),
         }
 
@@ -80,9 +93,12 @@ class Report:
         broken = [f"invariant {v.invariant.value}: {v.detail}" for v in self.violations]
         broken += [f"{key} exited during the run" for key in self.services_exited]
         broken += [f"{self.orphans} worker processes outlived the run"] if self.orphans else []
+        broken += [f"not secured: {lapse}" for lapse in self.unsecured]
+        broken += [f"mallory's forged cancel of job {j} was accepted" for j in self.forged_accepted]
         if not broken:
             return ""
-        replay = f"MUSTER_CHAOS_SEED={self.seed} pytest tests/chaos"
+        insecure = "" if self.secure else "MUSTER_CHAOS_INSECURE=1 "
+        replay = f"{insecure}MUSTER_CHAOS_SEED={self.seed} pytest tests/chaos"
         head = f"chaos seed {self.seed} failed; replay: {replay}"
         return "\n".join([head, *broken[:40]])
 
@@ -113,10 +129,12 @@ async def run_chaos(settings: ChaosSettings) -> Report:
         replicas=settings.replicas,
         nats_servers=settings.nats_servers,
         partitions=Kind.PARTITION in settings.kinds,
+        secure=settings.secure,
     ) as bed:
         kinds = tuple(k for k in settings.kinds if k is not Kind.PARTITION or bed.net)
         plan = schedule(settings.seed, kinds, settings.n_faults, settings.duration_s, bed.targets())
-        report = Report(settings.seed)
+        report = Report(settings.seed, secure=bed.secure)
+        report.unsecured = await secured.lapses(bed) if bed.secure else []
         sampler = Sampler(bed.database_url, workdir)
         workload = Workload(bed.url, workdir, settings.seed)
         await send_poison(bed.url)
@@ -125,6 +143,8 @@ async def run_chaos(settings: ChaosSettings) -> Report:
             await _drain(bed, settings.drain_s)
         report.jobs_submitted = len(workload.accepted)
         report.refused = workload.refused
+        report.cancels, report.forged_refused = workload.cancels, workload.forged_refused
+        report.forged_accepted = workload.forged_accepted
         report.workers_seen = sampler.workers_seen
         report.orphans = await _orphans(workdir)
         report.violations = sampler.violations + await _audit(bed, sampler, workload, report)

@@ -45,7 +45,7 @@ def _stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[19])
 
 
-def _environ(pid: int) -> dict[str, str]:
+def environ(pid: int) -> dict[str, str]:
     try:
         raw = (PROC / str(pid) / "environ").read_bytes()
     except OSError:
@@ -72,7 +72,7 @@ def _worker(pid: int, workdir: str, booted: float) -> WorkerProc | None:
         return None
     if cwd != workdir:
         return None
-    env = _environ(pid)
+    env = environ(pid)
     stat = _stat(pid)
     if "MUSTER_JOB_ID" not in env or stat is None or stat[0] in ("Z", "X"):
         return None

@@ -7,6 +7,12 @@ from MUSTER_NODELIST), and preemption pairs (a low-tier job holding a whole node
 high-tier one that needs it). Every job sleeps a drawn while and exits 0, in the run's
 own working folder (how tests/chaos/machine.py tells its workers from other tests').
 Which job comes next is drawn from the run's seed too.
+
+Every request is signed by its user (the bed's test keys). Between submissions the
+workload also cancels one of its latest jobs (drawn from a stream of its own, so the
+submissions of a seed stay as they were): mostly as their owner, now and then as
+mallory, who neither owns them nor is an operator. Admission must refuse her, whatever
+else is going on; a forged cancel it accepts is a finding (`forged_accepted`).
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from pathlib import Path
 import nats
 import nats.errors
 
-from muster.client import ApiRefused
+from muster.client import ApiRefused, call, connect_options
+from shared.api import JobSelector, Ok
 from shared.settings import nats_servers
 from tests.support.cluster import submit
 
@@ -65,6 +72,9 @@ KINDS: dict[str, tuple[tuple[str, ...], str]] = {
 POISON = b"\x00chaos-poison: not an event\xff"
 POISON_SUBJECT = "muster.job.submitted"
 SUBMIT_ERRORS = (ApiRefused, TimeoutError, OSError, nats.errors.Error)
+OWNER, FORGER = "root", "mallory"  # the workload submits as root; mallory owns nothing
+CANCEL_SHARE, FORGED_SHARE = 0.15, 0.05  # of the workload's ticks
+RECENT = 3  # a cancel picks one of the last jobs accepted
 
 
 @dataclass
@@ -76,12 +86,17 @@ class Workload:
     accepted: list[int] = field(default_factory=list)
     submitted: dict[str, int] = field(default_factory=dict)
     refused: int = 0
+    cancels: int = 0  # jobs the owner's cancels acted on
+    forged_refused: int = 0  # forged cancels refused as forbidden
+    forged_accepted: list[int] = field(default_factory=list)  # the jobs of any it accepted
 
     async def run(self, stop: asyncio.Event) -> None:
         """Submit a drawn job every `every_s` until `stop`; a refusal (the control plane
         is down) is counted and the job is not retried: it was never accepted."""
         rng = random.Random(self.seed ^ 0x5EED)
+        cancels = random.Random(self.seed ^ 0xCA1C)
         while not stop.is_set():
+            await self._cancel(cancels)
             kind = rng.choice(tuple(KINDS))
             argv, script = KINDS[kind]
             text = script.format(seconds=round(rng.uniform(1.0, 4.0), 1))
@@ -95,10 +110,32 @@ class Workload:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.every_s)
 
+    async def _cancel(self, rng: random.Random) -> None:
+        """Now and then a signed cancel of one accepted job: the owner's, or a forgery."""
+        draw = rng.random()
+        if not self.accepted or draw >= CANCEL_SHARE + FORGED_SHARE:
+            return
+        job_id = rng.choice(self.accepted[-RECENT:])  # likely not ended yet
+        user = OWNER if draw < CANCEL_SHARE else FORGER
+        try:
+            reply = await call(self.url, "cancel", JobSelector(user=user, job_ids=(job_id,)), Ok)
+        except ApiRefused as err:
+            if user == FORGER and err.code == "forbidden":
+                self.forged_refused += 1
+        except SUBMIT_ERRORS:
+            pass  # the control plane is away: nothing was decided
+        else:
+            if user == OWNER:
+                self.cancels += len(reply.job_ids)  # 0: it had ended already
+            else:
+                self.forged_accepted.append(job_id)
+
 
 async def send_poison(url: str) -> None:
-    """Publish the poison on a subject every service consumes, as a broken producer would."""
-    nc = await nats.connect(nats_servers(url), connect_timeout=5)
+    """Publish the poison on a subject every service consumes, as a broken producer would
+    (with the operator's credential on a secured bus: no service's may publish it)."""
+    options = connect_options(url, operator=True)
+    nc = await nats.connect(nats_servers(url), connect_timeout=5, **options)
     try:
         await nc.jetstream().publish(
             POISON_SUBJECT, POISON, headers={"Nats-Msg-Id": f"poison-{uuid.uuid4()}"}, timeout=5
