@@ -11,6 +11,14 @@ can meet the counts it reserves the counted nodes (the scarcest feature first; a
 its nodes those with the fewest other counted features, then the fewest free GPUs),
 then fills the rest of the gang inside the same domain. `earliest_counted` is the
 booking's question (timeline.earliest) with the counts: when can they be met.
+
+A GPU total (`--gpus=N` over any nodes) is steered the same way (`select_total_counted`):
+the plain layout is kept when it meets the counts; otherwise, tightest domain first, the
+nodes are taken widest first, a node joining when it meets one more counted slot (an
+augmenting path) or while room is left beside the slots. That greedy is exact (the
+basis of the matroid whose bases are such sets), so the counts are met whenever some
+set of at most `max_nodes` nodes holds the total and meets them; a bisection on the set
+size then takes the fewest nodes that do.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from services.placer.core.select import (
     _chosen,
     pick_gpus,
     select_gang,
+    select_total,
 )
 from services.placer.core.timeline import Future, Need, Release, earliest
 from shared.constraint import Term
@@ -82,6 +91,130 @@ def select_counted(
             picks = tuple((i, pick_gpus(ix, i, usable[i], g)) for i in sorted(nodes))
             return _chosen(ix, d, picks)
     return why
+
+
+def select_total_counted(
+    ix: ClusterIndex, view: View, total: int, max_nodes: int, counts: Counts
+) -> Chosen | str:
+    """select_total, with `counts` met: `total` GPUs over at most `max_nodes` nodes, each
+    counted term on nodes of its own (every node of the job holds one GPU at least)."""
+    got = select_total(ix, view, total, max_nodes)
+    if not counts or (isinstance(got, Chosen) and meets(ix, [i for i, _ in got.picks], counts)):
+        return got
+    usable = {i: m for i in view.candidates(1) if (m := view.usable(i)) > 0}
+    cap = min(max_nodes, total)
+    if nodes_needed(counts) > cap:
+        return NO_COUNTS
+    sums: dict[int, int] = {}
+    inside: dict[int, list[int]] = {}
+    for i in sorted(usable):
+        for d in ix.chain[i]:
+            sums[d] = sums.get(d, 0) + usable[i].bit_count()
+            inside.setdefault(d, []).append(i)
+    if sums.get(ROOT, 0) < total:
+        return got
+    for level in [*ix.levels, [ROOT]]:
+        for _, d in sorted((sums[d], d) for d in level if sums.get(d, 0) >= total):
+            nodes = _fewest(ix, inside[d], usable, counts, total, cap)
+            if nodes is not None:
+                return _chosen(ix, d, tuple(sorted(_spread(ix, nodes, usable, total))))
+    return NO_COUNTS
+
+
+def _fewest(
+    ix: ClusterIndex,
+    nodes: list[int],
+    usable: dict[int, int],
+    counts: Counts,
+    total: int,
+    cap: int,
+) -> list[int] | None:
+    """The fewest of `nodes` (at most `cap`) holding `total` GPUs and meeting `counts`:
+    whether `cap` nodes can is one greedy pass; the fewest is a bisection on that size
+    (a set that does at m nodes still does with room for one more)."""
+    wanted = {t.feature for t in counts}
+    feats = {i: wanted.intersection(ix.nodes[i].features) for i in nodes}
+    order = sorted(nodes, key=lambda i: (-usable[i].bit_count(), -len(feats[i]), i))
+    terms = sorted(counts, key=lambda t: t.feature)
+    slots = [t.feature for t in terms for _ in range(t.count or 0)]
+    best = _total_set(order, usable, slots, feats, total, cap)
+    if best is None:
+        return None
+    widest, lo = 0, 0
+    while lo < len(order) and widest < total:
+        widest += usable[order[lo]].bit_count()
+        lo += 1
+    lo, hi = max(lo, len(slots)), len(best)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        got = _total_set(order, usable, slots, feats, total, mid)
+        if got is None:
+            lo = mid + 1
+        else:
+            best, hi = got, len(got)
+    return best
+
+
+def _total_set(
+    order: list[int],
+    usable: dict[int, int],
+    slots: list[str],
+    feats: dict[int, set[str]],
+    total: int,
+    size: int,
+) -> list[int] | None:
+    """At most `size` nodes of `order` (widest first) holding `total` GPUs and meeting
+    every slot, or None when no such set exists.
+
+    A node joins when it meets one more counted slot (an augmenting path), or while
+    fewer than `size` less the slots have joined without one: the greedy basis of the
+    elongated transversal matroid, whose GPU sum is the largest any such set has. It
+    stops once the slots are met and the GPUs are enough."""
+    spare = size - len(slots)
+    if spare < 0:
+        return None
+    owner: dict[int, int] = {}  # slot -> node
+    chosen: list[int] = []
+    gpus = 0
+    for i in order:
+        if feats[i] and len(owner) < len(slots) and _augment(i, slots, owner, feats, set()):
+            pass
+        elif spare > 0:
+            spare -= 1
+        else:
+            continue
+        chosen.append(i)
+        gpus += usable[i].bit_count()
+        if len(owner) == len(slots) and gpus >= total:
+            return chosen
+    return None
+
+
+def _augment(
+    i: int, slots: list[str], owner: dict[int, int], feats: dict[int, set[str]], seen: set[int]
+) -> bool:
+    """Node i takes a slot of its features: a free one, or one whose node moves on."""
+    for s, f in enumerate(slots):
+        if f in feats[i] and s not in seen:
+            seen.add(s)
+            held = owner.get(s)
+            if held is None or _augment(held, slots, owner, feats, seen):
+                owner[s] = i
+                return True
+    return False
+
+
+def _spread(
+    ix: ClusterIndex, nodes: list[int], usable: dict[int, int], total: int
+) -> list[tuple[int, int]]:
+    """`total` GPUs over `nodes` (widest first), one at least on each."""
+    picks = []
+    rest = total
+    for k, i in enumerate(nodes):
+        take = min(usable[i].bit_count(), rest - (len(nodes) - k - 1))
+        picks.append((i, pick_gpus(ix, i, usable[i], take)))
+        rest -= take
+    return picks
 
 
 def _counted_set(

@@ -43,6 +43,12 @@ def job_pool(ix: ClusterIndex, job: JobRequest) -> Pool:
     pools = [c.pool for c in job_choices(ix, job)]
     if len(pools) == 1:
         return pools[0]
+    total = job.gpus_total
+    if total is not None and job.gpus_per_node == 0:  # a GPU total: judged by GPUs
+        for pool in pools:
+            if sum(k * len(b) for k, b in enumerate(pool.buckets)) >= total:
+                return pool
+        return next((p for p in pools if p.gpus >= total), pools[0])
     for pool in pools:
         fits = sum(len(b) for b in pool.buckets[job.gpus_per_node :])
         if fits >= job.nodes_min:

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from services.placer.core.calendar import Window, inside, off_limits, windows
-from services.placer.core.counted import NO_COUNTS, earliest_counted, meets, select_counted
+from services.placer.core.counted import earliest_counted, select_counted, select_total_counted
 from services.placer.core.index import ROOT, ClusterIndex, Pool
-from services.placer.core.job_pool import counts_in, job_choices, job_pool
+from services.placer.core.job_pool import Choice, counts_in, job_choices, job_pool
 from services.placer.core.limits import Usage, check, headroom
 from services.placer.core.model import (
     Backfill,
@@ -42,7 +42,6 @@ from services.placer.core.select import (
     CandidateView,
     Chosen,
     IndexView,
-    select_total,
 )
 from services.placer.core.shape import Shape, precheck, shape_of
 from services.placer.core.timeline import (
@@ -150,13 +149,15 @@ class Prepared:
         self.tested += 1
         first: Start | Wait | str | None = None
         for choice in job_choices(self.ix, job):  # one per [..] alternative, else one
-            got = self._try_start(job, choice.pool, shape)
+            got = self._try_start(job, choice.pool, _counted_shape(shape, job, self.ix, choice))
             if isinstance(got, Start):
                 return got
             first = got if first is None else first
         if isinstance(first, Wait):
             return first
-        return self._blocked(job, job_pool(self.ix, job), shape, str(first), preempts)
+        pool = job_pool(self.ix, job)
+        shape = _counted_shape(shape, job, self.ix, Choice(pool, counts_in(self.ix, job, pool)))
+        return self._blocked(job, pool, shape, str(first), preempts)
 
     def _runtime(self, job: JobRequest) -> int:
         return planned_runtime(job, self.config.use_predictions)
@@ -239,10 +240,7 @@ class Prepared:
             view = CandidateView(ix, {i: ix.free[i] for i in view.candidates(g) if ok(i)}, g)
         counts = counts_in(self.ix, job, pool)
         if shape.total is not None:
-            got = select_total(ix, view, shape.total, shape.nmax)
-            if isinstance(got, Chosen) and not meets(ix, [i for i, _ in got.picks], counts):
-                return NO_COUNTS
-            return got
+            return select_total_counted(ix, view, shape.total, shape.nmax, counts)
         nmin = shape.nmin
         if job.required_nodes:
             nmin = max(nmin, min(len(job.required_nodes), shape.nmax))
@@ -446,6 +444,13 @@ class Prepared:
                 )
         names = ", ".join(str(v.job_id) for v in victims)
         return self._wait(job, Waiting.PREEMPTING, f"waiting for {names} to exit", self.now + grace)
+
+
+def _counted_shape(shape: Shape, job: JobRequest, ix: ClusterIndex, choice: Choice) -> Shape:
+    """A GPU total's shape in one choice: spread over as many nodes as its counts need."""
+    if not choice.counts or job.gpus_total is None or job.gpus_per_node != 0:
+        return shape
+    return shape_of(job, ix, choice.counts)
 
 
 def _within_limits(shape: Shape, room: int | None) -> Shape:

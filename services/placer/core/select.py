@@ -216,6 +216,18 @@ def select_total(ix: ClusterIndex, view: View, total: int, max_nodes: int) -> Ch
         if fits:
             d = min(fits)[1]
             break
+    got = _lay_out(ix, usable, d, total, max_nodes)
+    if got is None and d != ROOT:  # too fragmented there for max_nodes: the fewest anywhere
+        got = _lay_out(ix, usable, ROOT, total, max_nodes)
+        d = ROOT
+    return NO_ROOM if got is None else _chosen(ix, d, got)
+
+
+def _lay_out(
+    ix: ClusterIndex, usable: dict[int, int], d: int, total: int, max_nodes: int
+) -> tuple[tuple[int, int], ...] | None:
+    """`total` GPUs on the nodes of domain d, best fit for the last: the widest nodes
+    until one holds the rest, so the fewest nodes d has; None past `max_nodes`."""
     inside = sorted(((m.bit_count(), i) for i, m in usable.items() if d in ix.chain[i]))
     picks: list[tuple[int, int]] = []
     rest = total
@@ -228,9 +240,8 @@ def select_total(ix: ClusterIndex, view: View, total: int, max_nodes: int) -> Ch
         picks.append((fit[1], pick_gpus(ix, fit[1], usable[fit[1]], take)))
         rest -= take
     if rest > 0 or len(picks) > max_nodes:
-        return NO_ROOM
-    ordered = tuple(sorted(picks))
-    return _chosen(ix, d, ordered)
+        return None
+    return tuple(sorted(picks))
 
 
 def _chosen(ix: ClusterIndex, d: int, picks: tuple[tuple[int, int], ...]) -> Chosen:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from services.placer.core.counted import meets, nodes_needed
+from services.placer.core.counted import Counts, meets, nodes_needed
 from services.placer.core.fabric import fabric_wait
 from services.placer.core.index import ClusterIndex
 from services.placer.core.job_pool import Choice, job_choices, job_pool
@@ -25,15 +25,17 @@ class Shape(NamedTuple):
     gpus: int  # GPUs the job counts against limits
 
 
-def shape_of(job: JobRequest, ix: ClusterIndex) -> Shape:
+def shape_of(job: JobRequest, ix: ClusterIndex, counts: Counts = ()) -> Shape:
+    """`counts`: the feature counts of the choice placed in; a GPU total spreads over at
+    least as many nodes as they need (its bookings estimate that many whole nodes)."""
     total = job.gpus_total
     if total is not None and job.gpus_per_node == 0 and total > 0:
         width = max(ix.width, 1)
-        if total <= width:  # one node: a plain single-node shape places best
+        need = nodes_needed(counts)
+        if total <= width and need <= 1:  # one node: a plain single-node shape places best
             return Shape(1, 1, total, None, total)
-        n = math.ceil(total / width)
-        cap = job.nodes_max if job.nodes_max > 1 else len(ix.nodes)
-        return Shape(n, max(n, cap), width, total, total)
+        n = max(math.ceil(total / width), need)
+        return Shape(n, max(n, total_cap(job, ix)), width, total, total)
     return Shape(
         job.nodes_min,
         job.nodes_max,
@@ -41,6 +43,19 @@ def shape_of(job: JobRequest, ix: ClusterIndex) -> Shape:
         None,
         job.nodes_min * job.gpus_per_node,
     )
+
+
+def total_cap(job: JobRequest, ix: ClusterIndex) -> int:
+    """The most nodes a GPU total may spread over: `nodes_max` when it names more than
+    one (raised to as many widest nodes as the total fills), else any number; one GPU a
+    node at least."""
+    total = job.gpus_total or 0
+    cap = job.nodes_max if job.nodes_max > 1 else len(ix.nodes)
+    return min(max(cap, math.ceil(total / max(ix.width, 1))), total)
+
+
+def is_total(job: JobRequest) -> bool:
+    return job.gpus_total is not None and job.gpus_per_node == 0 and job.gpus_total > 0
 
 
 def precheck(ix: ClusterIndex, job: JobRequest) -> tuple[Waiting, str] | None:
@@ -65,12 +80,14 @@ def precheck(ix: ClusterIndex, job: JobRequest) -> tuple[Waiting, str] | None:
     if job.gpus_per_node > pool.widest:
         return Waiting.BAD_CONSTRAINTS, f"nodes have at most {pool.widest} healthy GPUs"
     if job.gpus_total is not None and job.gpus_total > pool.gpus:
-        return Waiting.BAD_CONSTRAINTS, f"partition {job.partition} has {pool.gpus} GPUs"
+        most = max(c.pool.gpus for c in job_choices(ix, job))  # a matching OR's widest
+        if job.gpus_total > most:
+            return Waiting.BAD_CONSTRAINTS, f"partition {job.partition} has {most} GPUs"
     if job.constraint:
         why = _together(ix, job)
         if why is not None:
             return Waiting.BAD_CONSTRAINTS, why
-    if job.nodes_min > pool.size:
+    if job.nodes_min > pool.size and not is_total(job):
         return Waiting.BAD_CONSTRAINTS, f"partition {job.partition} has {pool.size} nodes"
     if job.required_nodes or job.excluded_nodes:
         return _node_lists(ix, job, pool.size)
@@ -98,12 +115,16 @@ def _together(ix: ClusterIndex, job: JobRequest) -> str | None:
     if len(choices) == 1 and not choices[0].counts:
         return None
     need = min(nodes_needed(c.counts) for c in choices)
-    if need > job.nodes_max:
+    if is_total(job) and need > (most := total_cap(job, ix)):
+        asked = f"--gpus={job.gpus_total} spreads over {most} at most"
+        return f"--constraint {job.constraint} needs {need} nodes; {asked}"
+    if not is_total(job) and need > job.nodes_max:
         return f"--constraint {job.constraint} needs {need} nodes; the job asks for {job.nodes_max}"
-    if any(_can_meet(ix, c, job.nodes_min) for c in choices):
+    least = 1 if is_total(job) else job.nodes_min  # a GPU total's node count is its own
+    if any(_can_meet(ix, c, least) for c in choices):
         return None
     return (
-        f"no {job.nodes_min} node(s) of partition {job.partition} satisfy --constraint "
+        f"no {least} node(s) of partition {job.partition} satisfy --constraint "
         f"{job.constraint} together"
     )
 

@@ -186,3 +186,107 @@ def test_residual_is_what_spares_must_meet_beside_the_kept_nodes(
     text: str, kept: list[set[str]], want: str | None
 ) -> None:
     assert residual(parse(text), [sorted(k) for k in kept]) == want
+
+
+# A GPU total (`--gpus=N` over any nodes) steered to meet the counts, not only checked.
+# name -> (nodes, the job's request, running jobs, (node, GPUs) it starts on or why it waits)
+TotalCase = tuple[
+    tuple[Node, ...], dict[str, Any], tuple[Running, ...], tuple[tuple[str, int], ...] | str
+]
+TOTAL_CASES: dict[str, TotalCase] = {
+    "a GPU total whose first layout misses the count is moved to the counted nodes": (
+        FLAT,
+        {"gpus_total": 8, "constraint": "a*2"},
+        (),
+        (("n3", 4), ("n4", 4)),
+    ),
+    "a GPU total meets each count with nodes of its own": (
+        FLAT,
+        {"gpus_total": 12, "constraint": "[rack1*1&rack2*2]"},
+        (),
+        (("r1", 4), ("r2", 4), ("r3", 4)),
+    ),
+    "a total that one node could hold still spreads over the nodes its counts need": (
+        FLAT,
+        {"gpus_total": 4, "constraint": "a*2&b"},
+        (),
+        (("n3", 3), ("n4", 1)),
+    ),
+    "a GPU total meets its counts inside one leaf switch when one can": (
+        LEAVES,
+        {"gpus_total": 8, "constraint": "a*2&b"},
+        (),
+        (("y1", 4), ("y2", 4)),
+    ),
+    "a counted node is partly busy: the total takes what it has and the rest elsewhere": (
+        FLAT[:5],
+        {"gpus_total": 8, "constraint": "a*3"},
+        (running(50, whole("n3", 3)),),
+        (("n3", 1), ("n4", 4), ("n5", 3)),
+    ),
+    "a plain layout that meets the count is kept": (
+        FLAT,
+        {"gpus_total": 8, "constraint": "b*1"},
+        (),
+        (("n1", 4), ("n2", 4)),
+    ),
+    "the counted nodes are busy: the GPU total waits for resources": (
+        FLAT,
+        {"gpus_total": 8, "constraint": "a*2&b"},
+        (running(50, whole("n3", 4)),),
+        "RESOURCES",
+    ),
+    "a count needing more nodes than the total has GPUs: it can never run": (
+        FLAT,
+        {"gpus_total": 2, "constraint": "a*3"},
+        (),
+        "BAD_CONSTRAINTS: --constraint a*3 needs 3 nodes; --gpus=2 spreads over 2 at most",
+    ),
+    "a count needing more nodes than the job's node cap: it can never run": (
+        FLAT,
+        {"gpus_total": 8, "constraint": "[rack1*1&rack2*2]", "nodes": (1, 2)},
+        (),
+        "BAD_CONSTRAINTS: --constraint [rack1*1&rack2*2] needs 3 nodes; "
+        "--gpus=8 spreads over 2 at most",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", TOTAL_CASES)
+def test_feature_counts_steer_a_gpu_total(name: str) -> None:
+    nodes, ask, busy, want = TOTAL_CASES[name]
+    job = gang(1, **ask)
+    plan = place(snapshot(*nodes, running=busy), [job], T0)
+    if isinstance(want, tuple):
+        got = tuple(sorted((g.node, len(g.gpus)) for s in plan.starts for g in s.grants))
+        assert got == want
+        return
+    assert not plan.starts
+    reason, _, detail = want.partition(": ")
+    assert [(w.reason, w.detail if detail else "") for w in plan.waits] == [
+        (Waiting(reason), detail)
+    ]
+
+
+def test_a_blocked_gpu_total_with_counts_books_the_nodes_with_the_feature() -> None:
+    busy = (
+        running(50, whole("n3", 4), time_limit_s=3600 + 1000),
+        running(51, whole("n4", 4), time_limit_s=3600 + 2000),
+    )
+    jobs = [
+        gang(1, gpus_total=4, constraint="a*2&b"),
+        gang(2, nodes=1, gpus_per_node=4, time_limit_s=7200),
+    ]
+    plan = place(snapshot(*FLAT[:4], running=busy), jobs, T0)
+    assert [(w.job_id, w.reason, w.estimated_start) for w in plan.waits] == [
+        (1, Waiting.RESOURCES, T0 + 2000)  # when both nodes with `a` are free
+    ]
+    assert [(s.job_id, [g.node for g in s.grants]) for s in plan.starts] == [(2, ["n1"])]
+
+
+def test_a_gpu_total_preemptor_with_counts_stops_the_jobs_on_the_counted_nodes() -> None:
+    low = tuple(running(50 + k, whole(n.name, 4)) for k, n in enumerate(FLAT[:4]))
+    job = gang(1, gpus_total=8, constraint="a*2&b", tier=1, can_preempt=True)
+    plan = place(snapshot(*FLAT[:4], running=low), [job], T0)
+    assert sorted(p.victim_job_id for p in plan.preemptions) == [52, 53]  # on n3 and n4
+    assert [w.reason for w in plan.waits] == [Waiting.PREEMPTING]
