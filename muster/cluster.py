@@ -338,7 +338,8 @@ def up(
     `nats_servers` 3: a JetStream cluster, the streams at R3), then the supervisor
     (`muster.supervisor`), which starts `replicas` of every service and every node of
     `topology` and keeps them running; returns once cluster.json lists them. `secure`:
-    the servers we start have least privilege (muster.secure_up), `tls` on the bus."""
+    the servers we start have least privilege (muster.secure_up); `tls`: TLS, verified
+    against a CA of the cluster's own, on NATS (clients and routes) and PostgreSQL."""
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(state_dir / METRICS_FOLDER, ignore_errors=True)  # a last run's /metrics URLs
@@ -350,7 +351,10 @@ def up(
     nats_url = os.environ.get("MUSTER_NATS_URL")
     stream_replicas = int(os.environ.get("MUSTER_STREAM_REPLICAS", "1"))
     if not nats_url and nats_servers > 1:
-        nc = embedded.start_nats_cluster(state_dir, nats_servers, config=nats_config)
+        route_tls = sec.route_tls() if sec else ""  # `tls`: routes verified by the CA
+        nc = embedded.start_nats_cluster(
+            state_dir, nats_servers, config=nats_config, cluster_tls=route_tls
+        )
         nats_url, stream_replicas = nc.url, min(nats_servers, 3)  # JetStream's most
         pids.update({f"server-nats-{i}": s.process.pid for i, s in enumerate(nc.servers)})
         servers = {f"server-nats-{i}": command for i, command in enumerate(nc.commands())}
@@ -361,8 +365,10 @@ def up(
     pg_url = ""  # the server we start, whose roles are ours to make
     if not db_url:
         password = sec.pg_password if sec else ""
-        pg = embedded.start_postgres(state_dir, fast=fast, password=password)
-        db_url = embedded.create_database(pg.url, "muster", password=password)
+        pg_tls = sec.tls if sec else None  # `tls`: TCP logins over TLS only
+        pg = embedded.start_postgres(state_dir, fast=fast, password=password, tls=pg_tls)
+        ca = sec.pg_ca if sec else ""
+        db_url = embedded.create_database(pg.url, "muster", password=password, ca=ca)
         pids["server-postgres"] = pg.process.pid
         if sec:
             pg_url, db_url = pg.url, sec.prepare_database(pg.url, "muster")

@@ -1,7 +1,8 @@
 """Shell: a local cluster with least privilege, as `muster up` starts it by default
 (`--insecure` turns it off): NATS with one NKey user per identity and subject
-permissions (`shared.bus_auth`), optionally TLS with a CA of its own (`--tls`), and
-PostgreSQL with SCRAM passwords and one role per service (`shared.db_roles`).
+permissions (`shared.bus_auth`), and PostgreSQL with SCRAM passwords and one role per
+service (`shared.db_roles`); `--tls` adds a CA of its own and TLS, verified by every
+client, on NATS (clients and routes) and on PostgreSQL.
 
 `LocalSecurity.make` writes the secrets into the state folder (`shared.security`);
 `nats_config` and `pg_password` start the servers with them; `prepare_database` runs the
@@ -58,16 +59,27 @@ class LocalSecurity:
         text = self.bus.auth_conf.read_text()
         return text + (self.tls.nats_block() if self.tls else "")
 
+    def route_tls(self) -> str:
+        """A NATS cluster's route TLS (`cluster { tls {...} }`), or none."""
+        return self.tls.route_block() if self.tls else ""
+
+    @property
+    def pg_ca(self) -> str:
+        """The CA psql verifies PostgreSQL with (no TLS: "")."""
+        return str(self.tls.ca) if self.tls else ""
+
     @property
     def pg_password(self) -> str:
         return pg_password(self.state_dir, SUPERUSER)
 
     def role_url(self, server_url: str, database: str, role: str) -> str:
-        """`role`'s URL for database `database`, its password in a pgpass file (0600)."""
+        """`role`'s URL for database `database`, its password in a pgpass file (0600);
+        with TLS, the server verified against the CA (any other server is refused)."""
         where = urlsplit(server_url)
         host, port = where.hostname or "127.0.0.1", where.port or 5432
         passfile = write_pgpass(self.state_dir, role, host, port)
-        return f"postgresql://{role}@{host}:{port}/{database}?passfile={passfile}"
+        tls = f"&{self.tls.pg_query()}" if self.tls else ""
+        return f"postgresql://{role}@{host}:{port}/{database}?passfile={passfile}{tls}"
 
     def prepare_database(self, server_url: str, database: str) -> str:
         """Migrate `database` as the superuser, create a role per service with its

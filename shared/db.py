@@ -22,6 +22,7 @@ import asyncpg
 from shared.bus import Bus
 from shared.events import Event, encode, subject_of
 from shared.logs import kv
+from shared.security import pg_ssl
 from shared.settings import Settings
 from shared.telemetry import event_headers
 from shared.transient import Backoff, is_transient
@@ -52,6 +53,7 @@ async def create_pool(settings: Settings, *, min_size: int = 0, max_size: int = 
         max_size=max_size,
         timeout=settings.db_connect_timeout_s,
         command_timeout=settings.db_command_timeout_s,
+        ssl=pg_ssl(settings.db_tls_ca),  # None: as the URL says
         server_settings={
             "statement_timeout": _ms(settings.db_statement_timeout_s),
             "lock_timeout": _ms(settings.db_lock_timeout_s),

@@ -3,7 +3,9 @@ PostgreSQL (binaries from the `pgserver` wheel), on free ports in a state folder
 
 Both run as child processes whose "ready" line we wait for, as the nats.py and asyncpg
 test suites do. PostgreSQL refuses to run as root, so under root it runs as a dedicated
-system user that owns only its data folder.
+system user that owns only its data folder. The pgserver wheel's PostgreSQL has no
+OpenSSL: a server with TLS runs a system PostgreSQL built with it (Debian's
+`postgresql` package), and so does any data folder that such a one made.
 """
 
 from __future__ import annotations
@@ -18,9 +20,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from shared import pg_install
+from shared.pg_install import pg_tls_available as pg_tls_available
+
+if TYPE_CHECKING:
+    from shared.security import TlsFiles
 
 PG_SYSTEM_USER = "muster-pg"
+HBA_MARK = "# muster: written by shared/embedded.py at each start"
 
 
 class EmbeddedServerError(RuntimeError):
@@ -124,11 +133,11 @@ def start_nats(
     return Server("nats", f"nats://{host}:{port}", proc, log_path)
 
 
-def _pg_bin() -> Path:
-    from pgserver._commands import POSTGRES_BIN_PATH
-
-    path: Path = POSTGRES_BIN_PATH
-    return path
+def _pg_bin(data: Path | None = None, *, tls: bool = False) -> Path:
+    try:
+        return pg_install.pg_bin(data, tls=tls)
+    except pg_install.PgInstallError as err:
+        raise EmbeddedServerError("postgres", str(err)) from err
 
 
 def _pg_user() -> tuple[int | None, int | None]:
@@ -169,18 +178,22 @@ def start_postgres(
     fast: bool = False,
     timeout: float = 60.0,
     password: str = "",
+    tls: TlsFiles | None = None,
 ) -> Server:
     """Start PostgreSQL with its data in `state_dir/pg`, listening on 127.0.0.1 only.
 
     `fast` turns off fsync: for throwaway test clusters, never for state you keep.
     `password`: a new data folder gets SCRAM logins only (pg_hba `scram-sha-256`, the
     superuser `postgres` with this password) instead of `trust`.
+    `tls`: `ssl=on` with this certificate (for 127.0.0.1, signed by the cluster's CA),
+    and TCP logins over TLS only (`_tls_options`); clients verify the server against
+    the CA (`TlsFiles.pg_query`).
     """
     port = port or free_port()
     data = (state_dir / "pg").resolve()
     log_path = (state_dir / "postgres.log").resolve()
     uid, gid = _pg_user()
-    bin_dir = _pg_bin()
+    bin_dir = _pg_bin(data, tls=tls is not None)
     data.mkdir(parents=True, exist_ok=True)
     if uid is not None and gid is not None:
         _make_traversable(bin_dir.parent)
@@ -197,6 +210,7 @@ def start_postgres(
     argv += ["-k", str(data), "-c", "max_connections=400", "-c", "shared_buffers=128MB"]
     if fast:
         argv += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+    argv += _tls_options(data, tls, uid, gid, "scram-sha-256" if password else "trust")
     with log_path.open("ab") as log_file:
         proc = subprocess.Popen(
             argv,
@@ -230,16 +244,59 @@ def _initdb(bin_dir: Path, data: Path, uid: int | None, gid: int | None, passwor
         raise EmbeddedServerError("postgres", f"initdb failed: {init.stderr.strip()}")
 
 
+def _tls_options(
+    data: Path, tls: TlsFiles | None, uid: int | None, gid: int | None, method: str
+) -> list[str]:
+    """With `tls`: the certificate and key copied into the data folder (the key the
+    server's user's, 0600, as PostgreSQL demands; copied at each start, so a renewed
+    certificate is taken at the next) and a pg_hba that takes TCP logins over TLS only
+    (`hostssl`, `method`) and rejects the rest. Without: a folder that had TLS gets a
+    plain pg_hba back. The server options to add."""
+    hba = data / "pg_hba.conf"
+    ours = hba.exists() and hba.read_text().startswith(HBA_MARK)
+    if tls is None:
+        if ours:
+            _write_owned(hba, _hba("host", method), 0o600, uid, gid)
+        return []
+    _write_owned(data / "server.crt", tls.cert.read_text(), 0o644, uid, gid)
+    _write_owned(data / "server.key", tls.key.read_text(), 0o600, uid, gid)
+    _write_owned(hba, _hba("hostssl", method) + "hostnossl all all all reject\n", 0o600, uid, gid)
+    return ["-c", "ssl=on", "-c", "ssl_cert_file=server.crt", "-c", "ssl_key_file=server.key"]
+
+
+def _hba(kind: str, method: str) -> str:
+    return (
+        f"{HBA_MARK}\n"
+        f"local all all {method}\n"
+        f"{kind} all all 127.0.0.1/32 {method}\n"
+        f"{kind} all all ::1/128 {method}\n"
+    )
+
+
+def _write_owned(path: Path, text: str, mode: int, uid: int | None, gid: int | None) -> None:
+    """Replace `path` with `text`, `mode` from the start, owned by the server's user."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    if uid is not None and gid is not None:
+        os.chown(tmp, uid, gid)
+    os.replace(tmp, path)
+
+
 def create_database(
-    server_url: str, name: str, template: str | None = None, *, password: str = ""
+    server_url: str, name: str, template: str | None = None, *, password: str = "", ca: str = ""
 ) -> str:
     """Create database `name` (optionally cloned from `template`); returns its URL.
-    `password`: the URL's user's (passed to psql in its environment, not its argv)."""
-    psql = _pg_bin() / "psql"
+    `password`: the URL's user's (passed to psql in its environment, not its argv).
+    `ca`: the server speaks TLS only; psql verifies it against this CA."""
+    psql = _pg_bin(tls=bool(ca)) / "psql"
     sql = f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")
     env = {**os.environ, "PGPASSWORD": password} if password else None
+    target = server_url + "/postgres" + (f"?sslmode=verify-full&sslrootcert={ca}" if ca else "")
     result = subprocess.run(
-        [str(psql), server_url + "/postgres", "-v", "ON_ERROR_STOP=1", "-q", "-c", sql],
+        [str(psql), target, "-v", "ON_ERROR_STOP=1", "-q", "-c", sql],
         capture_output=True, text=True, env=env,
     )  # fmt: skip
     if result.returncode != 0 and "already exists" not in result.stderr:
@@ -311,19 +368,27 @@ class NatsCluster:
 
 
 def start_nats_cluster(
-    state_dir: Path, size: int = 3, timeout: float = 30.0, *, config: str = ""
+    state_dir: Path,
+    size: int = 3,
+    timeout: float = 30.0,
+    *,
+    config: str = "",
+    cluster_tls: str = "",
 ) -> NatsCluster:
     """Start `size` nats-servers as one JetStream cluster on 127.0.0.1 (free ports,
     distinct server names and store folders under `state_dir/nats-N`), routed to each
     other. Every write is fsynced before it is acknowledged (`sync_interval: always`):
     with the default lazy fsync a cluster that loses power together loses acknowledged
     messages (Jepsen, NATS 2.12.1). `config`: more configuration for every member (an
-    `authorization` block, `tls`); the routes stay on the loopback, unauthenticated.
-    Returns once each server is ready."""
+    `authorization` block, `tls`). `cluster_tls`: the routes' `tls {}` block
+    (`TlsFiles.route_block`: encrypted, each side's certificate verified against the
+    CA); without it the routes are plaintext on the loopback. Returns once each server
+    is ready."""
     client = [free_port() for _ in range(size)]
     route = [free_port() for _ in range(size)]
     routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in route)
     configs = [state_dir / f"nats-{i}.conf" for i in range(size)]
+    route_tls = f", {cluster_tls}" if cluster_tls else ""
     for i, config_path in enumerate(configs):
         store = state_dir / f"nats-{i}"
         store.mkdir(parents=True, exist_ok=True)
@@ -331,7 +396,7 @@ def start_nats_cluster(
             f'server_name: "muster-{i}"\nhost: "127.0.0.1"\nport: {client[i]}\n'
             f'jetstream {{ store_dir: "{store}", sync_interval: always }}\n'
             f'cluster {{ name: "muster", host: "127.0.0.1", port: {route[i]},'
-            f" routes: [{routes}] }}\n{config}"
+            f" routes: [{routes}]{route_tls} }}\n{config}"
         )
         config_path.chmod(0o600)
     # All started before any is waited for: a member is ready only once it has met

@@ -7,6 +7,7 @@ Layout under the state folder (`muster up` fills it; docs/security.md):
 
     nats-users.nk        the users' bus credential, 0644: every local user may read it
     tls/ca.pem           the CA every client verifies the servers with (0644)
+    tls/server.pem       the servers' certificate (NATS, its routes, PostgreSQL)
     secrets/ (0700)      nats-<identity>.nk (0600), nats-auth.conf (public keys only),
                          pg-<role>.pgpass (0600), tls/server-key.pem
 """
@@ -51,6 +52,12 @@ def nats_options(creds: str = "", tls_ca: str = "", inbox_prefix: str = "") -> d
     if inbox_prefix:
         options["inbox_prefix"] = inbox_prefix
     return options
+
+
+def pg_ssl(tls_ca: str) -> ssl.SSLContext | None:
+    """asyncpg's `ssl=`: TLS only, the server's certificate and name verified against
+    `tls_ca`; None (no CA): whatever the URL says (`sslmode=verify-full&sslrootcert=`)."""
+    return ssl.create_default_context(cafile=tls_ca) if tls_ca else None
 
 
 # --- the bus -------------------------------------------------------------------------
@@ -128,10 +135,26 @@ class TlsFiles:
     key: Path
 
     def nats_block(self) -> str:
+        """The client port's `tls` block: clients verify the server against the CA."""
         return (
             f'tls {{ cert_file: "{self.cert}", key_file: "{self.key}", '
             f'ca_file: "{self.ca}", timeout: 5 }}\n'
         )
+
+    def route_block(self) -> str:
+        """The `tls` block of a NATS `cluster {}`: every route is TLS both ways and each
+        side must show a certificate the CA signed (`verify`), so a server without one
+        cannot join. The server certificate has no extended key usage: it serves as the
+        route's client certificate too."""
+        return (
+            f'tls {{ cert_file: "{self.cert}", key_file: "{self.key}", '
+            f'ca_file: "{self.ca}", verify: true, timeout: 5 }}'
+        )
+
+    def pg_query(self) -> str:
+        """What a PostgreSQL URL needs to speak TLS only and verify the server's
+        certificate and name against the CA (libpq's and asyncpg's parameters)."""
+        return f"sslmode=verify-full&sslrootcert={self.ca}"
 
 
 def make_tls(state_dir: Path, hosts: Iterable[str] = ("127.0.0.1",)) -> TlsFiles:

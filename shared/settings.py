@@ -42,6 +42,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     nats_tls_ca: str = ""
     nats_inbox_prefix: str = ""
     database_url: str = "postgresql://postgres@127.0.0.1:5432/muster"
+    # The CA that verifies PostgreSQL's certificate (and name): set, every connection is
+    # TLS and refused unless verified. The URL may say it instead (`muster up --tls`:
+    # `?sslmode=verify-full&sslrootcert=<ca>`, so every client of the URL verifies).
+    db_tls_ca: str = ""
     state_dir: str = ".muster"
     service_name: str = "muster"
     instance: str = "0"
