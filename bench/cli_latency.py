@@ -65,6 +65,7 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=30)
     args = p.parse_args()
     python = sys.executable
+    muster = str(Path(python).parent / "muster")  # the installed command, as users run it
     with local_cluster(1) as cluster, tempfile.TemporaryDirectory(prefix="cli-bench-") as tmp:
         folder = Path(tmp)
         (folder / "job.sh").write_text(SCRIPT)
@@ -87,8 +88,8 @@ def main() -> None:
         bin_ = folder / "bin"
         commands = {
             "python -c pass": [python, "-c", "pass"],
-            "muster submit": [python, "-m", "muster.cli", "submit", "--hold", "job.sh"],
-            "muster queue": [python, "-m", "muster.cli", "queue"],
+            "muster submit": [muster, "submit", "--hold", "job.sh"],
+            "muster queue": [muster, "queue"],
             "sbatch --parsable": [str(bin_ / "sbatch"), "--parsable", "--hold", "job.sh"],
             "squeue -h": [str(bin_ / "squeue"), "-h"],
         }

@@ -127,11 +127,6 @@ def _register(part: str, sub: Any) -> None:
             s.set_defaults(fn=cmd_step)
 
 
-# The options `muster submit` keeps for itself when they come before the script;
-# every other word is sbatch's (the shared table) or the script's own.
-SUBMIT_OWN = (("json", None), ("dry-run", None), ("help", None))
-
-
 def _command_at(argv: list[str]) -> int | None:
     """Where the subcommand is: the first word that is not a global option (`--state X`,
     `--state=X`, `-h`), so a job or script named `submit` is never taken for it."""
@@ -158,9 +153,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
         return args
     if at is None or command != "submit":
         return build_parser(command).parse_args(argv)
-    from shared.sbatch_options import Arg, Spec, split_own
+    from muster.lean import SUBMIT_OWN_HELP  # the options `muster submit` keeps for itself
+    from shared.sbatch_options import split_own
 
-    split = split_own(argv[at + 1 :], tuple(Spec(n, s, Arg.NONE) for n, s in SUBMIT_OWN))
+    split = split_own(argv[at + 1 :], SUBMIT_OWN_HELP)
     own = {g.name for g in split.own}
     words = [*argv[:at], "submit", *(["-h"] if "help" in own else [])]
     args = build_parser(command).parse_args(words)

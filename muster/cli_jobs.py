@@ -5,13 +5,13 @@ What they print is `muster.render`'s."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from muster import render
 from muster.client import ApiRefused, current_user, nats_url, refused, request
+from muster.lean import submit_fields
 from shared.api import (
     JobSelector,
     Ok,
@@ -31,33 +31,10 @@ def _print(lines: list[str]) -> None:
 
 
 def submit_request(words: list[str], dry_run: bool) -> SubmitRequest | str:
-    """The submit request from the command line and the script file, or what is wrong."""
-    from shared.sbatch_options import split_command_line
-
-    # The script is found the way admission reads the options: one table of sbatch's.
-    line = split_command_line(words)
-    script_text, path = "", ""
-    if line.script is None:
-        if not any(w.startswith("--wrap") for w in line.options):
-            return "give a script: muster submit [options] SCRIPT [ARGS]"
-    else:
-        try:
-            with open(line.script, "rb") as f:  # not pathlib: a shim runs without site's
-                raw = f.read()
-        except OSError as err:
-            return f"cannot read {line.script}: {err.strerror}"
-        script_text = raw.decode("utf-8", errors="surrogateescape")
-        path = os.path.realpath(line.script)  # what Path.resolve() says
-    return SubmitRequest(
-        user=current_user(),
-        argv=line.options,
-        script=script_text,
-        script_path=path,
-        args=line.args,
-        workdir=os.getcwd(),
-        dry_run=dry_run,
-        environment=dict(os.environ),  # sbatch's: --export passes (a part of) it to the job
-    )
+    """The submit request from the command line and the script file, or what is wrong
+    (its fields are the lean `muster submit`'s: one way to read them)."""
+    fields = submit_fields(words, dry_run)
+    return fields if isinstance(fields, str) else SubmitRequest(**fields)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -145,6 +122,7 @@ def _selector(args: argparse.Namespace) -> JobSelector:
         reason=args.reason or "",
         states=tuple(s.upper() for s in _csv(args.state_filter)),
         partition=args.partition,
+        hold=getattr(args, "hold", False),  # only requeue takes --hold
     )
 
 
@@ -231,4 +209,10 @@ def _register_actions(sub: Any) -> None:
         s.add_argument("--json", action="store_true")
         if verb == "cancel":
             s.add_argument("-s", "--signal", help="send this signal instead of cancelling")
+        if verb == "requeue":
+            s.add_argument(
+                "--hold",
+                action="store_true",
+                help="hold them once back in the queue (scontrol requeuehold; release runs them)",
+            )
         s.set_defaults(fn=_job_action(verb))

@@ -14,16 +14,23 @@ user may read it."""
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 
+from muster.client_env import (  # re-exported: the commands take them from here
+    bus_credentials,
+    current_user,
+    default_key_path,
+    key_path,
+    nats_url,
+    register_cluster,
+)
+from muster.refusal import ApiRefused, print_refusal
 from shared.api import API_PREFIX, Envelope
-from shared.identity import KEYGEN_HINT
-from shared.identity_key import KeyFileError, load_signer
-from shared.settings import nats_servers
+from shared.identity_key import KEYGEN_HINT, KeyFileError, load_signer
+from shared.urls import nats_servers
 
 if TYPE_CHECKING:  # nats-py (and asyncio) load only for the async calls, not a CLI command's
     from pathlib import Path  # neither does pathlib: a shim runs without site's imports
@@ -32,11 +39,6 @@ if TYPE_CHECKING:  # nats-py (and asyncio) load only for the async calls, not a 
     from nats.aio.msg import Msg
 
 T = TypeVar("T")
-NO_RESPONDERS_WAIT_S = 15.0
-# Where a state folder keeps the bus credentials, as shared.security names them (that
-# module's openssl and ssl imports stay off the CLI's path).
-SECRETS = "secrets"
-USERS_CREDS = "nats-users.nk"
 
 
 class Signs(Protocol):
@@ -45,107 +47,26 @@ class Signs(Protocol):
     def sign(self, subject: str, body: bytes, *, now: float, nonce: bytes) -> bytes: ...
 
 
-class ApiRefused(Exception):
-    def __init__(self, message: str, code: str, details: tuple[str, ...]) -> None:
-        super().__init__(message)
-        self.code = code
-        self.details = details
-
-
 def refused(verb: str, err: ApiRefused) -> int:
     """Tell the user what the API refused and what to change; the command's exit status."""
-    print(f"muster {verb}: {err}", file=sys.stderr)
-    for detail in err.details:
-        if detail != str(err):
-            print(f"  {detail}", file=sys.stderr)
-    if err.code in ("unknown_user", "unknown_key", "no_key", "user_mismatch"):
-        print(
-            "  (on the local cluster, act as one of deploy/local/cluster.toml's users, "
-            "e.g. MUSTER_USER=alice)",
-            file=sys.stderr,
-        )
+    print_refusal(f"muster {verb}", str(err), err.code, err.details)
     return 1
-
-
-def _state_dir() -> str:
-    return os.environ.get("MUSTER_STATE_DIR", ".muster")
-
-
-def nats_url(state_dir: str | None = None) -> str:
-    if url := os.environ.get("MUSTER_NATS_URL"):
-        return url
-    folder = state_dir or _state_dir()
-    cluster = os.path.join(folder, "cluster.json")
-    if os.path.exists(cluster):
-        with open(cluster, "rb") as f:
-            url = str(msgspec.json.decode(f.read())["nats_url"])
-        _state_of[url] = folder
-        return url
-    raise SystemExit("no cluster: run `muster up` here, or set MUSTER_NATS_URL")
-
-
-def current_user() -> str:
-    """The user a request names: `MUSTER_USER`, or "" (the server takes it from the key)."""
-    return os.environ.get("MUSTER_USER", "")
 
 
 def default_key_file() -> Path:
     from pathlib import Path
 
-    return Path(_default_key_path())
-
-
-def _default_key_path() -> str:
-    return os.path.join(os.path.expanduser("~"), ".muster", "user.nk")
+    return Path(default_key_path())
 
 
 def key_file(user: str = "") -> Path:
     """The key file that signs for `user` (see the module docstring for the order)."""
     from pathlib import Path
 
-    return Path(_key_path(user))
-
-
-def _key_path(user: str) -> str:
-    if path := os.environ.get("MUSTER_KEY_FILE"):
-        return path
-    name = user or os.environ.get("MUSTER_USER") or _login_name()
-    state = os.path.join(_state_dir(), "keys")
-    for folder in (os.environ.get("MUSTER_KEY_DIR"), state):
-        if folder and os.path.exists(candidate := os.path.join(folder, f"{name}.nk")):
-            return candidate
-    return _default_key_path()
-
-
-def _login_name() -> str:
-    import getpass  # only when MUSTER_USER does not say
-
-    return getpass.getuser()
+    return Path(key_path(user))
 
 
 _signers: dict[str, Signs] = {}
-_state_of: dict[str, str] = {}  # a cluster's URL -> its state folder (from cluster.json)
-
-
-def register_cluster(url: str, state_dir: str | os.PathLike[str]) -> None:
-    """Connect to `url` with the credentials of the cluster in `state_dir`."""
-    _state_of[url] = os.fspath(state_dir)
-
-
-def bus_credentials(url: str, *, operator: bool = False) -> tuple[str, str]:
-    """(NKey seed file, TLS CA file) to connect to the cluster at `url` with ("" each
-    when it needs none; see the module docstring)."""
-    folder = _state_of.get(url) or _state_dir()
-    creds = os.environ.get("MUSTER_NATS_CREDS", "")
-    admin = os.path.join(folder, SECRETS, "nats-admin.nk")
-    if operator and os.access(admin, os.R_OK):
-        creds = admin
-    elif not creds and os.path.exists(users := os.path.join(folder, USERS_CREDS)):
-        creds = users
-    ca = os.environ.get("MUSTER_NATS_TLS_CA", "")
-    if not ca and os.path.exists(pem := os.path.join(folder, "tls", "ca.pem")):
-        ca = pem
-    return creds, ca
 
 
 def connect_options(url: str, *, operator: bool = False) -> dict[str, Any]:
@@ -158,7 +79,7 @@ def connect_options(url: str, *, operator: bool = False) -> dict[str, Any]:
 
 def signer_for(user: str = "") -> Signs:
     """The signer for `user`, read once per key file; ApiRefused says how to get one."""
-    path = _key_path(user)
+    path = key_path(user)
     if path not in _signers:
         try:
             _signers[path] = load_signer(path)
@@ -211,40 +132,20 @@ def request(
     """`call` for a one-shot command: the same signed request over a blocking socket
     (muster.wire), without loading asyncio or nats-py. An unreachable cluster, a
     refused credential or a missing service is an ApiRefused saying so."""
-    from muster import wire
+    from muster.exchange import exchange
 
-    payload = signed(verb, req, signer)
-    creds, ca = bus_credentials(url)
-    subject = API_PREFIX + verb
-    deadline = time.monotonic() + NO_RESPONDERS_WAIT_S
-    while True:
-        try:
-            data = wire.request(
-                nats_servers(url), subject, payload, timeout=timeout, creds=creds, tls_ca=ca
-            )
-            return _unwrap(data, reply)
-        except wire.Unreachable as err:
-            raise ApiRefused(f"{err}; is the cluster up?", "unreachable", ()) from err
-        except wire.ServerError as err:
-            raise ApiRefused(f"the bus refused this client: {err}", "bus_refused", ()) from err
-        except wire.BadCredential as err:
-            raise ApiRefused(f"{err}; see MUSTER_NATS_CREDS", "bus_refused", ()) from err
-        except TimeoutError as err:
-            raise ApiRefused(
-                f"no reply on {subject} within {timeout:g} s", "unavailable", ()
-            ) from err
-        except ConnectionError as err:
-            raise ApiRefused(f"{err} (at {url})", "unavailable", ()) from err
-        except wire.NoResponders as err:
-            if time.monotonic() > deadline:
-                raise ApiRefused(_no_service(subject), "unavailable", ()) from err
-        time.sleep(0.2)
-        payload = signed(verb, req, signer)  # a fresh nonce: a resend is not a replay
+    data = exchange(url, verb, lambda: signed(verb, req, signer), timeout)
+    return _unwrap(data, reply)
 
 
-def _no_service(subject: str) -> str:
-    service = "fairshare" if subject.endswith((".share", ".acct")) else "admission"
-    return f"no {service} service answers on {subject}; is the cluster up?"
+__all__ = [
+    "ApiRefused",
+    "bus_credentials",
+    "current_user",
+    "nats_url",
+    "register_cluster",
+    "request",
+]
 
 
 async def _request(nc: Client, subject: str, payload: bytes, timeout: float) -> Msg:
@@ -254,13 +155,15 @@ async def _request(nc: Client, subject: str, payload: bytes, timeout: float) -> 
 
     from nats.errors import NoRespondersError
 
+    from muster.exchange import NO_RESPONDERS_WAIT_S, no_service
+
     deadline = time.monotonic() + NO_RESPONDERS_WAIT_S
     while True:
         try:
             return await nc.request(subject, payload, timeout=timeout)
         except NoRespondersError as err:
             if time.monotonic() > deadline:
-                raise ApiRefused(_no_service(subject), "unavailable", ()) from err
+                raise ApiRefused(no_service(subject), "unavailable", ()) from err
             await asyncio.sleep(0.2)
 
 

@@ -3,13 +3,16 @@ head`), Ctrl-C, an unreachable cluster — with one line or nothing, never a tra
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # signal.py builds enums of every signal
 import os
-import signal
 import sys
-from collections.abc import Callable
 
-INTERRUPTED = 128 + signal.SIGINT  # what a shell reports for a command Ctrl-C stopped
-BROKEN_PIPE = 128 + signal.SIGPIPE  # what `head` leaves a C program that kept writing
+TYPE_CHECKING = False  # mypy takes it as true
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+INTERRUPTED: int = 128 + _signal.SIGINT  # what a shell reports for a command Ctrl-C stopped
+BROKEN_PIPE: int = 128 + _signal.SIGPIPE  # what `head` leaves a C program that kept writing
 
 
 def quietly(run: Callable[[], int]) -> int:

@@ -66,7 +66,7 @@ def shim_text(python: str, name: str, paths: list[str] | None) -> str:
         return f'#!/bin/sh\nexec "{python}" -m muster.shims {name} "$@"\n'
     code = (
         f"import sys; sys.path = [p for p in sys.path if p] + {json.dumps(paths)}; "
-        "import muster.lean_msgspec; from muster.shims import main; sys.exit(main())"
+        "from muster.lean import shim_main; sys.exit(shim_main())"
     )
     return (
         "#!/bin/sh\n"

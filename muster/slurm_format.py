@@ -9,28 +9,48 @@ the shims (muster/shims.py) pass `now` and the rows in.
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Callable, Iterable, Sequence
-from functools import partial
-from typing import Any, NamedTuple
 
-from msgspec.structs import replace
+TYPE_CHECKING = False  # mypy takes it as true; the lean squeue (muster.lean) imports this
+if TYPE_CHECKING:  # module, and `re`, `typing` and msgspec each cost it more than its work
+    from collections.abc import Callable, Iterable, Sequence
+    from typing import Any
 
-from shared.api import JobView, NodeView
+    from shared.api import JobView, NodeView
 
 
 class FormatError(ValueError):
     """A format string names a field this command does not know; the message lists them."""
 
 
-class Field(NamedTuple):  # a NamedTuple: dataclasses costs a command more to import
-    key: str  # the field's letter (`-o`) or name (`-O`, sacct), lower case for names
-    width: int | None = None  # pads and truncates to this many characters
-    right: bool = False
+class Field(tuple[str, "int | None", bool]):
+    """A field of a format string (a tuple with named fields, as a NamedTuple would be,
+    without `typing`): `key` the field's letter (`-o`) or name (`-O`, sacct), lower case
+    for names; `width` pads and truncates to that many characters; `right` justifies."""
+
+    __slots__ = ()
+
+    def __new__(cls, key: str, width: int | None = None, right: bool = False) -> Field:
+        return super().__new__(cls, (key, width, right))
+
+    @property
+    def key(self) -> str:
+        return self[0]
+
+    @property
+    def width(self) -> int | None:
+        return self[1]
+
+    @property
+    def right(self) -> bool:
+        return self[2]
+
+    def __repr__(self) -> str:
+        return f"Field(key={self.key!r}, width={self.width!r}, right={self.right!r})"
 
 
-Part = str | Field  # literal text between fields, or a field
+if TYPE_CHECKING:
+    Part = str | Field  # literal text between fields, or a field
 
 # --- values ---------------------------------------------------------------------------
 
@@ -50,6 +70,18 @@ COMPACT = {
     "OUT_OF_MEMORY": "OOM",
     "PREEMPTED": "PR",
 }
+
+
+LONG_STATE = {short: long for long, short in COMPACT.items() if long != "STARTING"}
+
+
+def state_filter(names: Sequence[str]) -> tuple[tuple[str, ...], bool]:
+    """squeue's `-t` (split at commas): long names or compact codes (`PD,R`), `all`;
+    (the states asked for, whether every state is)."""
+    upper = [s.upper() for s in names]
+    if "ALL" in upper:
+        return (), True
+    return tuple(LONG_STATE.get(s, s) for s in upper), False
 
 
 def duration(seconds: float | None) -> str:
@@ -85,11 +117,20 @@ def job_id(job: JobView) -> str:
     return str(job.job_id)
 
 
+SLURM_REASON = {"HELD": "JobHeldUser", "HELD_ADMIN": "JobHeldAdmin"}  # Slurm's names
+
+
+def reason(job: JobView) -> str:
+    """`%r`: the reason's code, as Slurm names it where it has a name of its own."""
+    code = job.reason.split(" ", 1)[0]
+    return SLURM_REASON.get(code, code) or "None"
+
+
 def reason_list(job: JobView) -> str:
     """`%R`: the nodes of a job that holds some, else `(Reason)`."""
     if job.nodelist:
         return compress(job.nodelist)
-    return f"({job.reason.split(' ', 1)[0] or 'None'})"
+    return f"({reason(job)})"
 
 
 def compress(names: Iterable[str]) -> str:
@@ -97,11 +138,12 @@ def compress(names: Iterable[str]) -> str:
     groups: dict[tuple[str, int], list[int]] = {}
     plain: list[str] = []
     for name in dict.fromkeys(names):
-        m = re.fullmatch(r"(.*?)(\d+)", name)
-        if m is None:
+        stem = name.rstrip("0123456789")
+        tail = name[len(stem) :]
+        if not tail:
             plain.append(name)
         else:
-            groups.setdefault((m[1], len(m[2])), []).append(int(m[2]))
+            groups.setdefault((stem, len(tail)), []).append(int(tail))
     out = list(plain)
     for (prefix, digits), numbers in groups.items():
         if len(numbers) == 1:
@@ -122,8 +164,9 @@ def compress(names: Iterable[str]) -> str:
     return ",".join(sorted(out))
 
 
-Getter = Callable[[Any], str]
-Column = tuple[str, Getter]  # (header, value)
+if TYPE_CHECKING:
+    Getter = Callable[[Any], str]
+    Column = tuple[str, Getter]  # (header, value)
 
 # squeue: `-o` letters and `-O` names onto one set of columns
 JOB_COLUMNS: dict[str, Column] = {
@@ -144,7 +187,7 @@ JOB_COLUMNS: dict[str, Column] = {
     "numnodes": ("NODES", lambda j: str(j.nodes)),
     "reasonlist": ("NODELIST(REASON)", reason_list),
     "nodelist": ("NODELIST", lambda j: compress(j.nodelist)),
-    "reason": ("REASON", lambda j: j.reason.split(" ", 1)[0] or "None"),
+    "reason": ("REASON", reason),
     "tres-per-node": ("TRES_PER_NODE", lambda j: _gres_per_node(j)),
     "numgpus": ("GPUS", lambda j: str(j.gpus)),
     "submittime": ("SUBMIT_TIME", lambda j: stamp(j.submitted_at)),
@@ -289,18 +332,40 @@ def _elapsed(r: Any) -> str:
 
 # --- parsing --------------------------------------------------------------------------
 
-_PERCENT = re.compile(r"%(\.)?(\d+)?(.)")
+
+def _percents(text: str) -> Iterable[tuple[int, int, str, str, str]]:
+    """Each `%[.][width]X` of `text`: (start, end, dot, width, letter), as the regular
+    expression `%(\\.)?(\\d+)?(.)` finds them, backtracking included (`%12` at the end
+    is the letter `2` at width 1), without loading `re`."""
+    at = text.find("%")
+    while 0 <= at < len(text) - 1:
+        i = at + 1
+        dot = "." if text[i] == "." else ""
+        i += len(dot)
+        j = i
+        while j < len(text) and text[j] in "0123456789":
+            j += 1
+        if j < len(text) and text[j] != "\n":  # `.` matches anything but a newline
+            yield at, j + 1, dot, text[i:j], text[j]
+            at = text.find("%", j + 1)
+        elif j > i:  # give the last digit back: it is the letter
+            yield at, j, dot, text[i : j - 1], text[j - 1]
+            at = text.find("%", j)
+        elif dot:
+            yield at, i, "", "", "."
+            at = text.find("%", i)
+        else:
+            at = text.find("%", at + 1)
 
 
 def parse_percent(text: str, letters: dict[str, str]) -> list[Part]:
     """`squeue -o` / `sinfo -o`: `%[.][width]X` fields among literal text."""
     parts: list[Part] = []
     at = 0
-    for m in _PERCENT.finditer(text):
-        if m.start() > at:
-            parts.append(text[at : m.start()])
-        at = m.end()
-        dot, width, letter = m.groups()
+    for start, end, dot, width, letter in _percents(text):
+        if start > at:
+            parts.append(text[at:start])
+        at = end
         if letter == "%":
             parts.append("%")
             continue
@@ -374,8 +439,12 @@ def render(
         return columns[f.key][0]
 
     out = [line(head)] if header else []
-    for row in rows:
-        out.append(line(partial(_value, columns, row)))
+    for row in rows:  # a closure, not functools.partial: functools costs a shim its import
+
+        def value(f: Field, row: Any = row) -> str:
+            return _value(columns, row, f)
+
+        out.append(line(value))
     return out
 
 
@@ -433,6 +502,8 @@ def _by_partition(nodes: Sequence[NodeView], order: Sequence[str]) -> list[NodeV
     """A row per node and partition it serves (a node in none: one row), partitions in
     the config's order (`order`; else as the nodes name them)."""
     known = list(dict.fromkeys([*order, *(p for n in nodes for p in n.partitions)]))
+    from msgspec.structs import replace  # sinfo only: not on squeue's lean path
+
     rows = [replace(n, partitions=(p,)) for p in known for n in nodes if p in n.partitions]
     return rows + [n for n in nodes if not n.partitions]
 

@@ -12,24 +12,52 @@ from __future__ import annotations
 
 import _socket  # socket.py's own import builds enums of every constant: not needed here
 import os
-from typing import TYPE_CHECKING, Any, NamedTuple
 
-import msgspec  # loaded anyway for the API's structs; json's regexes cost a start more
+from shared.lean_json import dumps, loads  # json's regexes and msgspec cost a start more
 
+TYPE_CHECKING = False  # mypy takes it as true; `typing` costs a one-shot command to import
 if TYPE_CHECKING:
     import ssl
+    from typing import Any
 
 CRLF = b"\r\n"
 
 
-class Address(NamedTuple):
-    """A server URL's parts, as `urllib.parse.urlsplit` reads them."""
+class Address(tuple[str, "str | None", "int | None", "str | None", "str | None"]):
+    """A server URL's parts, as `urllib.parse.urlsplit` reads them (a tuple with named
+    fields, as a NamedTuple would be, without `typing`)."""
 
-    scheme: str
-    host: str | None  # lower case, IPv6 without its brackets
-    port: int | None
-    username: str | None
-    password: str | None
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        scheme: str,
+        host: str | None,
+        port: int | None,
+        username: str | None,
+        password: str | None,
+    ) -> Address:
+        return super().__new__(cls, (scheme, host, port, username, password))
+
+    @property
+    def scheme(self) -> str:
+        return self[0]
+
+    @property
+    def host(self) -> str | None:  # lower case, IPv6 without its brackets
+        return self[1]
+
+    @property
+    def port(self) -> int | None:
+        return self[2]
+
+    @property
+    def username(self) -> str | None:
+        return self[3]
+
+    @property
+    def password(self) -> str | None:
+        return self[4]
 
 
 def address(server: str) -> Address:
@@ -130,7 +158,7 @@ class Connection:
             info = conn._info()
             if tls_ca or info.get("tls_required") or url.scheme == "tls":
                 conn._start_tls(host, tls_ca)
-            fields = msgspec.json.encode(_connect_fields(info, url, creds))
+            fields = dumps(_connect_fields(info, url, creds)).encode()
             conn._send(b"CONNECT " + fields + CRLF + b"PING")  # one write (see request)
             conn._expect_pong()
         except BaseException:
@@ -163,7 +191,7 @@ class Connection:
         line = self._line()
         if not line.startswith(b"INFO "):
             raise ServerError(f"not a NATS server: {line[:60]!r}")
-        info: dict[str, Any] = msgspec.json.decode(line[5:])
+        info: dict[str, Any] = loads(line[5:])
         return info
 
     def _start_tls(self, host: str, tls_ca: str) -> None:
@@ -272,7 +300,7 @@ def _connect_fields(info: dict[str, Any], url: Address, creds: str) -> dict[str,
 
 def _nkey_answer(seed: str, path: str, nonce: str) -> dict[str, str]:
     """The CONNECT fields that prove the seed's key: its public key and the nonce signed."""
-    import base64
+    import binascii
 
     from shared.identity_sodium import BadSeed, SeedPair  # nkeys' signatures, lighter
 
@@ -280,5 +308,5 @@ def _nkey_answer(seed: str, path: str, nonce: str) -> dict[str, str]:
         pair = SeedPair(seed)
     except BadSeed as err:
         raise BadCredential(f"the bus credential {path} holds no NKey seed ({err})") from err
-    sig = base64.b64encode(pair.sign(nonce.encode())).decode()
+    sig = binascii.b2a_base64(pair.sign(nonce.encode()), newline=False).decode()
     return {"nkey": pair.public_key.decode(), "sig": sig}

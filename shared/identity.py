@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 
-from shared.identity_sodium import SeedPair, crc16
+from shared.identity_sodium import (
+    KEYGEN_HINT,
+    WIRE_VERSION,
+    SeedPair,
+    canonical,
+    checked_seed,
+    crc16,
+    sign_request,
+)
 
 if TYPE_CHECKING:  # the CLI signs with this module; the server side's imports stay off its path
     import asyncio
@@ -34,7 +42,6 @@ if TYPE_CHECKING:  # the CLI signs with this module; the server side's imports s
     from shared.apiserve import Route
 
 
-WIRE_VERSION = 1
 DEFAULT_SKEW_S = 60.0
 NONCE_BYTES = 16
 MAX_NONCES = 2_000_000  # a window's worth at ~15,000 requests/s; beyond, refuse
@@ -42,10 +49,6 @@ DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 MAX_BATCH = 256  # signatures checked per worker-thread hop
 _PREFIX_USER = 20 << 3  # NKeys: the first byte of a user public key ('U...')
 _PREFIX_SEED = 18 << 3  # and of a seed ('S...')
-KEYGEN_HINT = (
-    "run `muster keygen` (it writes ~/.muster/user.nk and prints your public key) and ask "
-    "an operator to register it: `muster user add NAME --key U...`"
-)
 
 
 class AuthCode(StrEnum):
@@ -106,12 +109,6 @@ class Directory(msgspec.Struct, frozen=True, kw_only=True):
         return any(actor in self.coordinators.get(a, ()) for a in self.ancestors(account))
 
 
-def canonical(subject: str, key: str, ts: int, nonce: str, body: bytes) -> bytes:
-    """The bytes a request's signature covers: every field but the signature itself."""
-    head = f"MUSTER-API-{WIRE_VERSION}\n{subject}\n{key}\n{ts}\n{nonce}\n"
-    return head.encode() + body
-
-
 def _b32(text: str) -> bytes:
     return base64.b32decode(text + "=" * (-len(text) % 8))
 
@@ -142,15 +139,8 @@ def encode_seed(raw: bytes) -> str:
 
 
 def decode_seed(text: str) -> bytes:
-    try:
-        raw = _b32(text.strip())
-    except (binascii.Error, ValueError) as err:
-        raise ValueError("not an NKey seed (base32 text like 'SUA...')") from err
-    if len(raw) != 36 or raw[0] & 248 != _PREFIX_SEED:
-        raise ValueError("not an NKey seed: seeds start with 'S' (58 chars)")
-    if int.from_bytes(raw[34:], "little") != crc16(raw[:34]):
-        raise ValueError("the seed has a bad checksum: the key file is damaged")
-    return raw[2:34]
+    """The 32-byte seed of an NKey seed text, its checksum checked."""
+    return checked_seed(text)
 
 
 class Signer:
@@ -162,18 +152,9 @@ class Signer:
         self.public_key: str = self._pair.public_key.decode()
 
     def sign(self, subject: str, body: bytes, *, now: float, nonce: bytes) -> bytes:
-        """The wire bytes of `body` sent to `subject` at `now` with a fresh `nonce`."""
-        ts = int(now * 1000)
-        text = base64.b64encode(nonce).decode()
-        sig: bytes = self._pair.sign(canonical(subject, self.public_key, ts, text, body))
-        signed = SignedRequest(
-            key=self.public_key,
-            ts=ts,
-            nonce=text,
-            sig=base64.b64encode(sig).decode(),
-            body=msgspec.Raw(body),
-        )
-        return msgspec.json.encode(signed)
+        """The wire bytes of `body` sent to `subject` at `now` with a fresh `nonce`
+        (a SignedRequest's JSON, written by the lean client's code: one encoding)."""
+        return sign_request(self._pair, subject, body, now=now, nonce=nonce)
 
     def sign_bytes(self, data: bytes) -> bytes:
         """The raw ed25519 signature of `data` (the launcher's agent grants use it)."""

@@ -12,7 +12,6 @@ Verifying stays with PyNaCl (shared.identity's Verifier).
 
 from __future__ import annotations
 
-import base64
 import binascii
 
 from nacl._sodium import ffi, lib  # type: ignore[import-not-found]  # compiled, untyped
@@ -27,6 +26,12 @@ PUBLIC_PREFIXES = frozenset({14 << 3, 13 << 3, 2 << 3, 0, 20 << 3})
 
 if lib.sodium_init() < 0:  # 1: already initialised (by PyNaCl, say); -1: unusable
     raise RuntimeError("libsodium failed to initialise")
+
+
+KEYGEN_HINT = (
+    "run `muster keygen` (it writes ~/.muster/user.nk and prints your public key) and ask "
+    "an operator to register it: `muster user add NAME --key U...`"
+)
 
 
 class BadSeed(ValueError):
@@ -44,12 +49,40 @@ def crc16(data: bytes) -> int:
     return crc
 
 
+B32 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"  # RFC 4648's alphabet, which NKeys use
+_B32_VALUE = {c: i for i, c in enumerate(B32)}
+
+
+def b32encode(data: bytes) -> bytes:
+    """RFC 4648 base32 without its `=` padding (as NKeys write it); `base64` would load
+    `re` and `struct` for it."""
+    bits = int.from_bytes(data, "big") << (-len(data) * 8 % 5)
+    count = -(-len(data) * 8 // 5)
+    return bytes(B32[(bits >> (5 * (count - 1 - i))) & 31] for i in range(count))
+
+
+def b32decode(text: bytes) -> bytes:
+    """The bytes of unpadded base32 text; binascii.Error for a letter not in the alphabet
+    or a length no bytes encode to."""
+    text = text.rstrip(b"=")
+    if len(text) * 5 % 8 >= 5:
+        raise binascii.Error("base32 text of a length no bytes encode to")
+    try:
+        bits = 0
+        for c in text:
+            bits = bits << 5 | _B32_VALUE[c]
+    except KeyError:
+        raise binascii.Error("not base32 text") from None
+    size = len(text) * 5 // 8
+    return (bits >> (len(text) * 5 - size * 8)).to_bytes(size, "big")
+
+
 def decode_seed(text: str | bytes) -> tuple[int, bytes]:
     """(key type prefix, the 32-byte ed25519 seed) of an NKey seed, read as nkeys reads
     one (which leaves the checksum unchecked: shared.identity.decode_seed checks it)."""
     raw_text = text.encode() if isinstance(text, str) else text
     try:
-        raw = base64.b32decode(raw_text + b"=" * (-len(raw_text) % 8))[:-2]
+        raw = b32decode(raw_text)[:-2]
     except (binascii.Error, ValueError) as err:
         raise BadSeed("not an NKey seed (base32 text like 'SUA...')") from err
     if len(raw) != 2 + SEED_BYTES or raw[0] & 248 != PREFIX_SEED:
@@ -60,10 +93,24 @@ def decode_seed(text: str | bytes) -> tuple[int, bytes]:
     return prefix, raw[2:]
 
 
+def checked_seed(text: str) -> bytes:
+    """The 32-byte ed25519 seed of an NKey seed, its checksum checked too (nkeys leaves
+    it unchecked; a damaged key file is refused); ValueError saying what is wrong."""
+    try:
+        raw = b32decode(text.strip().encode())
+    except (binascii.Error, ValueError) as err:
+        raise ValueError("not an NKey seed (base32 text like 'SUA...')") from err
+    if len(raw) != 2 + SEED_BYTES + 2 or raw[0] & 248 != PREFIX_SEED:
+        raise ValueError("not an NKey seed: seeds start with 'S' (58 chars)")
+    if int.from_bytes(raw[34:], "little") != crc16(raw[:34]):
+        raise ValueError("the seed has a bad checksum: the key file is damaged")
+    return raw[2:34]
+
+
 def encode_public(prefix: int, raw: bytes) -> bytes:
     """The NKey text (`U...` for a user) of a raw public key, as nkeys writes it."""
     body = bytes([prefix]) + raw
-    return base64.b32encode(body + crc16(body).to_bytes(2, "little")).rstrip(b"=")
+    return b32encode(body + crc16(body).to_bytes(2, "little"))
 
 
 class SeedPair:
@@ -84,3 +131,29 @@ class SeedPair:
         if lib.crypto_sign(signed, length, data, len(data), self._secret) != 0:
             raise RuntimeError("libsodium could not sign")
         return bytes(ffi.buffer(signed, SIGNATURE_BYTES))
+
+
+# --- a signed API request, as the client writes it -------------------------------------
+
+WIRE_VERSION = 1
+
+
+def canonical(subject: str, key: str, ts: int, nonce: str, body: bytes) -> bytes:
+    """The bytes a request's signature covers: every field but the signature itself."""
+    head = f"MUSTER-API-{WIRE_VERSION}\n{subject}\n{key}\n{ts}\n{nonce}\n"
+    return head.encode() + body
+
+
+def _b64(data: bytes) -> str:
+    return binascii.b2a_base64(data, newline=False).decode()
+
+
+def sign_request(pair: SeedPair, subject: str, body: bytes, *, now: float, nonce: bytes) -> bytes:
+    """The wire bytes of `body` (JSON) sent to `subject` at `now` with a fresh `nonce`:
+    shared.identity.SignedRequest's fields in its order, `body` embedded byte for byte."""
+    ts = int(now * 1000)
+    key = pair.public_key.decode()
+    text = _b64(nonce)
+    sig = _b64(pair.sign(canonical(subject, key, ts, text, body)))
+    head = f'{{"v":{WIRE_VERSION},"key":"{key}","ts":{ts},"nonce":"{text}","sig":"{sig}","body":'
+    return head.encode() + body + b"}"

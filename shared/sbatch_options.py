@@ -12,22 +12,61 @@ the next word (`-N 2`); flags may be grouped (`-Hk`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from enum import Enum
+TYPE_CHECKING = False  # mypy takes it as true; `typing` costs a one-shot command to import
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
-import msgspec
+# Plain records, not msgspec structs or an Enum: `muster submit` and `sbatch` split their
+# words with this module on every call, and those imports cost a one-shot command more
+# than all its own work (tests/unit/cli/test_hot_path.py).
 
 
-class Arg(Enum):
+class _Record:
+    """A frozen value compared by its fields (those in `__slots__`)."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, _Record)
+            and type(other) is type(self)
+            and self._fields() == other._fields()
+        )
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__name__}({inner})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def _set(self, **values: object) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+
+class Arg:
+    """Whether an option takes a value (getopt_long's has_arg)."""
+
     NONE = "none"
     REQUIRED = "required"
     OPTIONAL = "optional"  # only `--opt=value` passes a value, as with getopt
 
 
-class Spec(msgspec.Struct, frozen=True):
+class Spec(_Record):
+    __slots__ = ("arg", "long", "short")
     long: str
     short: str | None
-    arg: Arg
+    arg: str  # an Arg value
+
+    def __init__(self, long: str, short: str | None, arg: str) -> None:
+        self._set(long=long, short=short, arg=arg)
 
 
 _N, _R, _O = Arg.NONE, Arg.REQUIRED, Arg.OPTIONAL
@@ -158,26 +197,40 @@ MUSTER_ONLY = frozenset(
 )
 
 
-class Given(msgspec.Struct, frozen=True):
+class Given(_Record):
     """One option as written: its canonical long name, its value, and how it was spelt."""
 
+    __slots__ = ("name", "spelt", "value")
     name: str
     value: str | None
     spelt: str
 
+    def __init__(self, name: str, value: str | None, spelt: str) -> None:
+        self._set(name=name, value=value, spelt=spelt)
 
-class Problem(msgspec.Struct, frozen=True):
+
+class Problem(_Record):
     """A tokenizing failure: `kind` is unknown/ambiguous/missing/unexpected."""
 
+    __slots__ = ("kind", "message", "name")
     kind: str
     message: str
-    name: str = ""
+    name: str
+
+    def __init__(self, kind: str, message: str, name: str = "") -> None:
+        self._set(kind=kind, message=message, name=name)
 
 
-class Tokens(msgspec.Struct, frozen=True):
+class Tokens(_Record):
+    __slots__ = ("given", "positional", "problems")
     given: tuple[Given, ...]
     positional: tuple[str, ...]  # the first non-option word and everything after it
     problems: tuple[Problem, ...]
+
+    def __init__(
+        self, given: tuple[Given, ...], positional: tuple[str, ...], problems: tuple[Problem, ...]
+    ) -> None:
+        self._set(given=given, positional=positional, problems=problems)
 
 
 def lookup_long(word: str, table: Sequence[Spec] = TABLE) -> Spec | Problem:
@@ -201,12 +254,12 @@ def _long(
     found = lookup_long(word, table)
     if isinstance(found, Problem):
         return found, 0
-    if found.arg is Arg.NONE:
+    if found.arg == Arg.NONE:
         if eq:
             msg = f"option '--{found.long}' doesn't allow an argument"
             return Problem("unexpected", msg, found.long), 0
         return Given(found.long, None, arg), 0
-    if eq or found.arg is Arg.OPTIONAL:
+    if eq or found.arg == Arg.OPTIONAL:
         return Given(found.long, inline if eq else None, arg), 0
     if not rest:
         msg = f"option '--{found.long}' requires an argument"
@@ -223,7 +276,7 @@ def _short(arg: str, rest: Sequence[str]) -> tuple[list[Given | Problem], int]:
         if spec is None:
             out.append(Problem("unknown", f"invalid option -- '{letter}'", letter))
             return out, 0
-        if spec.arg is Arg.REQUIRED:
+        if spec.arg == Arg.REQUIRED:
             attached = arg[i + 1 :]
             if attached:
                 out.append(Given(spec.long, attached, arg))
@@ -275,12 +328,18 @@ def tokenize(argv: Sequence[str], *, stop_at_positional: bool = True) -> Tokens:
     return Tokens(tuple(given), tuple(positional), tuple(problems))
 
 
-class CommandLine(msgspec.Struct, frozen=True, kw_only=True):
+class CommandLine(_Record):
     """`muster submit` argv split into the options, the script path and its arguments."""
 
+    __slots__ = ("args", "options", "script")
     options: tuple[str, ...]
     script: str | None
     args: tuple[str, ...]
+
+    def __init__(
+        self, *, options: tuple[str, ...], script: str | None, args: tuple[str, ...]
+    ) -> None:
+        self._set(options=options, script=script, args=args)
 
 
 def split_command_line(argv: Sequence[str]) -> CommandLine:
@@ -298,12 +357,16 @@ def split_command_line(argv: Sequence[str]) -> CommandLine:
     )
 
 
-class OwnLine(msgspec.Struct, frozen=True, kw_only=True):
+class OwnLine(_Record):
     """A command line whose caller keeps some options (`own`) for itself: those found
     among the options before the script, and the rest split as sbatch would."""
 
+    __slots__ = ("line", "own")
     own: tuple[Given, ...]
     line: CommandLine
+
+    def __init__(self, *, own: tuple[Given, ...], line: CommandLine) -> None:
+        self._set(own=own, line=line)
 
 
 def split_own(argv: Sequence[str], own: Sequence[Spec]) -> OwnLine:

@@ -16,6 +16,8 @@ from typing import Any, Self
 
 import msgspec
 
+from shared.urls import nats_servers  # noqa: F401  # re-exported: the services take it from here
+
 
 class SettingsError(ValueError):
     """A `MUSTER_*` variable has a value that cannot be used."""
@@ -240,12 +242,6 @@ class ToolSettings(Settings, frozen=True, kw_only=True):
     (the state folder, the log level) and nothing of any service's."""
 
     service_name: str = "supervisor"
-
-
-def nats_servers(url: str) -> list[str]:
-    """The servers a NATS URL setting names: one URL, or several comma-separated (a
-    cluster: a client connects to any of them and fails over to the others)."""
-    return [u.strip() for u in url.split(",") if u.strip()]
 
 
 def _coerce(key: str, raw: str, default: object) -> object:

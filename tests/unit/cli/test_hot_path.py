@@ -153,3 +153,69 @@ def test_a_shim_for_an_interpreter_that_cannot_run_is_the_plain_one() -> None:
     assert site_paths("/nonexistent/python") is None
     want = '#!/bin/sh\nexec "/nonexistent/python" -m muster.shims squeue "$@"\n'
     assert shim_text("/nonexistent/python", "squeue", None) == want
+
+
+# The lean forms (muster.lean) load none of these either: each costs a call here more
+# than the command's own work.
+LEAN_FORBIDDEN = (
+    *FORBIDDEN,
+    "argparse",
+    "base64",
+    "collections",
+    "contextlib",
+    "enum",
+    "functools",
+    "json",
+    "msgspec",
+    "re",
+    "shared.api",
+    "shared.identity",
+    "signal",
+    "typing",
+)
+
+LEAN_PROBE = """
+import sys
+sys.path = [p for p in sys.path if p] + {paths!r}
+from muster.lean import {entry}
+status = {entry}({argv!r})
+loaded = {{m for m in sys.modules if sys.modules[m] is not None}}
+forbidden = {forbidden!r}
+print(status, sorted(m for m in loaded if any(m == f or m.startswith(f + ".") for f in forbidden)))
+"""
+
+
+@pytest.mark.parametrize(
+    ("entry", "argv"),
+    [
+        ("main", ["queue"]),
+        ("main", ["queue", "-u", "alice,bob", "-t", "PD", "--start"]),
+        ("main", ["submit", "--hold", "job.sh"]),
+        ("shim_main", ["squeue", "-h", "-o", "%i %T"]),
+        ("shim_main", ["sbatch", "--parsable", "job.sh"]),
+    ],
+)
+def test_a_lean_call_loads_neither_msgspec_nor_argparse_typing_enum_or_re(
+    entry: str, argv: list[str], paths: list[str], tmp_path: Path
+) -> None:
+    key = tmp_path / "me.nk"
+    key.write_text(encode_seed(bytes(range(32))) + "\n")
+    key.chmod(0o600)
+    (tmp_path / "job.sh").write_text("#!/bin/sh\n#SBATCH --time=5\ntrue\n")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "MUSTER_NATS_URL": f"nats://127.0.0.1:{closed_port()}",
+        "MUSTER_KEY_FILE": str(key),
+        "USER": "alice",  # no MUSTER_USER: the login name, without getpass's imports
+    }
+    code = LEAN_PROBE.format(paths=paths, entry=entry, argv=argv, forbidden=LEAN_FORBIDDEN)
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert out.stdout.strip().splitlines()[-1] == "1 []", out.stdout + out.stderr
+    assert "cannot reach the cluster" in out.stderr, out.stderr
