@@ -319,9 +319,14 @@ def scontrol(argv: list[str]) -> int:
         return _show_nodes(argv[2] if len(argv) > 2 else None)
     if argv[:1] in (["hold"], ["release"], ["requeue"]) and len(argv) >= 2:
         return _act("scontrol", argv[0], argv[1:])
+    if argv[:1] == ["requeuehold"] and len(argv) >= 2:
+        # Slurm's `requeuehold [State=SpecialExit] IDS`: back in the queue, held until
+        # `scontrol release` (a special exit state is a hold all the same here)
+        refs = [w for w in argv[1:] if not w.lower().startswith("state=")]
+        return _act("scontrol", "requeue", refs, hold=True)
     raise ShimError(
         f"unsupported: scontrol {' '.join(argv) or '(nothing)'}; this shim knows "
-        "show job ID, show node [NAME], hold IDS, release IDS, requeue IDS"
+        "show job ID, show node [NAME], hold IDS, release IDS, requeue IDS, requeuehold IDS"
     )
 
 

@@ -57,6 +57,7 @@ class JobSelector(Request, frozen=True, kw_only=True):
     job_refs: tuple[str, ...] = ()
     states: tuple[str, ...] = ()  # e.g. ("PENDING",): only jobs in these states
     partition: str | None = None
+    hold: bool = False  # requeue: back in the queue held (scontrol requeuehold)
 
 
 class QueueRequest(Request, frozen=True, kw_only=True):

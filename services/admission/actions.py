@@ -61,7 +61,8 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     skipped: tuple[str, ...] = ()
     refusal: str | None = None
     code: str = ""
-    operator_hold: tuple[int, ...] = ()  # for HOLD: jobs an operator holds for someone else
+    # for HOLD (and a requeue that holds): jobs an operator holds for someone else
+    operator_hold: tuple[int, ...] = ()
 
 
 def decide(verb: Verb, actor: str, targets: list[Target], config: ClusterConfig) -> Decision:
@@ -88,7 +89,7 @@ def decide(verb: Verb, actor: str, targets: list[Target], config: ClusterConfig)
     return Decision(
         act_on=tuple(act),
         skipped=tuple(skipped),
-        operator_hold=by_op if verb is Verb.HOLD else (),
+        operator_hold=by_op if verb in (Verb.HOLD, Verb.REQUEUE) else (),
     )
 
 

@@ -166,13 +166,17 @@ class JobCommands:
         reason = sel.reason or f"held by {sel.user}"
         async with self.ctx.pool.acquire() as conn, conn.transaction():
             decision, _ = await self._decided(conn, Verb.HOLD, sel)
-            ops = set(decision.operator_hold)
-            mine = [j for j in decision.act_on if j not in ops]
-            if mine:
-                await repo.set_held(conn, mine, True, reason)
-            if ops:
-                await repo.set_held(conn, sorted(ops), True, reason, by_operator=True)
+            await self._hold_all(conn, decision, reason)
         return _ok(f"held {len(decision.act_on)} job(s)", decision)
+
+    async def _hold_all(self, conn: Conn, decision: Decision, reason: str) -> None:
+        """Hold the decided jobs: an operator's hold of another's job as an operator's."""
+        ops = set(decision.operator_hold)
+        mine = [j for j in decision.act_on if j not in ops]
+        if mine:
+            await repo.set_held(conn, mine, True, reason)
+        if ops:
+            await repo.set_held(conn, sorted(ops), True, reason, by_operator=True)
 
     async def release(self, sel: JobSelector) -> Ok:
         async with self.ctx.pool.acquire() as conn, conn.transaction():
@@ -190,10 +194,16 @@ class JobCommands:
 
     async def requeue(self, sel: JobSelector) -> Ok:
         """Running jobs back to the queue: the launcher stops them and requeues them
-        (same id, restart_count + 1), as it does a preempted job."""
+        (same id, restart_count + 1), as it does a preempted job. With `hold` they are
+        held from now (the hold `hold` sets), so once back they stay PENDING until
+        released (scontrol requeuehold): the placer never sees them requeued unheld."""
         reason = sel.reason or f"requeued by {sel.user}"
         async with self.ctx.pool.acquire() as conn, conn.transaction():
             decision, _ = await self._decided(conn, Verb.REQUEUE, sel)
+            if sel.hold:
+                await self._hold_all(
+                    conn, decision, sel.reason or f"requeued and held by {sel.user}"
+                )
             await outbox_add(
                 conn,
                 *(
@@ -202,8 +212,9 @@ class JobCommands:
                 ),
             )
         self.ctx.relay.kick()
-        log.info("requeue", extra=kv(by=sel.user, jobs=len(decision.act_on)))
-        return _ok(f"requeue requested for {len(decision.act_on)} job(s)", decision)
+        log.info("requeue", extra=kv(by=sel.user, jobs=len(decision.act_on), hold=sel.hold))
+        held = " (held once requeued)" if sel.hold else ""
+        return _ok(f"requeue requested for {len(decision.act_on)} job(s){held}", decision)
 
     async def approve(self, sel: JobSelector) -> Ok:
         async with self.ctx.pool.acquire() as conn, conn.transaction():

@@ -2,7 +2,9 @@
 
 As Slurm's: a running (or starting) job is requeued; a pending one is in the queue
 already, a finished one stays finished (each skipped with a message that says so);
-only the job's owner, a coordinator of its account or an operator may.
+only the job's owner, a coordinator of its account or an operator may. A requeue that
+holds (`scontrol requeuehold`) holds an operator's pick of another's job as an
+operator's hold (JobHeldAdmin), as `hold` does.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ CASES = {
             code="forbidden",
         ),
     ),
-    "an operator requeues anyone's job": ("root", [job(1)], Decision(act_on=(1,))),
+    "an operator requeues anyone's job, and a hold with it is an operator's": (
+        "root", [job(1), job(2, owner="root")], Decision(act_on=(1, 2), operator_hold=(1,)),
+    ),
 }  # fmt: skip
 
 
