@@ -24,7 +24,7 @@ def pg_bin(data: Path | None = None, *, tls: bool = False) -> Path:
     for bin_dir in _pg_candidates():
         if tls and not _has_openssl(bin_dir):
             continue
-        if version and _major(bin_dir) != version:
+        if version and _major(bin_dir) not in (version, ""):  # "": cannot tell, try it
             continue
         return bin_dir
     wanted = ", ".join(

@@ -25,7 +25,7 @@ import nats
 import pytest
 
 from muster.secure_up import LocalSecurity
-from shared import embedded
+from shared import embedded, pg_install
 from shared.db import create_pool
 from shared.security import TlsFiles, make_tls, nats_options
 from shared.settings import Settings
@@ -108,6 +108,14 @@ def get_json(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=10) as reply:
         data: dict[str, Any] = json.load(reply)
         return data
+
+
+def test_a_data_folder_that_no_postgresql_here_can_run_names_what_to_install(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "PG_VERSION").write_text("99\n")
+    with pytest.raises(pg_install.PgInstallError, match=r"major version 99.*apt-get install"):
+        pg_install.pg_bin(tmp_path)
 
 
 def route_port(config: Path) -> int:
