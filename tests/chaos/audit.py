@@ -19,7 +19,7 @@ from muster.client import connect_options
 from shared.bus import DLQ_STREAM
 from shared.events import JobFinished, JobRequeued, decode
 from shared.states import TERMINAL
-from shared.settings import nats_servers
+from shared.urls import nats_servers
 from tests.chaos.checker import (
     Invariant,
     NodeSample,

@@ -21,7 +21,7 @@ import nats.errors
 from muster.cluster import SERVICES
 from shared import bus_auth, db_roles
 from shared.security import BusSecrets
-from shared.settings import nats_servers
+from shared.urls import nats_servers
 from tests.chaos.machine import environ
 
 if TYPE_CHECKING:
@@ -32,15 +32,15 @@ REFUSED = (nats.errors.Error, OSError, TimeoutError)
 
 async def lapses(bed: ChaosBed) -> list[str]:
     """What of a secured bed is not secured (empty: all of it is)."""
-    found = await _anonymous_bus(bed.url)
-    found += await _anonymous_database(bed.database_url)
+    found = await open_bus(bed.url)
+    found += await trust_logins(bed.database_url)
     bus = BusSecrets(Path(bed.cluster.state_dir))
     for key, pid in sorted(bed.cluster.pids.items()):
         found += identity_lapses(key, environ(pid), bus)
     return found
 
 
-async def _anonymous_bus(url: str) -> list[str]:
+async def open_bus(url: str) -> list[str]:
     try:
         nc = await nats.connect(
             nats_servers(url), connect_timeout=3, allow_reconnect=False, max_reconnect_attempts=0
@@ -51,7 +51,7 @@ async def _anonymous_bus(url: str) -> list[str]:
     return ["NATS let a client with no credential connect"]
 
 
-async def _anonymous_database(url: str) -> list[str]:
+async def trust_logins(url: str) -> list[str]:
     """The superuser with no password (the bed's URL without its passfile)."""
     where = urlsplit(url)
     bare = f"postgresql://{where.username}@{where.hostname}:{where.port}{where.path}"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shared.security import BusSecrets
-from tests.chaos.secured import identity_lapses
+from tests.chaos.secured import identity_lapses, open_bus, trust_logins
 
 BUS = BusSecrets(Path("/bed/state"))
 SECRETS = "/bed/state/secrets"
@@ -72,3 +72,11 @@ CASES: dict[str, tuple[str, dict[str, str], list[str]]] = {
 @pytest.mark.parametrize(("key", "env", "want"), CASES.values(), ids=CASES.keys())
 def test_identity_lapses(key: str, env: dict[str, str], want: list[str]) -> None:
     assert identity_lapses(key, env, BUS) == want
+
+
+async def test_an_open_bus_and_trust_logins_are_lapses(nats_url: str, database_url: str) -> None:
+    # The suite's own servers run without authentication: what a secured bed must not be.
+    assert await open_bus(nats_url) == ["NATS let a client with no credential connect"]
+    assert await trust_logins(database_url) == [
+        "PostgreSQL let the superuser in with no password (trust logins)"
+    ]

@@ -29,7 +29,7 @@ import nats.errors
 
 from muster.client import ApiRefused, call, connect_options
 from shared.api import JobSelector, Ok
-from shared.settings import nats_servers
+from shared.urls import nats_servers
 from tests.support.cluster import submit
 
 # The cluster config of a chaos run: two tiers, so a high job preempts (requeues) a
