@@ -338,3 +338,7 @@ def _squeue(got: dict[str, Any]) -> int:
         return 1
     print("\n".join(lines))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -77,7 +77,7 @@ def muster(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
     env.update(HOME=str(home), PYTHONPATH=str(REPO))
     return subprocess.run(
-        [sys.executable, "-m", "muster.cli", *args],
+        [sys.executable, "-m", "muster.lean", *args],  # the installed `muster`
         capture_output=True, text=True, env=env, timeout=60, check=False,
         cwd=home,  # not the checkout: a `.muster/` left there by `muster up` holds keys
     )  # fmt: skip

@@ -186,7 +186,7 @@ def kill9(cluster: Cluster, key: str) -> None:
 
 def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "muster.cli", *args],
+        [sys.executable, "-m", "muster.lean", *args],  # as the installed `muster` runs
         capture_output=True,
         text=True,
         env={**os.environ, **env},
