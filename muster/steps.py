@@ -7,6 +7,11 @@ user) to run CMD on the allocation's nodes. Each task writes its stdout and stde
 `<workdir>/.muster-steps/<job>-<token>/<procid>.out|.err` (the job's workdir is on
 every node, as Slurm's is); srun follows those files while the step runs and prints
 what they add, then removes them. Its exit status is the highest task's (docs/steps.md).
+
+The launcher answers within a while (RUNNING: not ended yet) and srun asks again with
+the same request, which names the step by its output folder; a request that no replica
+answered (the one handling it died) is sent again too, so the step's end reaches srun
+from whichever replica coordinates it by then.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +30,10 @@ from shared.api import Ok, StepCancelRequest, StepReply, StepRequest
 
 FOLLOW_S = 0.05
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
-WAIT_S = 7 * 24 * 3600.0  # the launcher answers when the step ends (or the job does)
+WAIT_S = 7 * 24 * 3600.0  # a terminal's request: answered when the step ends (or the job)
+ASK_S = 15.0  # one request's wait: the launcher answers RUNNING within 5 s (steps.ANSWER_S)
+RETRY_S = 1.0  # between asks when no replica answered
+AGAIN = frozenset({"unavailable", "unreachable"})  # no answer: ask again, the step lives
 VALUED = {
     "-N": "nodes",
     "--nodes": "nodes",
@@ -185,7 +194,7 @@ def run(argv: list[str]) -> int:
 
     def ask() -> None:
         try:
-            result.append(request(nats_url(), "step", req, StepReply, timeout=WAIT_S))
+            result.append(_until_ended(req))
         except ApiRefused as err:
             result.append(err)
         finally:
@@ -226,6 +235,22 @@ def run(argv: list[str]) -> int:
     return outcome.exit_code if outcome.exit_code is not None else 1
 
 
+def _until_ended(req: StepRequest) -> StepReply:
+    """The step's reply once it ended: the same request again while the launcher says
+    RUNNING, or while no replica answers (the one asked died), up to WAIT_S."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            reply = request(nats_url(), "step", req, StepReply, timeout=ASK_S)
+        except ApiRefused as err:
+            if err.code not in AGAIN or time.monotonic() > deadline:
+                raise
+            time.sleep(RETRY_S)
+            continue
+        if reply.state != "RUNNING":
+            return reply
+
+
 async def _terminal(req: StepRequest) -> int:
     """`srun --pty`: this terminal, raw, wired to the task's pty on the first node: its
     output arrives on `<pty>.out`, every key goes to `<pty>.in` (Ctrl-C included)."""
@@ -236,7 +261,7 @@ async def _terminal(req: StepRequest) -> int:
     import nats
 
     from muster.client import call, connect_options
-    from shared.settings import nats_servers
+    from shared.urls import nats_servers
 
     url = nats_url()
     nc = await nats.connect(nats_servers(url), connect_timeout=5, **connect_options(url))

@@ -311,7 +311,7 @@ class StepRequest(Request, frozen=True, kw_only=True):
 
 class StepReply(msgspec.Struct, frozen=True, kw_only=True):
     step_id: int
-    state: str  # StepState
+    state: str  # StepState; RUNNING: not ended yet, ask again (the same request)
     nodes: tuple[str, ...] = ()
     ntasks: int = 0
     exit_code: int | None = None  # the highest of the tasks'
@@ -351,6 +351,9 @@ class StepLaunch(msgspec.Struct, frozen=True, kw_only=True):
     run_as: str | None = None
     pty: str = ""  # see StepRequest.pty
     token: AgentToken | None = None
+    # another launcher replica took the step over: answer with its outcome once it ends
+    # (at once if it has), never start it; a step the agent does not know is lost
+    adopt: bool = False
 
 
 class StepCancelRequest(Request, frozen=True, kw_only=True):

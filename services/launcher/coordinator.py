@@ -96,7 +96,8 @@ class Coordinator:
         self.effects = EffectRunner(self.agents, self.launch, self.end_stopped, self.owns)
         self.upkeep = Upkeep(self)
         self.cleaner = Cleaner(self, retry_s=self.upkeep.reconcile_s)
-        self.steps = StepService(ctx, self.agents)  # srun inside running jobs (steps.py)
+        # srun inside running jobs (steps.py): a step's coordinator is named as its shards'
+        self.steps = StepService(ctx, self.agents, self.owners.holder, lease_s)
         self._locks: dict[int, asyncio.Lock] = {}
 
     async def run(self, stop: asyncio.Event) -> None:

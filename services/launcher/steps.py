@@ -5,9 +5,16 @@ asks to run a command on the nodes of a RUNNING job the caller owns. The launche
 the tasks out (`steps_core.layout`), records the step (`job_steps`, RUNNING), sends
 every node its tasks as a `StepLaunch` it signs (the agents run only what it signs,
 inside the job's current worker), waits for every node's answer, records how the step
-ended and answers srun. Each request is its own task: a step lasts as long as its
-command. A node that does not answer in the job's remaining time (plus a margin)
-counts as lost and the step as CANCELLED.
+ended and answers srun. A node that does not answer in the job's remaining time (plus
+a margin) counts as lost and the step as CANCELLED.
+
+A step outlives the replica that started it. Its waiting on the agents (`_coordinate`)
+is a task of its own, under a lease on the step's row that it renews; srun's request
+is answered when the step ends or after `ANSWER_S` with "RUNNING", and srun asks again
+with the same request (its output folder names the step), which any replica answers
+from the row. When a replica dies, its steps' leases run out and another replica's
+sweep claims them and asks their agents again with `adopt` (docs/steps.md): the agents
+answer with each step's outcome once its tasks end, and that replica records it.
 """
 
 from __future__ import annotations
@@ -16,12 +23,15 @@ import asyncio
 import getpass
 import json
 import logging
+import os
 import posixpath
+import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from services.launcher import steps_repo as repo
 from services.launcher.gang import Agents
 from services.launcher.steps_core import (
     Layout,
@@ -46,7 +56,6 @@ from shared.api import (
     StepTaskSpec,
 )
 from shared.apiserve import Refused, enveloped
-from shared.db import Conn
 from shared.identity import Verifier, authenticated
 from shared.identity_files import IdentitySource
 from shared.jobspec import JobSpec
@@ -63,16 +72,29 @@ VERB = "step"
 CANCEL_VERB = "step_cancel"
 QUEUE = "launcher"
 MARGIN_S = 60.0  # past the job's time limit, a node's silence means it is lost
+ANSWER_S = 5.0  # srun's request is answered within this; RUNNING: ask again
+POLL_S = 1.0  # how often a request for a step another replica coordinates reads its row
 
 
 class StepService:
-    def __init__(self, ctx: ServiceContext[LauncherSettings], agents: Agents) -> None:
+    def __init__(
+        self,
+        ctx: ServiceContext[LauncherSettings],
+        agents: Agents,
+        holder: str = "",
+        lease_s: float = 2.0,
+    ) -> None:
         self.ctx = ctx
         self.agents = agents
         settings = ctx.settings
         self.identity = IdentitySource(settings.cluster_config, settings.user_keys_dir)
         self.verifier = Verifier(self.identity.directory)
         self._tasks: set[asyncio.Task[None]] = set()
+        # the coordinator's name on the rows (the shard holder's: unique per process)
+        self.holder = holder or f"launcher-steps-{os.getpid()}-{secrets.token_hex(3)}"
+        self.renew_s = lease_s
+        self.lease_s = 3 * lease_s  # a few renewals missed before another replica adopts
+        self._coordinating: dict[tuple[int, int], asyncio.Task[None]] = {}
 
     async def serve(self, stop: asyncio.Event) -> None:
         route = authenticated(self.verifier, API_PREFIX + VERB, StepRequest, self.run, time.time)
@@ -88,6 +110,7 @@ class StepService:
             self.verifier, API_PREFIX + CANCEL_VERB, StepCancelRequest, self.cancel, time.time
         )
         await self.ctx.bus.serve(API_PREFIX + CANCEL_VERB, QUEUE, enveloped(cancel))
+        self._spawn(self._sweep(stop))
         try:
             await stop.wait()
         finally:
@@ -105,11 +128,27 @@ class StepService:
             except Exception as err:  # srun is gone (interrupted): nothing to tell
                 log.warning("step reply not sent", extra=kv(error=repr(err)))
 
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
     async def run(self, req: StepRequest) -> StepReply:
         if not req.argv:
             raise Refused("srun: no command to run")
+        window = None if req.pty else ANSWER_S  # a terminal's srun waits in one request
+        if req.output_dir:  # asked again: the step it started, wherever it is coordinated
+            async with self.ctx.pool.acquire() as conn:
+                known = await repo.step_by_folder(conn, req.job_id, req.output_dir)
+            if known is not None:
+                if req.user != known["user_name"]:
+                    raise Refused(
+                        f"job {req.job_id} belongs to {known['user_name']!r}", "forbidden"
+                    )
+                return await self._answer_when_ended(req.job_id, known["step_id"], window)
         async with self.ctx.pool.acquire() as conn:
-            found = await _running_job(conn, req.job_id)
+            found = await repo.running_job(conn, req.job_id)
         if found is None:
             raise Refused(f"job {req.job_id} is not running: a step runs inside a running job")
         row, spec = found
@@ -132,7 +171,9 @@ class StepService:
             raise Refused(f"srun: {lay.message}", "invalid")
         attempt, generation = int(row["attempt"]), int(row["restart_count"])
         async with self.ctx.pool.acquire() as conn:
-            step_id = await _insert_step(conn, req, attempt, lay)
+            step_id = await repo.insert_step(
+                conn, req, attempt, generation, lay, self.holder, self.lease_s
+            )
         log.info("step", extra=kv(job=req.job_id, step=step_id, tasks=len(lay.tasks)))
         remaining = float(spec.time_limit_s) - float(row["run_s"] or 0.0)
         launches = {
@@ -140,12 +181,56 @@ class StepService:
             for node in lay.nodes
         }
         timeout = max(remaining, 0.0) + MARGIN_S
-        outcomes = await asyncio.gather(*(self._call(n, b, timeout) for n, b in launches.items()))
+        key = (req.job_id, step_id)
+        self._coordinating[key] = self._spawn(self._coordinate(key, launches, timeout))
+        return await self._answer_when_ended(req.job_id, step_id, window)
+
+    async def _answer_when_ended(
+        self, job_id: int, step_id: int, window: float | None
+    ) -> StepReply:
+        """The step's reply once its row says it ended; RUNNING after `window` (srun
+        asks again). This replica's own step is awaited, another's row is polled."""
+        deadline = None if window is None else time.monotonic() + window
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            task = self._coordinating.get((job_id, step_id))
+            if task is not None:
+                await asyncio.wait({task}, timeout=left)
+            async with self.ctx.pool.acquire() as conn:
+                row = await repo.step_row(conn, job_id, step_id)
+            if row is None:
+                raise Refused(f"step {job_id}.{step_id} is gone", "not_found")
+            if row["state"] != StepState.RUNNING or (left is not None and left <= 0):
+                return StepReply(
+                    step_id=step_id,
+                    state=row["state"],
+                    nodes=tuple(row["nodes"]),
+                    ntasks=row["ntasks"],
+                    exit_code=row["exit_code"],
+                    signal=row["signal"],
+                    message=row["message"],
+                )
+            if task is None or task.done():
+                await asyncio.sleep(POLL_S if left is None else min(POLL_S, left))
+
+    async def _coordinate(
+        self, key: tuple[int, int], launches: dict[str, StepLaunch], timeout: float
+    ) -> None:
+        """Wait on every node's answer, renewing the step's lease, then record the end
+        (only while this replica still coordinates it)."""
+        job_id, step_id = key
+        renewing = self._spawn(self._renew(job_id, step_id))
+        try:
+            nodes = tuple(launches)
+            outcomes = await asyncio.gather(
+                *(self._call(n, b, timeout) for n, b in launches.items())
+            )
+        finally:
+            renewing.cancel()
+            self._coordinating.pop(key, None)
         codes: list[int | None] = []
         signals: list[int | None] = []
-        problems = [
-            f"{n}: {o.message}" for n, o in zip(lay.nodes, outcomes, strict=True) if not o.ok
-        ]
+        problems = [f"{n}: {o.message}" for n, o in zip(nodes, outcomes, strict=True) if not o.ok]
         for o in outcomes:
             codes.extend(o.exit_codes)
             signals.extend(o.signals)
@@ -156,22 +241,63 @@ class StepService:
         message = "; ".join(problems)
         sig = next((s for s in signals if s is not None), None)
         async with self.ctx.pool.acquire() as conn:
-            await _end_step(conn, req.job_id, step_id, state, exit_code, sig, message)
-        return StepReply(
-            step_id=step_id,
-            state=str(state),
-            nodes=lay.nodes,
-            ntasks=len(lay.tasks),
-            exit_code=exit_code,
-            signal=sig,
-            message=message,
+            mine = await repo.end_step(
+                conn, job_id, step_id, self.holder, state, exit_code, sig, message
+            )
+        log.info("step ended", extra=kv(job=job_id, step=step_id, state=state, recorded=mine))
+
+    async def _renew(self, job_id: int, step_id: int) -> None:
+        while True:
+            await asyncio.sleep(self.renew_s)
+            try:
+                async with self.ctx.pool.acquire() as conn:
+                    if not await repo.renew(conn, job_id, step_id, self.holder, self.lease_s):
+                        log.warning("step lease lost", extra=kv(job=job_id, step=step_id))
+                        return
+            except Exception as err:
+                if not is_transient(err):
+                    raise
+                log.warning("step lease not renewed", extra=kv(job=job_id, error=repr(err)))
+
+    async def _sweep(self, stop: asyncio.Event) -> None:
+        """Adopt the steps whose coordinator's lease ran out: ask their agents again."""
+        while not stop.is_set():
+            try:
+                async with self.ctx.pool.acquire() as conn:
+                    rows = await repo.claim_orphans(conn, self.holder, self.lease_s)
+            except Exception as err:
+                if not is_transient(err):
+                    raise
+                log.warning("step sweep failed", extra=kv(error=repr(err)))
+                rows = []
+            for row in rows:
+                self._adopt(row)
+            await asyncio.sleep(self.renew_s)
+
+    def _adopt(self, row: Any) -> None:
+        key = (int(row["job_id"]), int(row["step_id"]))
+        if key in self._coordinating:
+            return
+        adopt = StepLaunch(
+            job_id=key[0],
+            attempt=int(row["attempt"]),
+            generation=int(row["generation"]),
+            step_id=key[1],
+            argv=tuple(row["argv"]),
+            tasks=(),
+            workdir="",
+            adopt=True,
         )
+        log.info("step adopted", extra=kv(job=key[0], step=key[1], by=self.holder))
+        timeout = max(float(row["remaining_s"] or 0.0), 0.0) + MARGIN_S
+        launches = {node: adopt for node in row["nodes"]}
+        self._coordinating[key] = self._spawn(self._coordinate(key, launches, timeout))
 
     async def cancel(self, req: StepCancelRequest) -> Ok:
         """srun was interrupted: every node of the job ends that step's tasks; the
         request that started the step then answers (CANCELLED) and records it."""
         async with self.ctx.pool.acquire() as conn:
-            found = await _running_job(conn, req.job_id)
+            found = await repo.running_job(conn, req.job_id)
         if found is None:
             return Ok(message=f"job {req.job_id} is not running: no step to end")
         row, spec = found
@@ -239,52 +365,3 @@ class StepService:
                 raise
             return StepOutcome(ok=False, message=f"node {node} did not answer: {err!r}")
         return msgspec.json.decode(raw, type=StepOutcome)
-
-
-# --- repository ------------------------------------------------------------------------
-
-
-async def _running_job(conn: Conn, job_id: int) -> tuple[Any, JobSpec] | None:
-    row = await conn.fetchrow(
-        "SELECT r.attempt, r.restart_count, r.nodes, r.gpus::text AS gpus, j.spec::text AS spec,"
-        " extract(epoch FROM now() - r.started_at) AS run_s"
-        " FROM job_runs r JOIN jobs j USING (job_id) WHERE r.job_id = $1 AND r.state = 'RUNNING'",
-        job_id,
-    )
-    if row is None:
-        return None
-    return row, msgspec.json.decode(row["spec"], type=JobSpec)
-
-
-async def _insert_step(conn: Conn, req: StepRequest, attempt: int, lay: Layout) -> int:
-    """The job's next step id (0, 1, ...): taken under the job's row lock."""
-    async with conn.transaction():
-        await conn.execute("SELECT 1 FROM job_runs WHERE job_id = $1 FOR UPDATE", req.job_id)
-        step_id = await conn.fetchval(
-            "INSERT INTO job_steps(job_id, step_id, attempt, argv, nodes, ntasks, state)"
-            " SELECT $1, coalesce(max(step_id) + 1, 0), $2, $3, $4, $5, $6"
-            " FROM job_steps WHERE job_id = $1 RETURNING step_id",
-            req.job_id,
-            attempt,
-            list(req.argv),
-            list(lay.nodes),
-            len(lay.tasks),
-            str(StepState.RUNNING),
-        )
-    return int(step_id)
-
-
-async def _end_step(
-    conn: Conn, job_id: int, step_id: int, state: StepState, exit_code: int | None,
-    sig: int | None, message: str,
-) -> None:  # fmt: skip
-    await conn.execute(
-        "UPDATE job_steps SET state = $3, exit_code = $4, signal = $5, message = $6,"
-        " ended_at = now() WHERE job_id = $1 AND step_id = $2",
-        job_id,
-        step_id,
-        str(state),
-        exit_code,
-        sig,
-        message,
-    )

@@ -7,6 +7,12 @@ user, inside the job's cgroup when it has one (so the job's memory, CPU and devi
 limits hold them), each in its own process group. The reply comes once every task here
 ended. When the job's worker ends (it finished, was cancelled, hit its time limit or
 was fenced) the agent ends its steps too (`end_job`): a step never outlives its job.
+
+A step is known here by (job, attempt, generation, step id) while it runs and for
+`KEEP_S` after: the same launch again (the launcher retried, or another replica took
+the step over and sends it with `adopt`) waits on the step already running, or gets
+its outcome at once; it never starts the step twice. An `adopt` of a step this agent
+does not know (it restarted) answers that the step is lost.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 END_GRACE_S = 5.0  # SIGTERM, then SIGKILL, for a step whose job ended
+KEEP_S = 600.0  # how long an ended step's outcome is kept for a launcher that asks again
+StepKey = tuple[int, int, int, int]  # job, attempt, generation, step id
 
 
 class NodeExecutor(Protocol):
@@ -56,6 +64,8 @@ class StepRunner:
         self.workers: dict[int, set[Worker]] = {}  # job -> its step tasks running here
         self.folders: dict[Worker, str] = {}  # task -> its step's output folder (srun's)
         self._tasks: set[asyncio.Task[None]] = set()
+        self.live: dict[StepKey, asyncio.Future[StepOutcome]] = {}  # steps running here
+        self.ended: dict[StepKey, tuple[float, StepOutcome]] = {}  # (monotonic end, outcome)
 
     async def serve(self) -> None:
         """Each step in its own task: a step lasts as long as its command, and other
@@ -95,12 +105,44 @@ class StepRunner:
     async def _answer(self, msg: Msg) -> None:
         try:
             launch = msgspec.json.decode(msg.data, type=StepLaunch)
-            outcome = await self.run(launch)
         except (msgspec.DecodeError, msgspec.ValidationError) as err:
             outcome = StepOutcome(ok=False, message=f"malformed step: {err}")
+        else:
+            outcome = await self.outcome_of(launch)
         if msg.reply:
             with contextlib.suppress(Exception):  # the launcher is gone: nobody to tell
                 await msg.respond(msgspec.json.encode(outcome))
+
+    async def outcome_of(self, launch: StepLaunch) -> StepOutcome:
+        """The step's outcome: run it, or wait on (or read) the one already known."""
+        ex = self.executor
+        refusal = check(launch, node=ex.node, trusted=ex.trusted_keys.current(), now=time.time())
+        if refusal is not None:  # before anything is looked up: only the launcher may ask
+            return StepOutcome(ok=False, message=f"node {ex.node} {refusal.message}")
+        key = (launch.job_id, launch.attempt, launch.generation, launch.step_id)
+        if key in self.ended:
+            return self.ended[key][1]
+        if key in self.live:
+            return await asyncio.shield(self.live[key])
+        if launch.adopt:
+            step = f"step {launch.job_id}.{launch.step_id}"
+            return StepOutcome(ok=False, message=f"{step} is not known on {ex.node}: lost")
+        future: asyncio.Future[StepOutcome] = asyncio.get_running_loop().create_future()
+        self.live[key] = future
+        outcome = StepOutcome(ok=False, message=f"the step's supervision on {ex.node} ended")
+        try:
+            outcome = await self.run(launch)
+        finally:
+            self.live.pop(key, None)
+            self._keep(key, outcome)
+            future.set_result(outcome)
+        return outcome
+
+    def _keep(self, key: StepKey, outcome: StepOutcome) -> None:
+        now = time.monotonic()
+        for old in [k for k, (at, _) in self.ended.items() if now - at > KEEP_S]:
+            del self.ended[old]
+        self.ended[key] = (now, outcome)
 
     def refused(self, launch: StepLaunch) -> str | None:
         ex = self.executor
