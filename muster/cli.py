@@ -153,7 +153,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         return args
     if at is None or command != "submit":
         return build_parser(command).parse_args(argv)
-    from muster.lean import SUBMIT_OWN_HELP  # the options `muster submit` keeps for itself
+    from muster.lean_request import SUBMIT_OWN_HELP  # the options `muster submit` keeps for itself
     from shared.sbatch_options import split_own
 
     split = split_own(argv[at + 1 :], SUBMIT_OWN_HELP)

@@ -11,7 +11,7 @@ from typing import Any
 
 from muster import render
 from muster.client import ApiRefused, current_user, nats_url, refused, request
-from muster.lean import submit_fields
+from muster.lean_request import submit_fields
 from shared.api import (
     JobSelector,
     Ok,
