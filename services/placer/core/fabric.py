@@ -19,7 +19,10 @@ def spans_nodes(ix: ClusterIndex, job: JobRequest) -> bool:
     if job.multi_node or job.nodes_max > 1:
         return True
     total = job.gpus_total
-    return total is not None and job.gpus_per_node == 0 and total > max(ix.width, 1)
+    if total is None or job.gpus_per_node != 0:
+        return False
+    # a total one node could hold still spreads when feature counts ask for more nodes
+    return total > max(ix.width, 1) or (total > 1 and "*" in (job.constraint or ""))
 
 
 def pool_for(ix: ClusterIndex, job: JobRequest, constraint: str | None = None) -> Pool:
