@@ -5,11 +5,11 @@ Every request is signed with the user's key (shared.identity): `MUSTER_KEY_FILE`
 which `muster up` fills), NAME being the request's user, `MUSTER_USER` or the login
 name; else `~/.muster/user.nk` (`muster keygen` writes it).
 
-On a secured bus the connection itself needs a credential too (who may talk to the bus
-at all, not who the user is): `MUSTER_NATS_CREDS`, else the users' one of the cluster
-(`nats-users.nk` in its state folder), and `MUSTER_NATS_TLS_CA`, else its `tls/ca.pem`;
-agent calls (`muster inject-fault`) use the operator's `secrets/nats-admin.nk` when this
-user may read it."""
+On a secured bus the connection is the user's too: it authenticates with the same key
+(`MUSTER_NATS_CREDS` names another) and takes its replies on the user's own inboxes,
+`_INBOX.<user>` (the only ones that key may read), and `MUSTER_NATS_TLS_CA`, else the
+cluster's `tls/ca.pem`; agent calls (`muster inject-fault`) use the operator's
+`secrets/nats-admin.nk` when this user may read it."""
 
 from __future__ import annotations
 
@@ -69,12 +69,12 @@ def key_file(user: str = "") -> Path:
 _signers: dict[str, Signs] = {}
 
 
-def connect_options(url: str, *, operator: bool = False) -> dict[str, Any]:
-    """How nats-py connects to the cluster at `url`: its bus credential and CA, if it
-    has any (see the module docstring)."""
+def connect_options(url: str, *, operator: bool = False, user: str = "") -> dict[str, Any]:
+    """How nats-py connects to the cluster at `url` as `user`: its bus credential, CA
+    and inbox prefix (see the module docstring)."""
     from shared.security import nats_options
 
-    return nats_options(*bus_credentials(url, operator=operator))
+    return nats_options(*bus_credentials(url, operator=operator, user=user))
 
 
 def signer_for(user: str = "") -> Signs:
@@ -106,7 +106,9 @@ async def call(
     import nats
 
     payload = signed(verb, request, signer)
-    nc = await nats.connect(nats_servers(url), connect_timeout=5, **connect_options(url))
+    user = str(getattr(request, "user", ""))
+    options = connect_options(url, user=user)
+    nc = await nats.connect(nats_servers(url), connect_timeout=5, **options)
     try:
         msg = await _request(nc, API_PREFIX + verb, payload, timeout)
     finally:
@@ -134,7 +136,8 @@ def request(
     refused credential or a missing service is an ApiRefused saying so."""
     from muster.exchange import exchange
 
-    data = exchange(url, verb, lambda: signed(verb, req, signer), timeout)
+    user = str(getattr(req, "user", ""))
+    data = exchange(url, verb, lambda: signed(verb, req, signer), timeout, user)
     return _unwrap(data, reply)
 
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import os
 
+from shared.bus_inbox import user_inbox
 from shared.lean_json import loads
 
-# Where a state folder keeps the bus credentials, as shared.security names them (that
-# module's openssl and ssl imports stay off the CLI's path).
+# Where a state folder keeps the operator's bus credential, as shared.security names it
+# (that module's openssl and ssl imports stay off the CLI's path).
 SECRETS = "secrets"
-USERS_CREDS = "nats-users.nk"
 
 _state_of: dict[str, str] = {}  # a cluster's URL -> its state folder (from cluster.json)
 
@@ -54,12 +54,17 @@ def key_path(user: str) -> str:
     """The key file that signs for `user` (see muster.client's docstring for the order)."""
     if path := os.environ.get("MUSTER_KEY_FILE"):
         return path
-    name = user or os.environ.get("MUSTER_USER") or _login_name()
+    name = user_name(user)
     state = os.path.join(state_dir(), "keys")
     for folder in (os.environ.get("MUSTER_KEY_DIR"), state):
         if folder and os.path.exists(candidate := os.path.join(folder, f"{name}.nk")):
             return candidate
     return default_key_path()
+
+
+def user_name(user: str = "") -> str:
+    """Who this command acts as: `user`, else `MUSTER_USER`, else the login name."""
+    return user or os.environ.get("MUSTER_USER") or _login_name()
 
 
 def _login_name() -> str:
@@ -77,17 +82,21 @@ def register_cluster(url: str, folder: str | os.PathLike[str]) -> None:
     _state_of[url] = os.fspath(folder)
 
 
-def bus_credentials(url: str, *, operator: bool = False) -> tuple[str, str]:
-    """(NKey seed file, TLS CA file) to connect to the cluster at `url` with ("" each
-    when it needs none; see muster.client's docstring)."""
+def bus_credentials(url: str, *, operator: bool = False, user: str = "") -> tuple[str, str, str]:
+    """(NKey seed file, TLS CA file, inbox prefix) to connect to the cluster at `url`
+    with, acting as `user` (see muster.client's docstring). The bus knows a user by the
+    key their requests are signed with, so that key file is the credential (unless
+    `MUSTER_NATS_CREDS` names another; "" when there is none: an open bus needs none),
+    and their replies come to `_INBOX.<user>` (`MUSTER_NATS_INBOX_PREFIX` overrides)."""
     folder = _state_of.get(url) or state_dir()
     creds = os.environ.get("MUSTER_NATS_CREDS", "")
     admin = os.path.join(folder, SECRETS, "nats-admin.nk")
     if operator and os.access(admin, os.R_OK):
         creds = admin
-    elif not creds and os.path.exists(users := os.path.join(folder, USERS_CREDS)):
-        creds = users
+    elif not creds and os.path.exists(key := key_path(user)):
+        creds = key
     ca = os.environ.get("MUSTER_NATS_TLS_CA", "")
     if not ca and os.path.exists(pem := os.path.join(folder, "tls", "ca.pem")):
         ca = pem
-    return creds, ca
+    inbox = os.environ.get("MUSTER_NATS_INBOX_PREFIX") or user_inbox(user_name(user))
+    return creds, ca, inbox

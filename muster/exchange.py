@@ -25,23 +25,51 @@ def no_service(subject: str) -> str:
     return f"no {service} service answers on {subject}; is the cluster up?"
 
 
-def exchange(url: str, verb: str, payload_of: Callable[[], bytes], timeout: float) -> bytes:
-    """The reply's bytes to `payload_of()` sent to `muster.api.<verb>`; with no service
-    subscribed yet, resent (signed afresh: a resend is not a replay) for up to
-    NO_RESPONDERS_WAIT_S. An unreachable cluster, a refused credential or a missing
-    service is an ApiRefused saying so."""
-    creds, ca = bus_credentials(url)
+def bus_refusal(error: str, creds: str, inbox: str) -> str:
+    """What to do about the bus's `-ERR` to this client: a key it does not know (not
+    registered, or removed), an inbox its key may not read (registered as another user),
+    or anything else as the server said it."""
+    if "Authorization Violation" in error:
+        what = f"the key in {creds}" if creds else "a client without a key"
+        return (
+            f"the bus refused {what} (Authorization Violation): your key is not registered "
+            "on this cluster; show it with `muster whoami` and ask an operator to run "
+            "`muster user add NAME --key U...`"
+        )
+    if "Permissions Violation" in error and inbox in error:
+        return (
+            f"the bus refused this client's replies on {inbox} ({error}): your key is "
+            "registered for another user name; set MUSTER_USER to that name"
+        )
+    return f"the bus refused this client: {error}"
+
+
+def exchange(
+    url: str, verb: str, payload_of: Callable[[], bytes], timeout: float, user: str = ""
+) -> bytes:
+    """The reply's bytes to `payload_of()` sent to `muster.api.<verb>`, over a bus
+    connection as `user` (their key, their inbox); with no service subscribed yet,
+    resent (signed afresh: a resend is not a replay) for up to NO_RESPONDERS_WAIT_S. An
+    unreachable cluster, a refused credential or a missing service is an ApiRefused
+    saying so."""
+    creds, ca, inbox = bus_credentials(url, user=user)
     subject = API_PREFIX + verb
     deadline = time.monotonic() + NO_RESPONDERS_WAIT_S
     while True:
         try:
             return wire.request(
-                nats_servers(url), subject, payload_of(), timeout=timeout, creds=creds, tls_ca=ca
+                nats_servers(url),
+                subject,
+                payload_of(),
+                timeout=timeout,
+                creds=creds,
+                tls_ca=ca,
+                inbox_prefix=inbox,
             )
         except wire.Unreachable as err:
             raise ApiRefused(f"{err}; is the cluster up?", "unreachable", ()) from err
         except wire.ServerError as err:
-            raise ApiRefused(f"the bus refused this client: {err}", "bus_refused", ()) from err
+            raise ApiRefused(bus_refusal(str(err), creds, inbox), "bus_refused", ()) from err
         except wire.BadCredential as err:
             raise ApiRefused(f"{err}; see MUSTER_NATS_CREDS", "bus_refused", ()) from err
         except TimeoutError as err:

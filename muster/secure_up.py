@@ -4,15 +4,19 @@ permissions (`shared.bus_auth`), and PostgreSQL with SCRAM passwords and one rol
 service (`shared.db_roles`); `--tls` adds a CA of its own and TLS, verified by every
 client, on NATS (clients and routes) and on PostgreSQL.
 
-`LocalSecurity.make` writes the secrets into the state folder (`shared.security`);
-`nats_config` and `pg_password` start the servers with them; `prepare_database` runs the
-migrations as the superuser and creates the roles; `apply` gives every planned process
-its own bus credential and database URL (paths only: no secret is in cluster.json).
+`LocalSecurity.make` writes the secrets into the state folder (`shared.security`),
+with a bus entry per user key registered where the services will look (the cluster
+configuration and the keys folder, `local_users_by_key`); `nats_config` and
+`pg_password` start the servers with them; `prepare_database` runs the migrations as
+the superuser and creates the roles; `apply` gives every planned process its own bus
+credential and database URL (paths only: no secret is in cluster.json), and admission
+the authorization file to keep in step with the users' keys (MUSTER_NATS_AUTH_DIR).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,13 +55,23 @@ class LocalSecurity:
     tls: TlsFiles | None
 
     @classmethod
-    def make(cls, state_dir: Path, nodes: Iterable[str], *, tls: bool = False) -> LocalSecurity:
-        return cls(state_dir, provision_bus(state_dir, nodes), make_tls(state_dir) if tls else None)
+    def make(
+        cls,
+        state_dir: Path,
+        nodes: Iterable[str],
+        *,
+        tls: bool = False,
+        users_by_key: Mapping[str, str] | None = None,
+    ) -> LocalSecurity:
+        """The secrets of a cluster in `state_dir`; `users_by_key` (public key -> user)
+        the users' bus entries, by default those the services will honour."""
+        users = local_users_by_key(os.environ) if users_by_key is None else users_by_key
+        bus = provision_bus(state_dir, nodes, users)
+        return cls(state_dir, bus, make_tls(state_dir) if tls else None)
 
     def nats_config(self) -> str:
-        """The servers' authorization (and TLS) configuration."""
-        text = self.bus.auth_conf.read_text()
-        return text + (self.tls.nats_block() if self.tls else "")
+        """The servers' authorization (an include: re-read at a reload) and TLS."""
+        return self.bus.nats_config() + (self.tls.nats_block() if self.tls else "")
 
     def route_tls(self) -> str:
         """A NATS cluster's route TLS (`cluster { tls {...} }`), or none."""
@@ -105,13 +119,15 @@ class LocalSecurity:
     def apply(self, specs: Mapping[str, Spec], server_url: str = "", database: str = "") -> None:
         """Give every planned process its identity: a service its bus user and (when
         the database is ours, `server_url` given) its role; a node agent its node's bus
-        user (and no database login); anything else (a gateway) the users' bus
-        credential."""
+        user (and no database login); anything else (a gateway) no bus credential of
+        ours: it connects with the key of the user it acts as, as the CLI does."""
         ca = self.tls.ca if self.tls else None
         for key, spec in specs.items():
             service = spec.module.removeprefix("services.") if spec.module else ""
             if service in bus_auth.SERVICES:
                 spec.env.update(self.bus.env(service, ca))
+                if service == "admission":  # registered keys reach the bus (docs/security.md)
+                    spec.env["MUSTER_NATS_AUTH_DIR"] = str(self.bus.folder)
                 if server_url:
                     role = db_roles.role_of(service)
                     spec.env["MUSTER_DATABASE_URL"] = self.role_url(server_url, database, role)
@@ -119,5 +135,21 @@ class LocalSecurity:
                 spec.env.update(self.bus.env(bus_auth.agent_name(key.removeprefix("node-")), ca))
                 if server_url:  # an agent uses no database: not the superuser's pgpass
                     spec.env["MUSTER_DATABASE_URL"] = f"{server_url}/{database}"
-            elif spec.module:
-                spec.env.update(self.bus.env(bus_auth.Kind.USERS, ca))
+            elif spec.module and ca is not None:  # a gateway: its user's key, as the CLI
+                spec.env["MUSTER_NATS_TLS_CA"] = str(ca)
+
+
+def local_users_by_key(env: Mapping[str, str]) -> dict[str, str]:
+    """The user keys the services of a local cluster honour (public key -> user): the
+    cluster configuration's (`MUSTER_CLUSTER_CONFIG`) and the keys folder's
+    (`MUSTER_USER_KEYS_DIR`); a configuration that does not parse adds none (admission
+    refuses it, and renders the bus entries again from what it accepts)."""
+    from shared.identity_files import directory_from_toml, read_key_dir
+
+    path = env.get("MUSTER_CLUSTER_CONFIG", "")
+    keys = read_key_dir(env.get("MUSTER_USER_KEYS_DIR", ""))
+    try:
+        text = Path(path).read_text() if path else ""
+        return dict(directory_from_toml(text, keys).users_by_key)
+    except (OSError, ValueError):
+        return dict(directory_from_toml("", keys).users_by_key)

@@ -5,9 +5,11 @@ One NATS user (an NKey: the server holds only public keys, the client answers th
 server's challenge with its seed, so no password crosses the wire or sits in the server
 config) per identity:
 
-- `users`: one credential shared by every CLI/SDK user. It may only request
-  `muster.api.*` and receive the replies on its inboxes; who the user is comes from the
-  request's signature (shared/identity.py), not from this credential.
+- one per registered user key: the user's API signing key (`muster keygen`, registered
+  with `muster user add NAME --key U...`) is also their bus key. It may only request
+  `muster.api.*` and receive the replies on its own inboxes, `_INBOX.<name>.>`, so no
+  user reads another's replies (their scripts, environments, accounting). Who the user
+  is for the API still comes from each request's signature (shared/identity.py).
 - one per service kind (admission, placer, launcher, health, fairshare): the JetStream
   API, acks, the dead-letter subjects, the events the service owns (docs/architecture.md,
   "Processes") and the agent verbs it calls.
@@ -15,25 +17,31 @@ config) per identity:
   `muster.agent.<node>.>` subjects only.
 - `admin`: everything (an operator's tool: `muster inject-fault`, tests).
 
-Every service and agent draws its inboxes from its own prefix (`_I.<identity>`), so
-a user, who may subscribe to `_INBOX.>`, never sees the JetStream deliveries of the
-services' pull consumers (scripts and environments travel in `job.submitted`) nor the
-agents' replies to the services.
+Every service and agent draws its inboxes from its own prefix (`_I.<identity>`), and
+every user from theirs (`_INBOX.<name>`), so nobody sees the JetStream deliveries of the
+services' pull consumers (scripts and environments travel in `job.submitted`), the
+agents' replies to the services, or another user's replies.
+
+The users' entries sit between two marker lines of the block (`USERS_BEGIN`,
+`USERS_END`), so they can be rendered again when keys are registered or removed
+(`with_users`) while the rest of the file stays as written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
 import msgspec
 
 from shared.api import AGENT_PREFIX, API_PREFIX, HEARTBEAT_PREFIX
+from shared.bus_inbox import USERS_INBOX
+from shared.bus_inbox import user_inbox as user_inbox  # the rule's one home; re-exported
 from shared.events import NODE_SUBJECT_TAGS, node_subject
 
 
 class Kind(StrEnum):
-    USERS = "users"
+    USER = "user"
     SERVICE = "service"
     AGENT = "agent"
     ADMIN = "admin"
@@ -79,7 +87,8 @@ SERVICE_LISTENS: dict[str, tuple[str, ...]] = {
 # shared/events.py): an agent cannot speak for another node on the bus.
 AGENT_EVENTS = NODE_SUBJECT_TAGS
 EVENT_PREFIX = "muster."
-USERS_INBOX = "_INBOX"
+USERS_BEGIN = "    # --- users: one entry per registered key (rendered from the cluster config) ---"
+USERS_END = "    # --- end of users ---"
 
 
 class Permissions(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,8 +105,9 @@ class BusUser(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def inbox_prefix(name: str) -> str:
-    """The inbox prefix identity `name` uses (and alone may subscribe to)."""
-    return USERS_INBOX if name in (Kind.USERS, Kind.ADMIN) else f"_I.{name}"
+    """The inbox prefix service or agent identity `name` uses (and alone may subscribe
+    to); the operator's `admin` may use any, and keeps nats-py's default."""
+    return USERS_INBOX if name == Kind.ADMIN else f"_I.{name}"
 
 
 def owned_subjects(service: str) -> tuple[str, ...]:
@@ -111,8 +121,24 @@ def relay_subjects(service: str) -> tuple[str, ...] | None:
     return owned_subjects(service) if service in SERVICE_EVENTS else None
 
 
-def users_permissions() -> Permissions:
-    return Permissions(publish=(API_PREFIX + "*",), subscribe=(USERS_INBOX + ".>",))
+def user_permissions(user: str) -> Permissions:
+    return Permissions(publish=(API_PREFIX + "*",), subscribe=(user_inbox(user) + ".>",))
+
+
+def user_bus_users(users_by_key: Mapping[str, str]) -> tuple[BusUser, ...]:
+    """One bus user per registered key (public key -> user, as the identity directory
+    maps them), in a stable order; a key that is not a user public key is left out (the
+    server would refuse the whole file, and with it every identity)."""
+    from shared.identity import public_key_bytes
+
+    out = []
+    for key, user in sorted(users_by_key.items(), key=lambda kv: (kv[1], kv[0])):
+        try:
+            public_key_bytes(key)
+        except ValueError:
+            continue
+        out.append(BusUser(name=f"user {user}", nkey=key, permissions=user_permissions(user)))
+    return tuple(out)
 
 
 def service_permissions(service: str) -> Permissions:
@@ -140,16 +166,42 @@ def agent_name(node: str) -> str:
     return f"node-{node}"
 
 
-def render_authorization(users: Iterable[BusUser], *, timeout_s: float = 5.0) -> str:
-    """The nats-server `authorization { users = [...] }` block for `users`."""
+def render_authorization(
+    users: Iterable[BusUser], user_keys: Iterable[BusUser] = (), *, timeout_s: float = 5.0
+) -> str:
+    """The nats-server `authorization { users = [...] }` block for `users` (services,
+    agents, admin) and `user_keys` (`user_bus_users`: between the markers)."""
     lines = ["authorization {", f"  timeout: {timeout_s:g}", "  users = ["]
+    lines += _entries(users)
+    lines += [USERS_BEGIN, *_entries(user_keys), USERS_END]
+    lines += ["  ]", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def with_users(text: str, user_keys: Iterable[BusUser]) -> str:
+    """`text` (an authorization file with the marker lines) with the users' entries
+    between them replaced by `user_keys`; ValueError when a marker is missing."""
+    lines = text.splitlines()
+    try:
+        begin, end = lines.index(USERS_BEGIN), lines.index(USERS_END)
+    except ValueError as err:
+        raise ValueError(
+            f"no users section: the file needs the lines {USERS_BEGIN.strip()!r} and "
+            f"{USERS_END.strip()!r} inside `users = [ ... ]`"
+        ) from err
+    if end < begin:
+        raise ValueError("the users section's end marker comes before its start")
+    return "\n".join([*lines[: begin + 1], *_entries(user_keys), *lines[end:]]) + "\n"
+
+
+def _entries(users: Iterable[BusUser]) -> list[str]:
+    lines = []
     for user in users:
         lines.append(f"    # {user.name}")
         lines.append(
             "    {" + f' nkey: "{user.nkey}"' + _render_permissions(user.permissions) + " }"
         )
-    lines += ["  ]", "}"]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _render_permissions(p: Permissions) -> str:

@@ -5,22 +5,30 @@ options that use them.
 
 Layout under the state folder (`muster up` fills it; docs/security.md):
 
-    nats-users.nk        the users' bus credential, 0644: every local user may read it
     tls/ca.pem           the CA every client verifies the servers with (0644)
     tls/server.pem       the servers' certificate (NATS, its routes, PostgreSQL)
     secrets/ (0700)      nats-<identity>.nk (0600), nats-auth.conf (public keys only),
-                         pg-<role>.pgpass (0600), tls/server-key.pem
+                         nats-servers/ (each NATS server's ports file, named by its
+                         pid: whom `reload_nats` signals), pg-<role>.pgpass (0600),
+                         tls/server-key.pem
+
+Users have no bus credential here: each connects with their own API key
+(`keys/NAME.nk` on a local cluster), registered in the authorization as they are in
+the cluster configuration; `sync_bus_users` renders those entries again and has the
+servers reload when keys are added or removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
+import signal
 import ssl
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +38,11 @@ from shared.identity import Signer, encode_seed
 from shared.identity_files import write_seed
 
 SECRETS = "secrets"
-USERS_CREDS = "nats-users.nk"
+OLD_USERS_CREDS = "nats-users.nk"  # the shared users' credential of before: removed
+SERVERS = "nats-servers"  # NATS's ports_file_dir: one `nats-server_<pid>.ports` a server
+# nats-server joins an `include` to the including file's folder, even an absolute path;
+# `..` past the root stays at the root, so this many lead any include back to "/".
+_TO_ROOT = "../" * 64
 
 
 class SecurityError(RuntimeError):
@@ -76,12 +88,21 @@ class BusSecrets:
         return self.folder / "nats-auth.conf"
 
     @property
-    def users_creds(self) -> Path:
-        return self.state_dir / USERS_CREDS
+    def servers(self) -> Path:
+        return self.folder / SERVERS
 
     def creds(self, name: str) -> Path:
         """The seed file of identity `name` ("admission", "node-node01", "admin")."""
-        return self.users_creds if name == bus_auth.Kind.USERS else self.folder / f"nats-{name}.nk"
+        return self.folder / f"nats-{name}.nk"
+
+    def nats_config(self) -> str:
+        """What a NATS server's configuration needs: the authorization file, included
+        (so a reload re-reads it, whichever folder the server's own file is in), and the
+        folder its ports file goes to (so `reload_nats` finds every server)."""
+        return (
+            f'include "{_TO_ROOT}{str(self.auth_conf.resolve()).lstrip("/")}"\n'
+            f'ports_file_dir: "{self.servers.resolve()}"\n'
+        )
 
     def env(self, name: str, tls_ca: Path | None = None) -> dict[str, str]:
         """The MUSTER_* variables a process of identity `name` connects with."""
@@ -101,13 +122,17 @@ def secrets_folder(state_dir: Path) -> Path:
     return folder
 
 
-def provision_bus(state_dir: Path, nodes: Iterable[str]) -> BusSecrets:
+def provision_bus(
+    state_dir: Path, nodes: Iterable[str], users_by_key: Mapping[str, str] | None = None
+) -> BusSecrets:
     """A credential per identity (kept if there, so a restarted cluster keeps its keys)
-    and the authorization file naming their public keys and permissions."""
+    and the authorization file naming their public keys and permissions, with an entry
+    per registered user key (`users_by_key`: public key -> user)."""
     out = BusSecrets(state_dir)
     secrets_folder(state_dir)
+    out.servers.mkdir(exist_ok=True, mode=0o700)
+    (state_dir / OLD_USERS_CREDS).unlink(missing_ok=True)  # it opens nothing any more
     wanted: list[tuple[str, bus_auth.Permissions]] = [
-        (bus_auth.Kind.USERS, bus_auth.users_permissions()),
         (bus_auth.Kind.ADMIN, bus_auth.Permissions(everything=True)),
         *((s, bus_auth.service_permissions(s)) for s in bus_auth.SERVICES),
         *((bus_auth.agent_name(n), bus_auth.agent_permissions(n)) for n in nodes),
@@ -117,12 +142,50 @@ def provision_bus(state_dir: Path, nodes: Iterable[str]) -> BusSecrets:
         path = out.creds(name)
         if not path.exists():
             write_seed(str(path), encode_seed(os.urandom(32)))
-        if name == bus_auth.Kind.USERS:
-            path.chmod(0o644)  # a connection credential, not an identity: users sign
         public = Signer(path.read_text().strip()).public_key
         users.append(bus_auth.BusUser(name=name, nkey=public, permissions=permissions))
-    _write_private(out.auth_conf, bus_auth.render_authorization(users))
+    user_keys = bus_auth.user_bus_users(users_by_key or {})
+    _write_private(out.auth_conf, bus_auth.render_authorization(users, user_keys))
     return out
+
+
+def sync_bus_users(folder: Path, users_by_key: Mapping[str, str]) -> int | None:
+    """Render the users' entries of the authorization file in `folder` (a secrets
+    folder) from `users_by_key` and, when that changed the file, have every NATS server
+    using it reload; the number of servers signalled, or None when nothing changed."""
+    auth = folder / "nats-auth.conf"
+    text = auth.read_text()
+    new = bus_auth.with_users(text, bus_auth.user_bus_users(users_by_key))
+    if new == text:
+        return None
+    _write_private(auth, new)
+    return reload_nats(folder / SERVERS)
+
+
+def reload_nats(servers: Path) -> int:
+    """SIGHUP (`nats-server --signal reload`) every live NATS server that left its ports
+    file in `servers`; a file of a server gone (killed) is removed. The count signalled."""
+    done = 0
+    for ports in sorted(servers.glob("*_*.ports")):
+        pid_text = ports.stem.rpartition("_")[2]
+        pid = int(pid_text) if pid_text.isdigit() else 0
+        if pid and _is_nats_server(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGHUP)
+                done += 1
+        else:
+            ports.unlink(missing_ok=True)
+    return done
+
+
+def _is_nats_server(pid: int) -> bool:
+    """Whether `pid` is still a nats-server (a pid reused by anything else must not get
+    a SIGHUP: for most processes that is the end)."""
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
+    except OSError:
+        return False
+    return os.path.basename(argv0) == b"nats-server"
 
 
 # --- TLS -----------------------------------------------------------------------------
@@ -215,9 +278,9 @@ def write_pgpass(state_dir: Path, role: str, host: str, port: int) -> Path:
 
 
 def _write_private(path: Path, text: str) -> None:
-    """Replace `path` with `text`, mode 0600 from the start."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.unlink(missing_ok=True)
+    """Replace `path` with `text`, mode 0600 from the start (a temporary name of this
+    writer's own: admission replicas may rewrite the bus authorization at once)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)

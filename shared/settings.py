@@ -130,6 +130,9 @@ class IdentitySettings(Settings, frozen=True, kw_only=True):
 
 class AdmissionSettings(IdentitySettings, frozen=True, kw_only=True):
     service_name: str = "admission"
+    # A local cluster's bus secrets folder: the users' keys are rendered into its
+    # authorization file and the NATS servers reload it (services/admission/bus_users.py).
+    nats_auth_dir: str = ""
 
 
 class FairShareSettings(IdentitySettings, frozen=True, kw_only=True):

@@ -21,6 +21,7 @@ from services.admission import repo
 from services.admission.arrays import parse_array
 from services.admission.authz import Action, authorize
 from services.admission.batch import JobBatcher
+from services.admission.bus_users import BusUsers
 from services.admission.cluster_shape import NodeShape, shape
 from services.admission.commands import JobCommands
 from services.admission.config import ConfigError
@@ -97,6 +98,7 @@ class Admission:
             self.source.path, ctx.settings.user_keys_dir, config_text=lambda: self.source.text
         )
         self.verifier = Verifier(self.identity.directory)
+        self.bus_users = BusUsers(ctx.settings.nats_auth_dir)
         self.ledger = NonceLedger(ctx.pool)
         self._buckets: dict[str, Bucket] = {}
         self.jobs = JobCommands(ctx, self.authz_config, self.identity.directory)
@@ -156,6 +158,7 @@ class Admission:
         self.source.reload_if_changed()
         if self.source.config is not self._published:
             await self._publish_policy()
+        await self.bus_users.sync(self.identity.directory())
 
     async def _publish_policy(self) -> None:
         """The placer schedules by the policy in force: partitions' nodes, QOS limits."""

@@ -16,6 +16,7 @@ from services.gateway.app import Gateway, make_app
 from services.gateway.settings import GatewaySettings, acting_user, key_path
 from services.gateway.upstream import Upstream
 from shared.bus import Bus
+from shared.bus_inbox import user_inbox
 from shared.db import Pool, create_pool
 from shared.identity_files import KeyFileError, load_signer
 from shared.logs import kv
@@ -38,7 +39,7 @@ async def serve(settings: GatewaySettings, stop: asyncio.Event) -> None:
         signer = load_signer(key_path(settings))
     except KeyFileError as err:
         raise SystemExit(f"gateway: no usable key: {err}") from err
-    # A client of the API like the CLI (a secured bus gives it the users' credential):
+    # A client of the API like the CLI (on a secured bus, as its user):
     # no streams to create, no migrations to run, only requests and read-only queries.
     bus = await until_ready("connect to NATS", lambda: connect_bus(settings), stop)
     try:
@@ -57,9 +58,10 @@ def connect_bus(settings: GatewaySettings) -> Awaitable[Bus]:
     return Bus.connect(
         settings.nats_url,
         name=f"gateway-{settings.instance}",
-        creds=settings.nats_creds,
+        # as the CLI connects: the acting user's key is their bus key, its inboxes theirs
+        creds=settings.nats_creds or key_path(settings),
         tls_ca=settings.nats_tls_ca,
-        inbox_prefix=settings.nats_inbox_prefix,
+        inbox_prefix=settings.nats_inbox_prefix or user_inbox(acting_user(settings)),
     )
 
 

@@ -75,7 +75,9 @@ class Watched:
 @pytest.fixture
 async def user(secured: Secured) -> AsyncIterator[Watched]:
     watched = Watched()
-    nc = await watched.connect(secured.nats_url, secured.creds("users"))
+    nc = await watched.connect(
+        secured.nats_url, secured.user_key("mallory"), inbox_prefix="_INBOX.mallory"
+    )
     try:
         yield watched
     finally:
@@ -297,7 +299,7 @@ async def test_tls_clients_verify_the_server(tmp_path: Path) -> None:
     tls = make_tls(tmp_path)
     server = embedded.start_nats(tmp_path, config=bus.auth_conf.read_text() + tls.nats_block())
     try:
-        nc = await nats.connect(server.url, **nats_options(str(bus.users_creds), str(tls.ca)))
+        nc = await nats.connect(server.url, **nats_options(str(bus.creds("admin")), str(tls.ca)))
         assert nc.connected_url is not None
         await nc.close()
         other = make_tls(tmp_path / "other")  # a CA that did not sign the server
@@ -305,7 +307,7 @@ async def test_tls_clients_verify_the_server(tmp_path: Path) -> None:
             await nats.connect(
                 server.url,
                 allow_reconnect=False,
-                **nats_options(str(bus.users_creds), str(other.ca)),
+                **nats_options(str(bus.creds("admin")), str(other.ca)),
             )
     finally:
         server.stop()

@@ -1,5 +1,5 @@
 """muster.wire against a secured NATS server as `muster up` starts one: TLS verified
-against the cluster's CA, the users' NKey answering the server's nonce (signed by the
+against the cluster's CA, the user's own NKey answering the server's nonce (signed by the
 CLI's light ed25519 path), so a request gets as far as the server's routing (nobody
 subscribed: NoResponders); a CA that did not sign the server is refused."""
 
@@ -12,11 +12,15 @@ import pytest
 
 from muster import wire
 from shared import embedded
+from shared.identity_files import provision_keys
 from shared.security import make_tls, provision_bus
 
 
 async def test_the_cli_speaks_tls_and_nkeys_to_a_secured_server(tmp_path: Path) -> None:
-    bus = provision_bus(tmp_path, ["node01"])
+    provision_keys(str(tmp_path / "keys"), ("alice",))
+    alice = tmp_path / "keys" / "alice.nk"
+    public = (tmp_path / "keys" / "alice.pub").read_text().strip()
+    bus = provision_bus(tmp_path, ["node01"], {public: "alice"})
     tls = make_tls(tmp_path)
     server = embedded.start_nats(tmp_path, config=bus.auth_conf.read_text() + tls.nats_block())
     try:
@@ -27,8 +31,9 @@ async def test_the_cli_speaks_tls_and_nkeys_to_a_secured_server(tmp_path: Path) 
                 "muster.api.queue",
                 b"{}",
                 timeout=10,
-                creds=str(bus.users_creds),
+                creds=str(alice),
                 tls_ca=str(ca),
+                inbox_prefix="_INBOX.alice",
             )
 
         with pytest.raises(wire.NoResponders):

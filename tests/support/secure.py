@@ -18,9 +18,9 @@ import asyncpg
 
 from muster.client import register_cluster
 from muster.cluster import Cluster, NodeDef
-from muster.secure_up import LocalSecurity
+from muster.secure_up import LocalSecurity, local_users_by_key
 from shared import embedded
-from tests.support.cluster import make_cluster, nodes_up
+from tests.support.cluster import identity_settings, make_cluster, nodes_up
 
 DATABASE = "muster"
 
@@ -39,6 +39,10 @@ class Secured:
     def creds(self, identity: str) -> str:
         return str(self.security.bus.creds(identity))
 
+    def user_key(self, user: str) -> str:
+        """A test user's key file: their API signing key and their bus credential."""
+        return str(self.cluster.state_dir / "keys" / f"{user}.nk")
+
 
 @contextlib.contextmanager
 def secured_cluster(node_defs: list[NodeDef], *, tls: bool = False) -> Iterator[Secured]:
@@ -50,7 +54,14 @@ def secured_cluster(node_defs: list[NodeDef], *, tls: bool = False) -> Iterator[
     cluster: Cluster | None = None
     saved = {k: os.environ.get(k) for k in ("MUSTER_NATS_CREDS", "MUSTER_NATS_TLS_CA")}
     try:
-        sec = LocalSecurity.make(root, [n.name for n in node_defs], tls=tls)
+        identity = identity_settings(root)  # the users' keys, on the bus from the start
+        users = local_users_by_key(
+            {
+                "MUSTER_CLUSTER_CONFIG": identity["cluster_config"],
+                "MUSTER_USER_KEYS_DIR": identity["user_keys_dir"],
+            }
+        )
+        sec = LocalSecurity.make(root, [n.name for n in node_defs], tls=tls, users_by_key=users)
         nats = embedded.start_nats(root, config=sec.nats_config())
         servers.append(nats)
         pg = embedded.start_postgres(root, fast=True, password=sec.pg_password)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from shared import bus_auth
+from shared.identity import encode_public_key
 
-USERS = bus_auth.users_permissions()
+USERS = bus_auth.user_permissions("alice")
 PLACER = bus_auth.service_permissions("placer")
 AGENT = bus_auth.agent_permissions("node01")
 
@@ -63,12 +64,50 @@ def test_each_event_has_one_publishing_identity() -> None:
 def test_a_service_and_an_agent_read_only_their_own_inboxes() -> None:
     assert PLACER.subscribe == ("_I.placer.>",)
     assert AGENT.subscribe == ("_I.node-node01.>", "muster.agent.node01.>")
-    assert USERS.subscribe == ("_INBOX.>",)
+    assert USERS.subscribe == ("_INBOX.alice.>",)
+
+
+INBOXES = {
+    "a plain name is its own token": ("alice", "_INBOX.alice"),
+    "dashes and underscores are kept": ("j_doe-2", "_INBOX.j_doe-2"),
+    # "j.doe" as it stands would be two tokens, and user "j"'s "_INBOX.j.>" would cover it
+    "a dotted name is spelled in hex": ("j.doe", "_INBOX.~6a2e646f65"),
+    "a wildcard is spelled in hex": ("*", "_INBOX.~2a"),
+}
+
+
+@pytest.mark.parametrize(("user", "want"), INBOXES.values(), ids=INBOXES.keys())
+def test_a_users_inbox_is_one_token_no_other_users_covers(user: str, want: str) -> None:
+    assert bus_auth.user_inbox(user) == want
+
+
+def test_each_registered_key_is_a_bus_user_of_its_own_inbox_and_a_bad_key_none() -> None:
+    alice, bob = encode_public_key(b"a" * 32), encode_public_key(b"b" * 32)
+    got = bus_auth.user_bus_users({bob: "bob", "Unot-a-key": "mallory", alice: "alice"})
+    assert [(u.name, u.nkey, u.permissions.subscribe) for u in got] == [
+        ("user alice", alice, ("_INBOX.alice.>",)),
+        ("user bob", bob, ("_INBOX.bob.>",)),
+    ]
+    assert all(u.permissions.publish == ("muster.api.*",) for u in got)
+
+
+def test_the_users_entries_are_rendered_again_and_the_rest_kept() -> None:
+    admin = bus_auth.BusUser(
+        name="admin", nkey="UADMIN", permissions=bus_auth.Permissions(everything=True)
+    )
+    alice, bob = encode_public_key(b"a" * 32), encode_public_key(b"b" * 32)
+    text = bus_auth.render_authorization([admin], bus_auth.user_bus_users({alice: "alice"}))
+    again = bus_auth.with_users(text, bus_auth.user_bus_users({bob: "bob"}))
+    assert alice in text and alice not in again and bob in again
+    assert '{ nkey: "UADMIN" }' in again
+    assert again == bus_auth.render_authorization([admin], bus_auth.user_bus_users({bob: "bob"}))
+    with pytest.raises(ValueError, match="no users section"):
+        bus_auth.with_users("authorization { users = [] }\n", ())
 
 
 def test_the_authorization_block_names_every_key() -> None:
     users = [
-        bus_auth.BusUser(name="users", nkey="UUSERS", permissions=USERS),
+        bus_auth.BusUser(name="user alice", nkey="UUSERS", permissions=USERS),
         bus_auth.BusUser(
             name="admin", nkey="UADMIN", permissions=bus_auth.Permissions(everything=True)
         ),

@@ -109,6 +109,11 @@ def test_the_example_authorization_file_is_what_shared_bus_auth_renders() -> Non
         )
         for s in bus_auth.SERVICES
     ]
+    users.append(
+        bus_auth.BusUser(
+            name="alice", nkey="U_ALICE_PUBLIC_KEY", permissions=bus_auth.user_permissions("alice")
+        )
+    )
     for user in users:
         line = bus_auth.render_authorization([user]).splitlines()[4]
         assert line in text, f"deploy/nats/authorization.conf is stale for {user.name}"
