@@ -197,7 +197,8 @@ def with_users(text: str, user_keys: Iterable[BusUser]) -> str:
 def _entries(users: Iterable[BusUser]) -> list[str]:
     lines = []
     for user in users:
-        lines.append(f"    # {user.name}")
+        # a comment of one line whatever the name holds (a user name is a TOML key)
+        lines.append("    # " + "".join(c if c.isprintable() else "?" for c in user.name))
         lines.append(
             "    {" + f' nkey: "{user.nkey}"' + _render_permissions(user.permissions) + " }"
         )

@@ -101,6 +101,8 @@ def test_the_users_entries_are_rendered_again_and_the_rest_kept() -> None:
     assert alice in text and alice not in again and bob in again
     assert '{ nkey: "UADMIN" }' in again
     assert again == bus_auth.render_authorization([admin], bus_auth.user_bus_users({bob: "bob"}))
+    odd = bus_auth.user_bus_users({alice: "a\nb"})  # a quoted TOML key may hold a newline
+    assert "\n    # user a?b\n" in bus_auth.render_authorization([], odd)
     with pytest.raises(ValueError, match="no users section"):
         bus_auth.with_users("authorization { users = [] }\n", ())
 
