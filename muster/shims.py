@@ -43,7 +43,6 @@ NO_STEPS = (
     "job steps and interactive allocations are not supported by Muster yet; submit a batch "
     "script with sbatch (its script already runs once on every node of the job)"
 )
-LONG_STATE = {short: long for long, short in fmt.COMPACT.items() if long != "STARTING"}
 
 
 class ShimError(Exception):
@@ -75,10 +74,7 @@ def _csv(values: Sequence[str] | None) -> tuple[str, ...]:
 
 def _states(values: Sequence[str] | None) -> tuple[tuple[str, ...], bool]:
     """squeue's `-t`: long names or compact codes (`PD,R`), `all`."""
-    names = [s.upper() for s in _csv(values)]
-    if "ALL" in names:
-        return (), True
-    return tuple(LONG_STATE.get(s, s) for s in names), False
+    return fmt.state_filter(_csv(values))
 
 
 def _parser(name: str) -> argparse.ArgumentParser:
@@ -97,9 +93,10 @@ def _url() -> str:
 
 def sbatch(argv: list[str]) -> int:
     from muster.cli_jobs import submit_request
-    from shared.sbatch_options import Arg, Spec, split_own
+    from muster.lean_request import SBATCH_OWN
+    from shared.sbatch_options import split_own
 
-    split = split_own(argv, (Spec("parsable", None, Arg.NONE), Spec("wait", "W", Arg.NONE)))
+    split = split_own(argv, SBATCH_OWN)
     own = {g.name for g in split.own}
     options = [w for w in split.line.options if w != "-W"]
     wait = "wait" in own or len(options) < len(split.line.options)
