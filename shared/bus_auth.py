@@ -29,6 +29,7 @@ The users' entries sit between two marker lines of the block (`USERS_BEGIN`,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
@@ -89,6 +90,7 @@ AGENT_EVENTS = NODE_SUBJECT_TAGS
 EVENT_PREFIX = "muster."
 USERS_BEGIN = "    # --- users: one entry per registered key (rendered from the cluster config) ---"
 USERS_END = "    # --- end of users ---"
+_NKEY = re.compile(r'nkey:\s*"([^"]+)"')
 
 
 class Permissions(msgspec.Struct, frozen=True, kw_only=True):
@@ -171,9 +173,11 @@ def render_authorization(
 ) -> str:
     """The nats-server `authorization { users = [...] }` block for `users` (services,
     agents, admin) and `user_keys` (`user_bus_users`: between the markers)."""
+    users = tuple(users)
+    taken = {u.nkey for u in users}
     lines = ["authorization {", f"  timeout: {timeout_s:g}", "  users = ["]
     lines += _entries(users)
-    lines += [USERS_BEGIN, *_entries(user_keys), USERS_END]
+    lines += [USERS_BEGIN, *_entries(u for u in user_keys if u.nkey not in taken), USERS_END]
     lines += ["  ]", "}"]
     return "\n".join(lines) + "\n"
 
@@ -191,7 +195,11 @@ def with_users(text: str, user_keys: Iterable[BusUser]) -> str:
         ) from err
     if end < begin:
         raise ValueError("the users section's end marker comes before its start")
-    return "\n".join([*lines[: begin + 1], *_entries(user_keys), *lines[end:]]) + "\n"
+    # A key the file already gives an identity (a service's, admin's) is never a user's
+    # too: NATS refuses a file naming one key twice, and with it every identity.
+    taken = {m for line in (*lines[:begin], *lines[end:]) for m in _NKEY.findall(line)}
+    mine = _entries(u for u in user_keys if u.nkey not in taken)
+    return "\n".join([*lines[: begin + 1], *mine, *lines[end:]]) + "\n"
 
 
 def _entries(users: Iterable[BusUser]) -> list[str]:

@@ -101,6 +101,12 @@ def test_the_users_entries_are_rendered_again_and_the_rest_kept() -> None:
     assert alice in text and alice not in again and bob in again
     assert '{ nkey: "UADMIN" }' in again
     assert again == bus_auth.render_authorization([admin], bus_auth.user_bus_users({bob: "bob"}))
+    # a service's key registered as a user's too is left out: NATS refuses a doubled key
+    service = bus_auth.BusUser(name="placer", nkey=bob, permissions=PLACER)
+    doubled = bus_auth.user_bus_users({alice: "alice", bob: "bob"})
+    text = bus_auth.render_authorization([service], doubled)
+    assert text.count(bob) == 1 and alice in text
+    assert bus_auth.with_users(text, doubled) == text
     odd = bus_auth.user_bus_users({alice: "a\nb"})  # a quoted TOML key may hold a newline
     assert "\n    # user a?b\n" in bus_auth.render_authorization([], odd)
     with pytest.raises(ValueError, match="no users section"):
