@@ -64,10 +64,10 @@ def key_path(user: str) -> str:
 
 def user_name(user: str = "") -> str:
     """Who this command acts as: `user`, else `MUSTER_USER`, else the login name."""
-    return user or os.environ.get("MUSTER_USER") or _login_name()
+    return user or os.environ.get("MUSTER_USER") or login_name()
 
 
-def _login_name() -> str:
+def login_name() -> str:
     """getpass.getuser()'s answer, without its imports (contextlib, warnings, termios)."""
     for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
         if user := os.environ.get(name):

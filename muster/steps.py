@@ -27,6 +27,7 @@ from typing import Any
 
 from muster.client import ApiRefused, nats_url, request
 from shared.api import Ok, StepCancelRequest, StepReply, StepRequest
+from shared.bus_inbox import user_pty
 
 FOLLOW_S = 0.05
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
@@ -125,8 +126,16 @@ def step_request(argv: list[str], env: dict[str, str], cwd: str) -> StepRequest:
         workdir=cwd,
         environment=dict(env),
         output_dir=str(Path(cwd) / ".muster-steps" / token),
-        pty=f"muster.pty.{os.urandom(16).hex()}" if "pty" in opts else "",
+        pty=f"{user_pty(_acting_user(env))}.{os.urandom(16).hex()}" if "pty" in opts else "",
     )
+
+
+def _acting_user(env: dict[str, str]) -> str:
+    """Who the request will be signed as (muster/client_env.py's order): the terminal's
+    subject must be that user's (shared/bus_inbox.py) for the bus to let it through."""
+    from muster.client_env import login_name
+
+    return env.get("MUSTER_USER") or login_name()
 
 
 class _Follower:
@@ -291,7 +300,12 @@ async def _terminal(req: StepRequest) -> int:
         while data := await keys.get():
             await nc.publish(req.pty + ".in", data)
 
-    loop.add_reader(fd, typed)
+    try:
+        loop.add_reader(fd, typed)
+    except PermissionError:  # a file or /dev/null: no reader to wait on; send what it holds
+        while data := os.read(fd, 65536):
+            keys.put_nowait(data)
+        keys.put_nowait(b"")
     sender = asyncio.create_task(send())
     try:
         reply = await call(url, "step", req, StepReply, timeout=WAIT_S)

@@ -8,13 +8,17 @@ config) per identity:
 - one per registered user key: the user's API signing key (`muster keygen`, registered
   with `muster user add NAME --key U...`) is also their bus key. It may only request
   `muster.api.*` and receive the replies on its own inboxes, `_INBOX.<name>.>`, so no
-  user reads another's replies (their scripts, environments, accounting). Who the user
-  is for the API still comes from each request's signature (shared/identity.py).
+  user reads another's replies (their scripts, environments, accounting), and on its own
+  terminal subjects (`srun --pty`: `muster.pty.<name>.<hex>.in` to type, `.out` to
+  read). Who the user is for the API still comes from each request's signature
+  (shared/identity.py).
 - one per service kind (admission, placer, launcher, health, fairshare): the JetStream
   API, acks, the dead-letter subjects, the events the service owns (docs/architecture.md,
   "Processes") and the agent verbs it calls.
-- one per node agent: its heartbeats, the events agents emit, and requests on its own
-  `muster.agent.<node>.>` subjects only.
+- one per node agent: its heartbeats, the events agents emit, requests on its own
+  `muster.agent.<node>.>` subjects only, and the terminals of the `srun --pty` steps it
+  runs (`muster.pty.*.*.out` out, `.in` in; the launcher hands it only a terminal
+  subject of the step's own user).
 - `admin`: everything (an operator's tool: `muster inject-fault`, tests).
 
 Every service and agent draws its inboxes from its own prefix (`_I.<identity>`), and
@@ -36,7 +40,7 @@ from enum import StrEnum
 import msgspec
 
 from shared.api import AGENT_PREFIX, API_PREFIX, HEARTBEAT_PREFIX
-from shared.bus_inbox import USERS_INBOX
+from shared.bus_inbox import PTY_PREFIX, USERS_INBOX, user_pty
 from shared.bus_inbox import user_inbox as user_inbox  # the rule's one home; re-exported
 from shared.events import NODE_SUBJECT_TAGS, node_subject
 
@@ -124,7 +128,13 @@ def relay_subjects(service: str) -> tuple[str, ...] | None:
 
 
 def user_permissions(user: str) -> Permissions:
-    return Permissions(publish=(API_PREFIX + "*",), subscribe=(user_inbox(user) + ".>",))
+    """A user requests `muster.api.*` and reads their own inboxes; on their own terminal
+    subjects (`srun --pty`) they type (`.in`) and read (`.out`)."""
+    pty = user_pty(user)
+    return Permissions(
+        publish=(API_PREFIX + "*", f"{pty}.*.in"),
+        subscribe=(user_inbox(user) + ".>", f"{pty}.*.out"),
+    )
 
 
 def user_bus_users(users_by_key: Mapping[str, str]) -> tuple[BusUser, ...]:
@@ -159,8 +169,18 @@ def service_permissions(service: str) -> Permissions:
 
 
 def agent_permissions(node: str) -> Permissions:
-    publish = (HEARTBEAT_PREFIX + node, *(node_subject(tag, node) for tag in AGENT_EVENTS))
-    subscribe = (inbox_prefix(agent_name(node)) + ".>", f"{AGENT_PREFIX}{node}.>")
+    # `srun --pty` relays: a step's terminal output out, its user's keys in (the launcher
+    # only hands an agent a terminal subject of the step's own user)
+    publish = (
+        HEARTBEAT_PREFIX + node,
+        *(node_subject(tag, node) for tag in AGENT_EVENTS),
+        f"{PTY_PREFIX}.*.*.out",
+    )
+    subscribe = (
+        inbox_prefix(agent_name(node)) + ".>",
+        f"{AGENT_PREFIX}{node}.>",
+        f"{PTY_PREFIX}.*.*.in",
+    )
     return Permissions(publish=publish, subscribe=subscribe, allow_responses=True)
 
 

@@ -56,6 +56,7 @@ from shared.api import (
     StepTaskSpec,
 )
 from shared.apiserve import Refused, enveloped
+from shared.bus_inbox import is_users_pty, user_pty
 from shared.identity import Verifier, authenticated
 from shared.identity_files import IdentitySource
 from shared.jobspec import JobSpec
@@ -137,6 +138,12 @@ class StepService:
     async def run(self, req: StepRequest) -> StepReply:
         if not req.argv:
             raise Refused("srun: no command to run")
+        if req.pty and not is_users_pty(req.user, req.pty):  # the bus lets only its user in
+            raise Refused(
+                f"srun --pty: a terminal's subject must be {user_pty(req.user)}.<32 hex digits>"
+                f" (yours, which only you and the agents may use), not {req.pty!r}",
+                "invalid",
+            )
         window = None if req.pty else ANSWER_S  # a terminal's srun waits in one request
         if req.output_dir:  # asked again: the step it started, wherever it is coordinated
             async with self.ctx.pool.acquire() as conn:

@@ -168,3 +168,68 @@ async def test_a_key_added_at_runtime_connects_and_a_removed_one_is_refused(
         )  # fmt: skip
     finally:
         await held.nc.close()
+
+
+async def test_a_users_terminal_is_hers_alone_and_srun_pty_works_on_a_secured_bus(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """`srun --pty` relays on `muster.pty.<user>.<hex>` (shared/bus_inbox.py): alice types
+    on and reads her own terminal subjects, the node's agent writes to them, and neither
+    of bob's is open to her; then a real `srun --pty` into a running job, whose output
+    crossed the bus on its user's subjects."""
+    alice = Listener()
+    nc = await alice.connect(secured, "alice")
+    mine, bobs = "muster.pty.alice." + "ab" * 16, "muster.pty.bob." + "cd" * 16
+    await alice.listen(mine + ".out")
+    await nc.publish(mine + ".in", b"typed")
+    await nc.flush()
+    node = await nats.connect(
+        secured.nats_url,
+        allow_reconnect=False,
+        **nats_options(secured.creds("node-node01"), inbox_prefix="_I.node-node01"),
+    )
+    try:
+        await node.publish(mine + ".out", b"printed")
+        await node.flush()
+        await eventually(
+            lambda: asyncio.sleep(0, [m.data for m in alice.got]),
+            lambda got: got == [b"printed"],
+            what="the agent's terminal output at alice",
+        )
+        assert alice.errors == []
+        await alice.listen(bobs + ".out")
+        await alice.refused(bobs + ".out")
+        await nc.publish(bobs + ".in", b"typed")
+        await alice.refused(bobs + ".in")
+    finally:
+        await node.close()
+        await nc.close()
+
+    # a job of root's (no account alice on this machine runs jobs): its own terminal
+    script = tmp_path / "hold.sh"
+    script.write_text("#!/bin/bash\nsleep 300\n")
+    job = cli(secured, "root", "submit", str(script), CWD=str(tmp_path)).split()[-1]
+    try:
+        await eventually(
+            lambda: asyncio.to_thread(cli, secured, "root", "queue"),
+            lambda shown: any(
+                line.split()[:1] == [job] and " RUNNING " in line for line in shown.splitlines()
+            ),
+            what=f"job {job} RUNNING",
+            timeout=60,
+        )
+        out = cli(
+            secured,
+            "root",
+            "srun",
+            "--jobid",
+            job,
+            "--pty",
+            "sh",
+            "-c",
+            "echo pty-$SLURM_PROCID-$SLURMD_NODENAME",
+            CWD=str(tmp_path),
+        )
+        assert "pty-0-node01" in out, out
+    finally:
+        cli(secured, "root", "cancel", job)

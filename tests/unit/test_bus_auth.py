@@ -63,8 +63,8 @@ def test_each_event_has_one_publishing_identity() -> None:
 
 def test_a_service_and_an_agent_read_only_their_own_inboxes() -> None:
     assert PLACER.subscribe == ("_I.placer.>",)
-    assert AGENT.subscribe == ("_I.node-node01.>", "muster.agent.node01.>")
-    assert USERS.subscribe == ("_INBOX.alice.>",)
+    assert AGENT.subscribe == ("_I.node-node01.>", "muster.agent.node01.>", "muster.pty.*.*.in")
+    assert USERS.subscribe == ("_INBOX.alice.>", "muster.pty.alice.*.out")
 
 
 INBOXES = {
@@ -85,10 +85,13 @@ def test_each_registered_key_is_a_bus_user_of_its_own_inbox_and_a_bad_key_none()
     alice, bob = encode_public_key(b"a" * 32), encode_public_key(b"b" * 32)
     got = bus_auth.user_bus_users({bob: "bob", "Unot-a-key": "mallory", alice: "alice"})
     assert [(u.name, u.nkey, u.permissions.subscribe) for u in got] == [
-        ("user alice", alice, ("_INBOX.alice.>",)),
-        ("user bob", bob, ("_INBOX.bob.>",)),
+        ("user alice", alice, ("_INBOX.alice.>", "muster.pty.alice.*.out")),
+        ("user bob", bob, ("_INBOX.bob.>", "muster.pty.bob.*.out")),
     ]
-    assert all(u.permissions.publish == ("muster.api.*",) for u in got)
+    assert [u.permissions.publish for u in got] == [
+        ("muster.api.*", "muster.pty.alice.*.in"),
+        ("muster.api.*", "muster.pty.bob.*.in"),
+    ]
 
 
 def test_the_users_entries_are_rendered_again_and_the_rest_kept() -> None:
@@ -122,4 +125,4 @@ def test_the_authorization_block_names_every_key() -> None:
     ]
     text = bus_auth.render_authorization(users)
     assert '{ nkey: "UADMIN" }' in text
-    assert '{ nkey: "UUSERS", permissions: { publish: { allow: ["muster.api.*"] }' in text
+    assert '{ nkey: "UUSERS", permissions: { publish: { allow: ["muster.api.*", ' in text

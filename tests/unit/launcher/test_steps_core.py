@@ -22,6 +22,7 @@ from services.launcher.steps_core import (
 )
 from shared.agent_auth import GrantSigner, check
 from shared.api import StepLaunch, StepStop
+from shared.bus_inbox import is_users_pty
 from shared.identity import Signer, encode_seed
 
 NODES = ("n0", "n1", "n2")
@@ -148,7 +149,26 @@ def test_srun_request() -> None:
     assert req.user == "alice"
     assert req.pty == ""
     pty = step_request(["--pty", "bash"], env, "/w").pty
-    assert pty.startswith("muster.pty.") and len(pty) == len("muster.pty.") + 32
+    # alice's own terminal subject: only she and the agents may use it on a secured bus
+    assert pty.startswith("muster.pty.alice.") and len(pty) == len("muster.pty.alice.") + 32
+    assert is_users_pty("alice", pty) and not is_users_pty("bob", pty)
+
+
+PTY_SUBJECTS = {
+    "the user's own": ("alice", "muster.pty.alice." + "ab" * 16, True),
+    "another user's": ("bob", "muster.pty.alice." + "ab" * 16, False),
+    "a wildcard": ("alice", "muster.pty.alice.*", False),
+    "too short": ("alice", "muster.pty.alice.abcd", False),
+    "not hex": ("alice", "muster.pty.alice." + "zz" * 16, False),
+    "no user token": ("alice", "muster.pty." + "ab" * 16, False),
+    "a dotted user, in hex": ("j.doe", "muster.pty.~6a2e646f65." + "00" * 16, True),
+    "a dotted user spelt as tokens": ("j.doe", "muster.pty.j.doe." + "00" * 16, False),
+}
+
+
+@pytest.mark.parametrize(("user", "subject", "ok"), PTY_SUBJECTS.values(), ids=PTY_SUBJECTS.keys())
+def test_a_terminal_subject_is_the_users_own(user: str, subject: str, ok: bool) -> None:
+    assert is_users_pty(user, subject) is ok
 
 
 @pytest.mark.parametrize(
