@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -233,3 +234,28 @@ async def test_a_users_terminal_is_hers_alone_and_srun_pty_works_on_a_secured_bu
         assert "pty-0-node01" in out, out
     finally:
         cli(secured, "root", "cancel", job)
+
+
+async def test_a_jobs_own_srun_runs_a_step_on_a_secured_bus(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """Inside a batch job, srun signs with its user's key, which is also its bus
+    credential: the step runs and its output comes back (docs/steps.md)."""
+    keys = secured.cluster.state_dir / "keys"
+    out = tmp_path / "step.txt"
+    script = tmp_path / "steps.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"export MUSTER_KEY_DIR={keys}  # the launcher passes no MUSTER_ variable of ours\n"
+        f"{sys.executable} -m muster.lean srun -n 1"
+        f" bash -c 'echo step-$SLURM_PROCID-$SLURM_STEP_ID' > {out}\n"
+    )
+    job = cli(secured, "root", "submit", str(script), CWD=str(tmp_path)).split()[-1]
+    shown = await eventually(
+        lambda: asyncio.to_thread(cli, secured, "root", "queue", "-a", "-j", job),
+        lambda text: any(s in text for s in ("COMPLETED", "FAILED", "CANCELLED")),
+        what=f"job {job} ended",
+        timeout=90,
+    )
+    assert "COMPLETED" in shown, (shown, out.read_text() if out.exists() else "no output")
+    assert out.read_text().strip() == "step-0-0"
