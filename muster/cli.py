@@ -153,10 +153,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         return args
     if at is None or command != "submit":
         return build_parser(command).parse_args(argv)
-    from muster.lean_request import SUBMIT_OWN_HELP  # the options `muster submit` keeps for itself
-    from shared.sbatch_options import split_own
+    from shared.sbatch_options import SUBMIT_OWN, split_own
 
-    split = split_own(argv[at + 1 :], SUBMIT_OWN_HELP)
+    split = split_own(argv[at + 1 :], SUBMIT_OWN)
     own = {g.name for g in split.own}
     words = [*argv[:at], "submit", *(["-h"] if "help" in own else [])]
     args = build_parser(command).parse_args(words)

@@ -25,10 +25,8 @@ from muster.exchange import API_PREFIX, exchange
 from muster.lean_request import (
     QUEUE_FLAGS,
     QUEUE_OPTIONS,
-    SBATCH_OWN,
     SQUEUE_FLAGS,
     SQUEUE_OPTIONS,
-    SUBMIT_OWN_HELP,
     View,
     csv,
     options,
@@ -37,7 +35,6 @@ from muster.lean_request import (
 )
 from muster.refusal import ApiRefused, print_refusal
 from shared.lean_json import dumps, loads
-from shared.sbatch_options import split_own
 
 TYPE_CHECKING = False  # mypy takes it as true
 if TYPE_CHECKING:
@@ -131,7 +128,9 @@ def muster(words: list[str]) -> int | None:
     if not words or words[0].startswith("-") or "MUSTER_NO_LEAN" in os.environ:
         return None  # global options (--state): the full parser
     if words[0] == "submit":
-        split = split_own(words[1:], SUBMIT_OWN_HELP)
+        from shared.sbatch_options import SUBMIT_OWN, split_own  # not for a queue
+
+        split = split_own(words[1:], SUBMIT_OWN)
         if split.own:
             return None  # --json, --dry-run, --help
         script = [] if split.line.script is None else ["--", split.line.script]
@@ -180,6 +179,8 @@ def shim(name: str, words: list[str]) -> int | None:
     if "MUSTER_NO_LEAN" in os.environ:
         return None
     if name == "sbatch":
+        from shared.sbatch_options import SBATCH_OWN, split_own  # not for a squeue
+
         split = split_own(words, SBATCH_OWN)
         own = {g.name for g in split.own}
         if "wait" in own or "-W" in split.line.options:

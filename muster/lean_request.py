@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 
 from muster import client_env
-from shared.sbatch_options import Arg, Spec
 
 TYPE_CHECKING = False  # mypy takes it as true
 if TYPE_CHECKING:
@@ -18,8 +17,6 @@ if TYPE_CHECKING:
 
 # `muster submit`'s own options before the script, and sbatch's shim's (muster.cli and
 # muster.shims split with the same ones)
-SUBMIT_OWN_HELP = tuple(Spec(n, None, Arg.NONE) for n in ("json", "dry-run", "help"))
-SBATCH_OWN = (Spec("parsable", None, Arg.NONE), Spec("wait", "W", Arg.NONE))
 
 # The list options `muster queue` and `squeue` share: word -> the request field it adds
 # to (comma lists, repeatable), as their argparse parsers name them

@@ -93,8 +93,7 @@ def _url() -> str:
 
 def sbatch(argv: list[str]) -> int:
     from muster.cli_jobs import submit_request
-    from muster.lean_request import SBATCH_OWN
-    from shared.sbatch_options import split_own
+    from shared.sbatch_options import SBATCH_OWN, split_own
 
     split = split_own(argv, SBATCH_OWN)
     own = {g.name for g in split.own}

@@ -190,6 +190,12 @@ TABLE: tuple[Spec, ...] = (
     Spec("dry-run", None, _N),
 )
 
+# The options a command keeps for itself before the script, every other word being
+# sbatch's or the script's: `muster submit`'s and the sbatch shim's (muster/cli.py,
+# muster/shims.py and their lean path, muster/lean.py)
+SUBMIT_OWN = tuple(Spec(n, None, Arg.NONE) for n in ("json", "dry-run", "help"))
+SBATCH_OWN = (Spec("parsable", None, Arg.NONE), Spec("wait", "W", Arg.NONE))
+
 BY_LONG = {s.long: s for s in TABLE}
 BY_SHORT = {s.short: s for s in TABLE if s.short}
 MUSTER_ONLY = frozenset(

@@ -77,9 +77,10 @@ def test_bus_credentials(
     assert (creds, ca, inbox) == (want_creds, "", want[1])
 
 
-def test_the_cli_and_the_authorization_agree_on_a_users_inbox() -> None:
+def test_the_cli_and_the_authorization_agree_on_a_users_inbox_and_terminals() -> None:
     for user in ("alice", "j.doe", "x*"):
-        assert bus_auth.user_permissions(user).subscribe == (bus_auth.user_inbox(user) + ".>",)
+        subscribe = bus_auth.user_permissions(user).subscribe
+        assert subscribe == (bus_auth.user_inbox(user) + ".>", bus_auth.user_pty(user) + ".*.out")
 
 
 REFUSALS = {
