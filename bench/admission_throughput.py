@@ -48,7 +48,7 @@ from shared.api import API_PREFIX, Envelope, QueueRequest, SubmitRequest
 from shared.bus import STREAM
 from shared.identity import Signer
 from shared.identity_files import load_signer, provision_keys
-from shared.settings import nats_servers
+from shared.urls import nats_servers
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = "#!/bin/bash\n#SBATCH --gpus-per-node=1\ntrue\n"

@@ -28,9 +28,9 @@ from opentelemetry import trace
 from shared.events import AnyEvent, Event, decode, encode, node_mismatch, subject_of, tag_of
 from shared.logs import kv
 from shared.security import nats_options
-from shared.settings import nats_servers
 from shared.telemetry import extract_context, inject_headers
 from shared.transient import Backoff, is_transient
+from shared.urls import nats_servers
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)

@@ -16,8 +16,6 @@ from typing import Any, Self
 
 import msgspec
 
-from shared.urls import nats_servers  # noqa: F401  # re-exported: the services take it from here
-
 
 class SettingsError(ValueError):
     """A `MUSTER_*` variable has a value that cannot be used."""

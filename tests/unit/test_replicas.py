@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from muster.cluster import SERVICES, Cluster, replicas_of
-from shared.settings import nats_servers
+from shared.urls import nats_servers
 
 REPLICAS: dict[str, tuple[int | Mapping[str, int], dict[str, int]]] = {
     "one of each by default": (1, dict.fromkeys(SERVICES, 1)),
