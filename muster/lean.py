@@ -141,19 +141,36 @@ def muster(words: list[str]) -> int | None:
     return None
 
 
-def _submit(words: list[str]) -> int:
+def _submitted(
+    words: list[str], who: str, bad: Callable[[str], int], refused: Callable[[ApiRefused], int]
+) -> list[int] | int:
+    """The job ids of the submission `words` make, its warnings printed as `who`'s; or
+    the exit status `bad` (the words or the script) or `refused` (the API) returned."""
     fields = submit_fields(words, dry_run=False)
     if isinstance(fields, str):
-        print(f"muster submit: {fields}", file=sys.stderr)
-        return 2
+        return bad(fields)
     try:
         reply = call(_url(), "submit", fields)
     except ApiRefused as err:
+        return refused(err)
+    for warning in reply.get("warnings", ()):
+        print(f"{who}: warning: {warning}", file=sys.stderr)
+    ids: list[int] = reply["job_ids"]
+    return ids
+
+
+def _submit(words: list[str]) -> int:
+    def bad(why: str) -> int:
+        print(f"muster submit: {why}", file=sys.stderr)
+        return 2
+
+    def refused(err: ApiRefused) -> int:
         print_refusal("muster submit", str(err), err.code, err.details)
         return 1
-    for warning in reply.get("warnings", ()):
-        print(f"muster submit: warning: {warning}", file=sys.stderr)
-    ids = reply["job_ids"]
+
+    ids = _submitted(words, "muster submit", bad, refused)
+    if isinstance(ids, int):
+        return ids
     if len(ids) == 1:
         print(f"Submitted batch job {ids[0]}")
     else:
@@ -194,19 +211,14 @@ def shim(name: str, words: list[str]) -> int | None:
 
 
 def _sbatch(words: list[str], parsable: bool) -> int:
-    fields = submit_fields(words, dry_run=False)
-    if isinstance(fields, str):
-        print(f"sbatch: error: {fields}", file=sys.stderr)
+    def error(why: object) -> int:  # as Slurm's commands say it: one line, status 1
+        print(f"sbatch: error: {why}", file=sys.stderr)
         return 1
-    try:
-        reply = call(_url(), "submit", fields)
-    except ApiRefused as err:
-        print(f"sbatch: error: {err}", file=sys.stderr)
-        return 1
-    for warning in reply.get("warnings", ()):
-        print(f"sbatch: warning: {warning}", file=sys.stderr)
-    first = reply["job_ids"][0]
-    print(first if parsable else f"Submitted batch job {first}", flush=True)
+
+    ids = _submitted(words, "sbatch", error, error)
+    if isinstance(ids, int):
+        return ids
+    print(ids[0] if parsable else f"Submitted batch job {ids[0]}", flush=True)
     return 0
 
 

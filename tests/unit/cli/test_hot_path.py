@@ -81,26 +81,32 @@ def closed_port() -> int:
 def test_a_call_signs_and_connects_without_loading_anything_heavy(
     module: str, argv: list[str], paths: list[str], tmp_path: Path
 ) -> None:
-    key = tmp_path / "me.nk"
+    code = PROBE.format(paths=paths, module=module, argv=argv, forbidden=FORBIDDEN)
+    probe(code, tmp_path, MUSTER_USER="alice")
+
+
+def probe(code: str, folder: Path, **env: str) -> None:
+    """Run `code` as its own process without site, as a user with a key would against a
+    cluster that refuses the connection: status 1 after the request was built and
+    signed, and none of the forbidden modules loaded."""
+    key = folder / "me.nk"
     key.write_text(encode_seed(bytes(range(32))) + "\n")
     key.chmod(0o600)
-    (tmp_path / "job.sh").write_text("#!/bin/sh\n#SBATCH --time=5\ntrue\n")
+    (folder / "job.sh").write_text("#!/bin/sh\n#SBATCH --time=5\ntrue\n")
     env = {
         "PATH": "/usr/bin:/bin",
         "MUSTER_NATS_URL": f"nats://127.0.0.1:{closed_port()}",
-        "MUSTER_USER": "alice",
         "MUSTER_KEY_FILE": str(key),
+        **env,
     }
-    code = PROBE.format(paths=paths, module=module, argv=argv, forbidden=FORBIDDEN)
     out = subprocess.run(
         [sys.executable, "-S", "-c", code],
         capture_output=True,
         text=True,
         env=env,
-        cwd=tmp_path,
+        cwd=folder,
         timeout=60,
     )
-    # status 1: the cluster is unreachable, after the request was built and signed
     assert out.stdout.strip().splitlines()[-1] == "1 []", out.stdout + out.stderr
     assert "cannot reach the cluster" in out.stderr, out.stderr
 
@@ -198,24 +204,5 @@ print(status, sorted(m for m in loaded if any(m == f or m.startswith(f + ".") fo
 def test_a_lean_call_loads_neither_msgspec_nor_argparse_typing_enum_or_re(
     entry: str, argv: list[str], paths: list[str], tmp_path: Path
 ) -> None:
-    key = tmp_path / "me.nk"
-    key.write_text(encode_seed(bytes(range(32))) + "\n")
-    key.chmod(0o600)
-    (tmp_path / "job.sh").write_text("#!/bin/sh\n#SBATCH --time=5\ntrue\n")
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "MUSTER_NATS_URL": f"nats://127.0.0.1:{closed_port()}",
-        "MUSTER_KEY_FILE": str(key),
-        "USER": "alice",  # no MUSTER_USER: the login name, without getpass's imports
-    }
     code = LEAN_PROBE.format(paths=paths, entry=entry, argv=argv, forbidden=LEAN_FORBIDDEN)
-    out = subprocess.run(
-        [sys.executable, "-S", "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-    )
-    assert out.stdout.strip().splitlines()[-1] == "1 []", out.stdout + out.stderr
-    assert "cannot reach the cluster" in out.stderr, out.stderr
+    probe(code, tmp_path, USER="alice")  # no MUSTER_USER: the login name, without getpass
