@@ -137,7 +137,12 @@ def _edit(args: argparse.Namespace, *, add: tuple[str, ...], remove: tuple[str, 
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)  # the services never read half a file
-    print(f"{path}: {args.name} keys updated; the services honour it within a few seconds")
+    print(
+        f"{path}: {args.name} keys updated; the services honour it within a few seconds"
+        " (a local cluster's bus too; on a real cluster render the bus users with"
+        " `python -m muster.bus_users AUTHORIZATION.conf --config CLUSTER.toml` and reload"
+        " NATS: docs/security.md)"
+    )
     return 0
 
 
