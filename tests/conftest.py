@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -22,6 +23,13 @@ import pytest
 
 from shared import embedded
 from shared.db import migrate
+
+# A runner that starts the tests in the background of a non-interactive shell (`cmd &`)
+# hands them SIGINT ignored, and every process a test starts would inherit that: the
+# tests of what Ctrl-C does (a command interrupted, srun's steps) need it live. A handler
+# of our own is not inherited across exec: the children start with the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
