@@ -64,7 +64,8 @@ def call(url: str, verb: str, fields: dict[str, Any]) -> dict[str, Any]:
     reply = loads(exchange(url, verb, payload, TIMEOUT_S))
     if reply.get("error") is not None:
         error = reply["error"]
-        raise ApiRefused(error["error"], error.get("code", "invalid"), tuple(error["details"]))
+        details = tuple(error.get("details", ()))
+        raise ApiRefused(str(error.get("error", "refused")), error.get("code", "invalid"), details)
     ok: dict[str, Any] = reply["ok"]
     return ok
 
