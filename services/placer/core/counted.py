@@ -177,12 +177,13 @@ def _total_set(
     chosen: list[int] = []
     gpus = 0
     for i in order:
-        if feats[i] and len(owner) < len(slots) and _augment(i, slots, owner, feats, set()):
-            pass
-        elif spare > 0:
+        # a node joins when it fills one more counted slot (the matching grows), or
+        # while there is room beside the slots
+        fills = bool(feats[i]) and len(owner) < len(slots)
+        if not (fills and _augment(i, slots, owner, feats, set())):
+            if spare <= 0:
+                continue
             spare -= 1
-        else:
-            continue
         chosen.append(i)
         gpus += usable[i].bit_count()
         if len(owner) == len(slots) and gpus >= total:
