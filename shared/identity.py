@@ -28,9 +28,11 @@ from shared.identity_sodium import (
     KEYGEN_HINT,
     WIRE_VERSION,
     SeedPair,
+    b32decode,
     canonical,
     checked_seed,
     crc16,
+    encode_public,
     sign_request,
 )
 
@@ -109,14 +111,10 @@ class Directory(msgspec.Struct, frozen=True, kw_only=True):
         return any(actor in self.coordinators.get(a, ()) for a in self.ancestors(account))
 
 
-def _b32(text: str) -> bytes:
-    return base64.b32decode(text + "=" * (-len(text) % 8))
-
-
 def public_key_bytes(text: str) -> bytes:
     """The raw ed25519 key of a user public NKey; ValueError says what is wrong."""
     try:
-        raw = _b32(text)
+        raw = b32decode(text.encode())
     except (binascii.Error, ValueError) as err:
         raise ValueError(f"{text!r} is not an NKey (base32 text like 'UAB...')") from err
     if len(raw) != 35 or raw[0] != _PREFIX_USER:
@@ -127,8 +125,7 @@ def public_key_bytes(text: str) -> bytes:
 
 
 def encode_public_key(raw: bytes) -> str:
-    body = bytes([_PREFIX_USER]) + raw
-    return base64.b32encode(body + crc16(body).to_bytes(2, "little")).decode().rstrip("=")
+    return encode_public(_PREFIX_USER, raw).decode()
 
 
 def encode_seed(raw: bytes) -> str:

@@ -46,8 +46,7 @@ FORBIDDEN = (
 PROBE = """
 import sys
 sys.path = [p for p in sys.path if p] + {paths!r}
-import muster.lean_msgspec
-from {module} import main
+{entry}
 status = main({argv!r})
 loaded = {{m for m in sys.modules if sys.modules[m] is not None}}
 forbidden = {forbidden!r}
@@ -81,7 +80,8 @@ def closed_port() -> int:
 def test_a_call_signs_and_connects_without_loading_anything_heavy(
     module: str, argv: list[str], paths: list[str], tmp_path: Path
 ) -> None:
-    code = PROBE.format(paths=paths, module=module, argv=argv, forbidden=FORBIDDEN)
+    entry = f"import muster.lean_msgspec; from {module} import main"
+    code = PROBE.format(paths=paths, entry=entry, argv=argv, forbidden=FORBIDDEN)
     probe(code, tmp_path, MUSTER_USER="alice")
 
 
@@ -180,16 +180,6 @@ LEAN_FORBIDDEN = (
     "typing",
 )
 
-LEAN_PROBE = """
-import sys
-sys.path = [p for p in sys.path if p] + {paths!r}
-from muster.lean import {entry}
-status = {entry}({argv!r})
-loaded = {{m for m in sys.modules if sys.modules[m] is not None}}
-forbidden = {forbidden!r}
-print(status, sorted(m for m in loaded if any(m == f or m.startswith(f + ".") for f in forbidden)))
-"""
-
 
 @pytest.mark.parametrize(
     ("entry", "argv"),
@@ -204,5 +194,6 @@ print(status, sorted(m for m in loaded if any(m == f or m.startswith(f + ".") fo
 def test_a_lean_call_loads_neither_msgspec_nor_argparse_typing_enum_or_re(
     entry: str, argv: list[str], paths: list[str], tmp_path: Path
 ) -> None:
-    code = LEAN_PROBE.format(paths=paths, entry=entry, argv=argv, forbidden=LEAN_FORBIDDEN)
+    start = f"from muster.lean import {entry} as main"
+    code = PROBE.format(paths=paths, entry=start, argv=argv, forbidden=LEAN_FORBIDDEN)
     probe(code, tmp_path, USER="alice")  # no MUSTER_USER: the login name, without getpass
