@@ -23,7 +23,7 @@ size then takes the fewest nodes that do.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from services.placer.core.index import ROOT, ClusterIndex
 from services.placer.core.select import (
@@ -278,7 +278,7 @@ def earliest_counted(
     ix: ClusterIndex,
     future: Future,
     now_view: IndexView,
-    releases: Sequence[Release],
+    releases: Iterable[Release],
     need: Need,
     ok: Callable[[int], bool],
     counts: Counts,

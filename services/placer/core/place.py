@@ -36,7 +36,8 @@ from services.placer.core.model import (
 )
 from services.placer.core.order import ranked
 from services.placer.core.predict import planned_end, planned_runtime
-from services.placer.core.preempt import candidates, choose_victims
+from services.placer.core.preempt import Victims, choose_victims
+from services.placer.core.quick import Prechecked, PrecheckKey, plain, quick
 from services.placer.core.select import (
     NO_TOPOLOGY,
     CandidateView,
@@ -90,24 +91,24 @@ class Prepared:
         self.limited = snapshot.limits != NO_LIMITS
         self.usage = Usage.of(snapshot.running) if self.limited else Usage()
         self.future = Future(ix)
-        for r in snapshot.running:
+        self.runs = Victims(ix, snapshot.running, now)  # a node gone holds nothing
+        for r, picks in zip(snapshot.running, self.runs.picks, strict=True):
             end = planned_end(r, now, config.use_predictions)
             if r.preempted_by is not None:
                 end = min(end, now + r.grace_s)
-            picks = [
-                (ix.id_of[g.node], ix.mask_of(ix.id_of[g.node], g.gpus))
-                for g in r.grants
-                if g.node in ix.id_of  # a node gone from the snapshot holds nothing
-            ]
             self.future.add(end, picks, r.job_id)
         self.windows: list[Window] = windows(ix, snapshot.reservations, now)
         self.bookings: list[Booking] = []
         self.held_nodes = 0  # nodes holding GPUs for bookings, counted once per booking
+        self.held_gpus = 0  # and the GPUs they hold
         self.victims: set[int] = set()
         self.blocked_by: int | None = None  # first job left waiting for resources
         self.tested = 0
         self.preemptors = 0
         self.leaf_at: tuple[float, int] | None = None  # set by _leaf_soon
+        # quick.py: exact early answers for plain jobs, and their cached prechecks
+        self.quick = not self.limited and not self.windows and not config.strict_order
+        self.prechecked: dict[PrecheckKey, Prechecked] = {}
 
     def plan(self, pending: Sequence[JobRequest]) -> Plan:
         starts: list[Start] = []
@@ -133,6 +134,10 @@ class Prepared:
     # --- one job ----------------------------------------------------------------------
 
     def _decide(self, job: JobRequest, preempts: list[Preempt]) -> Start | Wait:
+        if self.quick and plain(job):
+            answer = quick(self, job, preempts)
+            if answer is not None:
+                return answer
         early = precheck(self.ix, job)
         if early is not None:
             return Wait(job_id=job.job_id, reason=early[0], detail=early[1])
@@ -157,7 +162,7 @@ class Prepared:
             return first
         pool = job_pool(self.ix, job)
         shape = _counted_shape(shape, job, self.ix, Choice(pool, counts_in(self.ix, job, pool)))
-        return self._blocked(job, pool, shape, str(first), preempts)
+        return self.blocked(job, pool, shape, str(first), preempts)
 
     def _runtime(self, job: JobRequest) -> int:
         return planned_runtime(job, self.config.use_predictions)
@@ -323,10 +328,11 @@ class Prepared:
                 ix.take(i, m)
             self.bookings[self.bookings.index(b)] = b._replace(held=held)
             self.held_nodes += len(held) - len(b.held)
+            self.held_gpus += _gpus(held) - _gpus(b.held)
 
     # --- blocked: preempt, book, wait ---------------------------------------------------
 
-    def _blocked(
+    def blocked(
         self, job: JobRequest, pool: Pool, shape: Shape, why: str, preempts: list[Preempt]
     ) -> Wait:
         if why == NO_TOPOLOGY:
@@ -405,16 +411,18 @@ class Prepared:
             ix.take(i, m)
         self.bookings.append(Booking(job.job_id, at, until, picks, held))
         self.held_nodes += len(held)
+        self.held_gpus += _gpus(held)
         return at
 
     def _preempt(
         self, job: JobRequest, pool: Pool, shape: Shape, preempts: list[Preempt]
     ) -> Wait | None:
-        cands = candidates(self.snapshot.running, self.victims, job, self.now)
+        cands = self.runs.candidates(self.victims, job)
         ok = self._need_ok(job, pool)
         got = choose_victims(
             self.ix,
             self.future,
+            self.runs,
             cands,
             job,
             pool=pool,
@@ -458,6 +466,10 @@ def _within_limits(shape: Shape, room: int | None) -> Shape:
     if room is None or shape.g <= 0 or shape.total is not None:
         return shape
     return shape._replace(nmax=max(shape.nmin, min(shape.nmax, room // shape.g)))
+
+
+def _gpus(held: tuple[tuple[int, int], ...]) -> int:
+    return sum(m.bit_count() for _, m in held)
 
 
 def _filters(job: JobRequest, whole_now: bool = True) -> bool:

@@ -6,11 +6,16 @@ lost work (lowest priority, then least progress since start, then fewest GPUs), 
 freed one by one until the preemptor fits; it is then placed preferring GPUs already
 free, and only the jobs whose GPUs it actually uses become victims. A strictly lower
 tier can never preempt back, so there are no preemption cycles.
+
+`Victims` holds what does not change in a pass: every running job's GPUs (node id,
+mask) by job and by node, and the preemptible ones in cost order. A preemptor filters
+that order (tier, taken, already leaving) and walks it lazily: the releases are made
+only as far as the walk needs, and the victims are read off the chosen nodes alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 from services.placer.core.counted import Counts, earliest_counted, select_counted
 from services.placer.core.index import ClusterIndex, Pool
@@ -18,6 +23,71 @@ from services.placer.core.model import JobRequest, Running
 from services.placer.core.select import IndexView, pick_gpus
 from services.placer.core.shape import Shape
 from services.placer.core.timeline import Future, Need, Release, whole_nodes
+
+Picks = list[tuple[int, int]]  # (node id, GPU mask)
+
+
+class Victims:
+    """The running jobs of one prepared cluster, indexed for preemption."""
+
+    def __init__(self, ix: ClusterIndex, running: Sequence[Running], now: float) -> None:
+        self.running = running
+        id_of, mask_of = ix.id_of, ix.mask_of
+        self.picks: list[Picks] = [
+            [(id_of[g.node], mask_of(id_of[g.node], g.gpus)) for g in r.grants if g.node in id_of]
+            for r in running
+        ]
+        self.on_node: dict[int, list[tuple[int, int]]] = {}  # node: (position, mask)
+        for p, picks in enumerate(self.picks):
+            for i, m in picks:
+                self.on_node.setdefault(i, []).append((p, m))
+        self._now = now
+        self._order: list[int] | None = None
+
+    def order(self) -> list[int]:
+        """Positions of the preemptible jobs past their minimum runtime, cheapest first
+        by the part of the cost that is the same for every preemptor (a stable sort of
+        the running order, as `candidates` sorts)."""
+        if self._order is None:
+            now, run = self._now, self.running
+            ok = [
+                p
+                for p, r in enumerate(run)
+                if r.preemptible and now - r.started_at >= r.min_runtime_s
+            ]
+            ok.sort(
+                key=lambda p: (
+                    run[p].priority,
+                    now - run[p].started_at,
+                    sum(len(g.gpus) for g in run[p].grants),
+                    run[p].job_id,
+                )
+            )
+            self._order = ok
+        return self._order
+
+    def candidates(self, taken: Collection[int], job: JobRequest) -> list[int]:
+        """Positions of the jobs `job` may preempt, cheapest first (see `candidates`)."""
+        leaving: list[int] = []
+        rest: list[int] = []
+        run, tier, me = self.running, job.tier, job.job_id
+        for p in self.order():
+            r = run[p]
+            if r.tier < tier and r.job_id not in taken:
+                by = r.preempted_by
+                if by is None:
+                    rest.append(p)
+                elif by == me:
+                    leaving.append(p)  # already leaving for this job: free of cost
+        return leaving + rest
+
+    def releases(self, cands: list[int]) -> Iterator[Release]:
+        """The candidates' GPUs as ranked releases, made as the walk reaches them."""
+        run, picks = self.running, self.picks
+        for rank, p in enumerate(cands):
+            at, job_id = float(rank), run[p].job_id
+            for i, m in picks[p]:
+                yield Release(at, i, m, job_id)
 
 
 def candidates(
@@ -49,7 +119,8 @@ def candidates(
 def choose_victims(
     ix: ClusterIndex,
     future: Future,
-    cands: list[Running],
+    victims: Victims,
+    cands: list[int],
     job: JobRequest,
     *,
     pool: Pool,
@@ -59,19 +130,14 @@ def choose_victims(
     runtime: int,
     counts: Counts = (),
 ) -> tuple[list[tuple[int, int]], list[Running]] | None:
-    """The preemptor's GPUs (node id, mask) and the victims (among `cands`, cheapest
-    first) that free them, or None. `ok` filters the nodes it may use; `runtime` is
-    what the preemptor is planned to run (promises overlapping it are off limits);
-    `counts`, the feature counts its nodes must meet (counted.py)."""
+    """The preemptor's GPUs (node id, mask) and the victims (among `cands`, positions in
+    `victims.running`, cheapest first) that free them, or None. `ok` filters the nodes it
+    may use; `runtime` is what the preemptor is planned to run (promises overlapping it
+    are off limits); `counts`, the feature counts its nodes must meet (counted.py)."""
     if not cands:
         return None
-    releases = [
-        Release(float(rank), ix.id_of[g.node], ix.mask_of(ix.id_of[g.node], g.gpus), r.job_id)
-        for rank, r in enumerate(cands)
-        for g in r.grants
-        if g.node in ix.id_of
-    ]
     need = Need(shape.g, shape.nmin, runtime, now, ranked=True, whole=job.exclusive)
+    releases = victims.releases(cands)
     found = earliest_counted(ix, future, IndexView(ix, pool), releases, need, ok, counts)
     if found is None:
         return None
@@ -79,27 +145,39 @@ def choose_victims(
     chosen = select_counted(ix, view, counts, shape.nmin, shape.nmin, shape.g, None)
     if isinstance(chosen, str):
         return None
+    rank = {p: k for k, p in enumerate(cands)}
     if job.exclusive:  # every job on its nodes goes, as for an explicit whole-node request
         picks = list(whole_nodes(ix, chosen.picks))
     else:
         picks = [
-            (i, _prefer_free(ix, i, view.usable(i), releases, shape.g)) for i, _ in chosen.picks
+            (i, _prefer_free(ix, i, view.usable(i), _on(victims, rank, i), shape.g))
+            for i, _ in chosen.picks
         ]
-    taken = dict(picks)
-    hit = {rel.job_id for rel in releases if rel.mask & taken.get(rel.node, 0)}
-    return picks, [r for r in cands if r.job_id in hit]
+    run = victims.running
+    hit = {
+        run[p].job_id
+        for i, mask in picks
+        for p, m in victims.on_node.get(i, ())
+        if p in rank and m & mask
+    }
+    return picks, [run[p] for p in cands if run[p].job_id in hit]
 
 
-def _prefer_free(ix: ClusterIndex, i: int, usable: int, releases: list[Release], g: int) -> int:
-    """g GPUs on node i: free ones first, then the cheapest victims' (releases are ranked)."""
+def _on(victims: Victims, rank: dict[int, int], i: int) -> list[int]:
+    """The candidates' masks on node i, in release order (cost rank, then grant order)."""
+    here = [(rank[p], k, m) for k, (p, m) in enumerate(victims.on_node.get(i, ())) if p in rank]
+    here.sort()
+    return [m for _, _, m in here]
+
+
+def _prefer_free(ix: ClusterIndex, i: int, usable: int, masks: list[int], g: int) -> int:
+    """g GPUs on node i: free ones first, then the cheapest victims' (masks are ranked)."""
     free_part = ix.free[i] & usable
     if free_part.bit_count() >= g:
         return pick_gpus(ix, i, free_part, g)
     mask = free_part
-    for rel in releases:
-        if rel.node != i:
-            continue
-        extra = rel.mask & usable & ~mask
+    for m in masks:
+        extra = m & usable & ~mask
         while extra and mask.bit_count() < g:
             low = extra & -extra
             mask |= low

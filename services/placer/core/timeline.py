@@ -10,7 +10,7 @@ cost instead of time, picks preemption victims.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from services.placer.core.index import ClusterIndex
@@ -77,7 +77,7 @@ def earliest(
     ix: ClusterIndex,
     future: Future,
     now_view: IndexView,
-    releases: Sequence[Release],
+    releases: Iterable[Release],
     need: Need,
     ok: Callable[[int], bool],
 ) -> tuple[float, CandidateView, dict[int, int]] | None:
@@ -128,7 +128,7 @@ def earliest_leaf(
     ix: ClusterIndex,
     future: Future,
     now_view: IndexView,
-    releases: Sequence[Release],
+    releases: Iterable[Release],
     need: Need,
     ok: Callable[[int], bool],
     horizon: float,
