@@ -25,6 +25,8 @@ from shared.gpu_types import gpu_matches, type_of
 from shared.states import NodeState
 
 ROOT = 0
+# (node width, Gpu.index values) -> bitmask, on nodes whose bits are the indexes
+_PLAIN_MASKS: dict[tuple[int, tuple[int, ...]], int] = {}
 # (partition, the GPU type or model asked for, a --constraint without [..]; None: any,
 # multi-node: the nodes a fabric fault keeps out of multi-node jobs left out).
 PoolKey = tuple[str, str | None, str | None, bool]
@@ -246,8 +248,14 @@ class ClusterIndex:
 
     def mask_of(self, i: int, gpu_indexes: tuple[int, ...]) -> int:
         if self.plain_bits[i]:
-            width = len(self.bit_to_gpu[i])
-            return sum(1 << g for g in gpu_indexes if 0 <= g < width)
+            key = (len(self.bit_to_gpu[i]), gpu_indexes)
+            mask = _PLAIN_MASKS.get(key)
+            if mask is None:
+                if len(_PLAIN_MASKS) >= 65_536:
+                    _PLAIN_MASKS.clear()
+                width = key[0]
+                mask = _PLAIN_MASKS[key] = sum(1 << g for g in gpu_indexes if 0 <= g < width)
+            return mask
         bits = self.bit_to_gpu[i]
         mask = 0
         for g in gpu_indexes:

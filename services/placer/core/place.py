@@ -37,7 +37,7 @@ from services.placer.core.model import (
 from services.placer.core.order import ranked
 from services.placer.core.predict import planned_end, planned_runtime
 from services.placer.core.preempt import Victims, choose_victims
-from services.placer.core.quick import Prechecked, PrecheckKey, plain, quick
+from services.placer.core.quick import Quick
 from services.placer.core.select import (
     NO_TOPOLOGY,
     CandidateView,
@@ -106,27 +106,29 @@ class Prepared:
         self.tested = 0
         self.preemptors = 0
         self.leaf_at: tuple[float, int] | None = None  # set by _leaf_soon
-        # quick.py: exact early answers for plain jobs, and their cached prechecks
-        self.quick = not self.limited and not self.windows and not config.strict_order
-        self.prechecked: dict[PrecheckKey, Prechecked] = {}
+        # quick.py: exact early answers for plain jobs (none with limits or windows)
+        plain = not self.limited and not self.windows and not config.strict_order
+        self.quick = Quick(self) if plain else None
 
     def plan(self, pending: Sequence[JobRequest]) -> Plan:
         starts: list[Start] = []
         preempts: list[Preempt] = []
         waits: list[Wait] = []
-        now, config = self.now, self.config
-        for job in ranked(pending, now, config):
-            out = self._decide(job, preempts)
-            if isinstance(out, Start):
-                starts.append(out)
-            else:
+        quick, decide = self.quick, self._decide
+        for job in ranked(pending, self.now, self.config):
+            early = None if quick is None else quick(job, preempts)
+            out = decide(job, preempts) if early is None else early
+            if type(out) is Wait:
                 waits.append(out)
+            else:
+                starts.append(out)  # type: ignore[arg-type]
         return Plan(starts=tuple(starts), preemptions=tuple(preempts), waits=tuple(waits))
 
     def place_one(self, job: JobRequest) -> Plan:
         """One more job against the state left by earlier calls (starts, bookings)."""
         preempts: list[Preempt] = []
-        out = self._decide(job, preempts)
+        early = None if self.quick is None else self.quick(job, preempts)
+        out = self._decide(job, preempts) if early is None else early
         if isinstance(out, Start):
             return Plan(starts=(out,), preemptions=tuple(preempts))
         return Plan(waits=(out,), preemptions=tuple(preempts))
@@ -134,10 +136,6 @@ class Prepared:
     # --- one job ----------------------------------------------------------------------
 
     def _decide(self, job: JobRequest, preempts: list[Preempt]) -> Start | Wait:
-        if self.quick and plain(job):
-            answer = quick(self, job, preempts)
-            if answer is not None:
-                return answer
         early = precheck(self.ix, job)
         if early is not None:
             return Wait(job_id=job.job_id, reason=early[0], detail=early[1])

@@ -33,76 +33,90 @@ from services.placer.core.shape import precheck, shape_of
 if TYPE_CHECKING:
     from services.placer.core.place import Prepared
 
-# (partition, GPU model, multi_node, nodes_min, nodes_max, gpus_per_node, gpus_total,
-# a time limit of 1 s at least): all precheck reads of a plain job
-PrecheckKey = tuple[str, str | None, bool, int, int, int, int | None, bool]
-Prechecked = tuple[Pool, tuple[Waiting, str] | None]
-
-
-def plain(job: JobRequest) -> bool:
-    """A job the quick answers apply to (the snapshot and policy are checked apart)."""
-    return not (
-        job.held
-        or job.blocked_by is not None
-        or job.constraint
-        or job.reservation is not None
-        or job.exclusive
-        or job.required_nodes
-        or job.excluded_nodes
-    )
-
-
-def precheck_key(job: JobRequest) -> PrecheckKey:
-    return (
-        job.partition,
-        job.gpu_model,
-        job.multi_node,
-        job.nodes_min,
-        job.nodes_max,
-        job.gpus_per_node,
-        job.gpus_total,
-        job.time_limit_s >= 1,
-    )
-
-
-def quick(prep: Prepared, job: JobRequest, preempts: list[Preempt]) -> Wait | None:
-    """The Wait `Prepared._decide` gives a plain job, when counts alone decide it."""
-    key = precheck_key(job)
-    got = prep.prechecked.get(key)
-    if got is None:  # the full prechecks, as _decide runs them (pools made in order)
-        early = precheck(prep.ix, job)
-        got = prep.prechecked[key] = (job_pool(prep.ix, job), early)
-    pool, early = got
-    if early is not None:
-        return Wait(job_id=job.job_id, reason=early[0], detail=early[1])
-    if prep.tested >= prep.config.max_job_test:
-        return Wait(job_id=job.job_id, reason=Waiting.NOT_TESTED, detail=NOT_TESTED)
-    if not _no_room(prep, job, pool):
-        return None
-    prep.tested += 1
-    cfg = prep.config
-    if (cfg.preemption and job.can_preempt and prep.preemptors < cfg.max_preemptors) or (
-        cfg.backfill and len(prep.bookings) < cfg.reservation_depth
-    ):
-        return prep.blocked(job, pool, shape_of(job, prep.ix), NO_ROOM, preempts)
-    if prep.blocked_by is None:
-        prep.blocked_by = job.job_id
-        return Wait(job_id=job.job_id, reason=Waiting.RESOURCES)
-    return Wait(job_id=job.job_id, reason=Waiting.PRIORITY, detail=f"behind job {prep.blocked_by}")
-
-
 NOT_TESTED = "beyond max_job_test this pass"
 
+# (partition, GPU model, multi_node, nodes_min, nodes_max, gpus_per_node, gpus_total,
+# a time limit of 1 s at least): all that precheck and shape_of read of a plain job
+Key = tuple[str, str | None, bool, int, int, int, int | None, bool]
 
-def _no_room(prep: Prepared, job: JobRequest, pool: Pool) -> bool:
-    """Whether `_try_start` answers "no room" for this plain job, from counts alone."""
-    ix = prep.ix
-    total = job.gpus_total
-    if total is not None and job.gpus_per_node == 0 and total > 0:
-        if total > max(ix.width, 1):  # a GPU total over several nodes (shape_of)
-            return sum(pool.ge[ROOT][1:]) + prep.held_gpus < total
-        g, nmin = total, 1  # one node holds it: a plain single-node shape
-    else:
-        g, nmin = job.gpus_per_node, job.nodes_min
-    free_nodes = pool.ge[ROOT][g] if g <= ix.width else 0
-    return free_nodes + prep.held_nodes < nmin
+
+class Entry:
+    """What one key fixes: the pool, the precheck's answer, and the shape's counts."""
+
+    __slots__ = ("early", "g", "nmin", "pool", "row", "total")
+
+    def __init__(self, prep: Prepared, job: JobRequest) -> None:
+        ix = prep.ix
+        self.early = precheck(ix, job)  # the full prechecks, as _decide runs them
+        self.pool: Pool = job_pool(ix, job)
+        self.row = self.pool.ge[ROOT]  # pool nodes with >= k GPUs free, kept up to date
+        self.total = 0  # a GPU total over several nodes: GPUs, else 0
+        total = job.gpus_total
+        if total is not None and job.gpus_per_node == 0 and total > 0:
+            if total > max(ix.width, 1):  # shape_of spreads it over nodes
+                self.total, self.g, self.nmin = total, 1, 1
+            else:  # one node holds it: a plain single-node shape
+                self.g, self.nmin = total, 1
+        else:
+            self.g, self.nmin = job.gpus_per_node, job.nodes_min
+        if self.g > ix.width:
+            self.g = -1  # no node has that many: no room without a walk (row[-1] unused)
+
+
+class Quick:
+    """The quick answers of one prepared cluster (see the module doc)."""
+
+    def __init__(self, prep: Prepared) -> None:
+        self.prep = prep
+        self.entries: dict[Key, Entry] = {}
+
+    def __call__(self, job: JobRequest, preempts: list[Preempt]) -> Wait | None:
+        """The Wait `Prepared._decide` gives this job when counts alone decide it, else
+        None (also for a job that is not plain)."""
+        if (
+            job.held
+            or job.blocked_by is not None
+            or job.constraint
+            or job.reservation is not None
+            or job.exclusive
+            or job.required_nodes
+            or job.excluded_nodes
+        ):
+            return None
+        key = (
+            job.partition,
+            job.gpu_model,
+            job.multi_node,
+            job.nodes_min,
+            job.nodes_max,
+            job.gpus_per_node,
+            job.gpus_total,
+            job.time_limit_s >= 1,
+        )
+        prep = self.prep
+        e = self.entries.get(key)
+        if e is None:
+            e = self.entries[key] = Entry(prep, job)
+        if e.early is not None:
+            return Wait(job_id=job.job_id, reason=e.early[0], detail=e.early[1])
+        cfg = prep.config
+        if prep.tested >= cfg.max_job_test:
+            return Wait(job_id=job.job_id, reason=Waiting.NOT_TESTED, detail=NOT_TESTED)
+        if e.total:  # select_total finds too few GPUs even with every booking's lent
+            if sum(e.row) - e.row[0] + prep.held_gpus >= e.total:
+                return None
+        elif e.g >= 0 and e.row[e.g] + prep.held_nodes >= e.nmin:
+            return None  # _try_start's first test passes: there may be room
+        elif e.g < 0 and prep.held_nodes >= e.nmin:
+            return None
+        prep.tested += 1
+        if (cfg.preemption and job.can_preempt and prep.preemptors < cfg.max_preemptors) or (
+            cfg.backfill and len(prep.bookings) < cfg.reservation_depth
+        ):
+            return prep.blocked(job, e.pool, shape_of(job, prep.ix), NO_ROOM, preempts)
+        if prep.blocked_by is None:
+            prep.blocked_by = job.job_id
+            return Wait(job_id=job.job_id, reason=Waiting.RESOURCES)
+        return Wait(
+            job_id=job.job_id, reason=Waiting.PRIORITY, detail=f"behind job {prep.blocked_by}"
+        )

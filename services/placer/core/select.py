@@ -125,17 +125,21 @@ def packed_leaf(ix: ClusterIndex, pool: Pool, g: int) -> int | None:
     a = next((k for k in range(g, width + 1) if top[k] - (top[k + 1] if k < width else 0)), -1)
     if a < 0:
         return None
-    best, best_key = None, (0, 0)
-    for leaf in ix.leaves:
-        row = ge[leaf]
-        if row[a] - (row[a + 1] if a < width else 0) > 0:
-            key = (row[width], leaf)
-            if best is None or key < best_key:
-                best, best_key = leaf, key
-    return best
+    if a < width:  # leaves with a node of exactly `a` free GPUs
+        fits = [(ge[leaf][width], leaf) for leaf in ix.leaves if ge[leaf][a] > ge[leaf][a + 1]]
+    else:
+        fits = [(ge[leaf][width], leaf) for leaf in ix.leaves if ge[leaf][a] > 0]
+    return min(fits)[1] if fits else None
 
 
 def _choose_domain(ix: ClusterIndex, view: View, n: int, g: int) -> int:
+    if type(view) is IndexView and g < len(view.pool.ge[ROOT]):  # the counts, read direct
+        ge = view.pool.ge
+        for level in ix.levels:
+            fits = [(c, k) for k, d in enumerate(level) if (c := ge[d][g]) >= n]
+            if fits:
+                return level[min(fits)[1]]  # the tightest, the first of equals
+        return ROOT
     for level in ix.levels:
         best = -1
         best_count = 0
