@@ -111,6 +111,7 @@ class Skeleton:
                 chain.append(block)
             self.chain.append(tuple(chain))
         self.levels = self._levels()
+        self._under: dict[int, list[int]] = {}  # domain: its nodes, made when first asked
         self.leaves = sorted(set(self.leaf_of))
         self.widest_leaf = max((len(self.direct[d]) for d in self.leaves), default=0)
 
@@ -128,6 +129,17 @@ class Skeleton:
         if up >= 0:
             self.kids[up].append(d)
         return d
+
+    def nodes_under(self, d: int) -> list[int]:
+        """The nodes of domain d (those with d on their chain), in node order."""
+        found = self._under.get(d)
+        if found is None:
+            found = list(self.direct[d])
+            for k in self.kids[d]:
+                found += self.nodes_under(k)
+            found.sort()
+            self._under[d] = found
+        return found
 
     def _levels(self) -> list[list[int]]:
         """Domains grouped by level, smallest first: blocks, deepest switches ... root."""
@@ -179,6 +191,7 @@ class ClusterIndex:
         self.levels = sk.levels
         self.leaves = sk.leaves
         self.widest_leaf = sk.widest_leaf
+        self.under = sk.nodes_under
         self.free = list(sk.healthy)
         self.jobs_on = [0] * len(self.nodes)
         self.avail = [

@@ -207,6 +207,8 @@ def _lowest_bits(mask: int, k: int) -> int:
 
 def select_total(ix: ClusterIndex, view: View, total: int, max_nodes: int) -> Chosen | str:
     """A free-form layout of `total` GPUs over as few nodes as possible (gpus_total)."""
+    if type(view) is IndexView:
+        return _index_total(ix, view, total, max_nodes)
     usable = {i: view.usable(i) for i in view.candidates(1)}
     if sum(m.bit_count() for m in usable.values()) < total:
         return NO_ROOM
@@ -222,6 +224,27 @@ def select_total(ix: ClusterIndex, view: View, total: int, max_nodes: int) -> Ch
             break
     got = _lay_out(ix, usable, d, total, max_nodes)
     if got is None and d != ROOT:  # too fragmented there for max_nodes: the fewest anywhere
+        got = _lay_out(ix, usable, ROOT, total, max_nodes)
+        d = ROOT
+    return NO_ROOM if got is None else _chosen(ix, d, got)
+
+
+def _index_total(ix: ClusterIndex, view: IndexView, total: int, max_nodes: int) -> Chosen | str:
+    """select_total on the live index: a domain's free GPUs are its count row's sum (a
+    node with k free counts in rows 1..k), and only the chosen domain's nodes are read."""
+    ge, avail, member, free = view.pool.ge, ix.avail, view.pool.member, ix.free
+    if sum(ge[ROOT]) - ge[ROOT][0] < total:
+        return NO_ROOM
+    d = ROOT
+    for level in ix.levels:
+        fits = [(c, x) for x in level if (c := sum(ge[x]) - ge[x][0]) >= total]
+        if fits:
+            d = min(fits)[1]
+            break
+    usable = {i: free[i] for i in ix.under(d) if member[i] and avail[i] >= 1}
+    got = _lay_out(ix, usable, d, total, max_nodes)
+    if got is None and d != ROOT:  # too fragmented there for max_nodes: the fewest anywhere
+        usable = {i: free[i] for i in ix.under(ROOT) if member[i] and avail[i] >= 1}
         got = _lay_out(ix, usable, ROOT, total, max_nodes)
         d = ROOT
     return NO_ROOM if got is None else _chosen(ix, d, got)
