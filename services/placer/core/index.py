@@ -27,6 +27,7 @@ from shared.states import NodeState
 ROOT = 0
 # (node width, Gpu.index values) -> bitmask, on nodes whose bits are the indexes
 _PLAIN_MASKS: dict[tuple[int, tuple[int, ...]], int] = {}
+_GPUS_OF: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}  # the reverse
 # (partition, the GPU type or model asked for, a --constraint without [..]; None: any,
 # multi-node: the nodes a fabric fault keeps out of multi-node jobs left out).
 PoolKey = tuple[str, str | None, str | None, bool]
@@ -278,7 +279,13 @@ class ClusterIndex:
 
     def gpus_of(self, i: int, mask: int) -> tuple[int, ...]:
         bits = self.bit_to_gpu[i]
-        return tuple(bits[b] for b in range(len(bits)) if mask >> b & 1)
+        key = (bits, mask)
+        got = _GPUS_OF.get(key)
+        if got is None:
+            if len(_GPUS_OF) >= 65_536:
+                _GPUS_OF.clear()
+            got = _GPUS_OF[key] = tuple(bits[b] for b in range(len(bits)) if mask >> b & 1)
+        return got
 
     def take(self, i: int, mask: int) -> None:
         """Mark GPUs busy (a start, or held for a reservation or a preemptor)."""

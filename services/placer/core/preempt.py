@@ -37,12 +37,18 @@ class Victims:
             [(id_of[g.node], mask_of(id_of[g.node], g.gpus)) for g in r.grants if g.node in id_of]
             for r in running
         ]
-        self.on_node: dict[int, list[tuple[int, int]]] = {}  # node: (position, mask)
-        for p, picks in enumerate(self.picks):
-            for i, m in picks:
-                self.on_node.setdefault(i, []).append((p, m))
+        self._on_node: dict[int, list[tuple[int, int]]] | None = None
         self._now = now
         self._order: list[int] | None = None
+
+    def on_node(self, i: int) -> list[tuple[int, int]]:
+        """(position, mask) of the running jobs' GPUs on node i, in running order."""
+        if self._on_node is None:
+            self._on_node = {}
+            for p, picks in enumerate(self.picks):
+                for n, m in picks:
+                    self._on_node.setdefault(n, []).append((p, m))
+        return self._on_node.get(i, [])
 
     def order(self) -> list[int]:
         """Positions of the preemptible jobs past their minimum runtime, cheapest first
@@ -155,17 +161,14 @@ def choose_victims(
         ]
     run = victims.running
     hit = {
-        run[p].job_id
-        for i, mask in picks
-        for p, m in victims.on_node.get(i, ())
-        if p in rank and m & mask
+        run[p].job_id for i, mask in picks for p, m in victims.on_node(i) if p in rank and m & mask
     }
     return picks, [run[p] for p in cands if run[p].job_id in hit]
 
 
 def _on(victims: Victims, rank: dict[int, int], i: int) -> list[int]:
     """The candidates' masks on node i, in release order (cost rank, then grant order)."""
-    here = [(rank[p], k, m) for k, (p, m) in enumerate(victims.on_node.get(i, ())) if p in rank]
+    here = [(rank[p], k, m) for k, (p, m) in enumerate(victims.on_node(i)) if p in rank]
     here.sort()
     return [m for _, _, m in here]
 

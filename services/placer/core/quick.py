@@ -68,7 +68,9 @@ class Quick:
 
     def __init__(self, prep: Prepared) -> None:
         self.prep = prep
+        self.cfg = prep.config
         self.entries: dict[Key, Entry] = {}
+        self.behind: tuple[int | None, str] = (None, "")  # the first blocked job, its words
 
     def __call__(self, job: JobRequest, preempts: list[Preempt]) -> Wait | None:
         """The Wait `Prepared._decide` gives this job when counts alone decide it, else
@@ -99,24 +101,22 @@ class Quick:
             e = self.entries[key] = Entry(prep, job)
         if e.early is not None:
             return Wait(job_id=job.job_id, reason=e.early[0], detail=e.early[1])
-        cfg = prep.config
+        cfg = self.cfg
         if prep.tested >= cfg.max_job_test:
             return Wait(job_id=job.job_id, reason=Waiting.NOT_TESTED, detail=NOT_TESTED)
         if e.total:  # select_total finds too few GPUs even with every booking's lent
             if sum(e.row) - e.row[0] + prep.held_gpus >= e.total:
                 return None
-        elif e.g >= 0 and e.row[e.g] + prep.held_nodes >= e.nmin:
+        elif (e.row[e.g] if e.g >= 0 else 0) + prep.held_nodes >= e.nmin:
             return None  # _try_start's first test passes: there may be room
-        elif e.g < 0 and prep.held_nodes >= e.nmin:
-            return None
         prep.tested += 1
-        if (cfg.preemption and job.can_preempt and prep.preemptors < cfg.max_preemptors) or (
+        if (job.can_preempt and cfg.preemption and prep.preemptors < cfg.max_preemptors) or (
             cfg.backfill and len(prep.bookings) < cfg.reservation_depth
         ):
             return prep.blocked(job, e.pool, shape_of(job, prep.ix), NO_ROOM, preempts)
         if prep.blocked_by is None:
             prep.blocked_by = job.job_id
             return Wait(job_id=job.job_id, reason=Waiting.RESOURCES)
-        return Wait(
-            job_id=job.job_id, reason=Waiting.PRIORITY, detail=f"behind job {prep.blocked_by}"
-        )
+        if self.behind[0] != prep.blocked_by:
+            self.behind = (prep.blocked_by, f"behind job {prep.blocked_by}")
+        return Wait(job_id=job.job_id, reason=Waiting.PRIORITY, detail=self.behind[1])

@@ -158,8 +158,14 @@ def _take_nodes(ix: ClusterIndex, view: View, d: int, n: int, g: int) -> list[in
     fitting = [ck for ck in kids if ck[0] >= n]
     if fitting:
         return _take_nodes(ix, view, min(fitting)[1], n, g)
-    direct = sorted((u.bit_count(), i) for i in ix.direct[d] if (u := view.usable(i)) >= 0)
-    direct = [(a, i) for a, i in direct if a >= g]
+    if type(view) is IndexView:  # a node's usable count is its avail (free, or -1)
+        avail, member = ix.avail, view.pool.member
+        direct = sorted((avail[i], i) for i in ix.direct[d] if member[i] and avail[i] >= g)
+        if g < 0:  # kept as the general path keeps it: every usable node
+            direct = [(a, i) for a, i in direct if a >= 0]
+    else:
+        direct = sorted((u.bit_count(), i) for i in ix.direct[d] if (u := view.usable(i)) >= 0)
+        direct = [(a, i) for a, i in direct if a >= g]
     if len(direct) >= n or not kids:
         return [i for _, i in direct[:n]]
     taken: list[int] = []
@@ -177,11 +183,24 @@ def _take_nodes(ix: ClusterIndex, view: View, d: int, n: int, g: int) -> list[in
     return taken + [i for _, i in direct[:rest]]
 
 
+_PICKED: dict[tuple[tuple[int, ...], int, int], int] = {}  # (groups, usable, g): GPUs
+
+
 def pick_gpus(ix: ClusterIndex, i: int, usable: int, g: int) -> int:
     """g GPUs from `usable`, inside one locality group if one has room (the tightest)."""
     if g <= 0:
         return 0
-    groups = [m & usable for m in ix.groups[i]]
+    key = (ix.groups[i], usable, g)
+    got = _PICKED.get(key)
+    if got is None:
+        if len(_PICKED) >= 65_536:
+            _PICKED.clear()
+        got = _PICKED[key] = _pick_gpus(key[0], usable, g)
+    return got
+
+
+def _pick_gpus(node_groups: tuple[int, ...], usable: int, g: int) -> int:
+    groups = [m & usable for m in node_groups]
     fitting = [(m.bit_count(), m) for m in groups if m.bit_count() >= g]
     if fitting:
         return _lowest_bits(min(fitting)[1], g)
