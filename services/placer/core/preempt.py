@@ -40,6 +40,10 @@ class Victims:
         self._on_node: dict[int, list[tuple[int, int]]] | None = None
         self._now = now
         self._order: list[int] | None = None
+        self._rank: dict[int, int] = {}  # position: its place in `order`
+        self._free_below: dict[int, list[int]] = {}  # tier: `order` below it, not leaving
+        self._leaving: dict[int, list[int]] = {}  # preemptor: `order` leaving for it
+        self.unique = len({r.job_id for r in running}) == len(running)
 
     def on_node(self, i: int) -> list[tuple[int, int]]:
         """(position, mask) of the running jobs' GPUs on node i, in running order."""
@@ -70,21 +74,32 @@ class Victims:
                 )
             )
             self._order = ok
+            self._rank = {p: k for k, p in enumerate(ok)}
+            for p in ok:
+                by = run[p].preempted_by
+                if by is not None:
+                    self._leaving.setdefault(by, []).append(p)
         return self._order
+
+    def rank(self, p: int, me: int) -> tuple[bool, int]:
+        """Where candidate p stands in `candidates(.., job)` for the job with id `me`."""
+        return self.running[p].preempted_by != me, self._rank[p]
 
     def candidates(self, taken: Collection[int], job: JobRequest) -> list[int]:
         """Positions of the jobs `job` may preempt, cheapest first (see `candidates`)."""
-        leaving: list[int] = []
-        rest: list[int] = []
-        run, tier, me = self.running, job.tier, job.job_id
-        for p in self.order():
-            r = run[p]
-            if r.tier < tier and r.job_id not in taken:
-                by = r.preempted_by
-                if by is None:
-                    rest.append(p)
-                elif by == me:
-                    leaving.append(p)  # already leaving for this job: free of cost
+        run, tier = self.running, job.tier
+        order = self.order()
+        below = self._free_below.get(tier)
+        if below is None:
+            below = self._free_below[tier] = [
+                p for p in order if run[p].tier < tier and run[p].preempted_by is None
+            ]
+        rest = [p for p in below if run[p].job_id not in taken] if taken else list(below)
+        leaving = [  # already leaving for this job: free of cost
+            p
+            for p in self._leaving.get(job.job_id, ())
+            if run[p].tier < tier and run[p].job_id not in taken
+        ]
         return leaving + rest
 
     def releases(self, cands: list[int]) -> Iterator[Release]:
@@ -151,24 +166,27 @@ def choose_victims(
     chosen = select_counted(ix, view, counts, shape.nmin, shape.nmin, shape.g, None)
     if isinstance(chosen, str):
         return None
-    rank = {p: k for k, p in enumerate(cands)}
+    among = set(cands)
+    me = job.job_id
     if job.exclusive:  # every job on its nodes goes, as for an explicit whole-node request
         picks = list(whole_nodes(ix, chosen.picks))
     else:
         picks = [
-            (i, _prefer_free(ix, i, view.usable(i), _on(victims, rank, i), shape.g))
+            (i, _prefer_free(ix, i, view.usable(i), _on(victims, among, me, i), shape.g))
             for i, _ in chosen.picks
         ]
     run = victims.running
-    hit = {
-        run[p].job_id for i, mask in picks for p, m in victims.on_node(i) if p in rank and m & mask
-    }
-    return picks, [run[p] for p in cands if run[p].job_id in hit]
+    hit = {p for i, mask in picks for p, m in victims.on_node(i) if p in among and m & mask}
+    if victims.unique:  # a job id names one position: the hit ones, in candidate order
+        return picks, [run[p] for p in sorted(hit, key=lambda p: victims.rank(p, me))]
+    ids = {run[p].job_id for p in hit}
+    return picks, [run[p] for p in cands if run[p].job_id in ids]
 
 
-def _on(victims: Victims, rank: dict[int, int], i: int) -> list[int]:
+def _on(victims: Victims, among: set[int], me: int, i: int) -> list[int]:
     """The candidates' masks on node i, in release order (cost rank, then grant order)."""
-    here = [(rank[p], k, m) for k, (p, m) in enumerate(victims.on_node(i)) if p in rank]
+    on = victims.on_node(i)
+    here = [(victims.rank(p, me), k, m) for k, (p, m) in enumerate(on) if p in among]
     here.sort()
     return [m for _, _, m in here]
 

@@ -10,11 +10,14 @@ cost instead of time, picks preemption victims.
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from services.placer.core.index import ClusterIndex
 from services.placer.core.select import CandidateView, IndexView
+
+INSORT_MAX = 64  # releases added one by one into a sorted list; more: sorted on demand
 
 
 class Release(NamedTuple):
@@ -42,8 +45,13 @@ class Future:
         self._promised: dict[int, list[tuple[int, float, float]]] = {}  # node: mask, from, to
 
     def add(self, at: float, picks: Sequence[tuple[int, int]], job_id: int) -> None:
-        self._releases.extend(Release(at, i, m, job_id) for i, m in picks if m)
-        self._sorted = False
+        new = [Release(at, i, m, job_id) for i, m in picks if m]
+        if self._sorted and len(new) <= INSORT_MAX:  # a start in a pass: keep the order
+            for r in new:
+                insort(self._releases, r)
+        else:
+            self._releases.extend(new)
+            self._sorted = False
 
     def releases(self) -> list[Release]:
         if not self._sorted:
