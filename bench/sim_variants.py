@@ -38,12 +38,14 @@ def policy(variant: str) -> str | PolicyConfig:
     for part in variant.split(":"):
         name, _, text = part.partition("=")
         default = getattr(MUSTER_POLICY, name)
-        if isinstance(default, bool):
+        if text == "None":
+            fields[name] = None
+        elif isinstance(default, bool):
             fields[name] = text == "True"
         elif isinstance(default, int) and not isinstance(default, bool):
             fields[name] = int(text)
         else:
-            fields[name] = None if text == "None" else float(text)
+            fields[name] = float(text)
     return msgspec.structs.replace(MUSTER_POLICY, **fields)
 
 

@@ -30,9 +30,8 @@ from services.placer.core import (
     Snapshot,
     order_key,
     place,
-    rank_key,
 )
-from services.placer.core.order import ranked
+from services.placer.core.order import ranked, standing_key
 from services.placer.core.predict import Outcome, Predictor
 from shared.states import NodeState
 from sim.baselines import SLURM, slurm_priority
@@ -105,7 +104,10 @@ class Simulation:
         # the core ranks by score with an age bound (order.py): the queue is kept by
         # score, and by submit time for the aged jobs that go first
         self.ranked = bool(
-            config.service_weight or config.max_wait_s is not None or config.protect_oldest
+            config.service_weight
+            or config.age_weight
+            or config.max_wait_s is not None
+            or config.protect_oldest
         )
         self.by_submit: list[tuple[float, int]] = []
         widest = max((j.gpus for j in workload), default=1)  # the soonest size-scaled bound
@@ -120,7 +122,7 @@ class Simulation:
         req = self.requests[job_id]
         if self.ranked:  # by the core's score, its prediction taken once, at enqueue
             req = self.requests[job_id] = self._with_prediction(req)
-            key: tuple[Any, ...] = rank_key(req, -math.inf, self.config)
+            key: tuple[Any, ...] = standing_key(req, self.config)
             insort(self.by_submit, (req.submitted_at, job_id))
         else:
             key = order_key(req)

@@ -164,6 +164,8 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True):
     # GPU-hours): small jobs first inside each account's fair share (see order.py)
     max_wait_s: float | None = None  # a job waiting this long goes ahead of every
     # younger one of its tier, oldest first: nothing waits unboundedly behind small jobs
+    age_weight: float = 0.0  # score gained per hour waited (linear, uncapped): a wide or
+    # long job climbs past the small ones at this rate instead of all at once at max_wait_s
     pack_small: bool = False  # a one-node job goes to the node with the fewest free GPUs
     # that hold it anywhere, and of those in the leaf with the fewest whole free nodes
     # (select.py: the fragmentation score), so leaves stay whole for gangs

@@ -3,6 +3,7 @@
 Within a tier (high first), jobs are ranked by a multifactor score:
 
     score = priority - service_weight x log2(1 + predicted GPU-hours)
+                     + age_weight x hours waited
 
 `priority` is the fair-share service's (account fair share, age, QOS ...), so the
 service term orders jobs *inside* each account's share; it favours the jobs that free
@@ -13,8 +14,12 @@ has waited `max_wait_s` loses its service term (score = its priority), which put
 ahead of every younger job of equal or lower priority, oldest first, and the first of
 those gets the pass's first booking. It does not jump a clearly higher fair-share
 priority: a queue saturated for days is still served by fair share (a hard jump let an
-under-served account's older backlog take 43% against its 30% share). Requeued jobs
-(a fault or preemption put them back) go first among equals; then submit time and id.
+under-served account's older backlog take 43% against its 30% share). With `age_weight`
+the age term is linear too, Slurm's age factor without its cap: every hour waited adds
+`age_weight` to the score, so a wide or long job climbs past the small ones steadily
+rather than all at once at the bound (the tail is what the linear term bounds best:
+docs/sim-report.md). Requeued jobs (a fault or preemption put them back) go first among
+equals; then submit time and id.
 """
 
 from __future__ import annotations
@@ -71,7 +76,25 @@ def wait_bound(job: JobRequest, config: PolicyConfig) -> float:
 def rank_key(job: JobRequest, now: float, config: PolicyConfig) -> RankKey:
     """Sort key of a pending job at `now`: smaller goes first (see the module doc)."""
     aged = config.max_wait_s is not None and now - job.submitted_at >= wait_bound(job, config)
+    return _key(job, _score(job, now, config, aged=aged))
+
+
+def standing_key(job: JobRequest, config: PolicyConfig) -> RankKey:
+    """`rank_key` before any age bound is reached, in an order that holds at every
+    `now`: the linear age term adds the same to every job per second waited, so it is
+    counted from the epoch (a queue kept sorted by this needs no re-sort as time passes;
+    the aged jobs are the caller's to merge, as `ranked` orders them)."""
+    return _key(job, _score(job, 0.0, config, aged=False))
+
+
+def _score(job: JobRequest, now: float, config: PolicyConfig, *, aged: bool) -> float:
     score = job.priority
     if config.service_weight and not aged:
         score -= config.service_weight * math.log2(1.0 + service_gpu_hours(job, config))
+    if config.age_weight:
+        score += config.age_weight * (now - job.submitted_at) / 3600.0
+    return score
+
+
+def _key(job: JobRequest, score: float) -> RankKey:
     return (-job.tier, -score, not job.requeued, job.submitted_at, job.job_id)
