@@ -10,6 +10,8 @@ randomness: the same input always gives the same plan.
 `prepare(snapshot, now)` builds the index once; `Prepared.plan(pending)` is a full pass
 and `Prepared.place_one(job)` places one more job against what the index holds then
 (the incremental path for a job submitted between passes: O(switches), not O(nodes)).
+Most of a long queue just waits: quick.py answers those plain jobs from pool counts,
+exactly as the full path would, and a pass runs with the garbage collector paused.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from services.placer.core.calendar import Window, inside, off_limits, windows
 from services.placer.core.counted import earliest_counted, select_counted, select_total_counted
+from services.placer.core.gc_pause import gc_paused
 from services.placer.core.index import ROOT, ClusterIndex, Pool
 from services.placer.core.job_pool import Choice, counts_in, job_choices, job_pool
 from services.placer.core.limits import Usage, check, headroom
@@ -73,7 +76,8 @@ def place(
     config: PolicyConfig = DEFAULT_POLICY,
 ) -> Plan:
     """Decide, for every pending job, start now, preempt for it, or wait (and why)."""
-    return prepare(snapshot, now, config).plan(pending)
+    with gc_paused():
+        return prepare(snapshot, now, config).plan(pending)
 
 
 def prepare(snapshot: Snapshot, now: float, config: PolicyConfig = DEFAULT_POLICY) -> Prepared:
@@ -115,13 +119,14 @@ class Prepared:
         preempts: list[Preempt] = []
         waits: list[Wait] = []
         quick, decide = self.quick, self._decide
-        for job in ranked(pending, self.now, self.config):
-            early = None if quick is None else quick(job, preempts)
-            out = decide(job, preempts) if early is None else early
-            if type(out) is Wait:
-                waits.append(out)
-            else:
-                starts.append(out)  # type: ignore[arg-type]
+        with gc_paused():
+            for job in ranked(pending, self.now, self.config):
+                early = None if quick is None else quick(job, preempts)
+                out = decide(job, preempts) if early is None else early
+                if type(out) is Wait:
+                    waits.append(out)
+                else:
+                    starts.append(out)  # type: ignore[arg-type]
         return Plan(starts=tuple(starts), preemptions=tuple(preempts), waits=tuple(waits))
 
     def place_one(self, job: JobRequest) -> Plan:
