@@ -125,7 +125,11 @@ def packed_leaf(ix: ClusterIndex, pool: Pool, g: int) -> int | None:
     a = next((k for k in range(g, width + 1) if top[k] - (top[k + 1] if k < width else 0)), -1)
     if a < 0:
         return None
-    if a < width:  # leaves with a node of exactly `a` free GPUs
+    exact = pool.buckets[a]  # the pool's nodes with exactly `a` free GPUs
+    if len(exact) < len(ix.leaves):  # their leaves, found from the nodes
+        leaf_of = ix.leaf_of
+        return min((ge[leaf][width], leaf) for leaf in {leaf_of[i] for i in exact})[1]
+    if a < width:  # the leaves holding one, found from the leaves' counts
         fits = [(ge[leaf][width], leaf) for leaf in ix.leaves if ge[leaf][a] > ge[leaf][a + 1]]
     else:
         fits = [(ge[leaf][width], leaf) for leaf in ix.leaves if ge[leaf][a] > 0]

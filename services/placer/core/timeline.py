@@ -41,7 +41,7 @@ class Future:
     def __init__(self, ix: ClusterIndex) -> None:
         self.ix = ix
         self._releases: list[Release] = []
-        self._sorted = True
+        self._sorted = False  # sorted on the first ask; small adds after keep it so
         self._promised: dict[int, list[tuple[int, float, float]]] = {}  # node: mask, from, to
 
     def add(self, at: float, picks: Sequence[tuple[int, int]], job_id: int) -> None:
