@@ -113,6 +113,7 @@ class Skeleton:
             self.chain.append(tuple(chain))
         self.levels = self._levels()
         self._under: dict[int, list[int]] = {}  # domain: its nodes, made when first asked
+        self._members: dict[PoolKey, Members] = {}
         self.leaves = sorted(set(self.leaf_of))
         self.widest_leaf = max((len(self.direct[d]) for d in self.leaves), default=0)
 
@@ -130,6 +131,13 @@ class Skeleton:
         if up >= 0:
             self.kids[up].append(d)
         return d
+
+    def members(self, key: PoolKey) -> Members:
+        """The nodes a pool key admits, whatever their state now (cached)."""
+        found = self._members.get(key)
+        if found is None:
+            found = self._members[key] = Members(self, key)
+        return found
 
     def nodes_under(self, d: int) -> list[int]:
         """The nodes of domain d (those with d on their chain), in node order."""
@@ -151,6 +159,36 @@ class Skeleton:
             for level in range(deepest, 0, -1)
         ]
         return [level for level in levels if level]
+
+
+class Members:
+    """The nodes of one pool key on one skeleton: what does not change with the load."""
+
+    __slots__ = ("facts", "nodes")
+
+    def __init__(self, sk: Skeleton, key: PoolKey) -> None:
+        partition, model, constraint, multi_node = key
+        wanted = parse_constraint(constraint) if constraint else None
+        member = bytearray(len(sk.nodes))
+        nodes: list[int] = []
+        up = widest = gpus = 0
+        for i, n in enumerate(sk.nodes):
+            if n.partitions and partition not in n.partitions:
+                continue
+            if model is not None and not gpu_matches(model, sk.model[i], sk.gpu_type[i]):
+                continue
+            if wanted is not None and not node_fits(n.features, wanted):
+                continue
+            if multi_node and n.multi_node_excluded:
+                continue  # its fabric carries no collectives now (placer/core/fabric.py)
+            member[i] = 1
+            nodes.append(i)
+            up += n.state is NodeState.UP
+            widest = max(widest, sk.healthy[i].bit_count())
+            gpus += sk.healthy[i].bit_count()
+        self.nodes = nodes
+        # Pool's member (shared, read only), size, up, widest and gpus
+        self.facts = (member, len(nodes), up, widest, gpus)
 
 
 @lru_cache(maxsize=256)
@@ -193,6 +231,7 @@ class ClusterIndex:
         self.leaves = sk.leaves
         self.widest_leaf = sk.widest_leaf
         self.under = sk.nodes_under
+        self.members = sk.members
         self.free = list(sk.healthy)
         self.jobs_on = [0] * len(self.nodes)
         self.avail = [
@@ -228,28 +267,16 @@ class ClusterIndex:
         return found
 
     def _new_pool(self, key: PoolKey) -> Pool:
-        partition, model, constraint, multi_node = key
         pool = Pool(key, len(self.nodes), len(self.domain_name), self.width)
-        wanted = parse_constraint(constraint) if constraint else None
-        for i, n in enumerate(self.nodes):
-            if n.partitions and partition not in n.partitions:
-                continue
-            if model is not None and not gpu_matches(model, self.model[i], self.gpu_type[i]):
-                continue
-            if wanted is not None and not node_fits(n.features, wanted):
-                continue
-            if multi_node and n.multi_node_excluded:
-                continue  # its fabric carries no collectives now (placer/core/fabric.py)
-            pool.member[i] = 1
-            pool.size += 1
-            pool.up += n.state is NodeState.UP
-            pool.widest = max(pool.widest, self.healthy[i].bit_count())
-            pool.gpus += self.healthy[i].bit_count()
-            a = self.avail[i]
+        members = self.members(key)
+        pool.member, pool.size, pool.up, pool.widest, pool.gpus = members.facts
+        avail, chain, buckets, ge = self.avail, self.chain, pool.buckets, pool.ge
+        for i in members.nodes:
+            a = avail[i]
             if a >= 0:
-                pool.buckets[a].append(i)
-                for d in self.chain[i]:
-                    pool.ge[d][a] += 1  # a histogram for now, summed from the top below
+                buckets[a].append(i)
+                for d in chain[i]:
+                    ge[d][a] += 1  # a histogram for now, summed from the top below
         for row in pool.ge:
             for k in range(self.width - 1, -1, -1):
                 row[k] += row[k + 1]
