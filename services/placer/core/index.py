@@ -241,15 +241,22 @@ class ClusterIndex:
         self._mark_running(snapshot)
 
     def _mark_running(self, snapshot: Snapshot) -> None:
+        """Take the running jobs' GPUs; `running_gpus[k]`: running job k's (node id, mask) pairs."""
+        self.running_gpus: list[list[tuple[int, int]]] = []
+        id_of, free, avail, jobs_on = self.id_of, self.free, self.avail, self.jobs_on
         for job in snapshot.running:
+            picks = []
             for grant in job.grants:
-                i = self.id_of.get(grant.node)
+                i = id_of.get(grant.node)
                 if i is None:
-                    continue
-                self.jobs_on[i] += 1
-                self.free[i] &= ~self.mask_of(i, grant.gpus)
-                if self.avail[i] >= 0:
-                    self.avail[i] = -1 if job.exclusive else self.free[i].bit_count()
+                    continue  # a node gone from the snapshot holds nothing
+                mask = self.mask_of(i, grant.gpus)
+                picks.append((i, mask))
+                jobs_on[i] += 1
+                free[i] &= ~mask
+                if avail[i] >= 0:
+                    avail[i] = -1 if job.exclusive else free[i].bit_count()
+            self.running_gpus.append(picks)
 
     # --- pools ----------------------------------------------------------------------------
 

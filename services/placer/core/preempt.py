@@ -32,11 +32,7 @@ class Victims:
 
     def __init__(self, ix: ClusterIndex, running: Sequence[Running], now: float) -> None:
         self.running = running
-        id_of, mask_of = ix.id_of, ix.mask_of
-        self.picks: list[Picks] = [
-            [(id_of[g.node], mask_of(id_of[g.node], g.gpus)) for g in r.grants if g.node in id_of]
-            for r in running
-        ]
+        self.picks: list[Picks] = ix.running_gpus  # as the index took them
         self._on_node: dict[int, list[tuple[int, int]]] | None = None
         self._now = now
         self._order: list[int] | None = None

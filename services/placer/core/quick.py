@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from services.placer.core.place import Prepared
 
 NOT_TESTED = "beyond max_job_test this pass"
+# the members, looked up once (an enum member read through its class costs a lookup)
+_NOT_TESTED, _PRIORITY, _RESOURCES = Waiting.NOT_TESTED, Waiting.PRIORITY, Waiting.RESOURCES
 
 # (partition, GPU model, multi_node, nodes_min, nodes_max, gpus_per_node, gpus_total,
 # a time limit of 1 s at least): all that precheck and shape_of read of a plain job
@@ -103,7 +105,7 @@ class Quick:
             return Wait(job_id=job.job_id, reason=e.early[0], detail=e.early[1])
         cfg = self.cfg
         if prep.tested >= cfg.max_job_test:
-            return Wait(job_id=job.job_id, reason=Waiting.NOT_TESTED, detail=NOT_TESTED)
+            return Wait(job_id=job.job_id, reason=_NOT_TESTED, detail=NOT_TESTED)
         if e.total:  # select_total finds too few GPUs even with every booking's lent
             if sum(e.row) - e.row[0] + prep.held_gpus >= e.total:
                 return None
@@ -116,7 +118,7 @@ class Quick:
             return prep.blocked(job, e.pool, shape_of(job, prep.ix), NO_ROOM, preempts)
         if prep.blocked_by is None:
             prep.blocked_by = job.job_id
-            return Wait(job_id=job.job_id, reason=Waiting.RESOURCES)
+            return Wait(job_id=job.job_id, reason=_RESOURCES)
         if self.behind[0] != prep.blocked_by:
             self.behind = (prep.blocked_by, f"behind job {prep.blocked_by}")
-        return Wait(job_id=job.job_id, reason=Waiting.PRIORITY, detail=self.behind[1])
+        return Wait(job_id=job.job_id, reason=_PRIORITY, detail=self.behind[1])
