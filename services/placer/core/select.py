@@ -140,9 +140,10 @@ def _choose_domain(ix: ClusterIndex, view: View, n: int, g: int) -> int:
     if type(view) is IndexView and g < len(view.pool.ge[ROOT]):  # the counts, read direct
         ge = view.pool.ge
         for level in ix.levels:
-            fits = [(c, k) for k, d in enumerate(level) if (c := ge[d][g]) >= n]
-            if fits:
-                return level[min(fits)[1]]  # the tightest, the first of equals
+            col = [ge[d][g] for d in level]
+            tight = min((c for c in col if c >= n), default=-1)
+            if tight >= 0:
+                return level[col.index(tight)]  # the tightest, the first of equals
         return ROOT
     for level in ix.levels:
         best = -1
