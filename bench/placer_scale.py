@@ -7,7 +7,9 @@ counts and runtimes are drawn from the Acme (Kalos) trace, then times:
 - full pass: place(snapshot, pending, now) with backfill, bookings and preemption checks,
   index build included: best of --repeat (the node skeleton is cached after the first:
   `full_pass_cold_s` is the first), and once with max_job_test unlimited;
-- one job: Prepared.place_one(job) on a prepared busy cluster (the incremental path).
+- one job: Prepared.place_one(job) on a prepared busy cluster (the incremental path);
+- the queue order alone (order.ranked, predictions included): `rank_s`, the part of a
+  pass that is the same for every job whatever the cluster holds.
 
 Prints figures, then ONE JSON line. Usage:
     .venv/bin/python bench/placer_scale.py [--nodes 10000] [--pending 50000] [--busy 0.7]
@@ -41,6 +43,7 @@ from services.placer.core import (
     Snapshot,
     place,
 )
+from services.placer.core.order import ranked
 from services.placer.core.place import prepare
 from sim.traces import TracesMissing, traces_root
 
@@ -167,6 +170,11 @@ def main() -> None:
     full = place(snap, pending, now=T0, config=unlimited)
     unlimited_s = time.perf_counter() - t
     assert plan is not None
+    ranks = []
+    for _ in range(args.repeat):
+        t = time.perf_counter()
+        ranked(pending, T0, unlimited)
+        ranks.append(time.perf_counter() - t)
     t = time.perf_counter()
     prep = prepare(snap, T0, default)
     prepare_s = time.perf_counter() - t
@@ -189,6 +197,7 @@ def main() -> None:
         "full_pass_cold_s": round(passes[0], 3),  # includes building the node skeleton
         "full_pass_unlimited_s": round(unlimited_s, 3),
         "prepare_s": round(prepare_s, 3),
+        "rank_s": round(min(ranks), 3),
         "one_job_ms": round(statistics.median(one) * 1000, 3),
         "one_job_p99_ms": round(sorted(one)[int(len(one) * 0.99) - 1] * 1000, 3),
         "starts": len(plan.starts),
