@@ -42,35 +42,38 @@ _NOT_TESTED, _PRIORITY, _RESOURCES = Waiting.NOT_TESTED, Waiting.PRIORITY, Waiti
 Key = tuple[str, str | None, bool, int, int, int, int | None, bool]
 
 
-class Entry:
-    """What one key fixes: the pool, the precheck's answer, and the shape's counts."""
+# (the precheck's answer, the pool, its count row: pool nodes with >= k GPUs free, kept
+# up to date by the index; a GPU total over several nodes or 0, then the shape's g and
+# nmin, g -1 when no node has that many)
+Entry = tuple[tuple[Waiting, str] | None, Pool, list[int], int, int, int]
 
-    __slots__ = ("early", "g", "nmin", "pool", "row", "total")
 
-    def __init__(self, prep: Prepared, job: JobRequest) -> None:
-        ix = prep.ix
-        self.early = precheck(ix, job)  # the full prechecks, as _decide runs them
-        self.pool: Pool = job_pool(ix, job)
-        self.row = self.pool.ge[ROOT]  # pool nodes with >= k GPUs free, kept up to date
-        self.total = 0  # a GPU total over several nodes: GPUs, else 0
-        total = job.gpus_total
-        if total is not None and job.gpus_per_node == 0 and total > 0:
-            if total > max(ix.width, 1):  # shape_of spreads it over nodes
-                self.total, self.g, self.nmin = total, 1, 1
-            else:  # one node holds it: a plain single-node shape
-                self.g, self.nmin = total, 1
-        else:
-            self.g, self.nmin = job.gpus_per_node, job.nodes_min
-        if self.g > ix.width:
-            self.g = -1  # no node has that many: no room without a walk (row[-1] unused)
+def entry(prep: Prepared, job: JobRequest) -> Entry:
+    """What one key fixes, from the full prechecks as _decide runs them."""
+    ix = prep.ix
+    early = precheck(ix, job)
+    pool = job_pool(ix, job)
+    total = job.gpus_total
+    if total is not None and job.gpus_per_node == 0 and total > 0:
+        if total > max(ix.width, 1):  # shape_of spreads it over nodes
+            return early, pool, pool.ge[ROOT], total, 1, 1
+        g, nmin = total, 1  # one node holds it: a plain single-node shape
+    else:
+        g, nmin = job.gpus_per_node, job.nodes_min
+    return early, pool, pool.ge[ROOT], 0, g if g <= ix.width else -1, nmin
 
 
 class Quick:
     """The quick answers of one prepared cluster (see the module doc)."""
 
+    __slots__ = ("behind", "book", "depth", "entries", "max_test", "most", "preempt", "prep")
+
     def __init__(self, prep: Prepared) -> None:
         self.prep = prep
-        self.cfg = prep.config
+        cfg = prep.config
+        self.max_test = cfg.max_job_test
+        self.preempt, self.most = cfg.preemption, cfg.max_preemptors
+        self.book, self.depth = cfg.backfill, cfg.reservation_depth
         self.entries: dict[Key, Entry] = {}
         self.behind: tuple[int | None, str] = (None, "")  # the first blocked job, its words
 
@@ -100,22 +103,22 @@ class Quick:
         prep = self.prep
         e = self.entries.get(key)
         if e is None:
-            e = self.entries[key] = Entry(prep, job)
-        if e.early is not None:
-            return Wait(job_id=job.job_id, reason=e.early[0], detail=e.early[1])
-        cfg = self.cfg
-        if prep.tested >= cfg.max_job_test:
+            e = self.entries[key] = entry(prep, job)
+        early, pool, row, total, g, nmin = e
+        if early is not None:
+            return Wait(job_id=job.job_id, reason=early[0], detail=early[1])
+        if prep.tested >= self.max_test:
             return Wait(job_id=job.job_id, reason=_NOT_TESTED, detail=NOT_TESTED)
-        if e.total:  # select_total finds too few GPUs even with every booking's lent
-            if sum(e.row) - e.row[0] + prep.held_gpus >= e.total:
+        if total:  # select_total finds too few GPUs even with every booking's lent
+            if sum(row) - row[0] + prep.held_gpus >= total:
                 return None
-        elif (e.row[e.g] if e.g >= 0 else 0) + prep.held_nodes >= e.nmin:
+        elif (row[g] if g >= 0 else 0) + prep.held_nodes >= nmin:
             return None  # _try_start's first test passes: there may be room
         prep.tested += 1
-        if (job.can_preempt and cfg.preemption and prep.preemptors < cfg.max_preemptors) or (
-            cfg.backfill and len(prep.bookings) < cfg.reservation_depth
+        if (job.can_preempt and self.preempt and prep.preemptors < self.most) or (
+            self.book and len(prep.bookings) < self.depth
         ):
-            return prep.blocked(job, e.pool, shape_of(job, prep.ix), NO_ROOM, preempts)
+            return prep.blocked(job, pool, shape_of(job, prep.ix), NO_ROOM, preempts)
         if prep.blocked_by is None:
             prep.blocked_by = job.job_id
             return Wait(job_id=job.job_id, reason=_RESOURCES)
