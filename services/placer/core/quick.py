@@ -2,22 +2,25 @@
 
 Most of a long queue waits: the cluster has no room for it now, and the pass has no
 booking or preemption left to give it. For a *plain* job (no `--constraint`, node list,
-reservation, exclusivity, no limits or windows in the snapshot, not `strict_order`) the
-full path in place.py reaches "no room" from counts alone. `quick` answers from the same
+reservation, exclusivity; no limits or windows in the snapshot, not `strict_order`) the
+full path in place.py reaches "no room" from counts alone. `Quick` answers from the same
 counts, without walking nodes, the very Wait the full path would give, or None to say
 "take the full path":
 
-- the prechecks depend on a handful of the job's fields and on pool facts fixed for the
-  prepared cluster: they are cached per key (`precheck_key`);
+- the prechecks read a handful of the job's fields (`Key`) and pool facts fixed for the
+  prepared cluster: they are cached per key, with the pool and the shape's counts;
 - a gang of nmin nodes of g GPUs has no room when the pool has fewer than nmin nodes
   with g free even counting every node a booking holds (the first test of
   `Prepared._try_start`, which returns "no room" then);
 - a GPU total wider than a node has no room when the pool's free GPUs and every GPU a
-  booking holds fall short of it (select_total would find too few);
+  booking holds fall short of it (select_total, even with every booking's GPUs lent,
+  would find too few; lending and taking back leaves the index as it was);
 
 and then, when the job may not preempt and no booking is left for it, the wait is
 RESOURCES for the first blocked job of the pass, PRIORITY behind it for the rest, as
-`Prepared._blocked` says. Anything else goes the full way.
+`Prepared.blocked` says; otherwise `Prepared.blocked` itself answers. The full path
+changes nothing on its way to "no room", so neither does this one. Anything else goes
+the full way.
 """
 
 from __future__ import annotations
