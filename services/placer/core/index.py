@@ -19,7 +19,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from functools import lru_cache
 
-from services.placer.core.model import Node, Snapshot
+from services.placer.core.model import Grant, Node, Snapshot
 from shared.constraint import Constraint, Term, node_fits, parse
 from shared.gpu_types import gpu_matches, type_of
 from shared.states import NodeState
@@ -113,6 +113,12 @@ class Skeleton:
             self.chain.append(tuple(chain))
         self.levels = self._levels()
         self._under: dict[int, list[int]] = {}  # domain: its nodes, made when first asked
+        # free GPUs a node takes work on, with nothing running (-1: it takes none)
+        self.avail = [
+            h.bit_count() if u else -1 for h, u in zip(self.healthy, self.up, strict=True)
+        ]
+        # a running job's grant: (node id, GPU mask), None for a node not here (see `taken`)
+        self.grants: dict[Grant, tuple[int, int] | None] = {}
         self._members: dict[PoolKey, Members] = {}
         self.leaves = sorted(set(self.leaf_of))
         self.widest_leaf = max((len(self.direct[d]) for d in self.leaves), default=0)
@@ -234,24 +240,23 @@ class ClusterIndex:
         self.members = sk.members
         self.free = list(sk.healthy)
         self.jobs_on = [0] * len(self.nodes)
-        self.avail = [
-            h.bit_count() if u else -1 for h, u in zip(self.healthy, self.up, strict=True)
-        ]
+        self.avail = list(sk.avail)
         self.pools: dict[PoolKey, Pool] = {}
+        self._grants = sk.grants
         self._mark_running(snapshot)
 
     def _mark_running(self, snapshot: Snapshot) -> None:
         """Take the running jobs' GPUs; `running_gpus[k]`: running job k's (node id, mask) pairs."""
         self.running_gpus: list[list[tuple[int, int]]] = []
-        id_of, free, avail, jobs_on = self.id_of, self.free, self.avail, self.jobs_on
+        free, avail, jobs_on, taken = self.free, self.avail, self.jobs_on, self.taken
         for job in snapshot.running:
             picks = []
             for grant in job.grants:
-                i = id_of.get(grant.node)
-                if i is None:
+                got = taken(grant)
+                if got is None:
                     continue  # a node gone from the snapshot holds nothing
-                mask = self.mask_of(i, grant.gpus)
-                picks.append((i, mask))
+                i, mask = got
+                picks.append(got)
                 jobs_on[i] += 1
                 free[i] &= ~mask
                 if avail[i] >= 0:
@@ -293,6 +298,25 @@ class ClusterIndex:
         return [p for p in self.pools.values() if p.member[i]]
 
     # --- changes --------------------------------------------------------------------------
+
+    def taken(self, grant: Grant) -> tuple[int, int] | None:
+        """A grant's (node id, GPU mask), kept with the skeleton: passes over the same
+        nodes see mostly the same running jobs."""
+        grants = self._grants
+        try:
+            return grants[grant]
+        except KeyError:
+            pass
+        except TypeError:  # GPU indexes built as a list, not a tuple: not kept
+            return self._taken(grant)
+        if len(grants) >= 262_144:
+            grants.clear()
+        got = grants[grant] = self._taken(grant)
+        return got
+
+    def _taken(self, grant: Grant) -> tuple[int, int] | None:
+        i = self.id_of.get(grant.node)
+        return None if i is None else (i, self.mask_of(i, tuple(grant.gpus)))
 
     def mask_of(self, i: int, gpu_indexes: tuple[int, ...]) -> int:
         if self.plain_bits[i]:
