@@ -47,7 +47,7 @@ from services.placer.core.select import (
     Chosen,
     IndexView,
 )
-from services.placer.core.shape import Shape, precheck, shape_of
+from services.placer.core.shape import Shape, counted_shape, precheck, shape_of, within_limits
 from services.placer.core.timeline import (
     Booking,
     Future,
@@ -151,20 +151,20 @@ class Prepared:
             over = check(self.snapshot.limits, self.usage, job, shape.gpus)
             if over is not None:
                 return self._wait(job, over[0], over[1])
-            shape = _within_limits(shape, headroom(self.snapshot.limits, self.usage, job))
+            shape = within_limits(shape, headroom(self.snapshot.limits, self.usage, job))
         if self.tested >= self.config.max_job_test:
             return self._wait(job, Waiting.NOT_TESTED, "beyond max_job_test this pass")
         self.tested += 1
         first: Start | Wait | str | None = None
         for choice in job_choices(self.ix, job):  # one per [..] alternative, else one
-            got = self._try_start(job, choice.pool, _counted_shape(shape, job, self.ix, choice))
+            got = self._try_start(job, choice.pool, counted_shape(shape, job, self.ix, choice))
             if isinstance(got, Start):
                 return got
             first = got if first is None else first
         if isinstance(first, Wait):
             return first
         pool = job_pool(self.ix, job)
-        shape = _counted_shape(shape, job, self.ix, Choice(pool, counts_in(self.ix, job, pool)))
+        shape = counted_shape(shape, job, self.ix, Choice(pool, counts_in(self.ix, job, pool)))
         return self.blocked(job, pool, shape, str(first), preempts)
 
     def _runtime(self, job: JobRequest) -> int:
@@ -455,20 +455,6 @@ class Prepared:
                 )
         names = ", ".join(str(v.job_id) for v in victims)
         return self._wait(job, Waiting.PREEMPTING, f"waiting for {names} to exit", self.now + grace)
-
-
-def _counted_shape(shape: Shape, job: JobRequest, ix: ClusterIndex, choice: Choice) -> Shape:
-    """A GPU total's shape in one choice: spread over as many nodes as its counts need."""
-    if not choice.counts or job.gpus_total is None or job.gpus_per_node != 0:
-        return shape
-    return shape_of(job, ix, choice.counts)
-
-
-def _within_limits(shape: Shape, room: int | None) -> Shape:
-    """An elastic gang grows only as far as the tightest GPU cap allows."""
-    if room is None or shape.g <= 0 or shape.total is not None:
-        return shape
-    return shape._replace(nmax=max(shape.nmin, min(shape.nmax, room // shape.g)))
 
 
 def _gpus(held: tuple[tuple[int, int], ...]) -> int:

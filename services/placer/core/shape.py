@@ -137,3 +137,17 @@ def _can_meet(ix: ClusterIndex, choice: Choice, nodes: int) -> bool:
         enough = len(members) >= max(nodes, nodes_needed(counts))
         known = pool.together[(counts, nodes)] = enough and meets(ix, members, counts)
     return known
+
+
+def counted_shape(shape: Shape, job: JobRequest, ix: ClusterIndex, choice: Choice) -> Shape:
+    """A GPU total's shape in one choice: spread over as many nodes as its counts need."""
+    if not choice.counts or job.gpus_total is None or job.gpus_per_node != 0:
+        return shape
+    return shape_of(job, ix, choice.counts)
+
+
+def within_limits(shape: Shape, room: int | None) -> Shape:
+    """An elastic gang grows only as far as the tightest GPU cap allows."""
+    if room is None or shape.g <= 0 or shape.total is not None:
+        return shape
+    return shape._replace(nmax=max(shape.nmin, min(shape.nmax, room // shape.g)))
