@@ -8,8 +8,8 @@ counts and runtimes are drawn from the Acme (Kalos) trace, then times:
   index build included: best of --repeat (the node skeleton is cached after the first:
   `full_pass_cold_s` is the first), and once with max_job_test unlimited;
 - one job: Prepared.place_one(job) on a prepared busy cluster (the incremental path);
-- the queue order alone (order.ranked, predictions included): `rank_s`, the part of a
-  pass that is the same for every job whatever the cluster holds.
+- the queue order alone (order.ranked, predictions included, the collector paused as in
+  a pass): `rank_s`, the part of a pass that is the same whatever the cluster holds.
 
 Prints figures, then ONE JSON line. Usage:
     .venv/bin/python bench/placer_scale.py [--nodes 10000] [--pending 50000] [--busy 0.7]
@@ -43,6 +43,7 @@ from services.placer.core import (
     Snapshot,
     place,
 )
+from services.placer.core.gc_pause import gc_paused
 from services.placer.core.order import ranked
 from services.placer.core.place import prepare
 from sim.traces import TracesMissing, traces_root
@@ -172,9 +173,10 @@ def main() -> None:
     assert plan is not None
     ranks = []
     for _ in range(args.repeat):
-        t = time.perf_counter()
-        ranked(pending, T0, unlimited)
-        ranks.append(time.perf_counter() - t)
+        with gc_paused():  # as inside a pass
+            t = time.perf_counter()
+            ranked(pending, T0, unlimited)
+            ranks.append(time.perf_counter() - t)
     t = time.perf_counter()
     prep = prepare(snap, T0, default)
     prepare_s = time.perf_counter() - t
