@@ -8,6 +8,7 @@ table of situations, then random worlds with the fast path switched off.
 
 from __future__ import annotations
 
+import gc
 import random
 from typing import Any
 
@@ -26,8 +27,10 @@ from services.placer.core import (
     Snapshot,
     Wait,
     Waiting,
+    place,
     prepare,
 )
+from services.placer.core.gc_pause import gc_paused
 from services.placer.core.preempt import candidates
 from services.placer.core.select import CandidateView, IndexView, select_total
 from tests.unit.placer.helpers import T0, gang, grant, leafy, running, snapshot, whole
@@ -215,3 +218,23 @@ def test_a_gpu_total_on_the_live_index_lays_out_as_on_an_explicit_view(seed: int
     for total in range(1, 60, 3):
         for cap in (1, 2, 4, 100):
             assert select_total(ix, live, total, cap) == select_total(ix, explicit, total, cap)
+
+
+def test_a_pass_leaves_the_garbage_collector_as_it_found_it() -> None:
+    jobs = [gang(1, nodes=5, gpus_per_node=8)]
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            if enabled:
+                gc.enable()
+            else:
+                gc.disable()
+            with gc_paused():
+                assert not gc.isenabled()
+            place(BUSY, jobs, now=T0)
+            assert gc.isenabled() is enabled
+    finally:
+        if was:
+            gc.enable()
+        else:
+            gc.disable()
