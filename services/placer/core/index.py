@@ -376,7 +376,12 @@ class ClusterIndex:
             if new >= 0:
                 insort(pool.buckets[new], i)
             lo, hi, step = (old + 1, new + 1, 1) if new > old else (new + 1, old + 1, -1)
+            ge = pool.ge
+            if hi - lo == 1:  # one GPU more or less: one count per domain
+                for d in chain:
+                    ge[d][lo] += step
+                continue
             for d in chain:
-                row = pool.ge[d]
+                row = ge[d]
                 for k in range(lo, hi):
                     row[k] += step

@@ -158,7 +158,11 @@ def _choose_domain(ix: ClusterIndex, view: View, n: int, g: int) -> int:
 
 
 def _take_nodes(ix: ClusterIndex, view: View, d: int, n: int, g: int) -> list[int]:
-    kids = [(view.count(k, g), k) for k in ix.kids[d]]
+    if type(view) is IndexView and g < len(view.pool.ge[ROOT]):  # the counts, read direct
+        ge = view.pool.ge
+        kids = [(ge[k][g], k) for k in ix.kids[d]]
+    else:
+        kids = [(view.count(k, g), k) for k in ix.kids[d]]
     kids = sorted(((c, k) for c, k in kids if c > 0), key=lambda ck: (-ck[0], ck[1]))
     fitting = [ck for ck in kids if ck[0] >= n]
     if fitting:
