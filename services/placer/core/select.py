@@ -11,7 +11,7 @@ kept up to date), `CandidateView` is an explicit map (filtered nodes, future sta
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import msgspec
 
@@ -137,23 +137,22 @@ def packed_leaf(ix: ClusterIndex, pool: Pool, g: int) -> int | None:
 
 
 def _choose_domain(ix: ClusterIndex, view: View, n: int, g: int) -> int:
-    if type(view) is IndexView and g < len(view.pool.ge[ROOT]):  # the counts, read direct
+    """The tightest domain of the lowest level with n nodes of g GPUs (the first of
+    equals), else the root. The counts are read straight from the view."""
+    column: Callable[[list[int]], list[int]]
+    if isinstance(view, CandidateView):
+        counts = view.counts
+        column = lambda level: [counts.get(d, 0) for d in level]  # noqa: E731
+    elif g < len(view.pool.ge[ROOT]):
         ge = view.pool.ge
-        for level in ix.levels:
-            col = [ge[d][g] for d in level]
-            tight = min((c for c in col if c >= n), default=-1)
-            if tight >= 0:
-                return level[col.index(tight)]  # the tightest, the first of equals
-        return ROOT
+        column = lambda level: [ge[d][g] for d in level]  # noqa: E731
+    else:
+        column = lambda level: [view.count(d, g) for d in level]  # noqa: E731
     for level in ix.levels:
-        best = -1
-        best_count = 0
-        for d in level:
-            c = view.count(d, g)
-            if c >= n and (best < 0 or c < best_count):
-                best, best_count = d, c
-        if best >= 0:
-            return best
+        col = column(level)
+        tight = min((c for c in col if c >= n), default=-1)
+        if tight >= 0:
+            return level[col.index(tight)]
     return ROOT
 
 
