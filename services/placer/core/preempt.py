@@ -39,7 +39,8 @@ class Victims:
         self._rank: dict[int, int] = {}  # position: its place in `order`
         self._free_below: dict[int, list[int]] = {}  # tier: `order` below it, not leaving
         self._leaving: dict[int, list[int]] = {}  # preemptor: `order` leaving for it
-        self.unique = len({r.job_id for r in running}) == len(running)
+        self.ids = [r.job_id for r in running]
+        self.unique = len(set(self.ids)) == len(running)
 
     def on_node(self, i: int) -> list[tuple[int, int]]:
         """(position, mask) of the running jobs' GPUs on node i, in running order."""
@@ -90,7 +91,8 @@ class Victims:
             below = self._free_below[tier] = [
                 p for p in order if run[p].tier < tier and run[p].preempted_by is None
             ]
-        rest = [p for p in below if run[p].job_id not in taken] if taken else list(below)
+        ids = self.ids
+        rest = [p for p in below if ids[p] not in taken] if taken else list(below)
         leaving = [  # already leaving for this job: free of cost
             p
             for p in self._leaving.get(job.job_id, ())
