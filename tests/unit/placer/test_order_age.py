@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from services.placer.core import JobRequest, PolicyConfig, rank_key
-from services.placer.core.order import standing_key
+from services.placer.core.order import _keyer, standing_key
 from tests.unit.placer.helpers import T0, gang
 
 H = 3600.0
@@ -94,3 +94,26 @@ def test_standing_key_orders_as_rank_key_at_every_now(seed: int, later_h: float)
     by_rank = sorted(jobs, key=lambda j: rank_key(j, now, LINEAR))
     by_standing = sorted(jobs, key=lambda j: standing_key(j, LINEAR))
     assert [j.job_id for j in by_rank] == [j.job_id for j in by_standing]
+
+
+KEYER_CONFIGS = [
+    PolicyConfig(),
+    LINEAR,
+    msgspec.structs.replace(LINEAR, max_wait_s=20 * H, age_ref_gpus=8),
+    msgspec.structs.replace(LINEAR, use_predictions=False, max_wait_s=10 * H),
+]
+
+
+@pytest.mark.parametrize("config", KEYER_CONFIGS)
+@pytest.mark.parametrize("seed", range(3))
+def test_the_pass_key_is_rank_key(config: PolicyConfig, seed: int) -> None:
+    """`ranked` sorts by a flattened copy of `rank_key`: the same tuple for every job."""
+    jobs = random_jobs(seed)
+    rng = random.Random(seed)
+    jobs += [
+        msgspec.structs.replace(j, predicted_s=rng.choice((30, 900, 200_000)), requeued=True)
+        for j in jobs[:20]
+    ]
+    jobs.append(gang(99, gpus_per_node=0, gpus_total=12, submitted_at=T0 - 25 * H))
+    key = _keyer(T0, config)
+    assert [key(j) for j in jobs] == [rank_key(j, T0, config) for j in jobs]
