@@ -38,10 +38,10 @@ CASES = {
         ],
         [2, 1],
     ),
-    "aged jobs among themselves: by priority, then oldest first": (
+    "aged jobs among themselves: by priority and age, without the size": (
         [
             gang(1, nodes=2, gpus_per_node=8, submitted_at=T0 - 9 * DAY),
-            gang(2, gpus_per_node=1, submitted_at=T0 - 8 * DAY, priority=5.0),
+            gang(2, gpus_per_node=1, submitted_at=T0 - 8 * DAY, priority=50.0),
             gang(3, gpus_per_node=1, submitted_at=T0 - 10 * DAY),
         ],
         [2, 3, 1],

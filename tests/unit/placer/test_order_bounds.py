@@ -1,5 +1,6 @@
 """Table tests of the size-scaled age bound (order.py: wait_bound) and the protected
-oldest head (order.py: ranked), both options off in MUSTER_POLICY."""
+oldest head (order.py: ranked), both options off in MUSTER_POLICY, measured over the
+step bound alone (STEP: the default before the linear age term)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from services.placer.core.order import ranked, wait_bound
 from tests.unit.placer.helpers import T0, gang
 
 H = 3600.0
-SCALED = msgspec.structs.replace(MUSTER_POLICY, age_ref_gpus=8)
+STEP = PolicyConfig(service_weight=10.0, max_wait_s=72 * H, pack_small=True)
+SCALED = msgspec.structs.replace(STEP, age_ref_gpus=8)
 HEAD = msgspec.structs.replace(MUSTER_POLICY, protect_oldest=True)
 
 BOUNDS = {
-    "no reference size: every job waits max_wait_s": (gang(1, 8, 8), MUSTER_POLICY, 72 * H),
+    "no reference size: every job waits max_wait_s": (gang(1, 8, 8), STEP, 72 * H),
     "up to the reference size: max_wait_s": (gang(1, 1, 8), SCALED, 72 * H),
     "8 times the reference size: an eighth of it": (gang(1, 8, 8), SCALED, 9 * H),
     "no max_wait_s: no bound": (gang(1, 8, 8), PolicyConfig(age_ref_gpus=8), float("inf")),
