@@ -19,7 +19,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from functools import lru_cache
 
-from services.placer.core.model import Grant, Node, Snapshot
+from services.placer.core.model import Grant, Node, Running, Snapshot
 from shared.constraint import Constraint, Term, node_fits, parse
 from shared.gpu_types import gpu_matches, type_of
 from shared.states import NodeState
@@ -120,6 +120,7 @@ class Skeleton:
         # a running job's grant: (node id, GPU mask), None for a node not here (see `taken`)
         self.grants: dict[Grant, tuple[int, int] | None] = {}
         self._members: dict[PoolKey, Members] = {}
+        self.marked: Marked | None = None  # the last pass's running jobs, marked
         self.leaves = sorted(set(self.leaf_of))
         self.widest_leaf = max((len(self.direct[d]) for d in self.leaves), default=0)
 
@@ -238,30 +239,27 @@ class ClusterIndex:
         self.widest_leaf = sk.widest_leaf
         self.under = sk.nodes_under
         self.members = sk.members
-        self.free = list(sk.healthy)
-        self.jobs_on = [0] * len(self.nodes)
-        self.avail = list(sk.avail)
+        self._sk = sk
         self.pools: dict[PoolKey, Pool] = {}
         self._grants = sk.grants
         self._mark_running(snapshot)
 
     def _mark_running(self, snapshot: Snapshot) -> None:
-        """Take the running jobs' GPUs; `running_gpus[k]`: running job k's (node id, mask) pairs."""
-        self.running_gpus: list[list[tuple[int, int]]] = []
-        free, avail, jobs_on, taken = self.free, self.avail, self.jobs_on, self.taken
-        for job in snapshot.running:
-            picks = []
-            for grant in job.grants:
-                got = taken(grant)
-                if got is None:
-                    continue  # a node gone from the snapshot holds nothing
-                i, mask = got
-                picks.append(got)
-                jobs_on[i] += 1
-                free[i] &= ~mask
-                if avail[i] >= 0:
-                    avail[i] = -1 if job.exclusive else free[i].bit_count()
-            self.running_gpus.append(picks)
+        """Take the running jobs' GPUs; `running_gpus[k]`: running job k's (node id, mask) pairs.
+
+        What the previous pass over these nodes marked is kept with the skeleton
+        (`Marked`): a pass whose running jobs are mostly the same objects redoes only
+        the nodes of the jobs that came or went. Free GPUs, jobs per node and `avail`
+        depend only on the set of jobs on a node, not their order, so that is exact."""
+        sk, running = self._sk, snapshot.running
+        last, sk.marked = sk.marked, None  # taken while in use: a reentrant pass rebuilds
+        got = None if last is None else last.redo(self, running)
+        if got is None:
+            got = Marked(self, running)
+        self.free, self.avail, self.jobs_on = list(got.free), list(got.avail), list(got.jobs_on)
+        self.running_gpus = got.gpus_of(running)
+        if got.unique:
+            sk.marked = got
 
     # --- pools ----------------------------------------------------------------------------
 
@@ -385,3 +383,84 @@ class ClusterIndex:
                 row = ge[d]
                 for k in range(lo, hi):
                     row[k] += step
+
+
+class Marked:
+    """The running jobs of one pass marked on a skeleton: free GPUs, jobs and `avail` per
+    node, each job's (node id, mask) pairs by the job's identity, and per node the jobs
+    on it. Kept for the next pass (`redo`), which changes only the nodes touched."""
+
+    __slots__ = ("avail", "by_id", "free", "jobs_on", "on_node", "running", "unique")
+
+    def __init__(self, ix: ClusterIndex, running: tuple[Running, ...]) -> None:
+        sk = ix._sk
+        self.running = running  # kept alive: the ids below stay theirs
+        self.free = list(sk.healthy)
+        self.avail = list(sk.avail)
+        self.jobs_on = [0] * len(sk.nodes)
+        self.by_id: dict[int, list[tuple[int, int]]] = {}
+        self.on_node: dict[int, list[tuple[int, int, bool]]] = {}  # node: (id, mask, excl.)
+        free, avail, jobs_on, on_node = self.free, self.avail, self.jobs_on, self.on_node
+        taken = ix.taken
+        for job in running:
+            picks = []
+            excl = job.exclusive
+            for grant in job.grants:
+                got = taken(grant)
+                if got is None:
+                    continue  # a node gone from the snapshot holds nothing
+                i, mask = got
+                picks.append(got)
+                jobs_on[i] += 1
+                free[i] &= ~mask
+                if avail[i] >= 0:
+                    avail[i] = -1 if excl else free[i].bit_count()
+                on_node.setdefault(i, []).append((id(job), mask, excl))
+            self.by_id[id(job)] = picks
+        self.unique = len(self.by_id) == len(running)
+
+    def gpus_of(self, running: tuple[Running, ...]) -> list[list[tuple[int, int]]]:
+        by_id = self.by_id
+        return [by_id[id(job)] for job in running]
+
+    def redo(self, ix: ClusterIndex, running: tuple[Running, ...]) -> Marked | None:
+        """This marking moved to `running`, or None when too much changed (rebuild)."""
+        by_id = self.by_id
+        now = {id(job): job for job in running}
+        if len(now) != len(running):
+            return None
+        added = [job for k, job in now.items() if k not in by_id]
+        gone = [k for k in by_id if k not in now]
+        if len(added) + len(gone) > len(running) // 2 + 8:
+            return None
+        on_node, touched = self.on_node, set()
+        for k in gone:
+            for i, _ in by_id.pop(k):
+                touched.add(i)
+                on_node[i] = [e for e in on_node[i] if e[0] != k]
+        taken = ix.taken
+        for job in added:
+            picks = []
+            excl = job.exclusive
+            for grant in job.grants:
+                got = taken(grant)
+                if got is None:
+                    continue
+                i, mask = got
+                picks.append(got)
+                touched.add(i)
+                on_node.setdefault(i, []).append((id(job), mask, excl))
+            by_id[id(job)] = picks
+        sk = ix._sk
+        healthy, base = sk.healthy, sk.avail
+        free, avail, jobs_on = self.free, self.avail, self.jobs_on
+        for i in touched:
+            on = on_node.get(i, ())
+            f, excl = healthy[i], False
+            for _, mask, x in on:
+                f &= ~mask
+                excl |= x
+            free[i], jobs_on[i] = f, len(on)
+            avail[i] = base[i] if base[i] < 0 else -1 if excl else f.bit_count()
+        self.running = running
+        return self

@@ -52,6 +52,7 @@ from services.placer.core.timeline import (
     Booking,
     Future,
     Need,
+    Release,
     earliest,
     earliest_leaf,
     whole_nodes,
@@ -94,13 +95,8 @@ class Prepared:
         self.ix = ix = ClusterIndex(snapshot)
         self.limited = snapshot.limits != NO_LIMITS
         self.usage = Usage.of(snapshot.running) if self.limited else Usage()
-        self.future = Future(ix)
         self.runs = Victims(ix, snapshot.running, now)  # a node gone holds nothing
-        for r, picks in zip(snapshot.running, self.runs.picks, strict=True):
-            end = planned_end(r, now, config.use_predictions)
-            if r.preempted_by is not None:
-                end = min(end, now + r.grace_s)
-            self.future.add(end, picks, r.job_id)
+        self.future = Future(ix, self._running_releases)
         self.windows: list[Window] = windows(ix, snapshot.reservations, now)
         self.bookings: list[Booking] = []
         self.held_nodes = 0  # nodes holding GPUs for bookings, counted once per booking
@@ -113,6 +109,18 @@ class Prepared:
         # quick.py: exact early answers for plain jobs (none with limits or windows)
         plain = not self.limited and not self.windows and not config.strict_order
         self.quick = Quick(self) if plain else None
+
+    def _running_releases(self) -> list[Release]:
+        """Every running job's GPUs at its planned end (a preempted one's: by its grace)."""
+        now, use = self.now, self.config.use_predictions
+        out: list[Release] = []
+        for r, picks in zip(self.snapshot.running, self.runs.picks, strict=True):
+            end = planned_end(r, now, use)
+            if r.preempted_by is not None:
+                end = min(end, now + r.grace_s)
+            job_id = r.job_id
+            out += [Release(end, i, m, job_id) for i, m in picks if m]
+        return out
 
     def plan(self, pending: Sequence[JobRequest]) -> Plan:
         starts: list[Start] = []

@@ -38,10 +38,13 @@ class Booking(NamedTuple):
 class Future:
     """Releases of running (and just started) jobs, and bookings' promised GPUs."""
 
-    def __init__(self, ix: ClusterIndex) -> None:
+    def __init__(self, ix: ClusterIndex, later: Callable[[], list[Release]] | None = None) -> None:
         self.ix = ix
         self._releases: list[Release] = []
         self._sorted = False  # sorted on the first ask; small adds after keep it so
+        # releases made only on the first ask (most passes book nothing): the list is
+        # sorted as whole tuples, so when they join it changes nothing
+        self._later = later
         self._promised: dict[int, list[tuple[int, float, float]]] = {}  # node: mask, from, to
 
     def add(self, at: float, picks: Sequence[tuple[int, int]], job_id: int) -> None:
@@ -54,6 +57,10 @@ class Future:
             self._sorted = False
 
     def releases(self) -> list[Release]:
+        if self._later is not None:
+            self._releases += self._later()
+            self._later = None
+            self._sorted = False
         if not self._sorted:
             self._releases.sort()
             self._sorted = True
