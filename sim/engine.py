@@ -86,6 +86,7 @@ class Simulation:
         self.jobs = {j.job_id: j for j in workload}
         self.arrivals = sorted(workload, key=lambda j: (j.submit_s, j.job_id))
         self.nodes = {n.name: n for n in cluster}
+        self.node_tuple: tuple[Node, ...] | None = None  # self.nodes' values, made once
         self.config = config
         self.priority_fn = priority_fn
         self.queue_depth = queue_depth
@@ -186,11 +187,13 @@ class Simulation:
             ]:
                 self.finish(t, job_id, requeue=True)
             self.nodes[name] = msgspec.structs.replace(node, state=NodeState.DOWN)
+            self.node_tuple = None
             self.free_gpus -= healthy
             self.ledger.failures += 1
             return True
         if kind == REPAIR and node.state is NodeState.DOWN:
             self.nodes[name] = msgspec.structs.replace(node, state=NodeState.UP)
+            self.node_tuple = None
             self.free_gpus += healthy
             return True
         return False
@@ -203,7 +206,9 @@ class Simulation:
             head = self._reprioritised(t)
         if self.config.use_predictions:
             head = [self._with_prediction(r) for r in head]
-        snap = Snapshot(nodes=tuple(self.nodes.values()), running=tuple(self.running.values()))
+        if self.node_tuple is None:  # the same tuple until a node changes: the core
+            self.node_tuple = tuple(self.nodes.values())  # keeps its skeleton by identity
+        snap = Snapshot(nodes=self.node_tuple, running=tuple(self.running.values()))
         plan = place(snap, head, now=t, config=self.config)
         self.passes += 1
         started = {s.job_id for s in plan.starts}

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from functools import lru_cache
+from operator import is_
+from typing import Any
 
 from services.placer.core.model import Grant, Node, Running, Snapshot
 from shared.constraint import Constraint, Term, node_fits, parse
@@ -31,6 +33,9 @@ _GPUS_OF: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}  # the reverse
 # (partition, the GPU type or model asked for, a --constraint without [..]; None: any,
 # multi-node: the nodes a fabric fault keeps out of multi-node jobs left out).
 PoolKey = tuple[str, str | None, str | None, bool]
+# a running job's releases (timeline.Release tuples), made at a time `from`, good for
+# any now in [from, until) with the same use_predictions: (from, until, use, releases)
+Ends = tuple[float, float, bool, list[Any]]
 
 
 class Pool:
@@ -207,9 +212,25 @@ def parse_constraint(text: str) -> Constraint:
         return Constraint(alternatives=((Term("\0unparsable"),),))
 
 
-@lru_cache(maxsize=4)
 def skeleton(nodes: tuple[Node, ...]) -> Skeleton:
+    """The skeleton of these nodes: the last one's if they are the very same node objects
+    (no hashing of every node: the simulator's passes between node events), else cached."""
+    last = _LAST[0]
+    if last is not None:
+        seen, sk = last
+        if seen is nodes or (len(seen) == len(nodes) and all(map(is_, seen, nodes))):
+            return sk
+    sk = _skeleton(nodes)
+    _LAST[0] = (nodes, sk)
+    return sk
+
+
+@lru_cache(maxsize=4)
+def _skeleton(nodes: tuple[Node, ...]) -> Skeleton:
     return Skeleton(nodes)
+
+
+_LAST: list[tuple[tuple[Node, ...], Skeleton] | None] = [None]
 
 
 class ClusterIndex:
@@ -258,6 +279,7 @@ class ClusterIndex:
             got = Marked(self, running)
         self.free, self.avail, self.jobs_on = list(got.free), list(got.avail), list(got.jobs_on)
         self.running_gpus = got.gpus_of(running)
+        self.marked = got  # held: its jobs (and so their ids) stay alive with the index
         if got.unique:
             sk.marked = got
 
@@ -390,7 +412,7 @@ class Marked:
     node, each job's (node id, mask) pairs by the job's identity, and per node the jobs
     on it. Kept for the next pass (`redo`), which changes only the nodes touched."""
 
-    __slots__ = ("avail", "by_id", "free", "jobs_on", "on_node", "running", "unique")
+    __slots__ = ("avail", "by_id", "ends", "free", "jobs_on", "on_node", "running", "unique")
 
     def __init__(self, ix: ClusterIndex, running: tuple[Running, ...]) -> None:
         sk = ix._sk
@@ -399,6 +421,7 @@ class Marked:
         self.avail = list(sk.avail)
         self.jobs_on = [0] * len(sk.nodes)
         self.by_id: dict[int, list[tuple[int, int]]] = {}
+        self.ends: dict[int, Ends] = {}  # a job's releases while they hold (place.py)
         self.on_node: dict[int, list[tuple[int, int, bool]]] = {}  # node: (id, mask, excl.)
         free, avail, jobs_on, on_node = self.free, self.avail, self.jobs_on, self.on_node
         taken = ix.taken
@@ -434,7 +457,9 @@ class Marked:
         if len(added) + len(gone) > len(running) // 2 + 8:
             return None
         on_node, touched = self.on_node, set()
+        ends = self.ends
         for k in gone:
+            ends.pop(k, None)
             for i, _ in by_id.pop(k):
                 touched.add(i)
                 on_node[i] = [e for e in on_node[i] if e[0] != k]

@@ -17,11 +17,12 @@ exactly as the full path would, and a pass runs with the garbage collector pause
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from services.placer.core.calendar import Window, inside, off_limits, windows
 from services.placer.core.counted import earliest_counted, select_counted, select_total_counted
 from services.placer.core.gc_pause import gc_paused
-from services.placer.core.index import ROOT, ClusterIndex, Pool
+from services.placer.core.index import ROOT, ClusterIndex, Marked, Pool
 from services.placer.core.job_pool import Choice, counts_in, job_choices, job_pool
 from services.placer.core.limits import Usage, check, headroom
 from services.placer.core.model import (
@@ -32,6 +33,7 @@ from services.placer.core.model import (
     Plan,
     PolicyConfig,
     Preempt,
+    Running,
     Snapshot,
     Start,
     Wait,
@@ -78,7 +80,11 @@ def place(
 ) -> Plan:
     """Decide, for every pending job, start now, preempt for it, or wait (and why)."""
     with gc_paused():
-        return prepare(snapshot, now, config).plan(pending)
+        prep = prepare(snapshot, now, config)
+        try:
+            return prep.plan(pending)
+        finally:
+            prep.quick = None  # the one reference cycle: the pass's objects go at once
 
 
 def prepare(snapshot: Snapshot, now: float, config: PolicyConfig = DEFAULT_POLICY) -> Prepared:
@@ -96,7 +102,17 @@ class Prepared:
         self.limited = snapshot.limits != NO_LIMITS
         self.usage = Usage.of(snapshot.running) if self.limited else Usage()
         self.runs = Victims(ix, snapshot.running, now)  # a node gone holds nothing
-        self.future = Future(ix, self._running_releases)
+        self.future = Future(
+            ix,
+            partial(
+                running_releases,
+                snapshot.running,
+                self.runs.picks,
+                now,
+                config.use_predictions,
+                ix.marked,
+            ),
+        )
         self.windows: list[Window] = windows(ix, snapshot.reservations, now)
         self.bookings: list[Booking] = []
         self.held_nodes = 0  # nodes holding GPUs for bookings, counted once per booking
@@ -109,18 +125,6 @@ class Prepared:
         # quick.py: exact early answers for plain jobs (none with limits or windows)
         plain = not self.limited and not self.windows and not config.strict_order
         self.quick = Quick(self) if plain else None
-
-    def _running_releases(self) -> list[Release]:
-        """Every running job's GPUs at its planned end (a preempted one's: by its grace)."""
-        now, use = self.now, self.config.use_predictions
-        out: list[Release] = []
-        for r, picks in zip(self.snapshot.running, self.runs.picks, strict=True):
-            end = planned_end(r, now, use)
-            if r.preempted_by is not None:
-                end = min(end, now + r.grace_s)
-            job_id = r.job_id
-            out += [Release(end, i, m, job_id) for i, m in picks if m]
-        return out
 
     def plan(self, pending: Sequence[JobRequest]) -> Plan:
         starts: list[Start] = []
@@ -463,6 +467,41 @@ class Prepared:
                 )
         names = ", ".join(str(v.job_id) for v in victims)
         return self._wait(job, Waiting.PREEMPTING, f"waiting for {names} to exit", self.now + grace)
+
+
+def running_releases(
+    running: Sequence[Running],
+    picks: Sequence[Sequence[tuple[int, int]]],
+    now: float,
+    use: bool,
+    marked: Marked,
+) -> list[Release]:
+    """Every running job's GPUs at its planned end (a preempted one's: by its grace).
+
+    `marked.ends` keeps a job's releases by the job's identity, for the jobs `marked`
+    holds (alive: an id there is that job's), while they hold: a planned end e after
+    `now` stays e for every later `now` before e (the prediction's doubling stops at the
+    same span), so releases made at `from` serve any now in [from, e) with the same
+    `use`."""
+    ends, alive = marked.ends, marked.by_id
+    out: list[Release] = []
+    for r, got in zip(running, picks, strict=True):
+        key = id(r)
+        kept = ends.get(key)
+        if kept is not None and kept[0] <= now < kept[1] and kept[2] == use:
+            out += kept[3]
+            continue
+        end = planned_end(r, now, use)
+        job_id = r.job_id
+        if r.preempted_by is not None:
+            end = min(end, now + r.grace_s)
+            out += [Release(end, i, m, job_id) for i, m in got if m]
+            continue
+        made = [Release(end, i, m, job_id) for i, m in got if m]
+        if end > now and key in alive:
+            ends[key] = (now, end, use, made)
+        out += made
+    return out
 
 
 def _gpus(held: tuple[tuple[int, int], ...]) -> int:
