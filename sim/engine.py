@@ -102,6 +102,9 @@ class Simulation:
         self.free_gpus = sum(sum(g.healthy for g in n.gpus) for n in cluster)
         self.predictor = Predictor()  # learns each finished job, as the placer does
         self.predicted: dict[int, int] = {}  # job id: predicted runtime at its start
+        self.learned = 0  # outcomes the predictor has learned: its answers change with it
+        # job id: (learned, the request, it with its prediction), as last made
+        self.with_prediction: dict[int, tuple[int, JobRequest, JobRequest]] = {}
         # the core ranks by score with an age bound (order.py): the queue is kept by
         # score, and by submit time for the aged jobs that go first
         self.ranked = bool(
@@ -176,6 +179,7 @@ class Simulation:
             self.predictor.learn(
                 Outcome(req.user, req.name, gpus, req.time_limit_s, t - run.started_at)
             )
+            self.learned += 1
 
     def node_event(self, t: float, kind: str, name: str) -> bool:
         """Failure hooks: a failed node goes DOWN, its jobs are requeued; repair brings it back."""
@@ -244,6 +248,14 @@ class Simulation:
         return ranked(reqs, t, self.config)[:depth]
 
     def _with_prediction(self, req: JobRequest) -> JobRequest:
+        kept = self.with_prediction.get(req.job_id)
+        if kept is not None and kept[0] == self.learned and kept[1] is req:
+            return kept[2]  # nothing learned since, the same request: the same answer
+        out = self._predict(req)
+        self.with_prediction[req.job_id] = (self.learned, req, out)
+        return out
+
+    def _predict(self, req: JobRequest) -> JobRequest:
         got = self.predictor.for_job(req)
         if got is None:
             self.predicted.pop(req.job_id, None)

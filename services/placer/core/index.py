@@ -55,6 +55,29 @@ class Pool:
         # (feature counts, nodes) -> whether member nodes can meet them (shape.precheck)
         self.together: dict[tuple[tuple[Term, ...], int], bool] = {}
 
+    def copy(self) -> Pool:
+        """The same counts in lists of its own (`together` starts empty, as a new pool's)."""
+        out = Pool.__new__(Pool)
+        out.key, out.member, out.size, out.up = self.key, self.member, self.size, self.up
+        out.widest, out.gpus = self.widest, self.gpus
+        out.ge = [row[:] for row in self.ge]
+        out.buckets = [b[:] for b in self.buckets]
+        out.together = {}
+        return out
+
+    def move(self, chain: tuple[int, ...], i: int, old: int, new: int) -> None:
+        """Member node i's free count (`avail`) goes from old to new (-1: takes none)."""
+        if old >= 0:
+            bucket = self.buckets[old]
+            del bucket[bisect_left(bucket, i)]
+        if new >= 0:
+            insort(self.buckets[new], i)
+        lo, hi, step = (old + 1, new + 1, 1) if new > old else (new + 1, old + 1, -1)
+        for d in chain:
+            row = self.ge[d]
+            for k in range(lo, hi):
+                row[k] += step
+
 
 class Skeleton:
     """What one tuple of nodes fixes: numbering, GPU bits, locality groups, domains.
@@ -280,6 +303,8 @@ class ClusterIndex:
         self.free, self.avail, self.jobs_on = list(got.free), list(got.avail), list(got.jobs_on)
         self.running_gpus = got.gpus_of(running)
         self.marked = got  # held: its jobs (and so their ids) stay alive with the index
+        self._version = got.version
+        self._moved: set[int] = set()  # nodes whose avail changed since
         if got.unique:
             sk.marked = got
 
@@ -299,10 +324,27 @@ class ClusterIndex:
         return found
 
     def _new_pool(self, key: PoolKey) -> Pool:
+        """The pool's counts over `avail` now: a copy of the marking's pool (its counts
+        over the avail the pass began with), moved for the nodes changed since."""
+        marked = self.marked
+        if marked.version != self._version:  # the marking moved on to a later pass
+            return self._build_pool(key, self.avail)
+        base = marked.pools.get(key)
+        if base is None:
+            base = marked.pools[key] = self._build_pool(key, marked.avail)
+        pool = base.copy()
+        if self._moved:
+            was, avail, chain, member = marked.avail, self.avail, self.chain, pool.member
+            for i in sorted(self._moved):
+                if member[i] and was[i] != avail[i]:
+                    pool.move(chain[i], i, was[i], avail[i])
+        return pool
+
+    def _build_pool(self, key: PoolKey, avail: list[int]) -> Pool:
         pool = Pool(key, len(self.nodes), len(self.domain_name), self.width)
         members = self.members(key)
         pool.member, pool.size, pool.up, pool.widest, pool.gpus = members.facts
-        avail, chain, buckets, ge = self.avail, self.chain, pool.buckets, pool.ge
+        chain, buckets, ge = self.chain, pool.buckets, pool.ge
         for i in members.nodes:
             a = avail[i]
             if a >= 0:
@@ -386,6 +428,7 @@ class ClusterIndex:
         if new == old:
             return
         self.avail[i] = new
+        self._moved.add(i)
         chain = self.chain[i]
         for pool in self.pools.values():
             if not pool.member[i]:
@@ -412,7 +455,18 @@ class Marked:
     node, each job's (node id, mask) pairs by the job's identity, and per node the jobs
     on it. Kept for the next pass (`redo`), which changes only the nodes touched."""
 
-    __slots__ = ("avail", "by_id", "ends", "free", "jobs_on", "on_node", "running", "unique")
+    __slots__ = (
+        "avail",
+        "by_id",
+        "ends",
+        "free",
+        "jobs_on",
+        "on_node",
+        "pools",
+        "running",
+        "unique",
+        "version",
+    )
 
     def __init__(self, ix: ClusterIndex, running: tuple[Running, ...]) -> None:
         sk = ix._sk
@@ -422,6 +476,8 @@ class Marked:
         self.jobs_on = [0] * len(sk.nodes)
         self.by_id: dict[int, list[tuple[int, int]]] = {}
         self.ends: dict[int, Ends] = {}  # a job's releases while they hold (place.py)
+        self.pools: dict[PoolKey, Pool] = {}  # counted over `avail` (never handed out)
+        self.version = 0  # one more each time it moves to another pass
         self.on_node: dict[int, list[tuple[int, int, bool]]] = {}  # node: (id, mask, excl.)
         free, avail, jobs_on, on_node = self.free, self.avail, self.jobs_on, self.on_node
         taken = ix.taken
@@ -443,17 +499,17 @@ class Marked:
         self.unique = len(self.by_id) == len(running)
 
     def gpus_of(self, running: tuple[Running, ...]) -> list[list[tuple[int, int]]]:
-        by_id = self.by_id
-        return [by_id[id(job)] for job in running]
+        return list(map(self.by_id.__getitem__, map(id, running)))
 
     def redo(self, ix: ClusterIndex, running: tuple[Running, ...]) -> Marked | None:
         """This marking moved to `running`, or None when too much changed (rebuild)."""
         by_id = self.by_id
-        now = {id(job): job for job in running}
+        now = dict(zip(map(id, running), running, strict=True))
         if len(now) != len(running):
             return None
-        added = [job for k, job in now.items() if k not in by_id]
-        gone = [k for k in by_id if k not in now]
+        # the order of either does not matter: a node's state is a set of its jobs
+        added = [now[k] for k in now.keys() - by_id.keys()]
+        gone = by_id.keys() - now.keys()
         if len(added) + len(gone) > len(running) // 2 + 8:
             return None
         on_node, touched = self.on_node, set()
@@ -477,15 +533,21 @@ class Marked:
                 on_node.setdefault(i, []).append((id(job), mask, excl))
             by_id[id(job)] = picks
         sk = ix._sk
-        healthy, base = sk.healthy, sk.avail
-        free, avail, jobs_on = self.free, self.avail, self.jobs_on
-        for i in touched:
+        healthy, base, chain = sk.healthy, sk.avail, sk.chain
+        free, avail, jobs_on, pools = self.free, self.avail, self.jobs_on, self.pools.values()
+        for i in sorted(touched):
             on = on_node.get(i, ())
             f, excl = healthy[i], False
             for _, mask, x in on:
                 f &= ~mask
                 excl |= x
             free[i], jobs_on[i] = f, len(on)
+            was = avail[i]
             avail[i] = base[i] if base[i] < 0 else -1 if excl else f.bit_count()
+            if avail[i] != was:
+                for pool in pools:
+                    if pool.member[i]:
+                        pool.move(chain[i], i, was, avail[i])
         self.running = running
+        self.version += 1
         return self
