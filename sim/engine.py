@@ -15,7 +15,7 @@ import heapq
 import math
 import random
 import time
-from bisect import insort
+from bisect import bisect_left, insort
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -102,7 +102,9 @@ class Simulation:
         self.free_gpus = sum(sum(g.healthy for g in n.gpus) for n in cluster)
         self.predictor = Predictor()  # learns each finished job, as the placer does
         self.predicted: dict[int, int] = {}  # job id: predicted runtime at its start
-        self.learned = 0  # outcomes the predictor has learned: its answers change with it
+        # outcomes the predictor has learned, by user: every history it keeps is one
+        # user's (predict.keys_of), so a job's prediction changes only with its user's
+        self.learned: dict[str, int] = {}
         # job id: (learned, the request, it with its prediction), as last made
         self.with_prediction: dict[int, tuple[int, JobRequest, JobRequest]] = {}
         # the core ranks by score with an age bound (order.py): the queue is kept by
@@ -114,6 +116,9 @@ class Simulation:
             or config.protect_oldest
         )
         self.by_submit: list[tuple[float, int]] = []
+        # a queued job's entry in each sorted list: found by bisection when it starts
+        self.entry: dict[int, tuple[tuple[Any, ...], int]] = {}
+        self.submit_entry: dict[int, tuple[float, int]] = {}
         widest = max((j.gpus for j in workload), default=1)  # the soonest size-scaled bound
         ref = config.age_ref_gpus
         self.age_scale = min(1.0, ref / widest) if ref and widest > ref else 1.0
@@ -128,9 +133,11 @@ class Simulation:
             req = self.requests[job_id] = self._with_prediction(req)
             key: tuple[Any, ...] = standing_key(req, self.config)
             insort(self.by_submit, (req.submitted_at, job_id))
+            self.submit_entry[job_id] = (req.submitted_at, job_id)
         else:
             key = order_key(req)
         insort(self.pending, (key, job_id))
+        self.entry[job_id] = (key, job_id)
         self.special += self._special(job_id)
 
     def _special(self, job_id: int) -> bool:
@@ -179,7 +186,7 @@ class Simulation:
             self.predictor.learn(
                 Outcome(req.user, req.name, gpus, req.time_limit_s, t - run.started_at)
             )
-            self.learned += 1
+            self.learned[req.user] = self.learned.get(req.user, 0) + 1
 
     def node_event(self, t: float, kind: str, name: str) -> bool:
         """Failure hooks: a failed node goes DOWN, its jobs are requeued; repair brings it back."""
@@ -217,8 +224,9 @@ class Simulation:
         self.passes += 1
         started = {s.job_id for s in plan.starts}
         if started:
-            self.pending = [p for p in self.pending if p[1] not in started]
-            self.by_submit = [p for p in self.by_submit if p[1] not in started]
+            _remove(self.pending, [self.entry.pop(j) for j in started])
+            if self.ranked:
+                _remove(self.by_submit, [self.submit_entry.pop(j) for j in started])
             self.special -= sum(self._special(j) for j in started)
         for s in plan.starts:
             self.start(t, s.job_id, s.grants)
@@ -249,10 +257,11 @@ class Simulation:
 
     def _with_prediction(self, req: JobRequest) -> JobRequest:
         kept = self.with_prediction.get(req.job_id)
-        if kept is not None and kept[0] == self.learned and kept[1] is req:
-            return kept[2]  # nothing learned since, the same request: the same answer
+        learned = self.learned.get(req.user, 0)
+        if kept is not None and kept[0] == learned and kept[1] is req:
+            return kept[2]  # nothing learned of its user since, the same request: the same
         out = self._predict(req)
-        self.with_prediction[req.job_id] = (self.learned, req, out)
+        self.with_prediction[req.job_id] = (learned, req, out)
         return out
 
     def _predict(self, req: JobRequest) -> JobRequest:
@@ -334,6 +343,15 @@ def run(
     began = time.perf_counter()
     sim.loop()
     return sim.ledger.result(name, sim.jobs, passes=sim.passes, wall_s=time.perf_counter() - began)
+
+
+def _remove(entries: list[Any], gone: list[Any]) -> None:
+    """Take entries out of a sorted list of distinct entries (each is there)."""
+    for e in gone:
+        k = bisect_left(entries, e)
+        if k == len(entries) or entries[k] != e:
+            raise AssertionError(f"{e} is not queued")
+        del entries[k]
 
 
 def _plan_failures(sim: Simulation, mtbf_s: float, repair_s: float, rng: random.Random) -> None:

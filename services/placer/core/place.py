@@ -485,12 +485,12 @@ def running_releases(
     `use`."""
     ends, alive = marked.ends, marked.by_id
     out: list[Release] = []
-    for r, got in zip(running, picks, strict=True):
-        key = id(r)
-        kept = ends.get(key)
+    kepts = list(map(ends.get, map(id, running)))
+    for r, got, kept in zip(running, picks, kepts, strict=True):
         if kept is not None and kept[0] <= now < kept[1] and kept[2] == use:
             out += kept[3]
             continue
+        key = id(r)
         end = planned_end(r, now, use)
         job_id = r.job_id
         if r.preempted_by is not None:

@@ -108,15 +108,20 @@ def earliest(
     count = len(now_set)
     cur: dict[int, int] = {}
     when = start if count >= nmin else None
+    up, free, avail, healthy = ix.up, ix.free, ix.avail, ix.healthy
+    promises = future._promised  # only nodes in it have GPUs promised: ask those alone
     for r in releases if when is None else ():
         i = r.node
-        if not ix.up[i] or not ok(i):
+        if not up[i] or not ok(i):
             continue
         before = cur.get(i)
         if before is None:
-            before = ix.free[i] if ix.avail[i] >= 0 else 0
-        at = start if ranked else r.at
-        after = before | (r.mask & ix.healthy[i] & ~future.promised(i, at, at + duration))
+            before = free[i] if avail[i] >= 0 else 0
+        if i in promises:
+            at = start if ranked else r.at
+            after = before | (r.mask & healthy[i] & ~future.promised(i, at, at + duration))
+        else:
+            after = before | (r.mask & healthy[i])
         cur[i] = after
         if whole:
             count += after == ix.healthy[i] != before and after.bit_count() >= g
@@ -159,6 +164,7 @@ def earliest_leaf(
     if counts and max(counts.values()) >= nmin:
         return start, min(d for d, c in counts.items() if c >= nmin)
     cur: dict[int, int] = {}
+    promises = future._promised  # only nodes in it have GPUs promised: ask those alone
     for r in releases:
         if r.at > horizon:
             break
@@ -168,7 +174,10 @@ def earliest_leaf(
         before = cur.get(i)
         if before is None:
             before = ix.free[i] if ix.avail[i] >= 0 else 0
-        after = before | (r.mask & ix.healthy[i] & ~future.promised(i, r.at, r.at + duration))
+        if i in promises:
+            after = before | (r.mask & ix.healthy[i] & ~future.promised(i, r.at, r.at + duration))
+        else:
+            after = before | (r.mask & ix.healthy[i])
         cur[i] = after
         if whole:
             gained = after == ix.healthy[i] != before and after.bit_count() >= g
