@@ -504,12 +504,13 @@ class Marked:
     def redo(self, ix: ClusterIndex, running: tuple[Running, ...]) -> Marked | None:
         """This marking moved to `running`, or None when too much changed (rebuild)."""
         by_id = self.by_id
-        now = dict(zip(map(id, running), running, strict=True))
+        now = set(map(id, running))
         if len(now) != len(running):
             return None
         # the order of either does not matter: a node's state is a set of its jobs
-        added = [now[k] for k in now.keys() - by_id.keys()]
-        gone = by_id.keys() - now.keys()
+        new = now - by_id.keys()
+        added = [job for job in running if id(job) in new] if new else []
+        gone = by_id.keys() - now
         if len(added) + len(gone) > len(running) // 2 + 8:
             return None
         on_node, touched = self.on_node, set()
