@@ -16,6 +16,7 @@ only as far as the walk needs, and the victims are read off the chosen nodes alo
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Sequence
+from functools import cached_property
 
 from services.placer.core.counted import Counts, earliest_counted, select_counted
 from services.placer.core.index import ClusterIndex, Pool
@@ -39,8 +40,15 @@ class Victims:
         self._rank: dict[int, int] = {}  # position: its place in `order`
         self._free_below: dict[int, list[int]] = {}  # tier: `order` below it, not leaving
         self._leaving: dict[int, list[int]] = {}  # preemptor: `order` leaving for it
-        self.ids = [r.job_id for r in running]
-        self.unique = len(set(self.ids)) == len(running)
+
+    @cached_property
+    def ids(self) -> list[int]:
+        """The running jobs' ids by position (made when a preemptor first asks)."""
+        return [r.job_id for r in self.running]
+
+    @cached_property
+    def unique(self) -> bool:
+        return len(set(self.ids)) == len(self.running)
 
     def on_node(self, i: int) -> list[tuple[int, int]]:
         """(position, mask) of the running jobs' GPUs on node i, in running order."""
