@@ -1,7 +1,8 @@
 """Pure core: place(snapshot, pending, now) -> Plan, and the Prepared cluster behind it.
 
 One pass walks pending jobs in order (order.py: tier, then priority less a predicted-
-service term, with an age bound; then submit time, id). Each job either
+service term plus a linear age term, with a hard age bound; then submit time, id). Each
+job either
 starts now (topology-aware gang placement, see select.py), preempts lower tiers, or
 waits with a reason; the first `reservation_depth` blocked jobs get a booked start
 (timeline.py) that later jobs may not delay: that is backfill. No I/O, no clock, no

@@ -25,16 +25,33 @@ the full way.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from services.placer.core.index import ROOT, Pool
+from services.placer.core.index import ROOT, ClusterIndex, Pool
 from services.placer.core.job_pool import job_pool
-from services.placer.core.model import JobRequest, Preempt, Wait, Waiting
+from services.placer.core.model import JobRequest, PolicyConfig, Preempt, Wait, Waiting
 from services.placer.core.select import NO_ROOM
-from services.placer.core.shape import precheck, shape_of
+from services.placer.core.shape import Shape, precheck, shape_of
+from services.placer.core.timeline import Booking
 
-if TYPE_CHECKING:
-    from services.placer.core.place import Prepared
+
+class Prepared(Protocol):
+    """What quick answers read and move of a prepared cluster (place.Prepared, which
+    imports this module: a protocol, not an import back, keeps the graph acyclic)."""
+
+    ix: ClusterIndex
+    config: PolicyConfig
+    tested: int
+    held_gpus: int
+    held_nodes: int
+    preemptors: int
+    bookings: list[Booking]
+    blocked_by: int | None
+
+    def blocked(
+        self, job: JobRequest, pool: Pool, shape: Shape, why: str, preempts: list[Preempt]
+    ) -> Wait: ...
+
 
 NOT_TESTED = "beyond max_job_test this pass"
 # the members, looked up once (an enum member read through its class costs a lookup)
