@@ -17,6 +17,7 @@ Nodes are numbered in topology order (path, then name), so low numbers pack one 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Callable
 from functools import lru_cache
 from operator import is_
 from typing import Any
@@ -73,8 +74,13 @@ class Pool:
         if new >= 0:
             insort(self.buckets[new], i)
         lo, hi, step = (old + 1, new + 1, 1) if new > old else (new + 1, old + 1, -1)
+        ge = self.ge
+        if hi - lo == 1:  # one GPU more or less: one count per domain
+            for d in chain:
+                ge[d][lo] += step
+            return
         for d in chain:
-            row = self.ge[d]
+            row = ge[d]
             for k in range(lo, hi):
                 row[k] += step
 
@@ -431,23 +437,8 @@ class ClusterIndex:
         self._moved.add(i)
         chain = self.chain[i]
         for pool in self.pools.values():
-            if not pool.member[i]:
-                continue
-            if old >= 0:
-                bucket = pool.buckets[old]
-                del bucket[bisect_left(bucket, i)]
-            if new >= 0:
-                insort(pool.buckets[new], i)
-            lo, hi, step = (old + 1, new + 1, 1) if new > old else (new + 1, old + 1, -1)
-            ge = pool.ge
-            if hi - lo == 1:  # one GPU more or less: one count per domain
-                for d in chain:
-                    ge[d][lo] += step
-                continue
-            for d in chain:
-                row = ge[d]
-                for k in range(lo, hi):
-                    row[k] += step
+            if pool.member[i]:
+                pool.move(chain, i, old, new)
 
 
 class Marked:
@@ -482,20 +473,12 @@ class Marked:
         free, avail, jobs_on, on_node = self.free, self.avail, self.jobs_on, self.on_node
         taken = ix.taken
         for job in running:
-            picks = []
-            excl = job.exclusive
-            for grant in job.grants:
-                got = taken(grant)
-                if got is None:
-                    continue  # a node gone from the snapshot holds nothing
-                i, mask = got
-                picks.append(got)
+            picks = self.by_id[id(job)] = _picks(taken, job, on_node)
+            for i, mask in picks:
                 jobs_on[i] += 1
                 free[i] &= ~mask
                 if avail[i] >= 0:
-                    avail[i] = -1 if excl else free[i].bit_count()
-                on_node.setdefault(i, []).append((id(job), mask, excl))
-            self.by_id[id(job)] = picks
+                    avail[i] = -1 if job.exclusive else free[i].bit_count()
         self.unique = len(self.by_id) == len(running)
 
     def gpus_of(self, running: tuple[Running, ...]) -> list[list[tuple[int, int]]]:
@@ -522,17 +505,8 @@ class Marked:
                 on_node[i] = [e for e in on_node[i] if e[0] != k]
         taken = ix.taken
         for job in added:
-            picks = []
-            excl = job.exclusive
-            for grant in job.grants:
-                got = taken(grant)
-                if got is None:
-                    continue
-                i, mask = got
-                picks.append(got)
-                touched.add(i)
-                on_node.setdefault(i, []).append((id(job), mask, excl))
-            by_id[id(job)] = picks
+            picks = by_id[id(job)] = _picks(taken, job, on_node)
+            touched.update(i for i, _ in picks)
         sk = ix._sk
         healthy, base, chain = sk.healthy, sk.avail, sk.chain
         free, avail, jobs_on, pools = self.free, self.avail, self.jobs_on, self.pools.values()
@@ -552,3 +526,19 @@ class Marked:
         self.running = running
         self.version += 1
         return self
+
+
+def _picks(
+    taken: Callable[[Grant], tuple[int, int] | None],
+    job: Running,
+    on_node: dict[int, list[tuple[int, int, bool]]],
+) -> list[tuple[int, int]]:
+    """The (node, mask) pairs a running job holds, each also listed under its node."""
+    picks = []
+    for grant in job.grants:
+        got = taken(grant)
+        if got is None:
+            continue  # a node gone from the snapshot holds nothing
+        picks.append(got)
+        on_node.setdefault(got[0], []).append((id(job), got[1], job.exclusive))
+    return picks
