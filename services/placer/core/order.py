@@ -31,6 +31,7 @@ from services.placer.core.model import JobRequest, PolicyConfig
 from services.placer.core.predict import planned_runtime
 
 RankKey = tuple[int, float, bool, float, int]
+TailKey = tuple[float, bool, float, int]
 
 
 def gpus_of(job: JobRequest) -> int:
@@ -48,7 +49,14 @@ def service_gpu_hours(job: JobRequest, config: PolicyConfig) -> float:
 def ranked(jobs: Sequence[JobRequest], now: float, config: PolicyConfig) -> list[JobRequest]:
     """The jobs in pass order: by `rank_key`, and with `protect_oldest` the oldest job
     of the top tier and priority (not held, no blocker) first, EASY's protected head."""
-    out = sorted(jobs, key=_keyer(now, config))
+    tail = _tail_keyer(now, config)
+    tiers = {j.tier for j in jobs}
+    if len(tiers) <= 1:
+        out = sorted(jobs, key=tail)
+    else:  # by tier, high first, each sorted by the rest of rank_key: the same order
+        out = []
+        for t in sorted(tiers, reverse=True):
+            out += sorted((j for j in jobs if j.tier == t), key=tail)
     if not config.protect_oldest or not out:
         return out
     tier = out[0].tier
@@ -97,13 +105,27 @@ def _score(job: JobRequest, now: float, config: PolicyConfig, *, aged: bool) -> 
 
 
 def _keyer(now: float, config: PolicyConfig) -> Callable[[JobRequest], RankKey]:
-    """`rank_key` at `now` as one flat function, the same arithmetic in the same order
-    (a pass sorts every pending job by it: 50,000 calls in bench/placer_scale.py)."""
+    """`rank_key` at `now`, built on `_tail_keyer` (for the test that holds them equal)."""
+    tail = _tail_keyer(now, config)
+
+    def key(job: JobRequest) -> RankKey:
+        score, fresh, sub, job_id = tail(job)
+        return (-job.tier, score, fresh, sub, job_id)
+
+    return key
+
+
+def _tail_keyer(now: float, config: PolicyConfig) -> Callable[[JobRequest], TailKey]:
+    """`rank_key` at `now` without its tier, as one flat function: the same arithmetic in
+    the same order (a pass sorts every pending job by it: 50,000 calls in
+    bench/placer_scale.py). `ranked` sorts each tier by it: a float first makes the sort's
+    comparisons the fast ones, where a tier shared by most jobs made each go through the
+    whole tuple."""
     sw, aw, use = config.service_weight, config.age_weight, config.use_predictions
     bound, ref = config.max_wait_s, config.age_ref_gpus
     log2 = math.log2
 
-    def key(job: JobRequest) -> RankKey:
+    def key(job: JobRequest) -> TailKey:
         sub = job.submitted_at
         total = job.gpus_total
         gpus = job.nodes_min * job.gpus_per_node if total is None else total
@@ -117,7 +139,7 @@ def _keyer(now: float, config: PolicyConfig) -> Callable[[JobRequest], RankKey]:
             score -= sw * log2(1.0 + max(gpus, 1) * runtime / 3600.0)
         if aw:
             score += aw * (now - sub) / 3600.0
-        return (-job.tier, -score, not job.requeued, sub, job.job_id)
+        return (-score, not job.requeued, sub, job.job_id)
 
     return key
 

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from services.placer.core import JobRequest, PolicyConfig, rank_key
-from services.placer.core.order import _keyer, standing_key
+from services.placer.core.order import _keyer, ranked, standing_key
 from tests.unit.placer.helpers import T0, gang
 
 H = 3600.0
@@ -117,3 +117,14 @@ def test_the_pass_key_is_rank_key(config: PolicyConfig, seed: int) -> None:
     jobs.append(gang(99, gpus_per_node=0, gpus_total=12, submitted_at=T0 - 25 * H))
     key = _keyer(T0, config)
     assert [key(j) for j in jobs] == [rank_key(j, T0, config) for j in jobs]
+
+
+@pytest.mark.parametrize("config", KEYER_CONFIGS)
+@pytest.mark.parametrize("tiers", [(0,), (0, 1, 2)])
+def test_ranked_sorts_by_rank_key(config: PolicyConfig, tiers: tuple[int, ...]) -> None:
+    """`ranked` sorts tier by tier on the rest of the key: the order `rank_key` gives."""
+    rng = random.Random(len(tiers))
+    jobs = [msgspec.structs.replace(j, tier=rng.choice(tiers)) for j in random_jobs(7)]
+    jobs += [msgspec.structs.replace(j, job_id=j.job_id + 100) for j in jobs[:10]]  # ties
+    want = sorted(jobs, key=lambda j: rank_key(j, T0, config))
+    assert [j.job_id for j in ranked(jobs, T0, config)] == [j.job_id for j in want]
