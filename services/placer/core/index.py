@@ -374,12 +374,12 @@ class ClusterIndex:
         try:
             return grants[grant]
         except KeyError:
-            pass
+            got = self._taken(grant)
         except TypeError:  # GPU indexes built as a list, not a tuple: not kept
             return self._taken(grant)
         if len(grants) >= 262_144:
             grants.clear()
-        got = grants[grant] = self._taken(grant)
+        grants[grant] = got
         return got
 
     def _taken(self, grant: Grant) -> tuple[int, int] | None:

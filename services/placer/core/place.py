@@ -136,10 +136,10 @@ class Prepared:
             for job in ranked(pending, self.now, self.config):
                 early = None if quick is None else quick(job, preempts)
                 out = decide(job, preempts) if early is None else early
-                if type(out) is Wait:
+                if isinstance(out, Wait):
                     waits.append(out)
                 else:
-                    starts.append(out)  # type: ignore[arg-type]
+                    starts.append(out)
         return Plan(starts=tuple(starts), preemptions=tuple(preempts), waits=tuple(waits))
 
     def place_one(self, job: JobRequest) -> Plan:

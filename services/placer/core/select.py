@@ -11,7 +11,7 @@ kept up to date), `CandidateView` is an explicit map (filtered nodes, future sta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import msgspec
 
@@ -139,21 +139,23 @@ def packed_leaf(ix: ClusterIndex, pool: Pool, g: int) -> int | None:
 def _choose_domain(ix: ClusterIndex, view: View, n: int, g: int) -> int:
     """The tightest domain of the lowest level with n nodes of g GPUs (the first of
     equals), else the root. The counts are read straight from the view."""
-    column: Callable[[list[int]], list[int]]
-    if isinstance(view, CandidateView):
-        counts = view.counts
-        column = lambda level: [counts.get(d, 0) for d in level]  # noqa: E731
-    elif g < len(view.pool.ge[ROOT]):
-        ge = view.pool.ge
-        column = lambda level: [ge[d][g] for d in level]  # noqa: E731
-    else:
-        column = lambda level: [view.count(d, g) for d in level]  # noqa: E731
     for level in ix.levels:
-        col = column(level)
+        col = _level_counts(view, level, g)
         tight = min((c for c in col if c >= n), default=-1)
         if tight >= 0:
             return level[col.index(tight)]
     return ROOT
+
+
+def _level_counts(view: View, level: list[int], g: int) -> list[int]:
+    """How many nodes of each domain of one level have g GPUs free, read from the view."""
+    if isinstance(view, CandidateView):
+        counts = view.counts
+        return [counts.get(d, 0) for d in level]
+    ge = view.pool.ge
+    if g < len(ge[ROOT]):
+        return [ge[d][g] for d in level]
+    return [view.count(d, g) for d in level]
 
 
 def _take_nodes(ix: ClusterIndex, view: View, d: int, n: int, g: int) -> list[int]:
