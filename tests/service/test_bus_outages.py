@@ -111,7 +111,9 @@ async def test_a_round_trip_that_timed_out_leaves_the_connection_working(tmp_pat
     server = embedded.start_nats(tmp_path / "n")
     bus = await Bus.connect(server.url, name="rt-test")
     try:
+        await bus.round_trip(5)  # nothing of the connect's left in flight
         os.kill(server.process.pid, signal.SIGSTOP)
+        await _until_stopped(server.process.pid)  # kill() returns before every thread stops
         with pytest.raises(Exception) as raised:
             await bus.round_trip(1)
         assert is_transient(raised.value)
@@ -126,6 +128,19 @@ async def test_a_round_trip_that_timed_out_leaves_the_connection_working(tmp_pat
         os.kill(server.process.pid, signal.SIGCONT)
         await bus.close()
         server.stop()
+
+
+def _state(pid: int) -> str:
+    """The process's state letter in /proc, as `ps` shows it (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+async def _until_stopped(pid: int) -> None:
+    for _ in range(1000):
+        if _state(pid) == "T":
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"process {pid} did not stop within 10 s of SIGSTOP")
 
 
 async def test_a_handler_that_keeps_failing_with_a_bug_is_dead_lettered(bus: Bus) -> None:
