@@ -152,8 +152,14 @@ async def test_an_agent_runs_only_what_the_launcher_signed_and_never_as_a_system
     await eventually(lambda: asyncio.to_thread(ran.exists), bool, 30, "the signed start ran")
     assert (await asyncio.to_thread(ran.read_text)).strip() == str(account.uid)
     spool_note = workdir / "spool-good"
-    await eventually(lambda: asyncio.to_thread(spool_note.exists), bool, 30, "the spool probe")
-    assert "refused" in await asyncio.to_thread(spool_note.read_text)
+    # the note exists once the redirect opens it, before touch fails and the script
+    # appends its verdict: wait for the verdict, not the file
+    await eventually(
+        lambda: asyncio.to_thread(lambda: spool_note.exists() and spool_note.read_text()),
+        lambda text: "refused" in (text or ""),
+        30,
+        "the spool probe refused",
+    )
     spool = cluster.state_dir / "spool" / NODE
     await eventually(
         lambda: asyncio.to_thread(lambda: list(spool.glob(f"job-{JOB}-*"))),
