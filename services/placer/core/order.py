@@ -27,8 +27,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import msgspec
+
 from services.placer.core.model import JobRequest, PolicyConfig
-from services.placer.core.predict import planned_runtime
 
 RankKey = tuple[int, float, bool, float, int]
 TailKey = tuple[float, bool, float, int]
@@ -38,12 +39,6 @@ def gpus_of(job: JobRequest) -> int:
     if job.gpus_total is not None:
         return job.gpus_total
     return job.nodes_min * job.gpus_per_node
-
-
-def service_gpu_hours(job: JobRequest, config: PolicyConfig) -> float:
-    """GPU-hours the job is planned to use (a zero-GPU job counts as one GPU)."""
-    runtime = planned_runtime(job, config.use_predictions)
-    return max(gpus_of(job), 1) * runtime / 3600.0
 
 
 def ranked(jobs: Sequence[JobRequest], now: float, config: PolicyConfig) -> list[JobRequest]:
@@ -83,8 +78,7 @@ def wait_bound(job: JobRequest, config: PolicyConfig) -> float:
 
 def rank_key(job: JobRequest, now: float, config: PolicyConfig) -> RankKey:
     """Sort key of a pending job at `now`: smaller goes first (see the module doc)."""
-    aged = config.max_wait_s is not None and now - job.submitted_at >= wait_bound(job, config)
-    return _key(job, _score(job, now, config, aged=aged))
+    return _keyer(now, config)(job)
 
 
 def standing_key(job: JobRequest, config: PolicyConfig) -> RankKey:
@@ -92,20 +86,11 @@ def standing_key(job: JobRequest, config: PolicyConfig) -> RankKey:
     `now`: the linear age term adds the same to every job per second waited, so it is
     counted from the epoch (a queue kept sorted by this needs no re-sort as time passes;
     the aged jobs are the caller's to merge, as `ranked` orders them)."""
-    return _key(job, _score(job, 0.0, config, aged=False))
-
-
-def _score(job: JobRequest, now: float, config: PolicyConfig, *, aged: bool) -> float:
-    score = job.priority
-    if config.service_weight and not aged:
-        score -= config.service_weight * math.log2(1.0 + service_gpu_hours(job, config))
-    if config.age_weight:
-        score += config.age_weight * (now - job.submitted_at) / 3600.0
-    return score
+    return _keyer(0.0, msgspec.structs.replace(config, max_wait_s=None))(job)
 
 
 def _keyer(now: float, config: PolicyConfig) -> Callable[[JobRequest], RankKey]:
-    """`rank_key` at `now`, built on `_tail_keyer` (for the test that holds them equal)."""
+    """`rank_key` at `now`: the tier, then `_tail_keyer`'s key."""
     tail = _tail_keyer(now, config)
 
     def key(job: JobRequest) -> RankKey:
@@ -142,7 +127,3 @@ def _tail_keyer(now: float, config: PolicyConfig) -> Callable[[JobRequest], Tail
         return (-score, not job.requeued, sub, job.job_id)
 
     return key
-
-
-def _key(job: JobRequest, score: float) -> RankKey:
-    return (-job.tier, -score, not job.requeued, job.submitted_at, job.job_id)
