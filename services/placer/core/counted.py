@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from services.placer.core.index import ROOT, ClusterIndex
+from services.placer.core.index import ClusterIndex
+from services.placer.core.pools import ROOT
 from services.placer.core.select import (
     NO_TOPOLOGY,
     CandidateView,

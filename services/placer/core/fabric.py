@@ -10,8 +10,9 @@ that leave it out, until the link is stable again and health clears the flag.
 
 from __future__ import annotations
 
-from services.placer.core.index import ClusterIndex, Pool
+from services.placer.core.index import ClusterIndex
 from services.placer.core.model import JobRequest, Waiting
+from services.placer.core.pools import Pool
 
 
 def spans_nodes(ix: ClusterIndex, job: JobRequest) -> bool:

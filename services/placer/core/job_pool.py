@@ -10,8 +10,10 @@ from typing import NamedTuple
 
 from services.placer.core.counted import Counts, counted
 from services.placer.core.fabric import pool_for
-from services.placer.core.index import ClusterIndex, Pool, parse_constraint
+from services.placer.core.index import ClusterIndex
 from services.placer.core.model import JobRequest
+from services.placer.core.pools import Pool
+from services.placer.core.skeleton import parse_constraint
 
 
 class Choice(NamedTuple):

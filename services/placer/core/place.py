@@ -23,7 +23,7 @@ from functools import partial
 from services.placer.core.calendar import Window, inside, off_limits, windows
 from services.placer.core.counted import earliest_counted, select_counted, select_total_counted
 from services.placer.core.gc_pause import gc_paused
-from services.placer.core.index import ROOT, ClusterIndex, Marked, Pool
+from services.placer.core.index import ClusterIndex
 from services.placer.core.job_pool import Choice, counts_in, job_choices, job_pool
 from services.placer.core.limits import Usage, check, headroom
 from services.placer.core.model import (
@@ -34,16 +34,17 @@ from services.placer.core.model import (
     Plan,
     PolicyConfig,
     Preempt,
-    Running,
     Snapshot,
     Start,
     Wait,
     Waiting,
 )
 from services.placer.core.order import ranked
-from services.placer.core.predict import planned_end, planned_runtime
+from services.placer.core.pools import ROOT, Pool
+from services.placer.core.predict import planned_runtime
 from services.placer.core.preempt import Victims, choose_victims
 from services.placer.core.quick import Quick
+from services.placer.core.releases import running_releases
 from services.placer.core.select import (
     NO_TOPOLOGY,
     CandidateView,
@@ -55,7 +56,6 @@ from services.placer.core.timeline import (
     Booking,
     Future,
     Need,
-    Release,
     earliest,
     earliest_leaf,
     whole_nodes,
@@ -468,41 +468,6 @@ class Prepared:
                 )
         names = ", ".join(str(v.job_id) for v in victims)
         return self._wait(job, Waiting.PREEMPTING, f"waiting for {names} to exit", self.now + grace)
-
-
-def running_releases(
-    running: Sequence[Running],
-    picks: Sequence[Sequence[tuple[int, int]]],
-    now: float,
-    use: bool,
-    marked: Marked,
-) -> list[Release]:
-    """Every running job's GPUs at its planned end (a preempted one's: by its grace).
-
-    `marked.ends` keeps a job's releases by the job's identity, for the jobs `marked`
-    holds (alive: an id there is that job's), while they hold: a planned end e after
-    `now` stays e for every later `now` before e (the prediction's doubling stops at the
-    same span), so releases made at `from` serve any now in [from, e) with the same
-    `use`."""
-    ends, alive = marked.ends, marked.by_id
-    out: list[Release] = []
-    kepts = list(map(ends.get, map(id, running)))
-    for r, got, kept in zip(running, picks, kepts, strict=True):
-        if kept is not None and kept[0] <= now < kept[1] and kept[2] == use:
-            out += kept[3]
-            continue
-        key = id(r)
-        end = planned_end(r, now, use)
-        job_id = r.job_id
-        if r.preempted_by is not None:
-            end = min(end, now + r.grace_s)
-            out += [Release(end, i, m, job_id) for i, m in got if m]
-            continue
-        made = [Release(end, i, m, job_id) for i, m in got if m]
-        if end > now and key in alive:
-            ends[key] = (now, end, use, made)
-        out += made
-    return out
 
 
 def _gpus(held: tuple[tuple[int, int], ...]) -> int:

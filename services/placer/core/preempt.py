@@ -19,8 +19,9 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from functools import cached_property
 
 from services.placer.core.counted import Counts, earliest_counted, select_counted
-from services.placer.core.index import ClusterIndex, Pool
+from services.placer.core.index import ClusterIndex
 from services.placer.core.model import JobRequest, Running
+from services.placer.core.pools import Pool
 from services.placer.core.select import IndexView, pick_gpus
 from services.placer.core.shape import Shape
 from services.placer.core.timeline import Future, Need, Release, whole_nodes

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from services.placer.core.index import ROOT, ClusterIndex, Pool
+from services.placer.core.index import ClusterIndex
 from services.placer.core.job_pool import job_pool
 from services.placer.core.model import JobRequest, PolicyConfig, Preempt, Wait, Waiting
+from services.placer.core.pools import ROOT, Pool
 from services.placer.core.select import NO_ROOM
 from services.placer.core.shape import Shape, precheck, shape_of
 from services.placer.core.timeline import Booking

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 
 import msgspec
 
-from services.placer.core.index import ROOT, ClusterIndex, Pool
+from services.placer.core.index import ClusterIndex
 from services.placer.core.model import Fit
+from services.placer.core.pools import ROOT, Pool
 
 
 class Chosen(msgspec.Struct, frozen=True):

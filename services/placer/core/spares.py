@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import msgspec
 
-from services.placer.core.index import parse_constraint
 from services.placer.core.model import JobRequest, Limits, PolicyConfig, Snapshot, Start
 from services.placer.core.place import place
+from services.placer.core.skeleton import parse_constraint
 from shared.constraint import residual
 
 SPARE_POLICY = PolicyConfig(backfill=False, preemption=False)

@@ -1,4 +1,4 @@
-"""What a pass keeps from the last pass over the same nodes (index.Marked: the running
+"""What a pass keeps from the last pass over the same nodes (marked.Marked: the running
 jobs marked, pool counts, running releases) is exactly what a fresh build gives."""
 
 from __future__ import annotations
@@ -8,13 +8,15 @@ import random
 import msgspec
 
 from services.placer.core import NodeState, Running
-from services.placer.core.index import ClusterIndex, Marked
-from services.placer.core.place import prepare, running_releases
+from services.placer.core.index import ClusterIndex
+from services.placer.core.marked import Marked
+from services.placer.core.place import prepare
+from services.placer.core.releases import running_releases
 from tests.unit.placer.helpers import T0, grant, leafy, running, snapshot
 
 
 def _fresh(ix: ClusterIndex, jobs: tuple[Running, ...]) -> tuple[list[int], ...]:
-    m = Marked(ix, jobs)
+    m = Marked(ix._sk, ix.taken, jobs)
     return m.free, m.avail, m.jobs_on
 
 
@@ -57,6 +59,6 @@ def test_a_pass_after_a_pass_marks_and_counts_as_a_fresh_one() -> None:
         key = ("p", None, None, False)
         want = ix._build_pool(key, ix.avail)
         assert _counts(ix, key) == (want.ge, want.buckets), step
-        fresh = Marked(ix, snap.running)
+        fresh = Marked(ix._sk, ix.taken, snap.running)
         again = running_releases(snap.running, ix.running_gpus, now, True, fresh)
         assert prep.future.releases() == sorted(again), step
