@@ -15,10 +15,24 @@ from subprocess import PIPE, Popen
 import pytest
 
 from muster.shims import ShimError, write_shims
+from shared.identity_files import provision_keys
 
 
-def muster(*args: str, url: str = "nats://127.0.0.1:1", stdout: int = -1) -> Popen[str]:
+@pytest.fixture(scope="module")
+def key(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A key of this module's own: a command signs before it connects, and a key left in
+    the environment by another test (a cluster's MUSTER_KEY_DIR) is no key to count on."""
+    folder = tmp_path_factory.mktemp("keys")
+    provision_keys(str(folder), ("quiet",))
+    return str(folder / "quiet.nk")
+
+
+def muster(
+    *args: str, url: str = "nats://127.0.0.1:1", stdout: int = -1, key: str = ""
+) -> Popen[str]:
     env = {**os.environ, "MUSTER_NATS_URL": url}
+    if key:
+        env["MUSTER_KEY_FILE"] = key
     return Popen([sys.executable, "-m", *args], env=env, text=True, stdout=stdout, stderr=PIPE)
 
 
@@ -38,21 +52,21 @@ def test_a_reader_that_went_away_ends_the_command_silently(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("command", [("muster.cli", "queue"), ("muster.shims", "squeue")])
-def test_an_unreachable_cluster_is_one_line(command: tuple[str, ...]) -> None:
+def test_an_unreachable_cluster_is_one_line(command: tuple[str, ...], key: str) -> None:
     port = closed_port()
-    p = muster(*command, url=f"nats://127.0.0.1:{port}", stdout=subprocess.PIPE)
+    p = muster(*command, url=f"nats://127.0.0.1:{port}", stdout=subprocess.PIPE, key=key)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 1
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert f"cannot reach the cluster's NATS at nats://127.0.0.1:{port}" in err
 
 
-def test_ctrl_c_while_waiting_for_the_cluster_says_nothing() -> None:
+def test_ctrl_c_while_waiting_for_the_cluster_says_nothing(key: str) -> None:
     with socket.socket() as server:  # accepts, then never speaks: the client waits
         server.bind(("127.0.0.1", 0))
         server.listen()
         url = f"nats://127.0.0.1:{server.getsockname()[1]}"
-        p = muster("muster.cli", "queue", url=url, stdout=subprocess.PIPE)
+        p = muster("muster.cli", "queue", url=url, stdout=subprocess.PIPE, key=key)
         server.settimeout(60)
         conn, _ = server.accept()  # the command is past its imports, in its request
         with conn:
