@@ -109,6 +109,17 @@ def test_show_lines_name_every_attempt_and_the_priority(utc: None) -> None:
     ]
 
 
+def test_show_lines_name_a_hold_as_scontrol_does() -> None:
+    held = ShowJobReply(job=job(state="PENDING", started_at=None, reason="HELD"), spec={})
+    admin = ShowJobReply(job=job(state="PENDING", started_at=None, reason="HELD_ADMIN"), spec={})
+    waiting = ShowJobReply(job=job(state="PENDING", started_at=None, reason="PRIORITY"), spec={})
+    assert [show_lines(r)[1] for r in (held, admin, waiting)] == [
+        "   JobState=PENDING Reason=JobHeldUser ExitCode=None Restarts=1",
+        "   JobState=PENDING Reason=JobHeldAdmin ExitCode=None Restarts=1",
+        "   JobState=PENDING Reason=PRIORITY ExitCode=None Restarts=1",
+    ]
+
+
 def test_nodes_lines_show_free_gpus_and_the_unhealthy_ones() -> None:
     gpus = (
         GpuView(index=0, model="H100", healthy=True, allocated_to=42, last_xid=None),
