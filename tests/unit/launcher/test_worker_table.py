@@ -190,6 +190,13 @@ def started(table: WorkerTable, rec: WorkerRecord) -> StepStarted:
     return found
 
 
+def wait_for(path: Path, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.02)
+
+
 def ended(proc: subprocess.Popen[bytes], table: WorkerTable, rec: WorkerRecord) -> StepExit:
     assert proc.wait(timeout=30) == 0
     ending = table.exit_of(rec)
@@ -237,14 +244,12 @@ def test_stepd_and_its_worker_outlive_the_parent_that_started_them(tmp_path: Pat
 def test_stepd_fences_its_worker_group_when_the_contact_goes_stale(tmp_path: Path) -> None:
     table = WorkerTable(tmp_path / "node")
     touch(table.contact)
-    rec, proc = start_stepd(
-        table, 3, "trap '' TERM; sleep 1000 & while true; do sleep 0.1; done", tmp_path, 1.5
-    )
+    ready = tmp_path / "ready-3"
+    script = f"trap '' TERM; sleep 1000 & : > {ready}; while true; do sleep 0.1; done"
+    rec, proc = start_stepd(table, 3, script, tmp_path, 1.5)
     pids = started(table, rec)
-    deadline = time.monotonic() + 10
-    while len(group_members(pids.worker.pid)) < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_for(ready)
+    assert len(group_members(pids.worker.pid)) >= 2
     # No touch from here on: the agent has lost the control plane.
     ending = ended(proc, table, rec)
     assert ending == StepExit(ending=Ending.FENCED, signal=signal.SIGKILL)
@@ -269,13 +274,13 @@ def test_stop_recorded_workers_stops_every_node_s_workers(tmp_path: Path) -> Non
     for node, job in (("n1", 5), ("n2", 6)):
         table = WorkerTable(state / "nodes" / node)
         touch(table.contact)
-        rec, proc = start_stepd(table, job, "trap '' TERM; sleep 1000", tmp_path)
+        ready = tmp_path / f"ready-{job}"
+        rec, proc = start_stepd(table, job, f"trap '' TERM; : > {ready}; sleep 1000", tmp_path)
         pids = started(table, rec)
-        # The shell has run its trap once its sleep is there: a SIGTERM before that
-        # would end the worker itself (EXITED), not the stop (STOPPED).
-        deadline = time.monotonic() + 30
-        while len(group_members(pids.worker.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        # A SIGTERM before the trap would end the worker itself (EXITED), not the stop
+        # (STOPPED); the worker's group has two members before it too (the prologue's
+        # mkdir), so the script says when it is past the trap.
+        wait_for(ready)
         runs.append((table, rec, proc, pids))
     stopped = stop_recorded_workers(state, grace_s=0.5)
     assert sorted(stopped) == sorted(pids.worker.pid for *_, pids in runs)
