@@ -419,14 +419,19 @@ _BATCH_MORE_S = 0.01
 
 
 async def _fetch(sub: JetStreamContext.PullSubscription, batch: int) -> list[Msg]:
-    """The next messages: wait (up to 1 s) for one, then take what else is there now."""
+    """The next messages: wait (up to 1 s) for one, then take what else is there now.
+
+    "What else" is what the first says was pending behind it: a pull for more than is
+    there lingers until its deadline (the server keeps a pull that has one), which
+    held every lone event back by `_BATCH_MORE_S` on its way in."""
     try:
         first = await sub.fetch(1, timeout=1.0)
     except (TimeoutError, NatsTimeoutError):
         return []
-    if batch <= 1:
+    more = min(batch - 1, first[0].metadata.num_pending or 0)
+    if more <= 0:
         return first
     try:
-        return first + await sub.fetch(batch - 1, timeout=_BATCH_MORE_S)
+        return first + await sub.fetch(more, timeout=_BATCH_MORE_S)
     except (TimeoutError, NatsTimeoutError):
         return first

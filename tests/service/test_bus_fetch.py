@@ -1,0 +1,68 @@
+"""How the bus adapter pulls (`shared/bus.py: _fetch`) on a real NATS server: a lone event
+is handed over alone, and what is pending behind a first message comes with it in one
+fetch, in order. (How long a lone event waits is bench/submit_latency.py's figure.)"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+from nats.aio.msg import Msg
+
+from shared.bus import Bus, _fetch
+from shared.events import NodeDrainRequested, decode
+
+T0 = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+SUBJECTS = ["muster.node.>"]
+
+
+def drain(node: str) -> NodeDrainRequested:
+    return NodeDrainRequested(
+        event_id=uuid.uuid4(), occurred_at=T0, node=node, by="test", reason="test"
+    )
+
+
+@pytest.fixture
+async def bus(nats_url: str) -> AsyncIterator[Bus]:
+    bus = await Bus.connect(nats_url, name="bus-fetch-test")
+    await bus.ensure_streams()
+    try:
+        yield bus
+    finally:
+        await bus.close()
+
+
+def nodes_of(msgs: list[Msg]) -> list[str]:
+    events = [decode(m.data) for m in msgs]
+    return [e.node for e in events if isinstance(e, NodeDrainRequested)]
+
+
+async def test_a_lone_event_comes_alone_and_a_backlog_comes_in_one_fetch(bus: Bus) -> None:
+    sub = await bus._pull_subscription("fetch", SUBJECTS)
+    try:
+        await bus.publish(drain("n0"))
+        lone = await _fetch(sub, 32)
+        assert nodes_of(lone) == ["n0"]
+        for i in range(1, 6):
+            await bus.publish(drain(f"n{i}"))
+        backlog = await _fetch(sub, 32)
+        assert nodes_of(backlog) == ["n1", "n2", "n3", "n4", "n5"]
+        for msg in lone + backlog:
+            await msg.ack()
+    finally:
+        await sub.unsubscribe()
+
+
+async def test_a_batch_never_takes_more_than_its_size(bus: Bus) -> None:
+    sub = await bus._pull_subscription("fetch-small", SUBJECTS)
+    try:
+        for i in range(5):
+            await bus.publish(drain(f"n{i}"))
+        first, second = await _fetch(sub, 3), await _fetch(sub, 3)
+        assert (nodes_of(first), nodes_of(second)) == (["n0", "n1", "n2"], ["n3", "n4"])
+        for msg in first + second:
+            await msg.ack()
+    finally:
+        await sub.unsubscribe()
