@@ -185,7 +185,7 @@ async def _until_ended(worker: Worker, spec: StepSpec, began: float) -> Ending:
 
 
 def _record(folder: Path, ending: StepExit) -> StepExit:
-    write_struct(folder / "exit.json", ending)
+    write_struct(folder / "exit.json", ending, durable=True)  # reported after a reboot too
     return ending
 
 

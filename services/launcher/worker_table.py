@@ -185,17 +185,23 @@ def alive(ref: ProcessRef | None) -> bool:
     return ref is not None and start_time(ref.pid) == ref.start
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, *, durable: bool = False) -> None:
+    """`data` in `path`, whole or not at all (a rename). `durable` also outlives a power
+    loss (fsync): only a worker's exit needs to, since a reboot ends every process and
+    the records of an earlier boot are judged by that alone (`judge`), while a killed
+    agent or stepd finds what it wrote in the page cache. Each fsync on a start's path
+    cost it milliseconds, and 80-150 ms on a busy disk."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with tmp.open("wb") as f:
         f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     tmp.replace(path)
 
 
-def write_struct(path: Path, value: msgspec.Struct) -> None:
-    write_atomic(path, msgspec.json.encode(value))
+def write_struct(path: Path, value: msgspec.Struct, *, durable: bool = False) -> None:
+    write_atomic(path, msgspec.json.encode(value), durable=durable)
 
 
 def read_struct(path: Path, kind: type[S]) -> S | None:
