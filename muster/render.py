@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from muster.slurm_format import reason as slurm_reason
+from muster.slurm_format import reason_text
 
 TYPE_CHECKING = False  # mypy takes it as true; the lean `muster queue` (muster.lean) prints
 if TYPE_CHECKING:  # with this module, and these imports cost it more than its own work
@@ -71,7 +71,7 @@ def show_lines(reply: ShowJobReply) -> list[str]:
     j = reply.job
     lines = [
         f"JobId={j.job_id} JobName={j.name} UserId={j.user} Account={j.account}",
-        f"   JobState={j.state} Reason={slurm_reason(j)} ExitCode={j.exit_code}"
+        f"   JobState={j.state} Reason={reason_text(j)} ExitCode={j.exit_code}"
         f" Restarts={j.restart_count}",
         f"   Partition={j.partition} QOS={j.qos} NumNodes={j.nodes} GPUs={j.gpus}"
         f" TimeLimit={hms(j.time_limit_s)} RunTime={hms(j.elapsed_s)}",

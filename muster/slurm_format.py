@@ -126,6 +126,14 @@ def reason(job: JobView) -> str:
     return SLURM_REASON.get(code, code) or "None"
 
 
+def reason_text(job: JobView) -> str:
+    """The whole reason (`scontrol show job`'s `Reason=`), its code named as Slurm names
+    it where it has a name of its own: `JobHeldUser`, `all 2 workers exited 0`."""
+    code, _, rest = job.reason.partition(" ")
+    named = SLURM_REASON.get(code, code)
+    return f"{named} {rest}" if rest else named or "None"
+
+
 def reason_list(job: JobView) -> str:
     """`%R`: the nodes of a job that holds some, else `(Reason)`."""
     if job.nodelist:

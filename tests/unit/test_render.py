@@ -109,15 +109,24 @@ def test_show_lines_name_every_attempt_and_the_priority(utc: None) -> None:
     ]
 
 
-def test_show_lines_name_a_hold_as_scontrol_does() -> None:
-    held = ShowJobReply(job=job(state="PENDING", started_at=None, reason="HELD"), spec={})
-    admin = ShowJobReply(job=job(state="PENDING", started_at=None, reason="HELD_ADMIN"), spec={})
-    waiting = ShowJobReply(job=job(state="PENDING", started_at=None, reason="PRIORITY"), spec={})
-    assert [show_lines(r)[1] for r in (held, admin, waiting)] == [
-        "   JobState=PENDING Reason=JobHeldUser ExitCode=None Restarts=1",
-        "   JobState=PENDING Reason=JobHeldAdmin ExitCode=None Restarts=1",
-        "   JobState=PENDING Reason=PRIORITY ExitCode=None Restarts=1",
-    ]
+SHOW_REASON = {
+    "a hold by its owner has Slurm's name": ("PENDING", "HELD", "JobHeldUser"),
+    "a hold by an operator has Slurm's name": ("PENDING", "HELD_ADMIN", "JobHeldAdmin"),
+    "a reason Slurm has no name for stays": ("PENDING", "PRIORITY", "PRIORITY"),
+    "a requeued wait keeps its detail": (
+        "PENDING", "PRIORITY (requeued: xid 79)", "PRIORITY (requeued: xid 79)",
+    ),
+    "an ended job keeps its whole reason": (
+        "COMPLETED", "all 2 workers exited 0", "all 2 workers exited 0",
+    ),
+    "no reason is None": ("RUNNING", "", "None"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("state", "reason", "want"), SHOW_REASON.values(), ids=SHOW_REASON.keys())
+def test_show_lines_name_the_reason_as_scontrol_does(state: str, reason: str, want: str) -> None:
+    reply = ShowJobReply(job=job(state=state, reason=reason), spec={})
+    assert show_lines(reply)[1] == f"   JobState={state} Reason={want} ExitCode=None Restarts=1"
 
 
 def test_nodes_lines_show_free_gpus_and_the_unhealthy_ones() -> None:
