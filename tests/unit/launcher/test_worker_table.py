@@ -13,7 +13,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 import pytest
@@ -43,6 +45,8 @@ from services.launcher.worker_table import (
 
 REPO = Path(__file__).resolve().parents[3]
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+
+T = TypeVar("T")
 
 
 def facts(**kw: bool) -> Facts:
@@ -94,10 +98,8 @@ def test_a_live_process_matches_its_pid_and_start_time_and_a_reused_pid_does_not
 
 def test_a_zombie_is_not_alive_but_can_still_be_named_by_its_parent() -> None:
     proc = subprocess.Popen(["true"])
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    stat = Path(f"/proc/{proc.pid}/stat")
+    until(lambda: stat.read_text().rsplit(")", 1)[1].split()[0] == "Z", "a zombie", 10)
     try:
         assert start_time(proc.pid) is None
         assert start_time(proc.pid, zombie_ok=True) is not None
@@ -182,19 +184,17 @@ def prepared(
     return rec
 
 
-def started(table: WorkerTable, rec: WorkerRecord) -> StepStarted:
-    deadline = time.monotonic() + 20
-    while (found := table.started(rec)) is None:
-        assert time.monotonic() < deadline, "stepd never reported the worker"
-        time.sleep(0.02)
-    return found
-
-
-def wait_for(path: Path, timeout_s: float = 30.0) -> None:
+def until(check: Callable[[], T | None], what: str, timeout_s: float = 30.0) -> T:
+    """`check`'s first answer that is not None or False, within `timeout_s`."""
     deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path.name} never appeared"
+    while (got := check()) is None or got is False:
+        assert time.monotonic() < deadline, f"no {what} in {timeout_s:.0f} s"
         time.sleep(0.02)
+    return got
+
+
+def started(table: WorkerTable, rec: WorkerRecord) -> StepStarted:
+    return until(lambda: table.started(rec), "word from stepd that the worker runs", 20)
 
 
 def ended(proc: subprocess.Popen[bytes], table: WorkerTable, rec: WorkerRecord) -> StepExit:
@@ -234,10 +234,7 @@ def test_stepd_and_its_worker_outlive_the_parent_that_started_them(tmp_path: Pat
     parent.wait()
     assert alive(pids.stepd) and alive(pids.worker)
     go.touch()
-    deadline = time.monotonic() + 20
-    while table.exit_of(rec) is None:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    until(lambda: table.exit_of(rec), "recorded exit", 20)
     assert table.exit_of(rec) == StepExit(ending=Ending.EXITED, exit_code=4)
 
 
@@ -248,7 +245,7 @@ def test_stepd_fences_its_worker_group_when_the_contact_goes_stale(tmp_path: Pat
     script = f"trap '' TERM; sleep 1000 & : > {ready}; while true; do sleep 0.1; done"
     rec, proc = start_stepd(table, 3, script, tmp_path, 1.5)
     pids = started(table, rec)
-    wait_for(ready)
+    until(ready.exists, "word that the trap is set")
     assert len(group_members(pids.worker.pid)) >= 2
     # No touch from here on: the agent has lost the control plane.
     ending = ended(proc, table, rec)
@@ -280,7 +277,7 @@ def test_stop_recorded_workers_stops_every_node_s_workers(tmp_path: Path) -> Non
         # A SIGTERM before the trap would end the worker itself (EXITED), not the stop
         # (STOPPED); the worker's group has two members before it too (the prologue's
         # mkdir), so the script says when it is past the trap.
-        wait_for(ready)
+        until(ready.exists, "word that the trap is set")
         runs.append((table, rec, proc, pids))
     stopped = stop_recorded_workers(state, grace_s=0.5)
     assert sorted(stopped) == sorted(pids.worker.pid for *_, pids in runs)
@@ -325,10 +322,7 @@ def test_a_spare_whose_agent_died_exits_having_run_nothing(tmp_path: Path) -> No
     spare_pid = int(agent.stdout.readline())
     agent.kill()
     agent.wait(timeout=10)
-    deadline = time.monotonic() + 30
-    while not _gone(spare_pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _gone(spare_pid)
+    until(lambda: _gone(spare_pid), "end of the spare")
 
 
 def _gone(pid: int) -> bool:
