@@ -1,6 +1,8 @@
 """How the bus adapter pulls (`shared/bus.py: _fetch`) on a real NATS server: a lone event
-is handed over alone, and what is pending behind a first message comes with it in one
-fetch, in order. (How long a lone event waits is bench/submit_latency.py's figure.)"""
+is handed over alone, on one pull request (a second one, for more than was pending,
+lingered until its deadline: 10 ms on every lone event), and what is pending behind a
+first message comes with it in one fetch, in order. How long a start takes end to end is
+bench/submit_latency.py's figure."""
 
 from __future__ import annotations
 
@@ -8,10 +10,11 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
+import nats
 import pytest
 from nats.aio.msg import Msg
 
-from shared.bus import Bus, _fetch
+from shared.bus import STREAM, Bus, _fetch
 from shared.events import NodeDrainRequested, decode
 
 T0 = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
@@ -65,4 +68,27 @@ async def test_a_batch_never_takes_more_than_its_size(bus: Bus) -> None:
         for msg in first + second:
             await msg.ack()
     finally:
+        await sub.unsubscribe()
+
+
+async def test_a_lone_event_costs_one_pull_request(bus: Bus, nats_url: str) -> None:
+    """The second pull, for more than is pending, is the one that lingered: it is not sent."""
+    sub = await bus._pull_subscription("fetch-one", SUBJECTS)
+    watcher = await nats.connect(nats_url)
+    pulls: list[bytes] = []
+
+    async def seen(msg: Msg) -> None:
+        pulls.append(msg.data)
+
+    spy = await watcher.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.fetch-one", cb=seen)
+    await watcher.flush()
+    try:
+        await bus.publish(drain("n0"))
+        lone = await _fetch(sub, 32)
+        await watcher.flush()
+        assert (nodes_of(lone), len(pulls)) == (["n0"], 1)
+        await lone[0].ack()
+    finally:
+        await spy.unsubscribe()
+        await watcher.close()
         await sub.unsubscribe()
