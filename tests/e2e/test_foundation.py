@@ -20,6 +20,7 @@ from tests.support.cluster import (
     nodes,
     run_cli,
     running_cluster,
+    settled_usage,
     submit,
 )
 
@@ -65,11 +66,7 @@ async def test_a_two_node_job_runs_real_workers_with_the_right_environment(
     assert all(f["world"] == "2" and f["nnodes"] == "2" and f["job"] == str(job_id) for f in fields)
     assert all(len(f["cuda"].split(",")) == 2 for f in fields)
     assert len({f["master"] for f in fields}) == 1
-    charged = await eventually(
-        lambda: db.fetchval("SELECT gpu_seconds FROM usage WHERE user_name = 'root'"),
-        lambda v: v is not None and v > 0,
-        what="usage recorded",
-    )
+    charged = await settled_usage(db, job_id)
     used = await db.fetchval("SELECT gpu_seconds FROM job_runs WHERE job_id = $1", job_id)
     assert charged == pytest.approx(used)  # what the launcher measured, charged once
 

@@ -29,6 +29,7 @@ from tests.support.cluster import (
     kill9,
     nodes,
     running_cluster,
+    settled_usage,
     submit,
 )
 
@@ -144,12 +145,7 @@ async def test_two_of_each_start_together_and_charge_usage_once(
     job = reply.job_ids[0]
     await eventually(lambda: job_state(db, job), lambda s: s == "COMPLETED", 60, "the job ends")
     used = await db.fetchval("SELECT gpu_seconds FROM job_runs WHERE job_id = $1", job)
-    charged = await eventually(
-        lambda: db.fetchval("SELECT gpu_seconds FROM usage WHERE user_name = 'root'"),
-        lambda v: v is not None and v >= used,
-        30,
-        "usage charged",
-    )
+    charged = await settled_usage(db, job)
     assert charged == pytest.approx(used)  # two fairshares, every tick charged once
     for key in ("admission", "admission-1", "fairshare", "fairshare-1", "health", "health-1"):
         assert cluster.procs[key].poll() is None, f"{key} exited; see its log"

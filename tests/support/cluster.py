@@ -138,6 +138,35 @@ async def eventually(
     return last
 
 
+async def settled_usage(db: asyncpg.Connection, job_id: int, timeout: float = 30.0) -> float:
+    """The user's raw usage once fairshare has settled every attempt of `job_id`: a
+    usage tick (every second in these clusters) charges a running job before its end,
+    so the first non-zero usage is often a part of the total. A timeout says where the
+    settlement stopped: the charge rows, the run, and the `job.finished` outbox rows."""
+    query = (
+        "SELECT count(*) AS attempts, bool_and(settled) AS settled"
+        " FROM usage_charges WHERE job_id = $1"
+    )
+    try:
+        await eventually(
+            lambda: db.fetchrow(query, job_id), lambda r: bool(r["settled"]), timeout, "settled"
+        )
+    except AssertionError as err:
+        charges = await db.fetch("SELECT * FROM usage_charges WHERE job_id = $1", job_id)
+        run = await db.fetchrow("SELECT * FROM job_runs WHERE job_id = $1", job_id)
+        relayed = await db.fetch(
+            "SELECT event_id, published_at FROM outbox WHERE subject = 'muster.job.finished'"
+        )
+        inbox = await db.fetchval("SELECT count(*) FROM inbox WHERE consumer = 'fairshare'")
+        raise AssertionError(
+            f"job {job_id}'s usage never settled: charges {[dict(r) for r in charges]};"
+            f" run {dict(run) if run else None}; job.finished in the outbox"
+            f" {[dict(r) for r in relayed]}; fairshare inbox {inbox} events"
+        ) from err
+    usage = await db.fetchval("SELECT sum(gpu_seconds) FROM usage")
+    return float(usage or 0.0)
+
+
 async def nodes_up(db: asyncpg.Connection, count: int, timeout: float = 30.0) -> None:
     await eventually(
         lambda: db.fetchval("SELECT count(*) FROM nodes WHERE state = 'UP'"),
