@@ -237,7 +237,9 @@ async def test_a_worker_left_without_its_stepd_is_killed_by_the_next_agent_and_r
 
 
 async def started_worker(state: Path, node: str, job_id: int) -> tuple[WorkerRecord, list[int]]:
-    """The job's worker record on `node` (pids known) and its process group (>= 2)."""
+    """The job's worker record on `node` (pids known) and its process group once the
+    script's `sleep 1000` is in it: two members alone can be the prologue's `mkdir`,
+    before the script ran its trap or forked what the test then expects to be killed."""
     record = await eventually(
         lambda: _async(records(state, node).get(job_id)),
         lambda r: r is not None and r.worker is not None and r.stepd is not None,
@@ -245,8 +247,19 @@ async def started_worker(state: Path, node: str, job_id: int) -> tuple[WorkerRec
     )
     worker = record.worker
     assert worker is not None
-    group = await eventually(lambda: _async(group_members(worker.pid)), lambda g: len(g) >= 2)
+    group = await eventually(
+        lambda: _async(group_members(worker.pid)),
+        lambda g: any(_cmdline(p) == ["sleep", "1000"] for p in g),
+        what="the script's sleep 1000 in the worker's group",
+    )
     return record, group
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    except OSError:
+        return []
 
 
 async def moved_off(db: asyncpg.Connection, job_id: int, node: str) -> asyncpg.Record:
