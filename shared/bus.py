@@ -47,6 +47,7 @@ DLQ_STREAM = "MUSTER_DLQ"
 DLQ_PREFIX = "muster.dlq."
 BACKOFF_S = (0.2, 1.0, 3.0, 10.0, 30.0)
 NOT_MINE_DELAY_S = 1.0  # a hand-back to the replica that owns the work
+STREAM_VISIBLE_S = 10.0  # how long a created stream may take to answer (a forming cluster)
 CRASH_LIMIT_FACTOR = 10
 FIRST_CONNECT_S = 10.0
 
@@ -174,6 +175,24 @@ class Bus:
                 await self.js.add_stream(config)
             except BadRequestError:
                 await self.js.update_stream(config)
+            await self._visible(name)
+
+    async def _visible(self, stream: str) -> None:
+        """Until `stream` answers here: a cluster that just formed accepts the create
+        and can still say "stream not found" to the next call (its servers apply the
+        assignment, then elect the stream's leader). TimeoutError (transient) after
+        `STREAM_VISIBLE_S`, so `until_ready` tries the whole creation again."""
+        deadline = asyncio.get_running_loop().time() + STREAM_VISIBLE_S
+        while True:
+            try:
+                await self.js.stream_info(stream)
+                return
+            except NotFoundError:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise TimeoutError(
+                        f"stream {stream} created but not found after {STREAM_VISIBLE_S:.0f} s"
+                    ) from None
+                await asyncio.sleep(0.05)
 
     # --- publish ---------------------------------------------------------------------
 
