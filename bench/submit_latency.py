@@ -6,7 +6,7 @@ on every node (`job_runs.started_at`, written once all agents report a started
 process). Prints one line per percentile, then one JSON object.
 
     .venv/bin/python bench/submit_latency.py [--jobs 100] [--nodes 1 --gpus-per-node 1]
-        [--gap-max 0.6]
+        [--gap-min 0.0 --gap-max 0.6]
 """
 
 from __future__ import annotations
@@ -41,10 +41,15 @@ POLL = (
 
 
 async def measure(
-    nats_url: str, db_url: str, jobs: int, argv: tuple[str, ...], gap_max_s: float = 0.0
+    nats_url: str,
+    db_url: str,
+    jobs: int,
+    argv: tuple[str, ...],
+    gap_max_s: float = 0.0,
+    gap_min_s: float = 0.0,
 ) -> tuple[list[float], list[float]]:
     """Each job is submitted once the one before has ended (its run no longer RUNNING),
-    after a seeded random gap in [0, gap_max_s): the moment right after a job ends is
+    after a seeded random gap in [gap_min_s, gap_max_s): the moment right after a job ends is
     where a latency tail hid. Returns submit -> running and submit -> allocated (to
     5 ms, the poll period)."""
     db = await asyncpg.connect(db_url)
@@ -64,7 +69,7 @@ async def measure(
                 placed.append(seen if seen is not None else row["s"])
                 break
             await asyncio.sleep(0.005)
-        await asyncio.sleep(gaps.uniform(0.0, gap_max_s))
+        await asyncio.sleep(gaps.uniform(gap_min_s, max(gap_min_s, gap_max_s)))
     await db.close()
     return latencies, placed
 
@@ -75,17 +80,21 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=2, help="nodes per job (of 2)")
     parser.add_argument("--gpus-per-node", type=int, default=2, help="of 4")
     parser.add_argument("--gap-max", type=float, default=0.0, help="seconds after an end")
+    parser.add_argument("--gap-min", type=float, default=0.0, help="at least this many")
     parser.add_argument("--replicas", type=int, default=1, help="of every service")
     parser.add_argument("--nats-servers", type=int, default=1, choices=(1, 3))
     args = parser.parse_args()
     argv = (f"--nodes={args.nodes}", f"--gpus-per-node={args.gpus_per_node}")
     with local_cluster(2, replicas=args.replicas, nats_servers=args.nats_servers) as cluster:
         lat, placed = asyncio.run(
-            measure(cluster.nats_url, cluster.database_url, args.jobs, argv, args.gap_max)
+            measure(
+                cluster.nats_url, cluster.database_url, args.jobs, argv, args.gap_max, args.gap_min
+            )
         )
     leg = latency_figures("submit_to_allocated", placed)
     result = latency_figures("submit_to_running", lat, nodes_per_job=args.nodes)
     result["gpus_per_node"], result["gap_max_s"] = args.gpus_per_node, args.gap_max
+    result["gap_min_s"] = args.gap_min
     result["replicas"], result["nats_servers"] = args.replicas, args.nats_servers
     result["placer_p50_ms"], result["placer_p99_ms"] = leg["p50_ms"], leg["p99_ms"]
     result["over_100ms"] = sum(1 for s in lat if s > 0.1)

@@ -2,10 +2,10 @@
 start it in a session of its own, wait for its first word (started, or ended), kill it.
 
 An interpreter takes a few hundred milliseconds to start and import stepd, on the path
-of every start and every fault restart. So the agent keeps one stepd ready (`Spare`):
-started with `--ready`, its imports done, it waits on a pipe for its worker folder. A
-start hands the folder to the spare and starts the next spare at once; a spare whose
-agent is gone reads the end of its pipe and exits, having run nothing.
+of every start and every fault restart. So the agent keeps two stepds ready (`Spare`):
+started with `--ready`, its imports done, each waits on a pipe for its worker folder. A
+start hands the folder to the oldest spare and starts the next one at once; a spare
+whose agent is gone reads the end of its pipe and exits, having run nothing.
 """
 
 from __future__ import annotations
@@ -50,56 +50,71 @@ def start_stepd(folder: Path) -> subprocess.Popen[bytes]:
 
 
 class Spare:
-    """One stepd started ahead, waiting for a folder; `take` hands it one."""
+    """Stepds started ahead, waiting for a folder; `take` hands the oldest one a folder.
 
-    def __init__(self) -> None:
-        self._proc: subprocess.Popen[bytes] | None = None
+    Two wait, not one: a start that comes right after another (a job submitted as the
+    last one ended, a gang's restart) found the one spare started by the last start
+    still importing, and waited out its tenth of a second or more."""
+
+    def __init__(self, size: int = 2) -> None:
+        self.size = size
+        self._procs: list[subprocess.Popen[bytes]] = []  # oldest first
 
     def warm(self) -> None:
-        """Start the next spare unless one waits (its interpreter starts meanwhile)."""
-        if self._proc is not None and self._proc.poll() is None:
-            return
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "services.launcher.stepd", "--ready"],
-            env=_env(),
-            cwd="/",
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,  # it writes to the folder's stepd.log once it has one
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
+        """Start spares until `size` wait (their interpreters start meanwhile)."""
+        self._procs = [p for p in self._procs if p.poll() is None]
+        while len(self._procs) < self.size:
+            self._procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "services.launcher.stepd", "--ready"],
+                    env=_env(),
+                    cwd="/",
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,  # it writes to the folder's stepd.log
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            )
+
+    def waiting(self) -> list[subprocess.Popen[bytes]]:
+        """The spares not handed a folder yet, oldest first."""
+        return list(self._procs)
 
     def take(self, folder: Path) -> subprocess.Popen[bytes]:
-        """A stepd for `folder`: the spare when one waits, else a cold start; the next
-        spare is started either way."""
-        proc, self._proc = self._proc, None
+        """A stepd for `folder`: the oldest live spare (the likeliest to have finished
+        its imports), else a cold start; spares are topped up at once either way. (A
+        top-up put off until the start in hand was done landed its imports on the next
+        start instead: back to back, p99 195 ms, bench/submit_latency.py.)"""
         try:
-            if proc is None or proc.poll() is not None or proc.stdin is None:
-                return start_stepd(folder)
-            try:
-                proc.stdin.write(f"{folder}\n".encode())
-                proc.stdin.close()
-            except OSError:  # it died just now
-                with contextlib.suppress(OSError):
-                    proc.wait(timeout=5)
-                return start_stepd(folder)
-            return proc
+            while self._procs:
+                proc = self._procs.pop(0)
+                if proc.poll() is not None or proc.stdin is None:
+                    continue
+                try:
+                    proc.stdin.write(f"{folder}\n".encode())
+                    proc.stdin.close()
+                except OSError:  # it died just now
+                    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                        proc.wait(timeout=5)
+                    continue
+                return proc
+            return start_stepd(folder)
         finally:
             self.warm()
 
     def close(self) -> None:
-        """The agent stops: the spare reads the end of its pipe and exits."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            kill_stepd(proc)
+        """The agent stops: each spare reads the end of its pipe and exits."""
+        procs, self._procs = self._procs, []
+        for proc in procs:
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+        for proc in procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                kill_stepd(proc)
 
 
 async def started_or_ended(folder: Path, proc: subprocess.Popen[bytes]) -> StepStarted | StepExit:

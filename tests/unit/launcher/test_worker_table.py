@@ -302,11 +302,31 @@ def test_a_spare_stepd_runs_the_folder_it_is_handed_and_the_next_one_waits(
         assert ended(proc, table, rec) == StepExit(ending=Ending.EXITED, exit_code=4)
         assert (tmp_path / "out-5.txt").read_text() == "from-the-spare\n"
         assert (Path(rec.folder) / "stepd.log").exists()  # its output went to the folder
-        waiting = spare._proc
-        assert waiting is not None and waiting is not proc and waiting.poll() is None
+        waiting = spare.waiting()
+        assert len(waiting) == 2 and proc not in waiting  # topped up
+        assert all(p.poll() is None for p in waiting)
     finally:
         spare.close()
-    assert waiting.returncode == 0  # the end of its pipe: it ran nothing
+    assert [p.returncode for p in waiting] == [0, 0]  # the end of their pipes: ran nothing
+
+
+def test_two_starts_back_to_back_each_get_a_spare_and_the_oldest_goes_first(
+    tmp_path: Path,
+) -> None:
+    """The second start must not wait for an interpreter the first one just started."""
+    table = WorkerTable(tmp_path / "node")
+    touch(table.contact)
+    spare = Spare()
+    spare.warm()
+    first, second = spare.waiting()
+    recs = [prepared(table, job, f"exit {job}", tmp_path) for job in (6, 7)]
+    try:
+        taken = [spare.take(Path(rec.folder)) for rec in recs]
+        assert taken == [first, second]
+        for proc, rec, code in zip(taken, recs, (6, 7), strict=True):
+            assert ended(proc, table, rec) == StepExit(ending=Ending.EXITED, exit_code=code)
+    finally:
+        spare.close()
 
 
 def test_a_spare_whose_agent_died_exits_having_run_nothing(tmp_path: Path) -> None:
@@ -314,7 +334,7 @@ def test_a_spare_whose_agent_died_exits_having_run_nothing(tmp_path: Path) -> No
         [
             sys.executable, "-c",
             "import sys; from services.launcher.stepd_client import Spare; s = Spare();"
-            " s.warm(); print(s._proc.pid, flush=True); sys.stdin.readline()",
+            " s.warm(); print(s.waiting()[0].pid, flush=True); sys.stdin.readline()",
         ],
         cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
     )  # fmt: skip
