@@ -139,13 +139,14 @@ async def eventually(
 
 
 async def settled_usage(db: asyncpg.Connection, job_id: int, timeout: float = 30.0) -> float:
-    """The user's raw usage once fairshare has settled every attempt of `job_id`: a
-    usage tick (every second in these clusters) charges a running job before its end,
-    so the first non-zero usage is often a part of the total. A timeout says where the
-    settlement stopped: the charge rows, the run, and the `job.finished` outbox rows."""
+    """The user's raw usage once fairshare has settled every attempt of `job_id`, its
+    run's last one included (call it once the job ended): a usage tick (every second in
+    these clusters) charges a running job before its end, so the first non-zero usage
+    is often a part of the total. A timeout says where the settlement stopped: the
+    charge rows, the run, and the `job.finished` outbox rows."""
     query = (
-        "SELECT count(*) AS attempts, bool_and(settled) AS settled"
-        " FROM usage_charges WHERE job_id = $1"
+        "SELECT bool_and(c.settled) AND bool_or(c.attempt = r.attempt) AS settled"
+        " FROM usage_charges c JOIN job_runs r USING (job_id) WHERE c.job_id = $1"
     )
     try:
         await eventually(
