@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -289,44 +289,46 @@ def test_stop_recorded_workers_stops_every_node_s_workers(tmp_path: Path) -> Non
 # --- the spare stepd the agent keeps ready ---------------------------------------------
 
 
-def test_a_spare_stepd_runs_the_folder_it_is_handed_and_the_next_one_waits(
-    tmp_path: Path,
-) -> None:
+@pytest.fixture
+def spared(tmp_path: Path) -> Iterator[tuple[WorkerTable, Spare]]:
+    """A node's worker table and its spares, warmed; closed after the test."""
     table = WorkerTable(tmp_path / "node")
     touch(table.contact)
     spare = Spare()
     spare.warm()
-    rec = prepared(table, 5, "echo from-the-spare; exit 4", tmp_path)
-    proc = spare.take(Path(rec.folder))
     try:
-        assert ended(proc, table, rec) == StepExit(ending=Ending.EXITED, exit_code=4)
-        assert (tmp_path / "out-5.txt").read_text() == "from-the-spare\n"
-        assert (Path(rec.folder) / "stepd.log").exists()  # its output went to the folder
-        waiting = spare.waiting()
-        assert len(waiting) == 2 and proc not in waiting  # topped up
-        assert all(p.poll() is None for p in waiting)
+        yield table, spare
     finally:
         spare.close()
+
+
+def test_a_spare_stepd_runs_the_folder_it_is_handed_and_the_next_one_waits(
+    tmp_path: Path, spared: tuple[WorkerTable, Spare]
+) -> None:
+    table, spare = spared
+    rec = prepared(table, 5, "echo from-the-spare; exit 4", tmp_path)
+    proc = spare.take(Path(rec.folder))
+    assert ended(proc, table, rec) == StepExit(ending=Ending.EXITED, exit_code=4)
+    assert (tmp_path / "out-5.txt").read_text() == "from-the-spare\n"
+    assert (Path(rec.folder) / "stepd.log").exists()  # its output went to the folder
+    waiting = spare.waiting()
+    assert len(waiting) == 2 and proc not in waiting  # topped up
+    assert all(p.poll() is None for p in waiting)
+    spare.close()
     assert [p.returncode for p in waiting] == [0, 0]  # the end of their pipes: ran nothing
 
 
 def test_two_starts_back_to_back_each_get_a_spare_and_the_oldest_goes_first(
-    tmp_path: Path,
+    tmp_path: Path, spared: tuple[WorkerTable, Spare]
 ) -> None:
     """The second start must not wait for an interpreter the first one just started."""
-    table = WorkerTable(tmp_path / "node")
-    touch(table.contact)
-    spare = Spare()
-    spare.warm()
+    table, spare = spared
     first, second = spare.waiting()
     recs = [prepared(table, job, f"exit {job}", tmp_path) for job in (6, 7)]
-    try:
-        taken = [spare.take(Path(rec.folder)) for rec in recs]
-        assert taken == [first, second]
-        for proc, rec, code in zip(taken, recs, (6, 7), strict=True):
-            assert ended(proc, table, rec) == StepExit(ending=Ending.EXITED, exit_code=code)
-    finally:
-        spare.close()
+    taken = [spare.take(Path(rec.folder)) for rec in recs]
+    assert taken == [first, second]
+    for proc, rec, code in zip(taken, recs, (6, 7), strict=True):
+        assert ended(proc, table, rec) == StepExit(ending=Ending.EXITED, exit_code=code)
 
 
 def test_a_spare_whose_agent_died_exits_having_run_nothing(tmp_path: Path) -> None:
