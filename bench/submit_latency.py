@@ -45,11 +45,10 @@ async def measure(
     db_url: str,
     jobs: int,
     argv: tuple[str, ...],
-    gap_max_s: float = 0.0,
-    gap_min_s: float = 0.0,
+    gap_s: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[list[float], list[float]]:
     """Each job is submitted once the one before has ended (its run no longer RUNNING),
-    after a seeded random gap in [gap_min_s, gap_max_s): the moment right after a job ends is
+    after a seeded random gap in `gap_s` (low, high): the moment right after a job ends is
     where a latency tail hid. Returns submit -> running and submit -> allocated (to
     5 ms, the poll period)."""
     db = await asyncpg.connect(db_url)
@@ -69,7 +68,7 @@ async def measure(
                 placed.append(seen if seen is not None else row["s"])
                 break
             await asyncio.sleep(0.005)
-        await asyncio.sleep(gaps.uniform(gap_min_s, max(gap_min_s, gap_max_s)))
+        await asyncio.sleep(gaps.uniform(*gap_s))
     await db.close()
     return latencies, placed
 
@@ -88,7 +87,11 @@ def main() -> None:
     with local_cluster(2, replicas=args.replicas, nats_servers=args.nats_servers) as cluster:
         lat, placed = asyncio.run(
             measure(
-                cluster.nats_url, cluster.database_url, args.jobs, argv, args.gap_max, args.gap_min
+                cluster.nats_url,
+                cluster.database_url,
+                args.jobs,
+                argv,
+                (args.gap_min, max(args.gap_min, args.gap_max)),
             )
         )
     leg = latency_figures("submit_to_allocated", placed)
