@@ -47,6 +47,7 @@ DLQ_STREAM = "MUSTER_DLQ"
 DLQ_PREFIX = "muster.dlq."
 BACKOFF_S = (0.2, 1.0, 3.0, 10.0, 30.0)
 NOT_MINE_DELAY_S = 1.0  # a hand-back to the replica that owns the work
+STREAM_NAME_IN_USE = 10058  # add_stream's answer for an existing, different config
 STREAM_VISIBLE_S = 10.0  # how long a created stream may take to answer (a forming cluster)
 CRASH_LIMIT_FACTOR = 10
 FIRST_CONNECT_S = 10.0
@@ -173,7 +174,9 @@ class Bus:
             )
             try:
                 await self.js.add_stream(config)
-            except BadRequestError:
+            except BadRequestError as err:
+                if err.err_code != STREAM_NAME_IN_USE:
+                    raise  # e.g. 10005 "no suitable peers": transient, retried whole
                 await self.js.update_stream(config)
             await self._visible(name)
 

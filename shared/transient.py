@@ -60,6 +60,10 @@ _CLOSED_MARKERS = (
 
 # JetStream API answers that mean "not now": 503 no responders, 408 request timeout.
 _RETRY_API_CODES = frozenset({408, 503})
+# ... and error codes that do, whatever the status: 10005 "no suitable peers for
+# placement, peer offline" is a replicated create while the cluster is still forming
+# or one of its servers restarts.
+_RETRY_API_ERR_CODES = frozenset({10005})
 
 
 def is_transient(err: BaseException) -> bool:
@@ -79,7 +83,7 @@ def is_transient(err: BaseException) -> bool:
         # asyncpg has not processed the close yet; the pool replaces the connection.
         return str(err).startswith("cannot switch to state")
     if isinstance(err, nats.js.errors.APIError):
-        return err.code in _RETRY_API_CODES
+        return err.code in _RETRY_API_CODES or err.err_code in _RETRY_API_ERR_CODES
     cause = err.__cause__
     return cause is not None and is_transient(cause)
 

@@ -79,6 +79,10 @@ CASES: dict[str, tuple[BaseException, bool]] = {
     ),
     "JetStream API answered 503": (nats.js.errors.ServiceUnavailableError(code=503), True),
     "JetStream API answered 408": (nats.js.errors.APIError(code=408), True),
+    "a replicated create while a peer is offline": (
+        nats.js.errors.BadRequestError(code=400, err_code=10005),
+        True,
+    ),
     "a service error raised from a lost connection": (
         _raised_from(RuntimeError("cycle failed"), ConnectionResetError()),
         True,
@@ -102,6 +106,10 @@ CASES: dict[str, tuple[BaseException, bool]] = {
     "a syntax error in SQL is a bug": (asyncpg.PostgresSyntaxError("syntax error"), False),
     "JetStream says the stream does not exist": (nats.js.errors.NotFoundError(code=404), False),
     "a bad request to JetStream": (nats.js.errors.BadRequestError(code=400), False),
+    "a stream name in use with another config": (
+        nats.js.errors.BadRequestError(code=400, err_code=10058),
+        False,
+    ),
     "a permanent handler error": (PermanentError("job 7 has no spec"), False),
     "an ordinary bug": (KeyError("node01"), False),
     "a value error from bad input": (ValueError("gpus must be positive"), False),
