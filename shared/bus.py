@@ -281,6 +281,8 @@ class Bus:
             await self.ensure_streams()
             await self.js.add_consumer(STREAM, config)
         except BadRequestError as err:
+            if is_transient(err):  # 10005: a replicated consumer while a peer is away
+                raise
             # An existing durable with another config keeps its position; say so.
             log.warning(
                 "consumer exists with other settings", extra=kv(durable=durable, error=str(err))
