@@ -174,12 +174,6 @@ def _enable_v2(base: Path, top: Path) -> None:
             ) from err
 
 
-def enter(ref: CgroupRef, pid: int) -> None:
-    """Move process `pid` (all its threads) into the job's cgroup."""
-    for folder in ref.dirs.values():
-        _write(Path(folder, "cgroup.procs"), str(pid))
-
-
 def entered_if(
     ref: CgroupRef | None, h: Hierarchy | None
 ) -> contextlib.AbstractContextManager[None]:
@@ -191,17 +185,25 @@ def entered_if(
 
 @contextlib.contextmanager
 def entered(ref: CgroupRef, h: Hierarchy) -> Iterator[None]:
-    """This process inside `ref` for the block, then back where it was: a child forked
-    inside starts in the job's cgroup, before it execs anything."""
-    me = os.getpid()
-    enter(ref, me)
+    """The calling thread inside `ref` for the block, then back where it was: a child
+    it forks inside starts in the job's cgroup, before it execs anything.
+
+    v1 moves this thread alone ("0" to `tasks`): the kernel skips its global
+    threadgroup lock for a single thread moving itself, where a whole process's move
+    (`cgroup.procs`) first waits out an RCU grace period, 5-17 ms after an idle spell
+    on every start. v2 has no such file outside threaded subtrees: the whole process
+    moves."""
+    v1 = ref.version is Version.V1
+    members, me = ("tasks", "0") if v1 else ("cgroup.procs", str(os.getpid()))
     try:
+        for folder in ref.dirs.values():
+            _write(Path(folder, members), me)
         yield
-    finally:
+    finally:  # also after a partial entry: nothing of this process stays behind
         for ctl in ref.dirs:
             back = _join(h.mounts[ctl], h.own.get(ctl, "/"))
             with contextlib.suppress(OSError):
-                Path(back, "cgroup.procs").write_text(str(me))
+                Path(back, members).write_text(me)
 
 
 def procs(ref: CgroupRef) -> set[int]:

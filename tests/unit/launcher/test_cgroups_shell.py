@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -204,3 +205,38 @@ def test_the_cgroup_pass_skips_the_group_that_killpg_reaches_so_each_gets_a_sign
     assert leader.wait(timeout=10) == -9
     assert cgroups.remove(ref)
     assert escaped not in cgroups.procs(ref)
+
+
+def test_only_the_forking_thread_enters_and_every_thread_comes_back(root: str) -> None:
+    # v1 moves the calling thread alone (no RCU grace period on the start's path):
+    # another thread of this process is never in the job's cgroup, before, during or
+    # after, and the child is in it, forked from the thread that entered.
+    assert HIERARCHY is not None
+    ref = cgroups.create(HIERARCHY, root, "job", Limits())
+    memory = ref.dir_of("memory")
+    assert memory is not None
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        assert other.native_id is not None
+        with cgroups.entered(ref, HIERARCHY):
+            inside = _members(memory)
+            child = subprocess.Popen(["sleep", "300"])
+        after = _members(memory)
+    finally:
+        release.set()
+        other.join()
+    assert child.pid in after
+    assert other.native_id not in inside
+    assert threading.get_native_id() not in after
+    if ref.version is Version.V1:
+        assert threading.get_native_id() in inside
+    assert cgroups.remove(ref)
+    assert child.wait(timeout=10) == -9
+
+
+def _members(folder: str) -> set[int]:
+    """The threads (v1 `tasks`) or processes (v2) in one cgroup folder."""
+    name = "tasks" if Path(folder, "tasks").exists() else "cgroup.procs"
+    return {int(t) for t in Path(folder, name).read_text().split()}
