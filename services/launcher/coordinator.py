@@ -400,12 +400,15 @@ class Coordinator:
     async def launch(self, spec: JobSpec, gen: Generation) -> None:
         """Start one generation on every node of `gen`, or on none (the core stops the
         ones that started and requeues)."""
-        async with self.ctx.pool.acquire() as conn:
-            addresses = await repo.node_addresses(conn, list(gen.nodes))
+        if not self.owns(gen.job_id):
+            return  # lost the job: its new owner starts the STARTING run
+        # Both on the path of every start, neither needs the other: asked at once.
+        addresses, port = await asyncio.gather(
+            self._addresses(gen.nodes), self.agents.free_port(gen.nodes[0])
+        )
         master = addresses.get(gen.nodes[0], "127.0.0.1")
         if not self.owns(gen.job_id):
             return  # lost the job meanwhile: its new owner starts the STARTING run
-        port = await self.agents.free_port(gen.nodes[0])
         if port.ok:
             replies = await self.agents.start(spec, gen, master, port.port)
         else:
@@ -434,6 +437,10 @@ class Coordinator:
             await outbox_add(conn, started)
         self.ctx.relay.kick()
         log.info("launched", extra=kv(job=gen.job_id, nodes=gen.nodes, gen=gen.generation))
+
+    async def _addresses(self, nodes: tuple[str, ...]) -> dict[str, str]:
+        async with self.ctx.pool.acquire() as conn:
+            return await repo.node_addresses(conn, list(nodes))
 
     async def end_stopped(self, job_id: int) -> None:
         """The workers of a COMPLETING run are gone (or their node is): end it."""
