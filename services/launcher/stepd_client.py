@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
 # A start waits on these looks (two small reads each): often for its first quarter
 # second, when most starts are answered, then at the slower pace (a prolog, a cold start).
-_POLL_S, _POLL_FAST_S, _FAST_FOR_S = 0.01, 0.002, 0.25
+_POLL_S, _POLL_FAST_S, _FAST_FOR_S = 0.01, 0.001, 0.25
 
 
 def _env() -> dict[str, str]:
