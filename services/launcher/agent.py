@@ -38,7 +38,7 @@ from services.launcher.executor import (
 from services.launcher.hooks import PrologFailed
 from services.launcher.isolation import NodeIsolation, for_worker
 from services.launcher.spool import Spool
-from services.launcher.stepd_client import Spare, kill_stepd, started_or_ended
+from services.launcher.stepd_client import Stepd, Zygote, started_or_ended
 from services.launcher.steps_agent import StepRunner
 from services.launcher.torchrun import fill_on_node
 from services.launcher.worker_table import (
@@ -118,7 +118,7 @@ class NodeExecutor:
         self._stopped: dict[tuple[int, int, int], None] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.steps = StepRunner(self)  # srun's tasks inside running jobs (steps_agent.py)
-        self.spare = Spare()  # the next worker's stepd, started ahead (stepd_client.py)
+        self.zygote = Zygote()  # forks each worker's stepd (stepd_client.py)
 
     def touch_contact(self) -> None:
         """The control plane was reached just now: every stepd's fence starts again."""
@@ -154,7 +154,7 @@ class NodeExecutor:
         await self.bus.serve(prefix + "status", self.node, self._on_status)
         await self.bus.serve(prefix + "port", self.node, self._on_port)
         await self.steps.serve()
-        self.spare.warm()
+        self.zygote.warm()
 
     async def shutdown(self, grace_s: float) -> None:
         """Agent stopping: workers are left running only if we are killed; on a clean
@@ -164,7 +164,7 @@ class NodeExecutor:
             return_exceptions=True,
         )
         await self.steps.close()
-        await asyncio.to_thread(self.spare.close)
+        await asyncio.to_thread(self.zygote.close)
         tasks = list(self._tasks)
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace_s + 5.0)
@@ -244,15 +244,17 @@ class NodeExecutor:
         )
         self.table.save(record)  # before stepd exists: a record for everything that may run
         write_struct(folder / "spec.json", self._step(spec, run_as, spool))
-        proc = self.spare.take(folder)
         outcome: StepStarted | StepExit | None = None
+        stepd: Stepd | None = None
         try:
-            outcome = await started_or_ended(folder, proc)
+            stepd = await self.zygote.take(folder)
+            outcome = await started_or_ended(folder, stepd)
         finally:
             if outcome is None:  # no word from stepd: nothing of this start may run on
                 started = self.table.started(record)
                 kill_group(started.worker if started else None, _signal.SIGKILL)
-                kill_stepd(proc)
+                if stepd is not None:
+                    stepd.kill()
                 self.table.remove(record)
         if isinstance(outcome, StepExit) and outcome.spawn_failed:
             self.table.remove(record)
@@ -262,7 +264,7 @@ class NodeExecutor:
         if started is not None:
             record = self.table.with_pids(record)
             self.table.save(record)
-        return _Running(record, proc=proc)
+        return _Running(record, proc=stepd.proc)
 
     def _step(self, spec: WorkerSpec, run_as: RunAs | None, spool: str) -> StepSpec:
         """What stepd runs: the spec with its spool folder filled in, and the fence."""

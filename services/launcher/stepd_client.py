@@ -1,17 +1,21 @@
 """Shell: the node agent's side of one stepd (services/launcher/stepd.py, one per worker):
 start it in a session of its own, wait for its first word (started, or ended), kill it.
 
-An interpreter takes a few hundred milliseconds to start and import stepd, on the path
-of every start and every fault restart. So the agent keeps two stepds ready (`Spare`):
-started with `--ready`, its imports done, each waits on a pipe for its worker folder. A
-start hands the folder to the oldest spare and starts the next one at once; a spare
-whose agent is gone reads the end of its pipe and exits, having run nothing.
+An interpreter takes a tenth of a second of CPU to start and import stepd, on the path
+of every start and every fault restart, and beside it when started ahead (two spares
+were kept so until round 5 of issue 20: back to back, each start's spare import still
+doubled the next start's latency on a 2-core node). So the agent keeps one `Zygote`:
+`stepd --zygote`, its imports done, forks a stepd for each worker folder it is sent
+(about a millisecond) and answers with its pid. A zygote whose agent is gone reads the
+end of its pipe and exits; the stepds it forked run on. Without a working zygote a
+start falls back to a cold `start_stepd`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal as _signal
 import subprocess
@@ -19,8 +23,15 @@ import sys
 from pathlib import Path
 
 from services.launcher.executor import LaunchError
-from services.launcher.worker_table import StepExit, StepStarted, read_struct
+from services.launcher.worker_table import (
+    ProcessRef,
+    StepExit,
+    StepStarted,
+    alive,
+    read_struct,
+)
 
+log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
 # A start waits on these looks (two small reads each): often for its first quarter
@@ -34,10 +45,36 @@ def _env() -> dict[str, str]:
     return env
 
 
-def start_stepd(folder: Path) -> subprocess.Popen[bytes]:
+class Stepd:
+    """One started stepd: our child (`proc`, a cold start) or the zygote's (`ref`)."""
+
+    def __init__(
+        self, pid: int, *, proc: subprocess.Popen[bytes] | None = None,
+        ref: ProcessRef | None = None,
+    ) -> None:  # fmt: skip
+        self.pid = pid
+        self.proc = proc
+        self.ref = ref
+
+    def running(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None  # also reaps it
+        return alive(self.ref)
+
+    def kill(self) -> None:
+        """SIGKILL its session's group (stepd leads it; its worker has a group of its own)."""
+        if self.proc is None and not alive(self.ref):
+            return  # gone, and its pid may be another process's by now
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, _signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(timeout=5)
+
+
+def start_stepd(folder: Path) -> Stepd:
     """A new stepd for `folder`, from a cold start."""
     with (folder / "stepd.log").open("ab") as out:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "services.launcher.stepd", str(folder)],
             env=_env(),
             cwd="/",
@@ -47,77 +84,97 @@ def start_stepd(folder: Path) -> subprocess.Popen[bytes]:
             start_new_session=True,  # its own session: our death or our group's signals
             close_fds=True,  # never reach it
         )
+    return Stepd(proc.pid, proc=proc)
 
 
-class Spare:
-    """Stepds started ahead, waiting for a folder; `take` hands the oldest one a folder.
+class Zygote:
+    """`stepd --zygote`, started ahead; `take` has it fork the stepd of one folder."""
 
-    Two wait, not one: a start that comes right after another (a job submitted as the
-    last one ended, a gang's restart) found the one spare started by the last start
-    still importing, and waited out its tenth of a second or more."""
-
-    def __init__(self, size: int = 2) -> None:
-        self.size = size
-        self._procs: list[subprocess.Popen[bytes]] = []  # oldest first
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._answers: asyncio.StreamReader | None = None
+        self._lock = asyncio.Lock()  # one fork asked at a time: answers come in order
 
     def warm(self) -> None:
-        """Start spares until `size` wait (their interpreters start meanwhile)."""
-        self._procs = [p for p in self._procs if p.poll() is None]
-        while len(self._procs) < self.size:
-            self._procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "services.launcher.stepd", "--ready"],
-                    env=_env(),
-                    cwd="/",
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.DEVNULL,  # it writes to the folder's stepd.log
-                    stderr=subprocess.DEVNULL,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            )
+        """Start the zygote unless one runs (its interpreter starts meanwhile)."""
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self._answers = None
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "services.launcher.stepd", "--zygote"],
+            env=_env(),
+            cwd="/",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # each stepd writes to its folder's stepd.log
+            start_new_session=True,
+            close_fds=True,
+        )
 
-    def waiting(self) -> list[subprocess.Popen[bytes]]:
-        """The spares not handed a folder yet, oldest first."""
-        return list(self._procs)
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
 
-    def take(self, folder: Path) -> subprocess.Popen[bytes]:
-        """A stepd for `folder`: the oldest live spare (the likeliest to have finished
-        its imports), else a cold start; spares are topped up at once either way. (A
-        top-up put off until the start in hand was done landed its imports on the next
-        start instead: back to back, p99 195 ms, bench/submit_latency.py.)"""
-        try:
-            while self._procs:
-                proc = self._procs.pop(0)
-                if proc.poll() is not None or proc.stdin is None:
-                    continue
-                try:
-                    proc.stdin.write(f"{folder}\n".encode())
-                    proc.stdin.close()
-                except OSError:  # it died just now
-                    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                        proc.wait(timeout=5)
-                    continue
-                return proc
-            return start_stepd(folder)
-        finally:
-            self.warm()
+    async def take(self, folder: Path) -> Stepd:
+        """A stepd for `folder`, forked by the zygote (a dead one is replaced first; a
+        new one answers once its imports are done), else from a cold start when no
+        zygote can be started. A zygote that fails once sent the folder is replaced and
+        the start fails (LaunchError): it may have forked a stepd for the folder, which
+        finds its record gone when the agent gives up the start, and runs nothing."""
+        async with self._lock:
+            try:
+                self.warm()
+            except OSError as err:
+                log.warning("no stepd zygote, starting stepd cold", extra={"error": repr(err)})
+                return start_stepd(folder)
+            try:
+                return await asyncio.wait_for(self._fork(folder), START_TIMEOUT_S)
+            except (OSError, ValueError, EOFError, TimeoutError) as err:
+                self._replace()
+                raise LaunchError(f"the stepd zygote did not fork a stepd: {err!r}") from err
+
+    async def _fork(self, folder: Path) -> Stepd:
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        if self._answers is None:
+            reader = asyncio.StreamReader()
+            loop = asyncio.get_running_loop()
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), proc.stdout)
+            self._answers = reader
+        proc.stdin.write(f"{folder}\n".encode())
+        proc.stdin.flush()
+        line = await self._answers.readline()
+        if not line:
+            raise EOFError("the zygote closed its answers")
+        pid, start = (int(x) for x in line.split())
+        return Stepd(pid, ref=ProcessRef(pid=pid, start=start) if start else None)
+
+    def _replace(self) -> None:
+        proc, self._proc, self._answers = self._proc, None, None
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, _signal.SIGKILL)  # the zygote's group alone
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        self.warm()
 
     def close(self) -> None:
-        """The agent stops: each spare reads the end of its pipe and exits."""
-        procs, self._procs = self._procs, []
-        for proc in procs:
-            if proc.stdin is not None:
-                with contextlib.suppress(OSError):
-                    proc.stdin.close()
-        for proc in procs:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                kill_stepd(proc)
+        """The agent stops: the zygote reads the end of its pipe and exits."""
+        proc, self._proc, self._answers = self._proc, None, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, _signal.SIGKILL)
+            proc.wait(timeout=5)
 
 
-async def started_or_ended(folder: Path, proc: subprocess.Popen[bytes]) -> StepStarted | StepExit:
+async def started_or_ended(folder: Path, stepd: Stepd) -> StepStarted | StepExit:
     """What stepd said first: the worker runs, or it ended (or never started)."""
     loop = asyncio.get_running_loop()
     began = loop.time()
@@ -129,14 +186,8 @@ async def started_or_ended(folder: Path, proc: subprocess.Popen[bytes]) -> StepS
         ending = read_struct(folder / "exit.json", StepExit)
         if ending is not None:
             return ending
-        if proc.poll() is not None:
-            raise LaunchError(f"stepd exited {proc.returncode}: see {folder}/stepd.log")
+        if not stepd.running():
+            raise LaunchError(f"stepd ended without a word: see {folder}/stepd.log")
         if loop.time() > deadline:
             raise LaunchError(f"stepd did not start the worker in {START_TIMEOUT_S:.0f} s")
         await asyncio.sleep(_POLL_FAST_S if loop.time() - began < _FAST_FOR_S else _POLL_S)
-
-
-def kill_stepd(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, _signal.SIGKILL)
-    proc.wait(timeout=5)

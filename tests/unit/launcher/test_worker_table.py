@@ -22,7 +22,7 @@ import pytest
 
 from services.health.probe import kernel_boot_id
 from services.launcher.executor import group_members
-from services.launcher.stepd_client import Spare
+from services.launcher.stepd_client import Stepd, Zygote
 from services.launcher.worker_table import (
     Ending,
     Facts,
@@ -286,65 +286,97 @@ def test_stop_recorded_workers_stops_every_node_s_workers(tmp_path: Path) -> Non
         assert not alive(pids.worker)
 
 
-# --- the spare stepd the agent keeps ready ---------------------------------------------
+# --- the stepd zygote the agent keeps ready --------------------------------------------
 
 
 @pytest.fixture
-def spared(tmp_path: Path) -> Iterator[tuple[WorkerTable, Spare]]:
-    """A node's worker table and its spares, warmed; closed after the test."""
+def zygote(tmp_path: Path) -> Iterator[tuple[WorkerTable, Zygote]]:
+    """A node's worker table and its stepd zygote, started; closed after the test."""
     table = WorkerTable(tmp_path / "node")
     touch(table.contact)
-    spare = Spare()
-    spare.warm()
+    zygote = Zygote()
+    zygote.warm()
     try:
-        yield table, spare
+        yield table, zygote
     finally:
-        spare.close()
+        zygote.close()
 
 
-def test_a_spare_stepd_runs_the_folder_it_is_handed_and_the_next_one_waits(
-    tmp_path: Path, spared: tuple[WorkerTable, Spare]
+def finished(stepd: Stepd, table: WorkerTable, rec: WorkerRecord) -> StepExit:
+    """How the worker ended, once its stepd (the zygote's child, not ours) is gone."""
+    assert stepd.proc is None and stepd.ref is not None  # forked, not a cold start
+    until(lambda: not stepd.running(), "end of the stepd")
+    ending = table.exit_of(rec)
+    assert ending is not None
+    return ending
+
+
+async def test_forked_stepds_run_their_folders_in_sessions_of_their_own(
+    tmp_path: Path, zygote: tuple[WorkerTable, Zygote]
 ) -> None:
-    table, spare = spared
-    rec = prepared(table, 5, "echo from-the-spare; exit 4", tmp_path)
-    proc = spare.take(Path(rec.folder))
-    assert ended(proc, table, rec) == StepExit(ending=Ending.EXITED, exit_code=4)
-    assert (tmp_path / "out-5.txt").read_text() == "from-the-spare\n"
-    assert (Path(rec.folder) / "stepd.log").exists()  # its output went to the folder
-    waiting = spare.waiting()
-    assert len(waiting) == 2 and proc not in waiting  # topped up
-    assert all(p.poll() is None for p in waiting)
-    spare.close()
-    assert [p.returncode for p in waiting] == [0, 0]  # the end of their pipes: ran nothing
+    table, zyg = zygote
+    recs = [prepared(table, job, f"echo from-{job}; exit {job}", tmp_path) for job in (5, 6)]
+    # Back to back, as a gang's restart or a job submitted as the last one ended.
+    stepds = [await zyg.take(Path(rec.folder)) for rec in recs]
+    for stepd, rec, job in zip(stepds, recs, (5, 6), strict=True):
+        assert finished(stepd, table, rec) == StepExit(ending=Ending.EXITED, exit_code=job)
+        assert (tmp_path / f"out-{job}.txt").read_text() == f"from-{job}\n"
+        assert (Path(rec.folder) / "stepd.log").exists()  # its output went to the folder
+    assert len({s.pid for s in stepds}) == 2 and zyg.pid not in {s.pid for s in stepds}
 
 
-def test_two_starts_back_to_back_each_get_a_spare_and_the_oldest_goes_first(
-    tmp_path: Path, spared: tuple[WorkerTable, Spare]
+async def test_a_forked_stepd_supervises_and_stops_its_worker_like_a_cold_one(
+    tmp_path: Path, zygote: tuple[WorkerTable, Zygote]
 ) -> None:
-    """The second start must not wait for an interpreter the first one just started."""
-    table, spare = spared
-    first, second = spare.waiting()
-    recs = [prepared(table, job, f"exit {job}", tmp_path) for job in (6, 7)]
-    taken = [spare.take(Path(rec.folder)) for rec in recs]
-    assert taken == [first, second]
-    for proc, rec, code in zip(taken, recs, (6, 7), strict=True):
-        assert ended(proc, table, rec) == StepExit(ending=Ending.EXITED, exit_code=code)
+    table, zyg = zygote
+    rec = prepared(table, 7, "sleep 1000", tmp_path)
+    stepd = await zyg.take(Path(rec.folder))
+    pids = started(table, rec)
+    assert pids.stepd.pid == stepd.pid and os.getsid(stepd.pid) == stepd.pid
+    assert alive(pids.worker)
+    os.kill(stepd.pid, signal.SIGTERM)  # as the agent's stop
+    assert finished(stepd, table, rec).ending is Ending.STOPPED
+    assert not alive(pids.worker)
 
 
-def test_a_spare_whose_agent_died_exits_having_run_nothing(tmp_path: Path) -> None:
+async def test_a_killed_zygote_is_replaced_before_the_next_start_is_asked_of_it(
+    tmp_path: Path, zygote: tuple[WorkerTable, Zygote]
+) -> None:
+    table, zyg = zygote
+    first = zyg.pid
+    assert first is not None
+    os.killpg(first, signal.SIGKILL)
+    until(lambda: _gone(first), "end of the zygote")
+    rec = prepared(table, 8, "exit 8", tmp_path)
+    stepd = await zyg.take(Path(rec.folder))  # a dead zygote is replaced before it is asked
+    assert zyg.pid not in (None, first)
+    assert finished(stepd, table, rec) == StepExit(ending=Ending.EXITED, exit_code=8)
+
+
+def test_a_zygote_whose_agent_died_exits_and_its_stepds_run_on(tmp_path: Path) -> None:
+    table = WorkerTable(tmp_path / "node")
+    touch(table.contact)
+    rec = prepared(table, 9, "sleep 1000", tmp_path)
     agent = subprocess.Popen(
         [
             sys.executable, "-c",
-            "import sys; from services.launcher.stepd_client import Spare; s = Spare();"
-            " s.warm(); print(s.waiting()[0].pid, flush=True); sys.stdin.readline()",
+            "import asyncio, sys; from pathlib import Path;"
+            " from services.launcher.stepd_client import Zygote; z = Zygote();"
+            f" s = asyncio.run(z.take(Path({rec.folder!r})));"
+            " print(z.pid, flush=True); sys.stdin.readline()",
         ],
         cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
     )  # fmt: skip
     assert agent.stdout is not None and agent.stdin is not None
-    spare_pid = int(agent.stdout.readline())
+    zygote_pid = int(agent.stdout.readline())
+    pids = started(table, rec)
     agent.kill()
     agent.wait(timeout=10)
-    until(lambda: _gone(spare_pid), "end of the spare")
+    until(lambda: _gone(zygote_pid), "end of the zygote")
+    assert alive(pids.stepd) and alive(pids.worker)  # a worker outlives agent and zygote
+    os.kill(pids.stepd.pid, signal.SIGTERM)
+    until(lambda: not alive(pids.stepd), "end of the stepd")
+    assert not alive(pids.worker)
 
 
 def _gone(pid: int) -> bool:
