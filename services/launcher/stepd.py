@@ -1,12 +1,13 @@
 """Shell: the step supervisor, one process per worker (`python -m services.launcher.stepd
 <worker folder>`), as Slurm's slurmstepd is to slurmd.
 
-The node agent starts it in its own session for every worker. It starts the job's
-process group with `executor.spawn_worker` (run-as user, output files, environment from
-the folder's `spec.json`), reports both pids in `started.json`, waits for the worker and
-writes how it ended in `exit.json`, then exits. It does not need the agent: when the
-agent dies, is restarted or hangs, the worker runs on and its exit is on disk for the
-next agent to report.
+The node agent has its zygote (`--zygote`, below) fork one for every worker, in a
+session of its own (a cold `python -m services.launcher.stepd <folder>` when there is
+no zygote). It starts the job's process group with `executor.spawn_worker` (run-as
+user, output files, environment from the folder's `spec.json`), reports both pids in
+`started.json`, waits for the worker and writes how it ended in `exit.json`, then
+exits. It does not need the agent: when the agent dies, is restarted or hangs, the
+worker runs on and its exit is on disk for the next agent to report.
 
 Fencing: every `POLL_S` it looks at the node's contact file, which the agent touches
 whenever it reached the control plane. Older than `fence_s`, the node has lost the
