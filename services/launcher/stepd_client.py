@@ -99,7 +99,7 @@ class Zygote:
         """Start the zygote unless one runs (its interpreter starts meanwhile)."""
         if self._proc is not None and self._proc.poll() is None:
             return
-        self._answers = None
+        self._forget()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "services.launcher.stepd", "--zygote"],
             env=_env(),
@@ -139,7 +139,9 @@ class Zygote:
         if self._answers is None:
             reader = asyncio.StreamReader()
             loop = asyncio.get_running_loop()
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), proc.stdout)
+            await loop.connect_read_pipe(  # its transport closes at the zygote's end
+                lambda: asyncio.StreamReaderProtocol(reader), proc.stdout
+            )
             self._answers = reader
         proc.stdin.write(f"{folder}\n".encode())
         proc.stdin.flush()
@@ -149,8 +151,17 @@ class Zygote:
         pid, start = (int(x) for x in line.split())
         return Stepd(pid, ref=ProcessRef(pid=pid, start=start) if start else None)
 
-    def _replace(self) -> None:
+    def _forget(self) -> subprocess.Popen[bytes] | None:
+        """Let go of the zygote in hand, its stdin closed (its answers' transport closes
+        itself at the zygote's end); it is returned."""
         proc, self._proc, self._answers = self._proc, None, None
+        if proc is not None and proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        return proc
+
+    def _replace(self) -> None:
+        proc = self._forget()
         if proc is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, _signal.SIGKILL)  # the zygote's group alone
