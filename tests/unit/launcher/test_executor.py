@@ -157,7 +157,9 @@ async def test_terminate_sends_sigkill_after_the_grace_to_what_ignores_sigterm(
 
 
 async def test_a_worker_that_handles_sigterm_ends_within_the_grace(tmp_path: Path) -> None:
-    w = await sh(tmp_path, "trap 'echo got TERM; exit 0' TERM; echo up; sleep 60 & wait")
+    # "up" once the sleep is forked: a TERM that came while the shell was still forking
+    # it was handled only after the grace's SIGKILL ended the sleep (CI, once: 10 s).
+    w = await sh(tmp_path, "trap 'echo got TERM; exit 0' TERM; sleep 60 & echo up; wait")
     await wait_for_line(tmp_path / "out.txt", "up")
     started = time.monotonic()
     assert await w.terminate(grace_s=10.0) == ExitStatus(exit_code=0)
