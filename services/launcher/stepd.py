@@ -57,6 +57,7 @@ from services.launcher.worker_table import (
 
 log = logging.getLogger(__name__)
 POLL_S = 0.25
+_LOG_FORMAT = "%(asctime)s stepd %(message)s"  # each stepd's lines in its stepd.log
 
 
 async def supervise(
@@ -211,7 +212,7 @@ def _zygote() -> None:
     detected = cgroups.detect()
     # What every stepd would otherwise do again after its fork (2 ms of a 14 ms start):
     # its logging set up, a loop's first run, msgspec's compiled view of its records.
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s stepd %(message)s")
+    logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as warm:
         warm.run(asyncio.sleep(0))
     for kind in (StepSpec, StepStarted, StepExit):
@@ -250,7 +251,7 @@ def _forked(folder: Path, hierarchy: Callable[[], cgroups.Hierarchy | None]) -> 
 def _run(folder: Path, hierarchy: Callable[[], cgroups.Hierarchy | None]) -> NoReturn:
     code = 1
     try:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s stepd %(message)s")
+        logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT)
         asyncio.Runner(loop_factory=uvloop.new_event_loop).run(supervise(folder, hierarchy))
         code = 0
     except BaseException:
