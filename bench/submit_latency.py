@@ -67,6 +67,10 @@ async def measure(
                 latencies.append(row["s"])
                 placed.append(seen if seen is not None else row["s"])
                 break
+            if row["s"] is None and row["state"] not in (None, "STARTING", "RUNNING"):
+                raise SystemExit(f"job {job_id} ended {row['state']} with no start recorded")
+            if row["t"] > 60:
+                raise SystemExit(f"job {job_id} not started and ended after 60 s: {dict(row)}")
             await asyncio.sleep(0.005)
         await asyncio.sleep(gaps.uniform(*gap_s))
     await db.close()

@@ -298,6 +298,8 @@ class Coordinator:
                     return
                 if check is not None and not await check(conn, run):
                     return
+                if isinstance(event, WorkerExited) and run.state == JobState.STARTING:
+                    run = await self._started_by_exit(conn, run, loaded[0], event)
                 fx = await self._decide(conn, loaded[0], run, choose, time.time())
             self.ctx.relay.kick()
             if fx is not None:
@@ -430,13 +432,24 @@ class Coordinator:
                 return  # superseded while starting: a later decision stops these
             if (current.attempt, current.restart_count) != (gen.attempt, gen.generation):
                 return
-            await repo.mark_running(conn, current, datetime.now(UTC))
-            started = JobStarted(
-                job_id=gen.job_id, attempt=gen.attempt, nodes=gen.nodes, world_size=len(gen.nodes)
-            )
-            await outbox_add(conn, started)
+            await _mark_started(conn, current, datetime.now(UTC))
         self.ctx.relay.kick()
         log.info("launched", extra=kv(job=gen.job_id, nodes=gen.nodes, gen=gen.generation))
+
+    async def _started_by_exit(
+        self, conn: Conn, run: repo.Run, spec: JobSpec, ev: WorkerExited
+    ) -> repo.Run:
+        """A worker of the STARTING generation exited before every agent's answer was
+        recorded (a quick script): it ran, so the run started. Recorded as `launch`
+        would have (RUNNING, charged from the generation's start, `job.started`) before
+        the exit is decided; `launch` then finds the run no longer STARTING."""
+        state = load_core(run, spec)
+        current = (ev.attempt, ev.generation) == (run.attempt, run.restart_count)
+        if state is None or not current or ev.spawn_failed:
+            return run  # a stale worker's exit, or one that never ran
+        await _mark_started(conn, run, at(state.started_at))
+        log.info("started, seen by its exit", extra=kv(job=run.job_id, node=ev.node))
+        return await repo.lock_run(conn, run.job_id) or run
 
     async def _addresses(self, nodes: tuple[str, ...]) -> dict[str, str]:
         async with self.ctx.pool.acquire() as conn:
@@ -480,3 +493,12 @@ class Coordinator:
         if len(self._locks) > 10_000:  # forget idle jobs' locks
             self._locks = {j: k for j, k in self._locks.items() if k.locked()}
         return self._locks.setdefault(job_id, asyncio.Lock())
+
+
+async def _mark_started(conn: Conn, run: repo.Run, when: datetime) -> None:
+    """The generation's workers started: RUNNING from `when`, and `job.started` owed."""
+    await repo.mark_running(conn, run, when)
+    started = JobStarted(
+        job_id=run.job_id, attempt=run.attempt, nodes=run.nodes, world_size=len(run.nodes)
+    )
+    await outbox_add(conn, started)

@@ -8,7 +8,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import asyncpg
@@ -19,9 +19,9 @@ from muster.client import agent, call
 from muster.cluster import Cluster
 from services.health.probe import NodeProbe
 from services.health.sim_backend import SimulatedGpuBackend
-from shared.api import AGENT_PREFIX, AgentReply, JobSelector, Ok, StopWorkers
+from shared.api import AGENT_PREFIX, AgentReply, JobSelector, Ok, StopWorkers, WorkerSpec
 from shared.bus import Bus
-from shared.events import JobPreemptRequested
+from shared.events import JobPreemptRequested, WorkerExited
 from shared.identity_files import provision_keys
 from tests.support.accounts import AccountUnavailable, run_as_account
 from tests.support.cluster import (
@@ -159,19 +159,27 @@ async def test_a_preempted_job_that_may_not_be_requeued_ends_preempted(
     await eventually(lambda: job_state(db, job_id), lambda s: s == "PREEMPTED", 30, "preempted")
 
 
+StartAnswer = Callable[[Bus, WorkerSpec], Awaitable[AgentReply]]
+
+
+async def refuse_start(_bus: Bus, _spec: WorkerSpec) -> AgentReply:
+    return AgentReply(ok=False, message="the spool is not writable")
+
+
 @contextlib.asynccontextmanager
-async def ghost_node(url: str, name: str) -> AsyncIterator[None]:
-    """A node whose health probe registers and heartbeats but whose agent refuses every
-    start (as a node whose spool or accounts are broken does); it names a port and
-    answers stops. A node that does not answer at all is not excluded (the table tests
-    of the coordinator's core)."""
+async def ghost_node(url: str, name: str, start: StartAnswer = refuse_start) -> AsyncIterator[None]:
+    """A node whose health probe registers and heartbeats but whose agent answers a
+    start with `start` (by default a refusal, as a node whose spool or accounts are
+    broken answers); it names a port and answers stops. A node that does not answer at
+    all is not excluded (the table tests of the coordinator's core)."""
     bus = await Bus.connect(url, name=f"ghost-{name}")
     await bus.ensure_streams()
 
-    async def answer(_payload: bytes, subject: str) -> bytes:
+    async def answer(payload: bytes, subject: str) -> bytes:
         verb = subject.rsplit(".", 1)[-1]
         if verb == "start":
-            return msgspec.json.encode(AgentReply(ok=False, message="the spool is not writable"))
+            spec = msgspec.json.decode(payload, type=WorkerSpec)
+            return msgspec.json.encode(await start(bus, spec))
         return msgspec.json.encode(AgentReply(ok=True, port=29500 if verb == "port" else 0))
 
     await bus.serve(f"{AGENT_PREFIX}{name}.*", f"ghost-{name}", answer)
@@ -224,6 +232,50 @@ async def test_a_gang_that_cannot_start_on_one_node_is_requeued_without_it_and_l
             assert "could not start on ghost" in outcome
     finally:
         c.stop_all(timeout=10)
+
+
+async def test_a_worker_that_exits_before_its_start_is_recorded_still_started_the_run(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    """A quick script's exit can reach the launcher before the agent's answer to the
+    start does. The ghost agent makes that order certain: it reports the exit, waits
+    until the launcher has decided it, and only then answers the start. The run still
+    records its start (the column sacct and the runtime predictions read) and its use."""
+    other = await asyncpg.connect(database_url)
+
+    async def exit_first(bus: Bus, spec: WorkerSpec) -> AgentReply:
+        await bus.publish(
+            WorkerExited(
+                job_id=spec.job_id, attempt=spec.attempt, node="ghost", exit_code=0,
+                generation=spec.generation,
+            )
+        )  # fmt: skip
+        await eventually(lambda: job_state(other, spec.job_id), lambda s: s == "COMPLETED", 20)
+        return AgentReply(ok=True)
+
+    c = make_cluster(tmp_path / "state", nats_url, database_url)
+    c.start_services()
+    try:
+        async with ghost_node(nats_url, "ghost", start=exit_first):
+            await nodes_up(db, 1)
+            argv = ("--gpus-per-node=1",)
+            reply = await submit(nats_url, "#!/bin/bash\ntrue\n", argv, workdir=str(tmp_path))
+            job_id = reply.job_ids[0]
+            await eventually(lambda: job_state(db, job_id), lambda s: s == "COMPLETED", 30)
+            row = await db.fetchrow(
+                "SELECT started_at, ended_at, gpu_seconds FROM job_runs WHERE job_id = $1",
+                job_id,
+            )
+            assert row["started_at"] is not None and row["started_at"] <= row["ended_at"]
+            assert row["gpu_seconds"] > 0, dict(row)  # charged from the start it recorded
+            attempt = await db.fetchrow(
+                "SELECT started_at, outcome FROM attempts WHERE job_id = $1", job_id
+            )
+            assert attempt["started_at"] == row["started_at"], attempt
+            assert attempt["outcome"].startswith("complete"), attempt
+    finally:
+        c.stop_all(timeout=10)
+        await other.close()
 
 
 async def _agent_status(url: str, node: str) -> AgentReply:
