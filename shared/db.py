@@ -9,13 +9,12 @@ redelivered event has no second effect.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import uuid
 from collections.abc import Sequence
 from importlib import resources
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 import asyncpg
 
@@ -96,15 +95,34 @@ async def migrate(conn: Conn) -> list[str]:
     return applied
 
 
-async def outbox_add(conn: Conn, *events: Event) -> None:
-    """Record events to publish; call inside the transaction that made them true."""
-    if not events:
-        return
-    await conn.executemany(
-        "INSERT INTO outbox(event_id, subject, payload, headers) VALUES ($1, $2, $3, $4::jsonb)",
-        # Each row carries its job's trace where one is known (shared/telemetry.py).
-        [(e.event_id, subject_of(e), encode(e), json.dumps(event_headers(e))) for e in events],
-    )
+class OutboxRow(NamedTuple):
+    """An outbox row as written: what the relay publishes."""
+
+    event_id: uuid.UUID
+    subject: str
+    payload: bytes
+    headers: str  # JSON
+
+
+def outbox_rows(*events: Event) -> list[OutboxRow]:
+    # Each row carries its job's trace where one is known (shared/telemetry.py).
+    return [
+        OutboxRow(e.event_id, subject_of(e), encode(e), json.dumps(event_headers(e)))
+        for e in events
+    ]
+
+
+async def outbox_add(conn: Conn, *events: Event) -> list[OutboxRow]:
+    """Record events to publish; call inside the transaction that made them true. The
+    rows written, for `Relay.kick` after the commit."""
+    rows = outbox_rows(*events)
+    if rows:
+        await conn.executemany(
+            "INSERT INTO outbox(event_id, subject, payload, headers)"
+            " VALUES ($1, $2, $3, $4::jsonb)",
+            rows,
+        )
+    return rows
 
 
 async def inbox_first_time(conn: Conn, consumer: str, event_id: uuid.UUID) -> bool:
@@ -122,7 +140,11 @@ class Relay:
     """Publishes committed outbox rows, oldest first; several relays may run at once.
 
     `kick()` after a commit publishes at once; a periodic sweep catches the rest, such
-    as rows left by a process that died between its commit and its kick.
+    as rows left by a process that died between its commit and its kick. `kick(rows)`
+    with the rows the commit wrote (`outbox_add` returns them) publishes those as they
+    are, without reading them back, unless something may wait before them (a plain
+    kick, a failed pass or the periodic sweep since the last sweep): then the sweep
+    publishes them, in order, with whatever else is there.
     """
 
     def __init__(
@@ -140,9 +162,19 @@ class Relay:
         self.sweep_s = sweep_s
         self.batch = batch
         self._wake = asyncio.Event()
+        self._hand: list[OutboxRow] = []  # committed here, kicked with: not read back
+        self._sweep = True  # rows may wait that are not in hand: the next pass sweeps
 
-    def kick(self) -> None:
+    def kick(self, rows: Sequence[OutboxRow] = ()) -> None:
+        """After a commit: publish now. `rows`: what that commit wrote (all of it)."""
+        if rows:
+            self._hand.extend(r for r in rows if self._mine(r.subject))
+        else:
+            self._sweep = True
         self._wake.set()
+
+    def _mine(self, subject: str) -> bool:
+        return self.subjects is None or subject in self.subjects
 
     async def run(self, stop: asyncio.Event) -> None:
         """Publish until `stop`; an outage of either server only slows the sweep down
@@ -152,16 +184,43 @@ class Relay:
             self._wake.clear()
             wait_s = self.sweep_s
             try:
-                while await self.publish_batch() == self.batch:
-                    pass
+                await self._pass()
                 backoff.reset()
             except Exception as err:
+                self._sweep = True  # what failed is published by the sweep, in order
                 if not is_transient(err):
                     raise
                 wait_s = backoff.next_s()
                 log.warning("relay pass failed, will retry", extra=kv(error=repr(err)))
-            with contextlib.suppress(asyncio.TimeoutError):
+            try:
                 await asyncio.wait_for(self._wake.wait(), timeout=wait_s)
+            except TimeoutError:
+                self._sweep = True  # the periodic sweep
+
+    async def _pass(self) -> None:
+        hand, self._hand = self._hand, []
+        if self._sweep:
+            self._sweep = False
+            while await self.publish_batch() == self.batch:
+                pass
+        elif hand:
+            await self.publish_rows(hand)
+
+    async def publish_rows(self, rows: Sequence[OutboxRow]) -> None:
+        """Publish rows in hand (committed), then mark those no other relay holds."""
+        await asyncio.gather(
+            *(
+                self.bus.publish_raw(r.subject, r.payload, str(r.event_id), json.loads(r.headers))
+                for r in rows
+            )
+        )
+        async with self.pool.acquire() as conn:
+            await conn.execute(
+                "UPDATE outbox SET published_at = now() WHERE id IN (SELECT id FROM outbox"
+                " WHERE event_id = ANY($1::uuid[]) AND published_at IS NULL"
+                " FOR UPDATE SKIP LOCKED)",
+                [r.event_id for r in rows],
+            )
 
     async def publish_batch(self) -> int:
         """Publish up to `batch` rows at once (JetStream acks awaited together), then mark

@@ -11,10 +11,11 @@ A failed transaction fails every job of its batch (none of them was stored).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 
 import msgspec
 
-from shared.db import Pool
+from shared.db import OutboxRow, Pool
 from shared.events import JobSubmitted, encode, subject_of
 from shared.jobspec import JobSpec
 from shared.telemetry import current_headers
@@ -41,8 +42,9 @@ SELECT * FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::jsonb[])
 
 
 class JobBatcher:
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, kick: Callable[[Sequence[OutboxRow]], None]) -> None:
         self.pool = pool
+        self.kick = kick  # the relay's: the rows just committed, published as they are
         self._commits = GroupCommit(self._write, max_batch=MAX_BATCH, inflight=MAX_INFLIGHT)
 
     async def insert(self, spec: JobSpec, policy: JobPolicy) -> int:
@@ -50,6 +52,7 @@ class JobBatcher:
 
     async def _write(self, jobs: list[tuple[JobSpec, JobPolicy]]) -> list[int]:
         headers = json.dumps(current_headers())
+        rows: list[OutboxRow] = []
         async with self.pool.acquire() as conn, conn.transaction():
             ids: list[int] = [
                 r[0]
@@ -77,12 +80,8 @@ class JobBatcher:
                         partition=spec.partition,
                     )
                 )
+            rows = [OutboxRow(e.event_id, subject_of(e), encode(e), headers) for e in events]
             await conn.execute(_INSERT_JOBS, *cols)
-            await conn.execute(
-                _INSERT_OUTBOX,
-                [e.event_id for e in events],
-                [subject_of(e) for e in events],
-                [encode(e) for e in events],
-                [headers] * len(events),
-            )
+            await conn.execute(_INSERT_OUTBOX, *(list(col) for col in zip(*rows, strict=True)))
+        self.kick(rows)
         return ids

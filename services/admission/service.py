@@ -102,7 +102,7 @@ class Admission:
         self.ledger = NonceLedger(ctx.pool)
         self._buckets: dict[str, Bucket] = {}
         self.jobs = JobCommands(ctx, self.authz_config, self.identity.directory)
-        self.batcher = JobBatcher(ctx.pool)
+        self.batcher = JobBatcher(ctx.pool, ctx.relay.kick)
         self._shapes: tuple[float, list[NodeShape]] = (0.0, [])
         self._inflight: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(CONCURRENCY)
@@ -228,8 +228,7 @@ class Admission:
             await self._check_dependencies(spec)
         if req.dry_run or parsed.dry_run:
             return SubmitReply(warnings=parsed.warnings, spec=msgspec.to_builtins(spec))
-        ids = await self._persist(spec, policy, config, shapes)
-        self.ctx.relay.kick()
+        ids = await self._persist(spec, policy, config, shapes)  # kicks the relay
         log.debug("submitted", extra=kv(jobs=len(ids), first=ids[0], user=spec.user))
         warnings = parsed.warnings
         if policy.needs_approval:
@@ -369,7 +368,7 @@ class Admission:
                     task_spec = msgspec.structs.replace(task_spec, array_job_id=job_id)
                     await repo.set_array_job(conn, job_id, task_spec)
                 ids.append(job_id)
-            await outbox_add(
+            rows = await outbox_add(
                 conn,
                 *(
                     JobSubmitted(
@@ -378,6 +377,7 @@ class Admission:
                     for j in ids
                 ),
             )
+        self.ctx.relay.kick(rows)
         return ids
 
     # --- configuration --------------------------------------------------------------

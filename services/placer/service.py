@@ -32,7 +32,7 @@ from services.placer.core.blockers import blockers
 from services.placer.core.exclusions import standing
 from services.placer.core.predict import Predictor, explained_end, learned, with_predictions
 from shared.bus import NotMine
-from shared.db import Conn, inbox_first_time, outbox_add
+from shared.db import Conn, OutboxRow, inbox_first_time, outbox_add
 from shared.events import (
     AnyEvent,
     Grant,
@@ -210,7 +210,7 @@ class Placer:
                     requests, snapshot = await self._predicted(conn, requests, snapshot)
                 plan = place_keeping(snapshot, requests, now, kept, self.policy)
                 attempts = {p.request.job_id: p.attempt for p in pending}
-                events = await _apply(conn, plan, attempts, epoch)
+                owed = await _apply(conn, plan, attempts, epoch)
                 # Only what changed since this leader last wrote: 50,000 waiting jobs
                 # must not mean 50,000 row writes a second.
                 changed = tuple(w for w in plan.waits if self._reasons.get(w.job_id) != w)
@@ -229,8 +229,8 @@ class Placer:
             self._ends = ends
             span.set_attribute("placer.placed", len(plan.starts))
             span.set_attribute("placer.pending", len(pending))
-        if events:
-            self.ctx.relay.kick()
+        if owed:
+            self.ctx.relay.kick(owed)
         log.info(
             "cycle",
             extra=kv(
@@ -301,10 +301,9 @@ async def _load_requests(conn: Conn, now: float) -> list[repo.PendingJob]:
     ]
 
 
-async def _apply(
-    conn: Conn, plan: Plan, attempts: dict[int, int], epoch: int
-) -> list[JobAllocated | JobPreemptRequested]:
-    """Write the plan's allocations and preemptions; the events they owe go in the outbox."""
+async def _apply(conn: Conn, plan: Plan, attempts: dict[int, int], epoch: int) -> list[OutboxRow]:
+    """Write the plan's allocations and preemptions; the events they owe go in the
+    outbox (its rows returned, for the relay)."""
     events: list[JobAllocated | JobPreemptRequested] = []
     for start in plan.starts:
         attempt = attempts[start.job_id]
@@ -330,8 +329,7 @@ async def _apply(
                 epoch=epoch,
             )
         )
-    await outbox_add(conn, *events)
-    return events
+    return await outbox_add(conn, *events)
 
 
 class NotLeading(NotMine):
