@@ -80,23 +80,37 @@ async def release_dropped_nodes(conn: Conn) -> int:
     return len(rows)
 
 
+_INSERT_ALLOCATION = """
+WITH a AS (
+    INSERT INTO allocations(job_id, attempt, epoch) VALUES ($1, $2, $3) RETURNING alloc_id
+), n AS (
+    INSERT INTO allocation_nodes(alloc_id, node, rank, gpus)
+    SELECT a.alloc_id, x.node, x.rank - 1, x.gpus::int[]
+    FROM a, unnest($4::text[], $5::text[]) WITH ORDINALITY AS x(node, gpus, rank)
+), g AS (
+    INSERT INTO allocation_gpus(alloc_id, node, gpu)
+    SELECT a.alloc_id, y.node, y.gpu FROM a, unnest($6::text[], $7::int[]) AS y(node, gpu)
+), d AS (
+    DELETE FROM pending_reasons WHERE job_id = $1
+)
+SELECT alloc_id FROM a
+"""
+
+
 async def insert_allocation(conn: Conn, start: Start, attempt: int, epoch: int) -> int:
-    """Write one gang's allocation; the unique index refuses a GPU held twice."""
+    """Write one gang's allocation (one statement: it is on every start's path); the
+    unique index refuses a GPU held twice."""
+    held = [(g.node, gpu) for g in start.grants for gpu in g.gpus]
     alloc_id: int = await conn.fetchval(
-        "INSERT INTO allocations(job_id, attempt, epoch) VALUES ($1, $2, $3) RETURNING alloc_id",
+        _INSERT_ALLOCATION,
         start.job_id,
         attempt,
         epoch,
+        [g.node for g in start.grants],
+        ["{" + ",".join(map(str, g.gpus)) + "}" for g in start.grants],
+        [node for node, _ in held],
+        [gpu for _, gpu in held],
     )
-    await conn.executemany(
-        "INSERT INTO allocation_nodes(alloc_id, node, rank, gpus) VALUES ($1, $2, $3, $4)",
-        [(alloc_id, g.node, rank, list(g.gpus)) for rank, g in enumerate(start.grants)],
-    )
-    await conn.executemany(
-        "INSERT INTO allocation_gpus(alloc_id, node, gpu) VALUES ($1, $2, $3)",
-        [(alloc_id, g.node, gpu) for g in start.grants for gpu in g.gpus],
-    )
-    await conn.execute("DELETE FROM pending_reasons WHERE job_id = $1", start.job_id)
     return alloc_id
 
 
