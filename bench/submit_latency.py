@@ -6,7 +6,10 @@ on every node (`job_runs.started_at`, written once all agents report a started
 process). Prints one line per percentile, then one JSON object.
 
     .venv/bin/python bench/submit_latency.py [--jobs 100] [--nodes 1 --gpus-per-node 1]
-        [--gap-min 0.0 --gap-max 0.6]
+        [--gap-min 0.0 --gap-max 0.6] [--history 2000]
+
+`--history N` first records N finished jobs (as a cluster that has run a while has):
+the runtime predictor learns from the last 2,000.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import sys
 from pathlib import Path
 
 import asyncpg
+import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._local import latency_figures, local_cluster, wait_for_nodes
 from muster.client import call
 from shared.api import SubmitReply, SubmitRequest
+from shared.jobspec import JobSpec
 
 SCRIPT = "#!/bin/bash\ntrue\n"
 
@@ -40,12 +45,42 @@ POLL = (
 )
 
 
+HISTORY_SPEC = JobSpec(
+    user="root", account="default", partition="normal", script=SCRIPT, name="history",
+    nodes_min=1, nodes_max=1, gpus_per_node=1, time_limit_s=3600,
+)  # fmt: skip
+
+
+async def seed_history(db: asyncpg.Connection, count: int) -> None:
+    """`count` jobs that ran and ended, an hour ago and before, in 50 names."""
+    specs = [
+        msgspec.json.encode(msgspec.structs.replace(HISTORY_SPEC, name=f"history{i % 50}"))
+        for i in range(count)
+    ]
+    async with db.transaction():
+        ids = await db.fetch(
+            "INSERT INTO jobs(name, user_name, account, partition, qos, nodes_min, nodes_max,"
+            " gpus_per_node, time_limit_s, spec)"
+            " SELECT 'history', 'root', 'default', 'normal', 'normal', 1, 1, 1, 3600, s"
+            " FROM unnest($1::text[]::jsonb[]) AS s RETURNING job_id",
+            [s.decode() for s in specs],
+        )
+        await db.execute(
+            "INSERT INTO job_runs(job_id, state, started_at, ended_at)"
+            " SELECT id, 'COMPLETED', now() - make_interval(secs => 3700 + n),"
+            " now() - make_interval(secs => 3600 + n)"
+            " FROM unnest($1::bigint[]) WITH ORDINALITY AS x(id, n)",
+            [r["job_id"] for r in ids],
+        )
+
+
 async def measure(
     nats_url: str,
     db_url: str,
     jobs: int,
     argv: tuple[str, ...],
     gap_s: tuple[float, float] = (0.0, 0.0),
+    history: int = 0,
 ) -> tuple[list[float], list[float]]:
     """Each job is submitted once the one before has ended (its run no longer RUNNING),
     after a seeded random gap in `gap_s` (low, high): the moment right after a job ends is
@@ -53,6 +88,7 @@ async def measure(
     5 ms, the poll period)."""
     db = await asyncpg.connect(db_url)
     await wait_for_nodes(db, 2)
+    await seed_history(db, history)
     gaps = random.Random(20)
     latencies, placed = [], []
     for _ in range(jobs):
@@ -86,6 +122,7 @@ def main() -> None:
     parser.add_argument("--gap-min", type=float, default=0.0, help="at least this many")
     parser.add_argument("--replicas", type=int, default=1, help="of every service")
     parser.add_argument("--nats-servers", type=int, default=1, choices=(1, 3))
+    parser.add_argument("--history", type=int, default=0, help="finished jobs recorded first")
     args = parser.parse_args()
     argv = (f"--nodes={args.nodes}", f"--gpus-per-node={args.gpus_per_node}")
     with local_cluster(2, replicas=args.replicas, nats_servers=args.nats_servers) as cluster:
@@ -96,6 +133,7 @@ def main() -> None:
                 args.jobs,
                 argv,
                 (args.gap_min, max(args.gap_min, args.gap_max)),
+                args.history,
             )
         )
     leg = latency_figures("submit_to_allocated", placed)
@@ -103,6 +141,7 @@ def main() -> None:
     result["gpus_per_node"], result["gap_max_s"] = args.gpus_per_node, args.gap_max
     result["gap_min_s"] = args.gap_min
     result["replicas"], result["nats_servers"] = args.replicas, args.nats_servers
+    result["history"] = args.history
     result["placer_p50_ms"], result["placer_p99_ms"] = leg["p50_ms"], leg["p99_ms"]
     result["over_100ms"] = sum(1 for s in lat if s > 0.1)
     print(

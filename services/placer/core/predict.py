@@ -60,18 +60,56 @@ def keys_of(user: str, name: str, gpus: int) -> tuple[Key, ...]:
 
 
 class Predictor:
-    """Recent runtimes per key; `learn` each finished job, `predict` a pending one."""
+    """Recent runtimes per key; `learn` each finished job, `predict` a pending one.
 
-    def __init__(self, recent: int = RECENT) -> None:
+    With a `window`, only the last `window` outcomes learned count: it predicts exactly
+    what a predictor that learned just those would, learned one at a time (the placer
+    adds each finished job instead of reloading its whole history after every end).
+    An outcome learned under an `ident` already in the window is not learned twice."""
+
+    def __init__(self, recent: int = RECENT, window: int | None = None) -> None:
         self.recent = recent
+        self.window = window
         self._runtimes: dict[Key, deque[float]] = {}
+        self._counts: dict[Key, int] = {}  # window: outcomes in it under each key
+        self._order: deque[tuple[tuple[Key, ...], object]] = deque()  # window, oldest first
+        self._idents: set[object] = set()
 
-    def learn(self, outcome: Outcome) -> None:
-        for key in keys_of(outcome.user, outcome.name, outcome.gpus):
+    def learn(self, outcome: Outcome, ident: object = None) -> bool:
+        """Learn one finished job; False when `ident` is in the window already."""
+        if ident is not None:
+            if ident in self._idents:
+                return False
+            self._idents.add(ident)
+        keys = keys_of(outcome.user, outcome.name, outcome.gpus)
+        for key in keys:
             seen = self._runtimes.get(key)
             if seen is None:
                 seen = self._runtimes[key] = deque(maxlen=self.recent)
             seen.append(outcome.runtime_s)
+        if self.window is not None:
+            for key in keys:
+                self._counts[key] = self._counts.get(key, 0) + 1
+            self._order.append((keys, ident))
+            while len(self._order) > self.window:
+                self._forget_oldest()
+        return True
+
+    def _forget_oldest(self) -> None:
+        """The oldest outcome leaves the window. Under each of its keys it is the oldest
+        of the window's outcomes, so it is still held only if at most `recent` came
+        under that key since (it is then the first held): drop it there."""
+        keys, ident = self._order.popleft()
+        self._idents.discard(ident)
+        for key in keys:
+            left = self._counts[key] - 1
+            seen = self._runtimes[key]
+            if len(seen) > left:
+                seen.popleft()
+            if left:
+                self._counts[key] = left
+            else:
+                del self._counts[key], self._runtimes[key]
 
     def predict(self, user: str, name: str, gpus: int, limit_s: int) -> Prediction | None:
         for key in keys_of(user, name, gpus):

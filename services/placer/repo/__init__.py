@@ -23,7 +23,7 @@ from services.placer.repo.allocations import (
     write_predictions,
     write_waits,
 )
-from services.placer.repo.history import load_outcomes
+from services.placer.repo.history import HISTORY, load_outcomes, outcomes_of
 from services.placer.repo.lease import acquire_lease, lock_lease, release_lease, renew_lease
 from services.placer.repo.pending import (
     PendingJob,
@@ -41,6 +41,7 @@ from services.placer.repo.snapshot import (
 )
 
 __all__ = [
+    "HISTORY",
     "LiveAllocation",
     "PendingJob",
     "acquire_lease",
@@ -57,6 +58,7 @@ __all__ = [
     "load_running",
     "load_up_since",
     "lock_lease",
+    "outcomes_of",
     "record_cycle",
     "record_preemption",
     "release_dropped_nodes",

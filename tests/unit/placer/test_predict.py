@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.placer.core import Backfill, Fit, Plan, Start, Wait, Waiting, place
 from services.placer.core.predict import (
@@ -162,3 +164,38 @@ EXPLAINED = {
 @pytest.mark.parametrize(("run", "want"), EXPLAINED.values(), ids=EXPLAINED.keys())
 def test_explained_end(run: object, want: tuple[float, str] | None) -> None:
     assert explained_end(learned(*ALICE_TRAIN), run, T0) == want  # type: ignore[arg-type]
+
+
+# --- a window learned one outcome at a time --------------------------------------------
+
+outcomes = st.builds(
+    Outcome,
+    user=st.sampled_from(["alice", "bob"]),
+    name=st.sampled_from(["", "train", "eval"]),
+    gpus=st.sampled_from([1, 8]),
+    limit_s=st.just(86_400),
+    runtime_s=st.integers(1, 10_000).map(float),
+)
+ASKED = [(u, n, g, 86_400) for u in ("alice", "bob") for n in ("", "train", "eval") for g in (1, 8)]
+
+
+@given(st.lists(outcomes, max_size=40), st.integers(1, 12))
+@settings(max_examples=300, deadline=None)
+def test_a_window_learned_one_at_a_time_predicts_as_one_learned_from_the_window_alone(
+    history: list[Outcome], window: int
+) -> None:
+    rolling = Predictor(window=window)
+    for i, o in enumerate(history):
+        rolling.learn(o, ident=i)
+        fresh = learned(*history[max(0, i + 1 - window) : i + 1])
+        assert [rolling.predict(*a) for a in ASKED] == [fresh.predict(*a) for a in ASKED]
+
+
+def test_an_outcome_already_in_the_window_is_not_learned_twice() -> None:
+    p = Predictor(window=3)
+    assert p.learn(ALICE_TRAIN[0], ident=7)
+    assert not p.learn(ALICE_TRAIN[0], ident=7)  # a redelivered job.finished
+    assert p.predict("alice", "train", 8, 86_400) is None  # one job is not history enough
+    for i in range(3):  # job 7 leaves the window: it may be learned again
+        p.learn(Outcome("bob", "", 1, 600, 60.0), ident=100 + i)
+    assert p.learn(ALICE_TRAIN[0], ident=7)
