@@ -12,8 +12,10 @@ import asyncpg
 from shared.db import Conn
 from shared.states import JobState
 
+# `waiting_jobs` (migration 0019, kept by triggers) holds the jobs with no run or a
+# requeued one: the query reads the queue, not every job that ever ran.
 _WAITING = (
-    " FROM jobs j LEFT JOIN job_runs r USING (job_id)"
+    " FROM waiting_jobs w JOIN jobs j USING (job_id) LEFT JOIN job_runs r USING (job_id)"
     " WHERE j.cancel_requested_at IS NULL"
     " AND (r.state IS NULL OR r.state = $1)"
     " AND NOT EXISTS (SELECT 1 FROM allocations a"
