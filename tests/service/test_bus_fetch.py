@@ -7,11 +7,9 @@ bench/submit_latency.py's figure."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import nats
-import pytest
 from nats.aio.msg import Msg
 
 from shared.bus import STREAM, Bus, _fetch
@@ -25,16 +23,6 @@ def drain(node: str) -> NodeDrainRequested:
     return NodeDrainRequested(
         event_id=uuid.uuid4(), occurred_at=T0, node=node, by="test", reason="test"
     )
-
-
-@pytest.fixture
-async def bus(nats_url: str) -> AsyncIterator[Bus]:
-    bus = await Bus.connect(nats_url, name="bus-fetch-test")
-    await bus.ensure_streams()
-    try:
-        yield bus
-    finally:
-        await bus.close()
 
 
 def nodes_of(msgs: list[Msg]) -> list[str]:

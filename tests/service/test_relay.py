@@ -20,16 +20,6 @@ from tests.support.cluster import eventually
 
 
 @pytest.fixture
-async def bus(nats_url: str) -> AsyncIterator[Bus]:
-    bus = await Bus.connect(nats_url, name="relay-test")
-    await bus.ensure_streams()
-    try:
-        yield bus
-    finally:
-        await bus.close()
-
-
-@pytest.fixture
 async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
     pool = await asyncpg.create_pool(database_url, min_size=1, max_size=4)
     assert pool is not None
