@@ -82,6 +82,12 @@ class JobBatcher:
                 )
             rows = [OutboxRow(e.event_id, subject_of(e), encode(e), headers) for e in events]
             await conn.execute(_INSERT_JOBS, *cols)
-            await conn.execute(_INSERT_OUTBOX, *(list(col) for col in zip(*rows, strict=True)))
+            await conn.execute(
+                _INSERT_OUTBOX,
+                [r.event_id for r in rows],
+                [r.subject for r in rows],
+                [r.payload for r in rows],
+                [r.headers for r in rows],
+            )
         self.kick(rows)
         return ids
