@@ -201,8 +201,9 @@ class Relay:
         hand, self._hand = self._hand, []
         if self._sweep:
             self._sweep = False
-            while await self.publish_batch() == self.batch:
-                pass
+            full = True
+            while full:  # a full batch: more may wait behind it
+                full = await self.publish_batch() == self.batch
         elif hand:
             await self.publish_rows(hand)
 
