@@ -36,6 +36,7 @@ from services.launcher.observations import Choose, always, answer, at, exited, l
 from services.launcher.owners import Owners
 from services.launcher.owners_core import shard_of
 from services.launcher.reconcile_core import AllocationRow, may_start
+from services.launcher.rendezvous import Rendezvous
 from services.launcher.steps import StepService
 from services.launcher.upkeep import Upkeep
 from shared.db import Conn, inbox_first_time, outbox_add
@@ -93,6 +94,7 @@ class Coordinator:
         signer = launcher_signer(ctx.settings.state_dir, ctx.settings.launcher_key_file)
         self.agents = Agents(ctx.bus, signer=signer)
         self.owners = Owners(ctx.settings.instance, lease_s)
+        self.rendezvous = Rendezvous(ctx.pool, self.agents)
         self.effects = EffectRunner(self.agents, self.launch, self.end_stopped, self.owns)
         self.upkeep = Upkeep(self)
         self.cleaner = Cleaner(self, retry_s=self.upkeep.reconcile_s)
@@ -157,28 +159,38 @@ class Coordinator:
 
     async def start_allocation(self, job_id: int, attempt: int, event: Event | None) -> None:
         """Start allocation `attempt` of `job_id` from its row, if it is live and the
-        job has no run of it yet (the business key; the inbox spares a repeat)."""
+        job has no run of it yet (the business key; the inbox spares a repeat). A new
+        allocation's rendezvous is asked meanwhile (rendezvous.py)."""
         async with self.lock(job_id):
-            async with self.ctx.pool.acquire() as conn, conn.transaction():
-                if not await self.park_unless_mine(conn, job_id, event):
-                    return
-                if event is not None and not await inbox_first_time(conn, CONSUMER, event.event_id):
-                    return
-                alloc = await repo_upkeep.live_allocation(conn, job_id, attempt)
-                loaded = await repo.load_spec(conn, job_id)
-                current = await repo.lock_run(conn, job_id)
-                if alloc is None or loaded is None or not may_start(attempt, repo.key_of(current)):
-                    return
-                spec, cancelled = loaded
-                now = time.time()
-                if cancelled:
-                    await end_unstarted(conn, spec, job_id, "cancelled", at(now))
-                    gen = None
-                else:
-                    gen = await self._start_run(conn, spec, alloc, current, now)
+            nodes = tuple(g.node for g in event.grants) if isinstance(event, JobAllocated) else ()
+            (spec, gen), meeting = await asyncio.gather(
+                self._begin(job_id, attempt, event), self.rendezvous.early(nodes)
+            )
             self.ctx.relay.kick()
-            if gen is not None:
+            if spec is not None and gen is not None:
+                self.rendezvous.keep(gen, meeting)
                 self.effects.enqueue(Effects(spec=spec, job_id=job_id, start=gen))
+
+    async def _begin(
+        self, job_id: int, attempt: int, event: Event | None
+    ) -> tuple[JobSpec | None, Generation | None]:
+        """The start's transaction: the run STARTING (or the job ended, if cancelled)."""
+        async with self.ctx.pool.acquire() as conn, conn.transaction():
+            if not await self.park_unless_mine(conn, job_id, event):
+                return None, None
+            if event is not None and not await inbox_first_time(conn, CONSUMER, event.event_id):
+                return None, None
+            alloc = await repo_upkeep.live_allocation(conn, job_id, attempt)
+            loaded = await repo.load_spec(conn, job_id)
+            current = await repo.lock_run(conn, job_id)
+            if alloc is None or loaded is None or not may_start(attempt, repo.key_of(current)):
+                return None, None
+            spec, cancelled = loaded
+            now = time.time()
+            if cancelled:
+                await end_unstarted(conn, spec, job_id, "cancelled", at(now))
+                return spec, None
+            return spec, await self._start_run(conn, spec, alloc, current, now)
 
     async def _start_run(
         self, conn: Conn, spec: JobSpec, alloc: AllocationRow, current: repo.Run | None,
@@ -402,17 +414,15 @@ class Coordinator:
     async def launch(self, spec: JobSpec, gen: Generation) -> None:
         """Start one generation on every node of `gen`, or on none (the core stops the
         ones that started and requeues)."""
+        early = self.rendezvous.take(gen)  # asked while the start was committed
         if not self.owns(gen.job_id):
             return  # lost the job: its new owner starts the STARTING run
-        # Both on the path of every start, neither needs the other: asked at once.
-        addresses, port = await asyncio.gather(
-            self._addresses(gen.nodes), self.agents.free_port(gen.nodes[0])
-        )
-        master = addresses.get(gen.nodes[0], "127.0.0.1")
+        meeting = early or await self.rendezvous.ask(gen.nodes)
+        port = meeting.port
         if not self.owns(gen.job_id):
             return  # lost the job meanwhile: its new owner starts the STARTING run
         if port.ok:
-            replies = await self.agents.start(spec, gen, master, port.port)
+            replies = await self.agents.start(spec, gen, meeting.master, port.port)
         else:
             replies = {gen.nodes[0]: port}
         failed = {n: r.message for n, r in replies.items() if not r.ok}
@@ -450,10 +460,6 @@ class Coordinator:
         await _mark_started(conn, run, at(state.started_at))
         log.info("started, seen by its exit", extra=kv(job=run.job_id, node=ev.node))
         return await repo.lock_run(conn, run.job_id) or run
-
-    async def _addresses(self, nodes: tuple[str, ...]) -> dict[str, str]:
-        async with self.ctx.pool.acquire() as conn:
-            return await repo.node_addresses(conn, list(nodes))
 
     async def end_stopped(self, job_id: int) -> None:
         """The workers of a COMPLETING run are gone (or their node is): end it."""
