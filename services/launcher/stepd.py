@@ -1,8 +1,8 @@
 """Shell: the step supervisor, one process per worker (`python -m services.launcher.stepd
 <worker folder>`), as Slurm's slurmstepd is to slurmd.
 
-The node agent has its zygote (`--zygote`, below) fork one for every worker, in a
-session of its own (a cold `python -m services.launcher.stepd <folder>` when there is
+The node agent's zygote (stepd_zygote.py) hands one to every worker, forked ahead, in
+a session of its own (a cold `python -m services.launcher.stepd <folder>` when there is
 no zygote). It starts the job's process group with `executor.spawn_worker` (run-as
 user, output files, environment from the folder's `spec.json`), reports both pids in
 `started.json`, waits for the worker and writes how it ended in `exit.json`, then
@@ -24,7 +24,6 @@ runs the Epilog.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal as _signal
@@ -57,7 +56,7 @@ from services.launcher.worker_table import (
 
 log = logging.getLogger(__name__)
 POLL_S = 0.25
-_LOG_FORMAT = "%(asctime)s stepd %(message)s"  # each stepd's lines in its stepd.log
+LOG_FORMAT = "%(asctime)s stepd %(message)s"  # each stepd's lines in its stepd.log
 
 
 async def supervise(
@@ -200,59 +199,18 @@ def _record(folder: Path, ending: StepExit) -> StepExit:
     return ending
 
 
-def _zygote() -> None:
-    """`--zygote`: started once by the agent, its imports done, it forks one stepd per
-    worker folder named on stdin (a line each) and answers each with the stepd's pid and
-    start tick on stdout. A fork of an interpreter that has imported everything costs
-    about a millisecond; a fresh interpreter costs a tenth of a second of CPU beside
-    every start (the spares this replaces: back to back, submit-to-running p50 51 ms
-    with them, 27 ms without). The end of stdin (the agent stopped or died) ends it;
-    the stepds it forked run on, each in a session of its own."""
-    _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)  # the kernel reaps the stepds
-    detected = cgroups.detect()
-    # What every stepd would otherwise do again after its fork (2 ms of a 14 ms start):
-    # its logging set up, a loop's first run, msgspec's compiled view of its records.
-    logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as warm:
-        warm.run(asyncio.sleep(0))
-    for kind in (StepSpec, StepStarted, StepExit):
-        with contextlib.suppress(msgspec.ValidationError):
-            msgspec.json.decode(b"{}", type=kind)
-    while line := sys.stdin.buffer.readline():
-        folder = line.decode().strip()
-        if not folder:
-            continue
-        pid = os.fork()
-        if pid == 0:
-            _forked(Path(folder), lambda: detected)
-        ref = process_ref(pid)  # None: it ended already (the agent sees its exit.json)
-        sys.stdout.write(f"{pid} {ref.start if ref is not None else 0}\n")
-        sys.stdout.flush()
-
-
-def _forked(folder: Path, hierarchy: Callable[[], cgroups.Hierarchy | None]) -> NoReturn:
-    """The zygote's child: a session of its own, output to the folder's stepd.log,
-    then the stepd's work; it never returns into the zygote's loop."""
-    try:
-        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # its worker is waited for
-        os.setsid()
-        log_fd = os.open(folder / "stepd.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        os.close(log_fd)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-    except BaseException:
-        os._exit(1)  # no stepd.log to say why; the agent reports it did not start
-    _run(folder, hierarchy)
-
-
-def _run(folder: Path, hierarchy: Callable[[], cgroups.Hierarchy | None]) -> NoReturn:
+def run_folder(
+    folder: Path,
+    hierarchy: Callable[[], cgroups.Hierarchy | None],
+    runner: asyncio.Runner | None = None,
+) -> NoReturn:
+    """Supervise `folder`'s worker to its end, then exit (`runner`: a loop built ahead,
+    as a spare of the zygote has one)."""
     code = 1
     try:
-        logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT)
-        asyncio.Runner(loop_factory=uvloop.new_event_loop).run(supervise(folder, hierarchy))
+        logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+        runner = runner or asyncio.Runner(loop_factory=uvloop.new_event_loop)
+        runner.run(supervise(folder, hierarchy))  # not closed: os._exit is its end
         code = 0
     except BaseException:
         traceback.print_exc()
@@ -267,11 +225,8 @@ def _run(folder: Path, hierarchy: Callable[[], cgroups.Hierarchy | None]) -> NoR
 
 def main() -> None:
     if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m services.launcher.stepd <worker folder> | --zygote")
-    if sys.argv[1] == "--zygote":
-        _zygote()
-        return
-    _run(Path(sys.argv[1]), cgroups.detect)
+        raise SystemExit("usage: python -m services.launcher.stepd <worker folder>")
+    run_folder(Path(sys.argv[1]), cgroups.detect)
 
 
 if __name__ == "__main__":

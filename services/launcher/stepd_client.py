@@ -5,8 +5,8 @@ An interpreter takes a tenth of a second of CPU to start and import stepd, on th
 of every start and every fault restart, and beside it when started ahead (two spares
 were kept so until round 5 of issue 20: back to back, each start's spare import still
 doubled the next start's latency on a 2-core node). So the agent keeps one `Zygote`:
-`stepd --zygote`, its imports done, forks a stepd for each worker folder it is sent
-(about a millisecond) and answers with its pid. A zygote whose agent is gone reads the
+`stepd_zygote`, its imports done, hands a stepd (forked ahead) to each worker folder it
+is sent and answers with its pid. A zygote whose agent is gone reads the
 end of its pipe and exits; the stepds it forked run on. Without a working zygote a
 start falls back to a cold `start_stepd`.
 """
@@ -101,7 +101,7 @@ class Zygote:
             return
         self._forget()
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "services.launcher.stepd", "--zygote"],
+            [sys.executable, "-m", "services.launcher.stepd_zygote"],
             env=_env(),
             cwd="/",
             stdin=subprocess.PIPE,

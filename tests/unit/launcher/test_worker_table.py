@@ -353,6 +353,35 @@ async def test_a_killed_zygote_is_replaced_before_the_next_start_is_asked_of_it(
     assert finished(stepd, table, rec) == StepExit(ending=Ending.EXITED, exit_code=8)
 
 
+async def test_a_start_is_handed_the_spare_forked_ahead_and_the_next_spare_follows(
+    tmp_path: Path, zygote: tuple[WorkerTable, Zygote]
+) -> None:
+    table, zyg = zygote
+    assert zyg.pid is not None
+    spare = until(lambda: _only(_children(zyg.pid)), "the zygote's first spare")
+    assert os.getsid(spare) == spare  # in a session of its own while it waits
+    rec = prepared(table, 10, "exit 10", tmp_path)
+    stepd = await zyg.take(Path(rec.folder))
+    assert stepd.pid == spare  # no fork on the start's path
+    assert finished(stepd, table, rec) == StepExit(ending=Ending.EXITED, exit_code=10)
+    after = until(lambda: _only(_children(zyg.pid)), "the next spare")
+    assert after != spare
+
+
+async def test_a_killed_spare_is_replaced_when_a_start_is_asked(
+    tmp_path: Path, zygote: tuple[WorkerTable, Zygote]
+) -> None:
+    table, zyg = zygote
+    assert zyg.pid is not None
+    spare = until(lambda: _only(_children(zyg.pid)), "the zygote's first spare")
+    os.kill(spare, signal.SIGKILL)
+    until(lambda: _gone(spare), "end of the spare")
+    rec = prepared(table, 11, "exit 11", tmp_path)
+    stepd = await zyg.take(Path(rec.folder))
+    assert stepd.pid != spare
+    assert finished(stepd, table, rec) == StepExit(ending=Ending.EXITED, exit_code=11)
+
+
 def test_a_zygote_whose_agent_died_exits_and_its_stepds_run_on(tmp_path: Path) -> None:
     table = WorkerTable(tmp_path / "node")
     touch(table.contact)
@@ -370,13 +399,34 @@ def test_a_zygote_whose_agent_died_exits_and_its_stepds_run_on(tmp_path: Path) -
     assert agent.stdout is not None and agent.stdin is not None
     zygote_pid = int(agent.stdout.readline())
     pids = started(table, rec)
+    spares = until(lambda: (_children(zygote_pid) - {pids.stepd.pid}) or None, "the next spare")
     agent.kill()
     agent.wait(timeout=10)
     until(lambda: _gone(zygote_pid), "end of the zygote")
+    until(lambda: all(_gone(p) for p in spares), "end of the spare: it runs nothing")
     assert alive(pids.stepd) and alive(pids.worker)  # a worker outlives agent and zygote
     os.kill(pids.stepd.pid, signal.SIGTERM)
     until(lambda: not alive(pids.stepd), "end of the stepd")
     assert not alive(pids.worker)
+
+
+def _children(pid: int) -> set[int]:
+    """The live processes whose parent is `pid`."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
+            found.add(int(entry.name))
+    return found
+
+
+def _only(pids: set[int]) -> int | None:
+    return next(iter(pids)) if len(pids) == 1 else None
 
 
 def _gone(pid: int) -> bool:
