@@ -11,7 +11,7 @@ import msgspec
 from services.admission.config_model import ClusterConfig
 from shared.db import Conn
 from shared.jobspec import JobSpec
-from shared.states import TERMINAL
+from shared.states import TERMINAL, JobState
 
 from .policy import NO_POLICY, JobPolicy
 
@@ -46,21 +46,27 @@ async def insert_job(conn: Conn, spec: JobSpec, policy: JobPolicy = NO_POLICY) -
     return job_id
 
 
+# a run in any other state has ended for good
+UNFINISHED_RUNS = sorted(str(s) for s in JobState if s not in TERMINAL)
+
+
 async def submit_counts(conn: Conn, user: str, account: str, qos: str) -> tuple[int, int]:
     """Unfinished jobs under `qos` of `user` and of `account`, serialised per QOS so two
-    concurrent submissions cannot both slip under a limit."""
+    concurrent submissions cannot both slip under a limit. Unfinished: waiting (no run,
+    or a requeued one: `waiting_jobs`) or with a run in a live state, both read by
+    index: a user's finished jobs, which only grow, are never read."""
     await conn.execute("SELECT pg_advisory_xact_lock(hashtext('admission.qos.' || $1))", qos)
     row = await conn.fetchrow(
         "SELECT count(*) FILTER (WHERE j.user_name = $1) AS u,"
         " count(*) FILTER (WHERE j.account = $2) AS a"
-        " FROM jobs j LEFT JOIN job_runs r USING (job_id)"
-        " WHERE j.qos = $3 AND (j.user_name = $1 OR j.account = $2)"
-        " AND j.cancel_requested_at IS NULL"
-        " AND (r.state IS NULL OR NOT r.state = ANY($4::text[]))",
+        " FROM jobs j WHERE j.job_id IN (SELECT job_id FROM waiting_jobs"
+        "   UNION SELECT job_id FROM job_runs WHERE state = ANY($4::text[]))"
+        " AND j.qos = $3 AND (j.user_name = $1 OR j.account = $2)"
+        " AND j.cancel_requested_at IS NULL",
         user,
         account,
         qos,
-        TERMINAL,  # asyncpg sends a set as a text[]
+        UNFINISHED_RUNS,
     )
     assert row is not None
     return int(row["u"]), int(row["a"])

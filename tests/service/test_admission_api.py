@@ -188,6 +188,27 @@ async def test_the_submit_limit_counts_queued_jobs_and_array_tasks(api: Api) -> 
     assert (await api.submit("alice")).job_ids
 
 
+async def test_the_submit_limit_counts_running_and_requeued_jobs_but_never_finished_ones(
+    api: Api, db: asyncpg.Connection
+) -> None:
+    text = api.config.read_text().replace(
+        "max_submitted_jobs_per_user = 500", "max_submitted_jobs_per_user = 3"
+    )
+    api.config.write_text(text)
+    await call(api.url, "reload", Request(user="root"), ReloadReply)
+    ids = [(await api.submit("alice")).job_ids[0] for _ in range(3)]
+    await _refused(api.submit("alice"))
+    # as the launcher leaves them: one runs, one is back in the queue, one has ended
+    await db.execute(
+        "INSERT INTO job_runs(job_id, state) VALUES ($1, 'RUNNING'), ($2, 'REQUEUED'),"
+        " ($3, 'COMPLETED')",
+        *ids,
+    )
+    assert (await api.submit("alice")).job_ids
+    err = await _refused(api.submit("alice"))
+    assert "already has 3 job(s)" in str(err)
+
+
 # --- approval, hold, release ------------------------------------------------------------
 
 
