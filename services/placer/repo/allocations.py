@@ -23,61 +23,69 @@ TERMINAL_STATES = sorted(TERMINAL)
 LIVE_STATES = sorted(LIVE_RUN)
 
 
+# An allocation ends with its run (ended for good, or requeued past it) or with its
+# job's cancel once no run of it is live; its GPUs and nodes are freed with it. One
+# statement: it runs at the top of every cycle, on every start's path.
+_RELEASE_FINISHED = """
+WITH ended AS (
+    SELECT a.alloc_id,
+           CASE WHEN r.state = ANY($1::text[]) OR (r.state = $2 AND r.attempt >= a.attempt)
+                THEN r.state ELSE $3 END AS reason
+    FROM allocations a JOIN jobs j USING (job_id) LEFT JOIN job_runs r USING (job_id)
+    WHERE a.released_at IS NULL
+      AND (r.state = ANY($1::text[]) OR (r.state = $2 AND r.attempt >= a.attempt)
+           OR (j.cancel_requested_at IS NOT NULL
+               AND NOT coalesce(r.attempt = a.attempt AND r.state = ANY($4::text[]), false)))
+), released AS (
+    UPDATE allocations a SET released_at = now(), release_reason = e.reason
+    FROM ended e WHERE a.alloc_id = e.alloc_id
+    RETURNING a.alloc_id
+), gpus AS (
+    UPDATE allocation_gpus SET live = false WHERE alloc_id IN (SELECT alloc_id FROM released)
+), nodes AS (
+    UPDATE allocation_nodes SET live = false WHERE alloc_id IN (SELECT alloc_id FROM released)
+)
+SELECT count(*) FROM released
+"""
+
+# After a shrink: a node the running generation no longer lists is given back (with its
+# GPUs), unless it is a spare granted in the last minute that the job's restart has not
+# listed yet; a spare the run lists is settled. The two touch disjoint rows (a node in
+# the run's list, a node not in it), so one statement does both.
+_RELEASE_DROPPED = """
+WITH settled AS (
+    UPDATE allocation_nodes n SET spare_pending = false FROM allocations a, job_runs r
+    WHERE n.alloc_id = a.alloc_id AND n.spare_pending AND r.job_id = a.job_id
+      AND n.node = ANY(r.nodes)
+), dropped AS (
+    UPDATE allocation_nodes n SET live = false FROM allocations a, job_runs r
+    WHERE n.alloc_id = a.alloc_id AND a.released_at IS NULL AND n.live
+      AND (NOT n.spare_pending OR n.added_at < now() - interval '60 seconds')
+      AND r.job_id = a.job_id AND r.attempt = a.attempt AND r.state = $1
+      AND cardinality(r.nodes) > 0 AND NOT (n.node = ANY(r.nodes))
+    RETURNING n.alloc_id, n.node
+), gpus AS (
+    UPDATE allocation_gpus g SET live = false FROM dropped d
+    WHERE g.alloc_id = d.alloc_id AND g.node = d.node
+)
+SELECT count(*) FROM dropped
+"""
+
+
 async def release_finished(conn: Conn) -> int:
-    """Release allocations whose run ended or was requeued (level-triggered)."""
-    released = await conn.fetch(
-        "UPDATE allocations a SET released_at = now(), release_reason = r.state"
-        " FROM job_runs r WHERE a.job_id = r.job_id AND a.released_at IS NULL"
-        " AND (r.state = ANY($1::text[]) OR (r.state = $2 AND r.attempt >= a.attempt))"
-        " RETURNING a.alloc_id",
-        TERMINAL_STATES,
-        JobState.REQUEUED,
+    """Release allocations whose run ended or was requeued, or whose job was cancelled
+    with no run of it live (level-triggered); how many."""
+    released: int = await conn.fetchval(
+        _RELEASE_FINISHED, TERMINAL_STATES, JobState.REQUEUED, JobState.CANCELLED, LIVE_STATES
     )
-    cancelled = await conn.fetch(
-        "UPDATE allocations a SET released_at = now(), release_reason = $1"
-        " FROM jobs j WHERE a.job_id = j.job_id AND a.released_at IS NULL"
-        " AND j.cancel_requested_at IS NOT NULL"
-        " AND NOT EXISTS (SELECT 1 FROM job_runs r WHERE r.job_id = a.job_id"
-        "   AND r.attempt = a.attempt AND r.state = ANY($2::text[]))"
-        " RETURNING a.alloc_id",
-        JobState.CANCELLED,
-        LIVE_STATES,
-    )
-    ids = [r["alloc_id"] for r in [*released, *cancelled]]
-    if ids:
-        await conn.execute(
-            "UPDATE allocation_gpus SET live = false WHERE alloc_id = ANY($1::bigint[])", ids
-        )
-        await conn.execute(
-            "UPDATE allocation_nodes SET live = false WHERE alloc_id = ANY($1::bigint[])", ids
-        )
-    return len(ids)
+    return released
 
 
 async def release_dropped_nodes(conn: Conn) -> int:
     """Give back the nodes an elastic job no longer runs on after a shrink. A granted
     spare is kept until the job's run lists it (its restart onto the spare)."""
-    await conn.execute(
-        "UPDATE allocation_nodes n SET spare_pending = false FROM allocations a, job_runs r"
-        " WHERE n.alloc_id = a.alloc_id AND n.spare_pending AND r.job_id = a.job_id"
-        " AND n.node = ANY(r.nodes)"
-    )
-    rows = await conn.fetch(
-        "UPDATE allocation_nodes n SET live = false FROM allocations a, job_runs r"
-        " WHERE n.alloc_id = a.alloc_id AND a.released_at IS NULL AND n.live"
-        " AND (NOT n.spare_pending OR n.added_at < now() - interval '60 seconds')"
-        " AND r.job_id = a.job_id AND r.attempt = a.attempt AND r.state = $1"
-        " AND cardinality(r.nodes) > 0 AND NOT (n.node = ANY(r.nodes))"
-        " RETURNING n.alloc_id, n.node",
-        JobState.RUNNING,
-    )
-    for row in rows:
-        await conn.execute(
-            "UPDATE allocation_gpus SET live = false WHERE alloc_id = $1 AND node = $2",
-            row["alloc_id"],
-            row["node"],
-        )
-    return len(rows)
+    dropped: int = await conn.fetchval(_RELEASE_DROPPED, JobState.RUNNING)
+    return dropped
 
 
 _INSERT_ALLOCATION = """
