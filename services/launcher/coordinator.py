@@ -198,21 +198,23 @@ class Coordinator:
     ) -> Generation | None:  # fmt: skip
         count = current.restart_count if current else 0
         excluded = current.excluded if current else ()
-        reason = f"after requeue: {current.reason}" if current else ""
-        row = await repo.start_run(
-            conn, (alloc.job_id, alloc.attempt), alloc.gpus, restart_count=count,
-            excluded=excluded, reason=reason,
-        )  # fmt: skip
-        if row is None:
-            return None
         state = core.start_run(
-            spec, job_id=alloc.job_id, nodes=row.nodes, now=now, generation=count,
+            spec, job_id=alloc.job_id, nodes=tuple(alloc.gpus), now=now, generation=count,
             restart_count=count, excluded_nodes=excluded,
         )  # fmt: skip
         before = load_core(current, spec)
         if before is not None:  # the restart limit spans requeues
             state = msgspec.structs.replace(state, fault_restarts=before.fault_restarts)
-        await self._save_core(conn, state, now)
+        due = core.due_at(state)
+        row = await repo.start_run(
+            conn, (alloc.job_id, alloc.attempt), alloc.gpus, restart_count=count,
+            excluded=excluded, reason=f"after requeue: {current.reason}" if current else "",
+            core=(msgspec.json.encode(state), due),
+        )  # fmt: skip
+        if row is None:
+            return None
+        if due is not None:
+            self.upkeep.wake_at(max(0.0, due - now))
         return Generation(
             job_id=alloc.job_id, attempt=alloc.attempt, generation=count, nodes=row.nodes,
             gpus=alloc.gpus,

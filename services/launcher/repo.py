@@ -115,16 +115,22 @@ async def start_run(
     restart_count: int,
     excluded: tuple[str, ...],
     reason: str,
+    core: tuple[bytes, float | None],
 ) -> Run | None:
-    """A new allocation's run: STARTING on `gpus` (node-rank order). None: the row is
-    not a requeued run of an earlier attempt (another launcher started this one)."""
+    """A new allocation's run: STARTING on `gpus` (node-rank order), with the
+    coordinator core's state and its next timer (`core`, as `save_core` writes them).
+    None: the row is not a requeued run of an earlier attempt (another launcher started
+    this one)."""
     job_id, attempt = run_id
+    state, due_at = core
     row = await conn.fetchrow(
         "INSERT INTO job_runs(job_id, state, attempt, nodes, gpus, excluded_nodes, world_size,"
-        " restart_count, reason) VALUES ($1, 'STARTING', $2, $3, $4::jsonb, $5, $6, $7, $8)"
+        " restart_count, reason, core, due_at) VALUES ($1, 'STARTING', $2, $3, $4::jsonb, $5,"
+        " $6, $7, $8, $9::jsonb, to_timestamp($10))"
         " ON CONFLICT (job_id) DO UPDATE SET state = 'STARTING', attempt = $2, nodes = $3,"
         " gpus = $4::jsonb, excluded_nodes = $5, world_size = $6, restart_count = $7,"
-        " reason = $8, stopping_to = NULL, exit_code = NULL, signal = NULL, resume_at = NULL,"
+        " reason = $8, core = $9::jsonb, due_at = to_timestamp($10), stopping_to = NULL,"
+        " exit_code = NULL, signal = NULL, resume_at = NULL,"
         # Usage is per allocation attempt: the last attempt was settled under its own key.
         " gpu_seconds = 0, segment_start = NULL, segment_gpus = 0, updated_at = now()"
         # The business key of a start, as reconcile_core.may_start: guards the write too.
@@ -138,6 +144,8 @@ async def start_run(
         len(gpus),
         restart_count,
         reason,
+        state.decode(),
+        due_at,
     )
     return None if row is None else _run(row)
 
