@@ -55,21 +55,20 @@ class Owners:
         shard = shard_of(job_id)
         if not self.owns(job_id):
             return False
-        # A transaction left idle by a paused replica holds the shard row, and so any
+        # The fence's settings (the trigger checks writes against them) and the shard
+        # row held, in one round trip: this opens every transaction on a job. A
+        # transaction left idle by a paused replica holds the shard row, and so any
         # takeover, until the server ends it: a few ttls, not the pool's minute.
-        await conn.execute(
-            "SELECT set_config('muster.launcher_holder', $1, true),"
+        found = await conn.fetchval(
+            "SELECT s.found FROM (SELECT set_config('muster.launcher_holder', $1, true),"
             " set_config('muster.launcher_epoch', $2, true),"
-            " set_config('idle_in_transaction_session_timeout', $3, true)",
+            " set_config('idle_in_transaction_session_timeout', $3, true)) fence,"
+            " LATERAL (SELECT true AS found FROM launcher_shards WHERE shard = $4"
+            " AND holder = $1 AND epoch = $5 AND expires_at > now() FOR SHARE) s",
             self.holder,
             str(self._held[shard]),
             f"{max(1, round(self.ttl_s * 2000))}ms",
-        )
-        found = await conn.fetchval(
-            "SELECT true FROM launcher_shards WHERE shard = $1 AND holder = $2 AND epoch = $3"
-            " AND expires_at > now() FOR SHARE",
             shard,
-            self.holder,
             self._held[shard],
         )
         if not found:
