@@ -357,14 +357,13 @@ async def test_a_start_is_handed_the_spare_forked_ahead_and_the_next_spare_follo
     tmp_path: Path, zygote: tuple[WorkerTable, Zygote]
 ) -> None:
     table, zyg = zygote
-    assert zyg.pid is not None
-    spare = until(lambda: _only(_children(zyg.pid)), "the zygote's first spare")
+    spare = only_spare(zyg, "the zygote's first spare")
     assert os.getsid(spare) == spare  # in a session of its own while it waits
     rec = prepared(table, 10, "exit 10", tmp_path)
     stepd = await zyg.take(Path(rec.folder))
     assert stepd.pid == spare  # no fork on the start's path
     assert finished(stepd, table, rec) == StepExit(ending=Ending.EXITED, exit_code=10)
-    after = until(lambda: _only(_children(zyg.pid)), "the next spare")
+    after = only_spare(zyg, "the next spare")
     assert after != spare
 
 
@@ -372,8 +371,7 @@ async def test_a_killed_spare_is_replaced_when_a_start_is_asked(
     tmp_path: Path, zygote: tuple[WorkerTable, Zygote]
 ) -> None:
     table, zyg = zygote
-    assert zyg.pid is not None
-    spare = until(lambda: _only(_children(zyg.pid)), "the zygote's first spare")
+    spare = only_spare(zyg, "the zygote's first spare")
     os.kill(spare, signal.SIGKILL)
     until(lambda: _gone(spare), "end of the spare")
     rec = prepared(table, 11, "exit 11", tmp_path)
@@ -425,8 +423,16 @@ def _children(pid: int) -> set[int]:
     return found
 
 
-def _only(pids: set[int]) -> int | None:
-    return next(iter(pids)) if len(pids) == 1 else None
+def only_spare(zyg: Zygote, what: str) -> int:
+    """The zygote's one child once it has exactly one: the spare it keeps waiting."""
+    zygote_pid = zyg.pid
+    assert zygote_pid is not None
+
+    def one() -> int | None:
+        children = _children(zygote_pid)
+        return next(iter(children)) if len(children) == 1 else None
+
+    return until(one, what)
 
 
 def _gone(pid: int) -> bool:
