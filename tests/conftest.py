@@ -32,6 +32,21 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(autouse=True)
+def _environment() -> Iterator[None]:
+    """What a test put in os.environ (a cluster's FAST timings, its keys folder and
+    identity file, a bus URL) ends with it. Left there, the next test signed with keys
+    from a folder about to be pruned and read another test's cluster configuration:
+    whether it passed depended on which test ran before it."""
+    saved = dict(os.environ)
+    yield
+    for key in os.environ.keys() - saved.keys():
+        del os.environ[key]
+    for key, value in saved.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
     url = os.environ.get("MUSTER_TEST_DATABASE_URL")
