@@ -1,0 +1,92 @@
+"""The reads a cluster makes every cycle do not grow with its history, on real
+PostgreSQL: with 20,000 ended jobs recorded (their allocations, node and GPU rows kept
+as the record) and three running, none of them reads a whole table of that history.
+Each would have before its index (migration 0021: the release step's spare-pending
+rows, health's live allocations per node) or its lookup by key (the queue's runs,
+`shared/waiting.py`)."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from services.placer.repo.allocations import (
+    _RELEASE_DROPPED,
+    _RELEASE_FINISHED,
+    LIVE_STATES,
+    TERMINAL_STATES,
+)
+from shared.states import JobState
+from shared.waiting import _WAITING
+
+ENDED, RUNNING = 20_000, 3
+HISTORY = ("jobs", "job_runs", "allocations", "allocation_nodes", "allocation_gpus")
+
+READS: list[tuple[str, str, tuple[object, ...]]] = [
+    # the queue (placer and fairshare), empty at its last ANALYZE as on an idle cluster
+    (
+        "the waiting jobs and their runs",
+        f"SELECT j.job_id, r.state{_WAITING}",
+        (JobState.REQUEUED,),
+    ),
+    (
+        "placer: release what ended",
+        _RELEASE_FINISHED,
+        (TERMINAL_STATES, JobState.REQUEUED, JobState.CANCELLED, LIVE_STATES),
+    ),
+    ("placer: release dropped nodes", _RELEASE_DROPPED, (JobState.RUNNING,)),
+    (
+        "health: live allocations per node",
+        "SELECT node, count(*)::int AS n FROM allocation_nodes"
+        " WHERE live AND node = ANY($1::text[]) GROUP BY node",
+        (["n1", "n2"],),
+    ),
+]
+
+
+async def record_history(db: asyncpg.Connection) -> None:
+    """ENDED finished jobs and RUNNING live ones, one node and GPU each, in bulk (the
+    rows as the services leave them; foreign keys and triggers off for the load)."""
+    total = ENDED + RUNNING
+    async with db.transaction():
+        await db.execute("SET LOCAL session_replication_role = replica")
+        await db.execute(
+            "INSERT INTO jobs(job_id, name, user_name, account, partition, qos, nodes_min,"
+            " nodes_max, gpus_per_node, time_limit_s, spec)"
+            " SELECT i, 'train', 'alice', 'a', 'normal', 'normal', 1, 1, 1, 600, '{}'"
+            " FROM generate_series(1, $1::int) i",
+            total,
+        )
+        await db.execute(
+            "INSERT INTO job_runs(job_id, state, attempt, nodes)"
+            " SELECT i, CASE WHEN i > $2 THEN 'RUNNING' ELSE 'COMPLETED' END, 1,"
+            " ARRAY['n' || (i % 8)] FROM generate_series(1, $1::int) i",
+            total,
+            ENDED,
+        )
+        await db.execute(
+            "INSERT INTO allocations(alloc_id, job_id, attempt, epoch, released_at)"
+            " SELECT i, i, 1, 1, CASE WHEN i > $2 THEN NULL ELSE now() END"
+            " FROM generate_series(1, $1::int) i",
+            total,
+            ENDED,
+        )
+        for table, extra in (("allocation_nodes", ", rank, gpus"), ("allocation_gpus", ", gpu")):
+            values = ", 0, '{0}'" if table == "allocation_nodes" else ", 0"
+            await db.execute(
+                f"INSERT INTO {table}(alloc_id, node{extra}, live)"
+                f" SELECT i, 'n' || (i % 8){values}, i > $2 FROM generate_series(1, $1::int) i",
+                total,
+                ENDED,
+            )
+    await db.execute(f"ANALYZE {', '.join(HISTORY)}")
+
+
+@pytest.mark.parametrize(("what", "sql", "args"), READS, ids=[r[0] for r in READS])
+async def test_a_cycle_read_skips_the_history(
+    db: asyncpg.Connection, what: str, sql: str, args: tuple[object, ...]
+) -> None:
+    await record_history(db)
+    plan = "\n".join(r[0] for r in await db.fetch(f"EXPLAIN {sql}", *args))  # not run
+    scans = [t for t in HISTORY if f"Seq Scan on {t} " in plan]
+    assert not scans, f"{what} reads all of {scans}:\n{plan}"
