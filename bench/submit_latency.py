@@ -76,13 +76,13 @@ async def seed_history(db: asyncpg.Connection, count: int) -> None:
         job_ids = [r["job_id"] for r in ids]
         await db.execute(
             "INSERT INTO job_runs(job_id, state, attempt, nodes, started_at, ended_at)"
-            " SELECT id, 'COMPLETED', 1, ARRAY['node-' || (n % 2)],"
+            " SELECT id, 'COMPLETED', 1, ARRAY['node0' || (n % 2 + 1)],"
             " now() - make_interval(secs => 3700 + n), now() - make_interval(secs => 3600 + n)"
             " FROM unnest($1::bigint[]) WITH ORDINALITY AS x(id, n)",
             job_ids,
         )
-        # the placer's record of each (under its epoch, as the fence wants): an allocation
-        # released, its node and GPU rows
+        # the placer's record of each on this cluster's nodes (under its epoch, as the
+        # fence wants): an allocation released, its node and GPU rows
         await db.execute(
             "WITH a AS (INSERT INTO allocations(job_id, attempt, epoch, released_at,"
             " release_reason) SELECT id, 1, (SELECT epoch FROM placer_lease WHERE id = 1),"
@@ -90,9 +90,9 @@ async def seed_history(db: asyncpg.Connection, count: int) -> None:
             " 'COMPLETED' FROM unnest($1::bigint[]) WITH ORDINALITY AS x(id, n)"
             " RETURNING alloc_id, job_id),"
             " n AS (INSERT INTO allocation_nodes(alloc_id, node, rank, gpus, live)"
-            " SELECT alloc_id, 'node-' || (job_id % 2), 0, '{0}', false FROM a)"
+            " SELECT alloc_id, 'node0' || (job_id % 2 + 1), 0, '{0}', false FROM a)"
             " INSERT INTO allocation_gpus(alloc_id, node, gpu, live)"
-            " SELECT alloc_id, 'node-' || (job_id % 2), 0, false FROM a",
+            " SELECT alloc_id, 'node0' || (job_id % 2 + 1), 0, false FROM a",
             job_ids,
         )
     await db.execute("VACUUM ANALYZE")
@@ -161,16 +161,12 @@ def since_previous_end(ids: list[int], rows: Mapping[int, asyncpg.Record]) -> li
 
 def by_after_end(lat: list[float], after: list[float | None]) -> dict[str, dict[str, object]]:
     """The figures of the jobs in each AFTER_END bucket (buckets with no job left out)."""
-    out: dict[str, dict[str, object]] = {}
-    low = float("-inf")
-    for label, high in AFTER_END:
-        mine = [s for s, a in zip(lat, after, strict=True)
-                if a is not None and low <= a and (high is None or a < high)]  # fmt: skip
-        if mine:
-            figures = latency_figures("", mine)
-            out[label] = {k: v for k, v in figures.items() if k != "bench"}
-        low = high if high is not None else low
-    return out
+    buckets: dict[str, list[float]] = {label: [] for label, _ in AFTER_END}
+    for s, a in zip(lat, after, strict=True):
+        if a is not None:
+            label = next(name for name, high in AFTER_END if high is None or a < high)
+            buckets[label].append(s)
+    return {label: latency_figures(label, mine) for label, mine in buckets.items() if mine}
 
 
 def main() -> None:

@@ -41,6 +41,13 @@ def _state(raw: str) -> NodeState:
         return NodeState.DOWN
 
 
+# How many live allocations hold each of the named nodes (indexed: migration 0021).
+LIVE_PER_NODE = (
+    "SELECT node, count(*)::int AS n FROM allocation_nodes"
+    " WHERE live AND node = ANY($1::text[]) GROUP BY node"
+)
+
+
 async def load_health(conn: Conn, names: Sequence[str] | None = None) -> dict[str, NodeHealth]:
     """The named nodes (all when None), locked for this transaction, with their GPUs and
     how many jobs run on each (from the placer's live allocations)."""
@@ -57,11 +64,7 @@ async def load_health(conn: Conn, names: Sequence[str] | None = None) -> dict[st
         " WHERE node = ANY($1::text[]) ORDER BY node, idx",
         found,
     )
-    busy = await conn.fetch(
-        "SELECT node, count(*)::int AS n FROM allocation_nodes"
-        " WHERE live AND node = ANY($1::text[]) GROUP BY node",
-        found,
-    )
+    busy = await conn.fetch(LIVE_PER_NODE, found)
     running: dict[str, int] = {r["node"]: r["n"] for r in busy}
     by_node: dict[str, list[GpuHealth]] = {}
     for g in gpus:
