@@ -274,15 +274,17 @@ class Cluster:
 
 
 def free_port(preferred: int = 0) -> int:
-    """`preferred` if nothing listens there on 127.0.0.1, else a port free now."""
-    for port in (preferred, 0):
+    """`preferred` if nothing listens there on 127.0.0.1, else a port free now that a
+    restart finds free again (`shared.ports.listen_port`)."""
+    if preferred:
         with socket.socket() as s:
             try:
-                s.bind(("127.0.0.1", port))
+                s.bind(("127.0.0.1", preferred))
             except OSError:
-                continue
-            return int(s.getsockname()[1])
-    raise OSError("no free TCP port on 127.0.0.1")
+                pass
+            else:
+                return preferred
+    return embedded.free_port()
 
 
 def metrics_port() -> dict[str, str]:

@@ -14,7 +14,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shared import pg_install
+from shared import pg_install, ports
 from shared.pg_install import pg_tls_available as pg_tls_available
 
 if TYPE_CHECKING:
@@ -84,10 +83,8 @@ def _wait_gone(pgid: int, timeout: float) -> None:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port for a server that may be restarted on it (`shared.ports.listen_port`)."""
+    return ports.listen_port()
 
 
 def nats_binary() -> str:
