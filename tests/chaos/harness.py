@@ -1,6 +1,6 @@
 """Shell: one seeded chaos run, start to verdict.
 
-`run_chaos(settings, folder)` brings up a bed of its own (a PostgreSQL and a NATS server
+`run_chaos(settings)` brings up a bed of its own (a PostgreSQL and a NATS server
 it may kill, every service, one node agent per node, each agent in its own network
 namespace where the machine allows, so a node can be partitioned; secured as `muster up`
 runs unless `secure=False`: bus credentials and permissions per service and per node,
@@ -8,7 +8,9 @@ SCRAM PostgreSQL with a role per service, signed requests), sends one poison
 message, runs the mixed workload while it carries out the seeded fault schedule, lets
 every accepted job finish, and returns a `Report`: what it did, and every violation of
 invariants 1-9 it found on the machine (sampled through the run) and in the database
-and the dead-letter stream (at the end). Replay a run with its seed.
+and the dead-letter stream (at the end). Replay a run with its seed. The run's folder
+(servers' stores and logs, the jobs' output) is removed when the run kept every
+invariant and kept, named in the verdict, when it did not or raised.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import statistics
 import tempfile
@@ -66,6 +69,7 @@ class Report:
     forged_refused: int = 0
     forged_accepted: list[int] = field(default_factory=list)  # a forged cancel's jobs
     unsecured: list[str] = field(default_factory=list)  # lapses of a secured bed's auth
+    folder: Path | None = None  # the run's servers' logs and the jobs' output
 
     def summary(self) -> dict[str, object]:
         return {
@@ -99,7 +103,7 @@ class Report:
             return ""
         insecure = "" if self.secure else "MUSTER_CHAOS_INSECURE=1 "
         replay = f"{insecure}MUSTER_CHAOS_SEED={self.seed} pytest tests/chaos"
-        head = f"chaos seed {self.seed} failed; replay: {replay}"
+        head = f"chaos seed {self.seed} failed; replay: {replay}; logs in {self.folder}"
         return "\n".join([head, *broken[:40]])
 
 
@@ -121,6 +125,14 @@ def _percentiles(xs: list[float]) -> dict[str, float]:
 
 async def run_chaos(settings: ChaosSettings) -> Report:
     folder = Path(tempfile.mkdtemp(prefix=f"muster-chaos-{settings.seed}-"))
+    report = await _run(settings, folder)
+    report.folder = folder
+    if not report.verdict():
+        shutil.rmtree(folder, ignore_errors=True)
+    return report
+
+
+async def _run(settings: ChaosSettings, folder: Path) -> Report:
     workdir = folder / "work"
     workdir.mkdir()
     async with chaos_bed(
