@@ -187,3 +187,17 @@ async def test_a_service_stopped_while_postgresql_is_down_still_ends_cleanly(
 
     assert is_transient(lost.value)
     assert time.monotonic() - t0 < 20  # the drain timeout, not a hang
+
+
+async def test_postgresql_with_a_client_still_connected_stops_cleanly(own_dir: Path) -> None:
+    """`Server.stop` is PostgreSQL's fast shutdown: on SIGTERM (a smart shutdown) it
+    waited for the client below, and was SIGKILLed after the whole timeout."""
+    server = embedded.start_postgres(own_dir / "pg-state")
+    conn = await asyncpg.connect(server.url + "/postgres")
+    try:
+        await asyncio.to_thread(server.stop, 5.0)
+        assert server.process.returncode == 0  # shut down, not killed (-9)
+        assert "database system is shut down" in server.log_path.read_text()
+    finally:
+        conn.terminate()
+        server.kill()
