@@ -25,6 +25,7 @@ from shared.security import pg_ssl
 from shared.settings import Settings
 from shared.telemetry import event_headers
 from shared.transient import Backoff, is_transient
+from shared.waits import woken
 
 log = logging.getLogger(__name__)
 
@@ -192,9 +193,7 @@ class Relay:
                     raise
                 wait_s = backoff.next_s()
                 log.warning("relay pass failed, will retry", extra=kv(error=repr(err)))
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=wait_s)
-            except TimeoutError:
+            if not await woken(self._wake, stop, wait_s):
                 self._sweep = True  # the periodic sweep
 
     async def _pass(self) -> None:

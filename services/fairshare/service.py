@@ -56,6 +56,7 @@ from shared.logs import kv
 from shared.runtime import ServiceContext, every, until_stopped
 from shared.settings import FairShareSettings
 from shared.transient import is_transient
+from shared.waits import woken
 
 log = logging.getLogger(__name__)
 
@@ -153,8 +154,7 @@ class FairShare:
                 log.warning("priority pass failed", extra=kv(error=repr(err)))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=MIN_RECOMPUTE_GAP_S)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.config.priority_period_s)
+            await woken(self._wake, stop, self.config.priority_period_s)
             self._wake.clear()
 
     async def recompute(self, now: float | None = None) -> dict[int, PriorityBreakdown]:

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from datetime import UTC, datetime
@@ -31,6 +30,7 @@ from shared.logs import kv
 from shared.runtime import every
 from shared.states import JobState
 from shared.transient import is_transient
+from shared.waits import woken
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +63,7 @@ class Upkeep:
                 if not is_transient(err):
                     raise
                 log.warning("timer pass failed", extra=kv(error=repr(err)))
-            # At most 1 s: `stop` is seen within that, with no task left to clean up.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=wait_s)
+            await woken(self._wake, stop, wait_s)
 
     async def check_timers(self) -> float:
         """Deliver the due timers; returns how long until the next one (at most 1 s)."""
@@ -133,8 +131,7 @@ class Upkeep:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                with contextlib.suppress(TimeoutError):  # 1 s slices: `stop` seen
-                    await asyncio.wait_for(self._sweep.wait(), timeout=min(1.0, left))
+                await woken(self._sweep, stop, left)
 
     async def reconcile(self) -> None:
         """One level-triggered pass over the tables (see the module docstring)."""

@@ -7,7 +7,6 @@ database trigger.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -48,6 +47,7 @@ from shared.runtime import ServiceContext, every, until_stopped
 from shared.settings import PlacerSettings
 from shared.telemetry import remember_job_trace
 from shared.transient import is_transient
+from shared.waits import woken
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -178,10 +178,7 @@ class Placer:
 
     async def _cycle_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(
-                    self._wake.wait(), timeout=self.ctx.settings.cycle_interval_s
-                )
+            await woken(self._wake, stop, self.ctx.settings.cycle_interval_s)
             self._wake.clear()
             if self.epoch is not None and not stop.is_set():
                 await self.cycle()
