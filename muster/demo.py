@@ -1,6 +1,7 @@
 """`muster demo`: the main job end to end on a local cluster — start it, run a small
 workload, take a GPU out with an injected XID 79 under an elastic job, watch it shrink
-and finish, then stop the cluster."""
+and finish, resume the node as an operator would once its GPU is replaced (so the demo
+can run again on the same state), then stop the cluster."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from pathlib import Path
 
 from muster import cluster as local
 from muster.client import agent, call, current_user, register_cluster
+from muster.refusal import ApiRefused
 from shared.api import (
     InjectFault,
+    NodeAction,
     NodesReply,
+    Ok,
     QueueReply,
     QueueRequest,
     ShowJobReply,
@@ -61,7 +65,7 @@ def run_demo(state: Path, topology: Path) -> int:
 async def _workload(url: str, workdir: Path) -> int:
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     user = current_user()
-    await _until(lambda: _up_nodes(url), lambda n: n >= 3, 60)
+    await _nodes_up(url, 3, 60)
     ids: dict[str, int] = {}
     for name, script in (("train", TRAIN), ("elastic", ELASTIC), ("sweep", SWEEP)):
         req = SubmitRequest(
@@ -96,8 +100,40 @@ async def _workload(url: str, workdir: Path) -> int:
     nodes = await call(url, "nodes", QueueRequest(user=user), NodesReply)
     for n in nodes.nodes:
         print(f"  {n.name:<8} {n.state:<7} {n.reason}")
+    await _resume(url, victim)
     print(f"\njob output is in {workdir}")
     return 0 if all(j.state == JobState.COMPLETED for j in final.jobs) else 1
+
+
+async def _nodes_up(url: str, count: int, timeout: float) -> None:
+    """Wait for `count` nodes UP; else say which are not, and why (a node an earlier
+    run left drained comes back with `muster resume`)."""
+    try:
+        await _until(lambda: _up_nodes(url), lambda n: n >= count, timeout)
+    except SystemExit:
+        reply = await call(url, "nodes", QueueRequest(user=current_user()), NodesReply)
+        out = [f"{n.name} {n.state} ({n.reason})" for n in reply.nodes if n.state != NodeState.UP]
+        raise SystemExit(
+            f"demo: fewer than {count} nodes up after {timeout:.0f} s; not up: {'; '.join(out)}."
+            " An operator brings a drained node back: muster resume NODE --reason TEXT"
+        ) from None
+
+
+async def _resume(url: str, node: str) -> None:
+    """The operator's last step: the GPU replaced, `node` goes back into service."""
+    req = NodeAction(user=current_user(), node=node, reason="demo: GPU 0 replaced")
+    try:
+        await call(url, "resume", req, Ok)
+    except ApiRefused as err:
+        print(f"{node} stays drained ({err}); an operator resumes it: muster resume {node}")
+        return
+    back = await _until(lambda: _node_state(url, node), lambda s: s == NodeState.UP, 30)
+    print(f"  {node} resumed by the operator (GPU 0 replaced): {back}")
+
+
+async def _node_state(url: str, node: str) -> str:
+    reply = await call(url, "nodes", QueueRequest(user=current_user()), NodesReply)
+    return next(n.state for n in reply.nodes if n.name == node)
 
 
 async def _up_nodes(url: str) -> int:
