@@ -22,8 +22,9 @@ from pathlib import Path
 
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LINUX_DEFAULT = (32768, 60999)
-# Below this lie the well-known and commonly configured service ports.
-FLOOR = 10000
+# Below this lie the well-known and commonly configured service ports, and the ports
+# Ray gives its workers by default (10002-19999), which a Ray job on a node may take.
+FLOOR = 20000
 # Fewer ports than this outside the ephemeral range: take what the kernel gives.
 ENOUGH = 1000
 
