@@ -34,7 +34,7 @@ class Heard:
     def of(self, kind: type) -> list:  # type: ignore[type-arg]
         return [e for e in self.events if isinstance(e, kind)]
 
-    async def wait(self, ok: Callable[[Heard], bool], timeout: float = 5.0) -> None:
+    async def wait(self, ok: Callable[[Heard], bool], timeout: float = 15.0) -> None:
         async with asyncio.timeout(timeout):
             while not ok(self):
                 self.changed.clear()
@@ -66,7 +66,7 @@ async def probe_on(
         yield probe, heard, nc
     finally:
         stop.set()
-        await asyncio.wait_for(task, 5)
+        await asyncio.wait_for(task, 15)  # bounds for a loaded 2-core CI machine
         backend.close()
         await nc.close()
         await bus.close()
