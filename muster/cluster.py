@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 
 from muster.secure_up import LocalSecurity
 from services.launcher.worker_table import stop_recorded_workers
-from shared import embedded
+from shared import embedded, ports
 from shared.agent_auth import ensure_launcher_key
 from shared.metrics import METRICS_FOLDER, read_endpoints
 
@@ -276,14 +275,8 @@ class Cluster:
 def free_port(preferred: int = 0) -> int:
     """`preferred` if nothing listens there on 127.0.0.1, else a port free now that a
     restart finds free again (`shared.ports.listen_port`)."""
-    if preferred:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", preferred))
-            except OSError:
-                pass
-            else:
-                return preferred
+    if preferred and ports.bindable(preferred):
+        return preferred
     return embedded.free_port()
 
 

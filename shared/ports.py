@@ -50,7 +50,8 @@ def ephemeral_range() -> tuple[int, int]:
     return low, high
 
 
-def _bindable(port: int) -> bool:
+def bindable(port: int) -> bool:
+    """Whether nothing is bound to `port` on 127.0.0.1 now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind(("127.0.0.1", port))
@@ -69,7 +70,7 @@ def listen_port(attempts: int = 200) -> int:
         for _ in range(attempts):
             chosen = _rng.choice(ranges)
             port = _rng.randrange(chosen.start, chosen.stop)
-            if port not in _handed_out and _bindable(port):
+            if port not in _handed_out and bindable(port):
                 _handed_out.add(port)
                 return port
     # No room outside the ephemeral range (or all of it busy): the kernel's choice,
