@@ -19,13 +19,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 import msgspec
 
+from services.placer.core.gc_pause import gc_paused
 from services.placer.core.model import JobRequest, Running
-
-_T = TypeVar("_T", JobRequest, Running)
 
 RECENT = 2  # finished jobs averaged per key (EASY++ uses the last two)
 FLOOR_S = 60  # no prediction below a minute: start-up alone takes that long
@@ -46,15 +45,15 @@ class Prediction(NamedTuple):
     why: str  # for `muster show job`: which history the figure comes from
 
 
-Key = tuple[str, ...]
+Key = tuple[str | int, ...]
 
 
 def keys_of(user: str, name: str, gpus: int) -> tuple[Key, ...]:
     """Most specific first; a key without a job name is skipped when the name is empty."""
     keys: list[Key] = []
     if name:
-        keys.append(("name", user, name, str(gpus)))
-    keys.append(("size", user, str(gpus)))
+        keys.append(("name", user, name, gpus))
+    keys.append(("size", user, gpus))
     keys.append(("user", user))
     return tuple(keys)
 
@@ -71,6 +70,11 @@ class Predictor:
         self.recent = recent
         self.window = window
         self._runtimes: dict[Key, deque[float]] = {}
+        # each key's prediction before the limit (its `recent` runtimes' mean, rounded, at
+        # least FLOOR_S), kept as they are learned and forgotten: a service cycle asks
+        # for every waiting job (50,000 in bench/placer_scale.py), so an answer is a few
+        # dict reads
+        self._means: dict[Key, int] = {}
         self._counts: dict[Key, int] = {}  # window: outcomes in it under each key
         self._order: deque[tuple[tuple[Key, ...], object]] = deque()  # window, oldest first
         self._idents: set[object] = set()
@@ -87,6 +91,7 @@ class Predictor:
             if seen is None:
                 seen = self._runtimes[key] = deque(maxlen=self.recent)
             seen.append(outcome.runtime_s)
+            self._remean(key, seen)
         if self.window is not None:
             for key in keys:
                 self._counts[key] = self._counts.get(key, 0) + 1
@@ -106,27 +111,53 @@ class Predictor:
             seen = self._runtimes[key]
             if len(seen) > left:
                 seen.popleft()
+                self._remean(key, seen)
             if left:
                 self._counts[key] = left
             else:
                 del self._counts[key], self._runtimes[key]
+                self._means.pop(key, None)
+
+    def _remean(self, key: Key, seen: deque[float]) -> None:
+        if len(seen) >= self.recent:
+            self._means[key] = max(FLOOR_S, round(sum(seen) / len(seen)))
+        else:
+            self._means.pop(key, None)
+
+    def _found(self, user: str, name: str, gpus: int) -> tuple[int, Key] | None:
+        """The mean of the most specific key with history enough, and that key."""
+        means = self._means
+        if name:
+            key: Key = ("name", user, name, gpus)
+            mean = means.get(key)
+            if mean is not None:
+                return mean, key
+        key = ("size", user, gpus)
+        mean = means.get(key)
+        if mean is not None:
+            return mean, key
+        key = ("user", user)
+        mean = means.get(key)
+        return None if mean is None else (mean, key)
+
+    def seconds(self, user: str, name: str, gpus: int, limit_s: int) -> int | None:
+        """`predict`'s seconds alone (the queue's every job, every cycle)."""
+        found = self._found(user, name, gpus)
+        return None if found is None else min(limit_s, found[0])
 
     def predict(self, user: str, name: str, gpus: int, limit_s: int) -> Prediction | None:
-        for key in keys_of(user, name, gpus):
-            seen = self._runtimes.get(key)
-            if seen is None or len(seen) < self.recent:
-                continue
-            mean = sum(seen) / len(seen)
-            seconds = min(limit_s, max(FLOOR_S, round(mean)))
-            return Prediction(seconds, f"mean of the last {len(seen)} {_said(key)}")
-        return None
+        found = self._found(user, name, gpus)
+        if found is None:
+            return None
+        mean, key = found
+        said = f"mean of the last {len(self._runtimes[key])} {_said(key)}"
+        return Prediction(min(limit_s, mean), said)
 
     def for_job(self, job: JobRequest) -> Prediction | None:
         return self.predict(job.user, job.name, _gpus(job), job.time_limit_s)
 
     def for_running(self, run: Running) -> Prediction | None:
-        gpus = sum(len(g.gpus) for g in run.grants)
-        return self.predict(run.user, run.name, gpus, run.time_limit_s)
+        return self.predict(run.user, run.name, _held(run), run.time_limit_s)
 
 
 def learned(outcomes: Iterable[Outcome]) -> Predictor:
@@ -140,16 +171,31 @@ def learned(outcomes: Iterable[Outcome]) -> Predictor:
 def with_predictions(
     predictor: Predictor, pending: Sequence[JobRequest], running: Sequence[Running]
 ) -> tuple[list[JobRequest], tuple[Running, ...]]:
-    """The queue and the running jobs, each with its predicted runtime (if any)."""
-    jobs = [_predicted(j, predictor.for_job(j)) for j in pending]
-    runs = tuple(_predicted(r, predictor.for_running(r)) for r in running)
-    return jobs, runs
-
-
-def _predicted(item: _T, got: Prediction | None) -> _T:
-    if got is None:
-        return item
-    return msgspec.structs.replace(item, predicted_s=got.seconds)
+    """The queue and the running jobs, each with its predicted runtime (if any). A
+    service cycle's every waiting job is copied: the collector is paused meanwhile, as in
+    a pass (gc_pause.py), since the copies make no cycles and would set off collections
+    that walk all the caller holds."""
+    replace, means = msgspec.structs.replace, predictor._means
+    jobs = []
+    runs = []
+    with gc_paused():
+        for j in pending:  # `seconds`, inlined: 50,000 calls a cycle in the benchmark
+            user, name, total = j.user, j.name, j.gpus_total
+            gpus = j.nodes_min * j.gpus_per_node if total is None else total
+            got = means.get(("name", user, name, gpus)) if name else None
+            if got is None:
+                got = means.get(("size", user, gpus))
+                if got is None:
+                    got = means.get(("user", user))
+                    if got is None:
+                        jobs.append(j)
+                        continue
+            limit = j.time_limit_s
+            jobs.append(replace(j, predicted_s=got if got < limit else limit))
+        for r in running:
+            got = predictor.seconds(r.user, r.name, _held(r), r.time_limit_s)
+            runs.append(r if got is None else replace(r, predicted_s=got))
+    return jobs, tuple(runs)
 
 
 def _said(key: Key) -> str:
@@ -159,6 +205,10 @@ def _said(key: Key) -> str:
     if kind == "size":
         return f"jobs of {key[1]} on {key[2]} GPUs"
     return f"jobs of {key[1]}"
+
+
+def _held(run: Running) -> int:
+    return sum(len(g.gpus) for g in run.grants)
 
 
 def _gpus(job: JobRequest) -> int:

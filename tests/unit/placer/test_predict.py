@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.placer.core import Backfill, Fit, Plan, Start, Wait, Waiting, place
+from services.placer.core import Backfill, Fit, JobRequest, Plan, Start, Wait, Waiting, place
 from services.placer.core.predict import (
     Outcome,
     Prediction,
@@ -189,6 +189,35 @@ def test_a_window_learned_one_at_a_time_predicts_as_one_learned_from_the_window_
         rolling.learn(o, ident=i)
         fresh = learned(*history[max(0, i + 1 - window) : i + 1])
         assert [rolling.predict(*a) for a in ASKED] == [fresh.predict(*a) for a in ASKED]
+
+
+queued = st.builds(
+    lambda user, name, shape, limit: gang(
+        1, nodes=shape[0], gpus_per_node=shape[1], gpus_total=shape[2], user=user, name=name,
+        time_limit_s=limit,
+    ),
+    user=st.sampled_from(["alice", "bob"]),
+    name=st.sampled_from(["", "train", "eval"]),
+    shape=st.sampled_from([(1, 1, None), (1, 8, None), (2, 4, None), (1, 0, 8), (1, 0, 1)]),
+    limit=st.integers(1, 20_000),
+)  # fmt: skip
+
+
+@given(st.lists(outcomes, max_size=30), st.integers(1, 8), st.lists(queued, max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_the_queue_gets_exactly_what_predict_says_for_each_job(
+    history: list[Outcome], window: int, queue: list[JobRequest]
+) -> None:
+    """with_predictions looks the means up inline (a cycle asks for every waiting job):
+    the same answer as `predict`, also as the window moves."""
+    p = Predictor(window=window)
+    for i, o in enumerate(history):
+        p.learn(o, ident=i)
+    jobs, _ = with_predictions(p, queue, ())
+    for job, got in zip(queue, jobs, strict=True):
+        want = p.for_job(job)
+        assert got.predicted_s == (None if want is None else want.seconds)
+        assert (got is job) == (want is None)
 
 
 def test_an_outcome_already_in_the_window_is_not_learned_twice() -> None:
