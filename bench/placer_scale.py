@@ -12,6 +12,13 @@ counts and runtimes are drawn from the Acme (Kalos) trace, then times:
 - the queue order alone (order.ranked, predictions included, the collector paused as in
   a pass): `rank_s`, the part of a pass that is the same whatever the cluster holds.
 
+Predictions included, as the placer service runs a cycle: a predictor learned from a
+history of 2,000 finished jobs (the service's window) gives every pending and running
+job it can its predicted runtime (`predict.with_predictions`) before each pass, and the
+passes' times include that step (`predict_s` alone). Job names and the history are drawn
+from a second seeded generator, so the cluster and the queue are the same jobs as
+without them.
+
 Prints figures, then ONE JSON line. Usage:
     .venv/bin/python bench/placer_scale.py [--nodes 10000] [--pending 50000] [--busy 0.7]
 """
@@ -47,6 +54,7 @@ from services.placer.core import (
 from services.placer.core.gc_pause import gc_paused
 from services.placer.core.order import ranked
 from services.placer.core.place import prepare
+from services.placer.core.predict import Outcome, Predictor, with_predictions
 from sim.traces import TracesMissing, traces_root
 
 KALOS = "acme/kalos_converted.csv"
@@ -118,6 +126,41 @@ def fill(
     return tuple(running)
 
 
+NAMES = 50  # job names per user the history and the queue draw from
+HISTORY = 2_000  # finished jobs the predictor learns (the service's window)
+
+
+def history(rng: random.Random, sizes: list[tuple[int, float]]) -> Predictor:
+    """A predictor that learned `HISTORY` finished jobs of the queue's users and sizes,
+    each run a random share of its Kalos runtime (most jobs end well before their
+    limit)."""
+    predictor = Predictor(window=HISTORY)
+    for _ in range(HISTORY):
+        gpus, runtime = rng.choice(sizes)
+        predictor.learn(
+            Outcome(
+                user=f"u{rng.randrange(200)}",
+                name=f"job{rng.randrange(NAMES)}",
+                gpus=gpus,
+                limit_s=int(runtime * 1.5) + 60,
+                runtime_s=max(1.0, runtime * rng.uniform(0.05, 1.0)),
+            )
+        )
+    return predictor
+
+
+def named(jobs: list[JobRequest], rng: random.Random) -> list[JobRequest]:
+    return [msgspec.structs.replace(j, name=f"job{rng.randrange(NAMES)}") for j in jobs]
+
+
+def predicted(
+    predictor: Predictor, snap: Snapshot, pending: list[JobRequest]
+) -> tuple[Snapshot, list[JobRequest]]:
+    """What a service cycle places: the queue and the running jobs with predictions."""
+    jobs, runs = with_predictions(predictor, pending, snap.running)
+    return msgspec.structs.replace(snap, running=runs), jobs
+
+
 def request(job_id: int, rng: random.Random, sizes: list[tuple[int, float]]) -> JobRequest:
     gpus, runtime = rng.choice(sizes)
     shape: dict[str, int | None]
@@ -160,35 +203,43 @@ def main() -> None:
     nodes = cluster(args.nodes)
     snap = Snapshot(nodes=nodes, running=fill(nodes, args.busy, rng, sizes))
     pending = [request(10_000_000 + i, rng, sizes) for i in range(args.pending)]
+    names = random.Random(8)
+    pending = named(pending, names)
+    predictor = history(names, sizes)
     gc.collect()
     default = MUSTER_POLICY if args.policy == "muster" else PolicyConfig()
     unlimited = msgspec.structs.replace(default, max_job_test=10**9)
-    passes, plan = [], None
+    passes, plan, predicts = [], None, []
     for _ in range(args.repeat):
         t = time.perf_counter()
-        plan = place(snap, pending, now=T0, config=default)
+        seen, jobs = predicted(predictor, snap, pending)
+        predicts.append(time.perf_counter() - t)
+        plan = place(seen, jobs, now=T0, config=default)
         passes.append(time.perf_counter() - t)
     unlimited_runs, full = [], None
     for _ in range(args.repeat):  # best of --repeat, as the limited pass
         t = time.perf_counter()
-        full = place(snap, pending, now=T0, config=unlimited)
+        seen, jobs = predicted(predictor, snap, pending)
+        full = place(seen, jobs, now=T0, config=unlimited)
         unlimited_runs.append(time.perf_counter() - t)
     assert full is not None
     assert plan is not None
+    seen, jobs = predicted(predictor, snap, pending)
     ranks = []
     for _ in range(args.repeat):
         with gc_paused():  # as inside a pass
             t = time.perf_counter()
-            ranked(pending, T0, unlimited)
+            ranked(jobs, T0, unlimited)
             ranks.append(time.perf_counter() - t)
     t = time.perf_counter()
-    prep = prepare(snap, T0, default)
+    prep = prepare(seen, T0, default)
     prepare_s = time.perf_counter() - t
     one = []
     for i in range(200):
-        job = request(20_000_000 + i, rng, sizes)
+        job = named([request(20_000_000 + i, rng, sizes)], names)
         t = time.perf_counter()
-        prep.place_one(job)
+        (ask,), _ = with_predictions(predictor, job, ())
+        prep.place_one(ask)
         one.append(time.perf_counter() - t)
     busy_gpus = sum(len(g.gpus) for r in snap.running for g in r.grants)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -203,6 +254,9 @@ def main() -> None:
         "full_pass_cold_s": round(passes[0], 3),  # includes building the node skeleton
         "full_pass_unlimited_s": round(min(unlimited_runs), 3),
         "full_pass_unlimited_median_s": round(statistics.median(unlimited_runs), 3),
+        "predict_s": round(min(predicts), 3),  # with_predictions alone, inside each pass
+        "predicted_pending": sum(j.predicted_s is not None for j in jobs),
+        "predicted_running": sum(r.predicted_s is not None for r in seen.running),
         "prepare_s": round(prepare_s, 3),
         "rank_s": round(min(ranks), 3),
         "one_job_ms": round(statistics.median(one) * 1000, 3),
