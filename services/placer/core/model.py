@@ -164,6 +164,9 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True):
     # GPU-hours): small jobs first inside each account's fair share (see order.py)
     max_wait_s: float | None = None  # a job waiting this long goes ahead of every
     # younger one of its tier, oldest first: nothing waits unboundedly behind small jobs
+    order_trust: float = 1.0  # how far the service term trusts a prediction over the
+    # job's own limit: it counts predicted^t x limit^(1-t) seconds (1: the prediction, 0:
+    # the limit). Planning (backfill, bookings) always uses the prediction itself
     age_weight: float = 0.0  # score gained per hour waited (linear, uncapped): a wide or
     # long job climbs past the small ones at this rate instead of all at once at max_wait_s
     pack_small: bool = False  # a one-node job goes to the node with the fewest free GPUs
@@ -283,9 +286,15 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
 # The placer's own policy (the service's default and the simulator's `muster`): the
 # mechanism defaults above plus shortest-predicted-service-first with an age bound.
 # the placer's default (docs/sim-report.md measures it): shortest predicted service first
-# inside fair share; a linear age term of 0.5 an hour (a 64-GPU job of 2 hours passes a
-# fresh 1-GPU job of 10 minutes and equal priority after 136 hours); a 7-day hard bound
-# behind it (Slurm's PriorityMaxAge); one-node jobs packed by the fragmentation score
+# inside fair share, the prediction hedged by the job's own limit (their geometric mean:
+# a history that says "minutes" cannot alone put a job that asks for days in front); a
+# linear age term of 0.5 an hour (a 64-GPU job of 2 hours passes a fresh 1-GPU job of 10
+# minutes and equal priority after 136 hours); a 7-day hard bound behind it (Slurm's
+# PriorityMaxAge); one-node jobs packed by the fragmentation score
 MUSTER_POLICY = PolicyConfig(
-    service_weight=10.0, age_weight=0.5, max_wait_s=7 * 86_400, pack_small=True
+    service_weight=10.0,
+    order_trust=0.5,
+    age_weight=0.5,
+    max_wait_s=7 * 86_400,
+    pack_small=True,
 )

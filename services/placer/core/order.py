@@ -5,6 +5,15 @@ Within a tier (high first), jobs are ranked by a multifactor score:
     score = priority - service_weight x log2(1 + predicted GPU-hours)
                      + age_weight x hours waited
 
+The predicted GPU-hours count the job's GPUs times `predicted^t x limit^(1-t)` seconds,
+`t` being `order_trust` (0.5 in MUSTER_POLICY: the geometric mean of the prediction and
+the job's own limit). A prediction is the mean of a few other jobs' runtimes (predict.py)
+and can be wrong by a factor of 20 either way, where the limit is the user's own word
+and never below the runtime: trusted alone, a history that said "minutes" put a wide job
+that then ran for days in front of the queue (on Kalos that cost more than shortest-first
+gained: docs/sim-report.md, *Issue 20, round 11*). Hedged, the prediction still moves a
+job by half its say; planning (backfill holes, bookings) uses the prediction itself.
+
 `priority` is the fair-share service's (account fair share, age, QOS ...), so the
 service term orders jobs *inside* each account's share; it favours the jobs that free
 the queue soonest (shortest predicted service first, which minimises the mean wait),
@@ -107,7 +116,7 @@ def _tail_keyer(now: float, config: PolicyConfig) -> Callable[[JobRequest], Tail
     comparisons the fast ones, where a tier shared by most jobs made each go through the
     whole tuple."""
     sw, aw, use = config.service_weight, config.age_weight, config.use_predictions
-    bound, ref = config.max_wait_s, config.age_ref_gpus
+    bound, ref, trust = config.max_wait_s, config.age_ref_gpus, config.order_trust
     log2 = math.log2
 
     def key(job: JobRequest) -> TailKey:
@@ -119,9 +128,13 @@ def _tail_keyer(now: float, config: PolicyConfig) -> Callable[[JobRequest], Tail
             aged = now - sub >= (bound * ref / gpus if ref and gpus > ref else bound)
         score = job.priority
         if sw and not aged:
-            p = job.predicted_s
-            runtime = job.time_limit_s if p is None or not use else max(1, min(p, job.time_limit_s))
-            score -= sw * log2(1.0 + max(gpus, 1) * runtime / 3600.0)
+            p, limit = job.predicted_s, job.time_limit_s
+            if p is None or not use or limit < 1:
+                runtime: float = limit
+            else:  # the prediction within [1 s, the limit], then hedged by the limit
+                q = limit if p > limit else (p if p > 1 else 1)
+                runtime = q if trust == 1.0 else limit * (q / limit) ** trust
+            score -= sw * log2(1.0 + (gpus if gpus > 1 else 1) * runtime / 3600.0)
         if aw:
             score += aw * (now - sub) / 3600.0
         return (-score, not job.requeued, sub, job.job_id)
