@@ -8,6 +8,15 @@
 
 A variant is a policy name (fifo, easy, slurm, muster) or FIELD=VALUE[:FIELD=VALUE...]
 over MUSTER_POLICY. One line per variant, then ONE JSON line with every result.
+
+`--seeds N` replays each variant under the limits of seeds 0..N-1 (sim/limits.py: each
+job's drawn limit changes with the seed; one seed is one draw of how users guessed) and
+against easy under the same limits: one line per variant with the mean over the seeds of
+its mean and p99 delay against easy's, its jobs of >= 64 GPUs waiting over 1.5x their
+easy wait (+60 s), and each seed's figures; the JSON holds the same per seed.
+
+    .venv/bin/python bench/sim_variants.py kalos 32 --speedup 10 --seeds 10 \\
+        muster order_trust=1
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from services.placer.core import MUSTER_POLICY, PolicyConfig
-from sim import POLICIES, load, make_cluster, run
+from sim import POLICIES, SimResult, load, make_cluster, run
+from sim.limits import LimitModel
 from sim.llm_mix import llm_mix
 from sim.traces import traces_root
 from sim.workload import TraceJob
@@ -58,6 +68,47 @@ def workload(args: argparse.Namespace) -> list[TraceJob]:
     return jobs
 
 
+def against(r: SimResult, easy: SimResult) -> dict[str, float]:
+    """`r` against easy's replay of the same jobs under the same limits."""
+    over = [j for j, w in r.waits_64gpu_s.items() if w > 1.5 * easy.waits_64gpu_s[j] + 60]
+    return {
+        "mean_vs_easy": r.queue_delay_mean_s / easy.queue_delay_mean_s - 1,
+        "p99_vs_easy": r.queue_delay_p99_s / easy.queue_delay_p99_s - 1,
+        "jct_vs_easy": r.jct_mean_s / easy.jct_mean_s - 1,
+        "wide_over": len(over),
+        "wide": len(r.waits_64gpu_s),
+        "one_leaf": r.multi_node_in_one_leaf or 0.0,
+    }
+
+
+def over_seeds(
+    jobs: list[TraceJob], cluster: Any, variants: list[str], seeds: int
+) -> list[dict[str, Any]]:
+    """Each variant against easy under the limits of seeds 0..seeds-1."""
+    limits = [LimitModel(seed=s) for s in range(seeds)]
+    easy = [run(jobs, cluster, "easy", limits=lm) for lm in limits]
+    out = []
+    for variant in variants:
+        rows = [
+            against(run(jobs, cluster, policy(variant), limits=lm), e)
+            for lm, e in zip(limits, easy, strict=True)
+        ]
+        mean = {k: sum(r[k] for r in rows) / seeds for k in rows[0]}
+        each = " ".join(
+            f"{r['mean_vs_easy']:+.0%}/{r['p99_vs_easy']:+.0%}/{r['wide_over']}" for r in rows
+        )
+        print(
+            f"{variant}: over {seeds} seeds, mean delay {mean['mean_vs_easy']:+.1%} of easy's,"
+            f" p99 {mean['p99_vs_easy']:+.1%}, JCT {mean['jct_vs_easy']:+.1%},"
+            f" wide over 1.5x {mean['wide_over']:.1f} of {rows[0]['wide']}"
+            f" (most {max(r['wide_over'] for r in rows)}), one leaf {mean['one_leaf']:.3f};"
+            f" per seed mean/p99/wide: {each}",
+            flush=True,
+        )
+        out.append({"variant": variant, "seeds": seeds, "mean": mean, "per_seed": rows})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("workload", choices=[*TRACES, "llm-mix"])
@@ -65,9 +116,13 @@ def main() -> None:
     ap.add_argument("variants", nargs="+")
     ap.add_argument("--limit", type=int, help="the first N jobs of the trace")
     ap.add_argument("--speedup", type=float, default=1.0)
+    ap.add_argument("--seeds", type=int, help="each variant against easy under N limit seeds")
     args = ap.parse_args()
     jobs = workload(args)
     cluster = make_cluster(nodes=args.nodes, nodes_per_leaf=8, leaves_per_spine=4)
+    if args.seeds:
+        print(json.dumps(over_seeds(jobs, cluster, args.variants, args.seeds)))
+        return
     out = []
     for variant in args.variants:
         r = msgspec.to_builtins(run(jobs, cluster, policy(variant)))
