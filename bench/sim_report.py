@@ -64,6 +64,7 @@ ROWS = [
     ("JCT mean (s)", "jct_mean_s"),
     ("GPU util", "gpu_utilization"),
     ("multi-node in 1 leaf", "multi_node_in_one_leaf"),
+    ("multi-node in 1 leaf, of gangs 1 leaf holds", "multi_node_fitting_in_one_leaf"),
     ("longest wait >=64 GPUs (s)", "longest_wait_64gpu_s"),
     ("first start estimate error median (s)", "estimate_error_median_s"),
     ("first start estimate error p90 (s)", "estimate_error_p90_s"),

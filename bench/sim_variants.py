@@ -78,6 +78,7 @@ def against(r: SimResult, easy: SimResult) -> dict[str, float]:
         "wide_over": len(over),
         "wide": len(r.waits_64gpu_s),
         "one_leaf": r.multi_node_in_one_leaf or 0.0,
+        "one_leaf_fitting": r.multi_node_fitting_in_one_leaf or 0.0,
     }
 
 
@@ -101,7 +102,8 @@ def over_seeds(
             f"{variant}: over {seeds} seeds, mean delay {mean['mean_vs_easy']:+.1%} of easy's,"
             f" p99 {mean['p99_vs_easy']:+.1%}, JCT {mean['jct_vs_easy']:+.1%},"
             f" wide over 1.5x {mean['wide_over']:.1f} of {rows[0]['wide']}"
-            f" (most {max(r['wide_over'] for r in rows)}), one leaf {mean['one_leaf']:.3f};"
+            f" (most {max(r['wide_over'] for r in rows)}), one leaf {mean['one_leaf']:.3f}"
+            f" ({mean['one_leaf_fitting']:.3f} of gangs a leaf holds);"
             f" per seed mean/p99/wide: {each}",
             flush=True,
         )
@@ -130,7 +132,8 @@ def main() -> None:
         del r["gpu_seconds_by_account"]
         print(
             f"{variant}: mean {r['queue_delay_mean_s']:,.0f} s, p99 "
-            f"{r['queue_delay_p99_s']:,.0f} s, one leaf {r['multi_node_in_one_leaf']}",
+            f"{r['queue_delay_p99_s']:,.0f} s, one leaf {r['multi_node_in_one_leaf']}"
+            f" ({r['multi_node_fitting_in_one_leaf']} of gangs a leaf holds)",
             flush=True,
         )
         out.append(r)

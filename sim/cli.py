@@ -124,6 +124,7 @@ ROWS = [
     ("JCT mean (s)", "jct_mean_s"),
     ("GPU utilization", "gpu_utilization"),
     ("multi-node in one leaf", "multi_node_in_one_leaf"),
+    ("  of those a leaf holds", "multi_node_fitting_in_one_leaf"),
     ("longest wait >=64 GPUs (s)", "longest_wait_64gpu_s"),
     ("start estimate error med (s)", "estimate_error_median_s"),
     ("start estimate error p90 (s)", "estimate_error_p90_s"),

@@ -267,3 +267,11 @@ def test_each_jobs_first_estimated_start_is_compared_with_its_real_start() -> No
     early = run(padded, make_cluster(nodes=4, nodes_per_leaf=4), "easy")
     assert (early.estimated_jobs, early.estimate_error_median_s) == (1, 1000.0)
     assert early.estimate_late_share == 0.0
+
+
+def test_the_one_leaf_share_of_gangs_a_leaf_holds_leaves_out_wider_ones() -> None:
+    """Two leaves of 2 nodes: a 2-node gang fits one, a 3-node gang never can."""
+    work = [job(1, 0, 100, 2), job(2, 200, 100, 3)]
+    result = run(work, make_cluster(nodes=4, nodes_per_leaf=2), "easy")
+    assert result.multi_node_in_one_leaf == 0.5
+    assert result.multi_node_fitting_in_one_leaf == 1.0
