@@ -35,6 +35,7 @@ from services.placer.core import MUSTER_POLICY, PolicyConfig
 from sim import POLICIES, SimResult, load, make_cluster, run
 from sim.limits import LimitModel
 from sim.llm_mix import llm_mix
+from sim.metrics import wide_over
 from sim.traces import traces_root
 from sim.workload import TraceJob
 
@@ -70,12 +71,11 @@ def workload(args: argparse.Namespace) -> list[TraceJob]:
 
 def against(r: SimResult, easy: SimResult) -> dict[str, float]:
     """`r` against easy's replay of the same jobs under the same limits."""
-    over = [j for j, w in r.waits_64gpu_s.items() if w > 1.5 * easy.waits_64gpu_s[j] + 60]
     return {
         "mean_vs_easy": r.queue_delay_mean_s / easy.queue_delay_mean_s - 1,
         "p99_vs_easy": r.queue_delay_p99_s / easy.queue_delay_p99_s - 1,
         "jct_vs_easy": r.jct_mean_s / easy.jct_mean_s - 1,
-        "wide_over": len(over),
+        "wide_over": len(wide_over(r, easy)),
         "wide": len(r.waits_64gpu_s),
         "one_leaf": r.multi_node_in_one_leaf or 0.0,
         "one_leaf_fitting": r.multi_node_fitting_in_one_leaf or 0.0,

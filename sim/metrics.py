@@ -46,6 +46,13 @@ class SimResult(msgspec.Struct, frozen=True, kw_only=True):
     multi_node_fitting_in_one_leaf: float | None = None
 
 
+def wide_over(result: SimResult, easy: SimResult) -> list[int]:
+    """Issue 20's bar: the jobs of >= 64 GPUs that wait more than 1.5 x their wait under
+    easy (with a minute's slack, so jobs easy starts at once are not counted for seconds)."""
+    base = easy.waits_64gpu_s
+    return [j for j, w in result.waits_64gpu_s.items() if w > 1.5 * base.get(j, 0) + 60]
+
+
 def _pct(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -81,7 +88,7 @@ class Ledger:
             leaves = {nodes[g.node].topology[-1:] for g in run.grants}
             one = len(leaves) == 1
             self.multi_one_leaf += one
-            if len({g.node for g in run.grants}) <= self.leaf_nodes:
+            if len(run.grants) <= self.leaf_nodes:
                 self.fitting += 1
                 self.fitting_one_leaf += one
 

@@ -14,6 +14,7 @@ from shared.states import NodeState
 from sim import TraceJob, load, load_topology, make_cluster, run
 from sim.baselines import slurm_priority
 from sim.cli import main
+from sim.metrics import wide_over
 from sim.traces import traces_root
 
 TRACES = {
@@ -275,3 +276,20 @@ def test_the_one_leaf_share_of_gangs_a_leaf_holds_leaves_out_wider_ones() -> Non
     result = run(work, make_cluster(nodes=4, nodes_per_leaf=2), "easy")
     assert result.multi_node_in_one_leaf == 0.5
     assert result.multi_node_fitting_in_one_leaf == 1.0
+
+
+WIDE = {  # job 7's wait against easy's 1,000 s: over when above 1.5 x 1,000 + 60
+    "at the bar": ({7: 1560.0}, []),
+    "over it": ({7: 1561.0}, [7]),
+    "shorter than under easy": ({7: 10.0}, []),
+    "a wide job easy never waited for: over past a minute": ({7: 1000.0, 8: 61.0}, [8]),
+}
+
+
+@pytest.mark.parametrize(("waits", "want"), WIDE.values(), ids=WIDE.keys())
+def test_wide_over_counts_the_wide_jobs_over_one_and_a_half_times_their_easy_wait(
+    waits: dict[int, float], want: list[int]
+) -> None:
+    base = run(CLASSIC, make_cluster(nodes=4, nodes_per_leaf=4), "easy")
+    easy = msgspec.structs.replace(base, waits_64gpu_s={7: 1000.0})
+    assert wide_over(msgspec.structs.replace(base, waits_64gpu_s=waits), easy) == want
