@@ -97,8 +97,7 @@ async def _workload(url: str, workdir: Path) -> int:
     print(f"\n{'JOBID':>6} {'NAME':<10} {'STATE':<10} {'NODES':>5} {'RESTARTS':>8}")
     for j in final.jobs:
         print(f"{j.job_id:>6} {j.name:<10} {j.state:<10} {j.nodes:>5} {j.restart_count:>8}")
-    nodes = await call(url, "nodes", QueueRequest(user=user), NodesReply)
-    for n in nodes.nodes:
+    for n in (await _nodes(url)).nodes:
         print(f"  {n.name:<8} {n.state:<7} {n.reason}")
     await _resume(url, victim)
     print(f"\njob output is in {workdir}")
@@ -111,7 +110,7 @@ async def _nodes_up(url: str, count: int, timeout: float) -> None:
     try:
         await _until(lambda: _up_nodes(url), lambda n: n >= count, timeout)
     except SystemExit:
-        reply = await call(url, "nodes", QueueRequest(user=current_user()), NodesReply)
+        reply = await _nodes(url)
         out = [f"{n.name} {n.state} ({n.reason})" for n in reply.nodes if n.state != NodeState.UP]
         raise SystemExit(
             f"demo: fewer than {count} nodes up after {timeout:.0f} s; not up: {'; '.join(out)}."
@@ -131,14 +130,17 @@ async def _resume(url: str, node: str) -> None:
     print(f"  {node} resumed by the operator (GPU 0 replaced): {back}")
 
 
+async def _nodes(url: str, timeout: float = 15.0) -> NodesReply:
+    return await call(url, "nodes", QueueRequest(user=current_user()), NodesReply, timeout)
+
+
 async def _node_state(url: str, node: str) -> str:
-    reply = await call(url, "nodes", QueueRequest(user=current_user()), NodesReply)
-    return next(n.state for n in reply.nodes if n.name == node)
+    return next(n.state for n in (await _nodes(url)).nodes if n.name == node)
 
 
 async def _up_nodes(url: str) -> int:
     try:
-        reply = await call(url, "nodes", QueueRequest(user=current_user()), NodesReply, 3)
+        reply = await _nodes(url, 3)
     except Exception:  # services still starting
         return 0
     return sum(1 for n in reply.nodes if n.state == NodeState.UP)
