@@ -8,7 +8,6 @@ typing_extensions reads every API struct's types as typing_extensions would."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import typing
@@ -22,6 +21,7 @@ import shared.api
 from muster.cli import PART_OF, PARTS, build_parser
 from muster.shim_script import shim_text, site_paths
 from shared.identity import encode_seed
+from tests.support.ports import closed_port
 
 FORBIDDEN = (
     "asyncio",
@@ -59,13 +59,6 @@ def paths() -> list[str]:
     found = site_paths(sys.executable)
     assert found is not None
     return found
-
-
-def closed_port() -> int:
-    """A port nothing listens on: a connection to it is refused at once."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import pytest
 
 from muster.shims import ShimError, write_shims
 from shared.identity_files import provision_keys
+from tests.support.ports import closed_port
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +35,6 @@ def muster(
     if key:
         env["MUSTER_KEY_FILE"] = key
     return Popen([sys.executable, "-m", *args], env=env, text=True, stdout=stdout, stderr=PIPE)
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_a_reader_that_went_away_ends_the_command_silently(tmp_path: Path) -> None:
