@@ -64,6 +64,7 @@ async def supervise(
 ) -> StepExit:
     """Run the worker described in `folder` to its end; record and return how it ended.
     `hierarchy`: this node's cgroup layout, asked only when the spec wants a cgroup."""
+    stop = _stop_on_signals()
     spec = read_struct(folder / "spec.json", StepSpec)
     if spec is None:
         return _record(folder, StepExit(ending=Ending.SPAWN_FAILED, spawn_failed="no spec.json"))
@@ -113,7 +114,7 @@ async def supervise(
         # The record is gone (the agent gave up on this start): not ours to run.
         log.warning("cannot record the start, stopping the worker", extra={"error": str(err)})
         await worker.terminate(spec.grace_s)
-    ending = await _until_ended(worker, spec, began)
+    ending = await _until_ended(worker, spec, began, stop)
     status = await worker.wait()
     if cgroup is not None:
         cgroups.remove(cgroup)
@@ -172,12 +173,21 @@ def _hook_env(spec: StepSpec, hook: Hook) -> dict[str, str]:
     return hook_env(iso.hook_env or spec.env, spec.env.get("SLURMD_NODENAME", ""), hook)
 
 
-async def _until_ended(worker: Worker, spec: StepSpec, began: float) -> Ending:
-    """Wait for the worker; stop it when fenced or told to stop. Says which ended it."""
+def _stop_on_signals() -> asyncio.Event:
+    """An event SIGTERM and SIGINT set from now on. Taken first thing: a stop that comes
+    while the worker is being started (the agent's stop right after its start, `muster
+    down`) is kept for `_until_ended`, where the default action would end stepd alone
+    and leave the worker running with nobody to stop it or record its exit."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (_signal.SIGTERM, _signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _until_ended(worker: Worker, spec: StepSpec, began: float, stop: asyncio.Event) -> Ending:
+    """Wait for the worker; stop it when fenced or told to stop (`stop`, set by a
+    signal, perhaps before the worker was spawned). Says which ended it."""
     ended = asyncio.ensure_future(worker.wait())
     try:
         while not ended.done():

@@ -26,6 +26,7 @@ from services.launcher.stepd_client import Stepd, Zygote
 from services.launcher.worker_table import (
     Ending,
     Facts,
+    Isolation,
     ProcessRef,
     StepExit,
     StepSpec,
@@ -244,8 +245,9 @@ def test_stepd_fences_its_worker_group_when_the_contact_goes_stale(tmp_path: Pat
     ready = tmp_path / "ready-3"
     script = f"trap '' TERM; sleep 1000 & : > {ready}; while true; do sleep 0.1; done"
     rec, proc = start_stepd(table, 3, script, tmp_path, 1.5)
-    pids = started(table, rec)
-    until(ready.exists, "word that the trap is set")
+    # In touch until the trap is set: a slow stepd start must not be fenced before it.
+    pids = until(lambda: touch(table.contact) or table.started(rec), "word of the worker", 20)
+    until(lambda: touch(table.contact) or ready.exists(), "word that the trap is set")
     assert len(group_members(pids.worker.pid)) >= 2
     # No touch from here on: the agent has lost the control plane.
     ending = ended(proc, table, rec)
@@ -284,6 +286,36 @@ def test_stop_recorded_workers_stops_every_node_s_workers(tmp_path: Path) -> Non
     for table, rec, proc, pids in runs:
         assert ended(proc, table, rec).ending is Ending.STOPPED
         assert not alive(pids.worker)
+
+
+def test_a_stop_that_comes_while_the_worker_is_being_started_still_stops_it(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM to stepd before its worker exists (here: while the site prolog runs) is
+    kept: the worker it then starts is stopped at once and the exit recorded STOPPED.
+    Taken by the default action, it ended stepd alone, with nothing recorded and, once
+    the worker was spawned, nobody left to stop it."""
+    table = WorkerTable(tmp_path / "node")
+    touch(table.contact)
+    began = tmp_path / "prolog-began"
+    prolog = tmp_path / "prolog"
+    prolog.write_text(f"#!/bin/sh\n: > {began}\nsleep 1\n")
+    prolog.chmod(0o755)
+    rec = prepared(table, 12, "sleep 1000", tmp_path)
+    spec = read_struct(Path(rec.folder) / "spec.json", StepSpec)
+    assert spec is not None
+    iso = Isolation(cgroups=False, prolog=str(prolog))
+    write_struct(Path(rec.folder) / "spec.json", msgspec.structs.replace(spec, isolation=iso))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.launcher.stepd", rec.folder],
+        cwd=REPO, start_new_session=True,
+    )  # fmt: skip
+    until(began.exists, "the prolog running")
+    os.kill(proc.pid, signal.SIGTERM)  # as the agent's stop, right after its start
+    assert ended(proc, table, rec).ending is Ending.STOPPED
+    pids = started(table, rec)
+    assert not alive(pids.worker)
+    assert group_members(pids.worker.pid) == []
 
 
 # --- the stepd zygote the agent keeps ready --------------------------------------------
