@@ -348,7 +348,9 @@ async def test_an_agent_restarted_under_its_running_job_is_cleaning_until_the_la
     assert re.search(rf"node registered node={victim} .*workers=1", log)
     # (from UP, or from SUSPECT when the new agent took longer than the timeout)
     assert re.search(rf"node node_cleaning node={victim} was=\w+ now=CLEANING", log)
-    assert await node_state(db, victim) == "UP"
+    # the line is logged inside the transaction that makes the node UP: its commit may
+    # come a moment later
+    await eventually(lambda: node_state(db, victim), lambda s: s == "UP", what="UP committed")
     assert await attempt_on(db, job_id) == before
     assert not await db.fetchval("SELECT clean_boot_id FROM nodes WHERE name = $1", victim)
 

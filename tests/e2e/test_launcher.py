@@ -140,8 +140,15 @@ async def test_a_preempted_job_gets_sigterm_and_its_grace_then_is_requeued_with_
     assert "got TERM at" in text and "restart=0" in text
     # A requeue is a new allocation (attempt 2) and the next generation of the job.
     assert "restart=0 attempt=1 gen=0" in text and "restart=1 attempt=2 gen=1" in text, text
-    history = await db.fetch(
-        "SELECT seq, outcome FROM attempts WHERE job_id = $1 ORDER BY attempt, seq", job_id
+    # The second attempt's row is written once every agent answered its start, which
+    # may be after the worker's first line.
+    history = await eventually(
+        lambda: db.fetch(
+            "SELECT seq, outcome FROM attempts WHERE job_id = $1 ORDER BY attempt, seq", job_id
+        ),
+        lambda h: len(h) >= 2,
+        30,
+        "the second attempt's row",
     )
     assert [h["seq"] for h in history] == [0, 1]
     assert "preempted" in history[0]["outcome"]
@@ -453,5 +460,10 @@ async def test_an_elastic_job_grows_back_when_its_lost_node_returns(
         )
         assert sorted(row["nodes"]) == ["node01", "node02", "node03"]
         assert row["restart_count"] == 2
-        log = (tmp_path / f"slurm-{job_id}.out").read_text()
-        assert "gen=2 world=3" in log
+        # RUNNING once the workers were spawned: their first line may come after
+        await eventually(
+            lambda: text_of(tmp_path / f"slurm-{job_id}.out"),
+            lambda t: "gen=2 world=3" in t,
+            20,
+            "the grown generation's line",
+        )

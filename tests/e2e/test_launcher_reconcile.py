@@ -19,6 +19,7 @@ from tests.support.cluster import (
     eventually,
     job_state,
     nodes,
+    pid_from,
     process_alive,
     publish_event,
     running_cluster,
@@ -98,9 +99,7 @@ async def test_a_node_reported_down_is_asked_to_stop_the_workers_it_still_runs(
     cluster: Cluster, db: asyncpg.Connection, tmp_path: Path
 ) -> None:
     job_id = await running_on_node01(cluster, db, tmp_path)
-    pid_file = tmp_path / "pid-node01-0"
-    await eventually(lambda: asyncio.to_thread(pid_file.exists), bool, 20, "pid file")
-    pid = int(pid_file.read_text())
+    pid = await pid_from(tmp_path / "pid-node01-0", 20)
     assert process_alive(pid)
 
     # node01's agent is alive, as behind a partition the monitor cannot see through:
@@ -137,7 +136,7 @@ async def test_a_registering_node_gets_node_cleaned_after_its_stale_workers_are_
     assert cleaned is not None and cleaned.boot_id == boot
     assert await db.fetchval("SELECT count(*) FROM node_cleanings") == 0
     assert await job_state(db, job_id) == "RUNNING"  # the live worker on node01 untouched
-    assert process_alive(int((tmp_path / "pid-node01-0").read_text()))
+    assert process_alive(await pid_from(tmp_path / "pid-node01-0"))
 
 
 async def last_cleaned(url: str, node: str) -> NodeCleaned | None:

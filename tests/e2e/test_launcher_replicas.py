@@ -29,6 +29,7 @@ from tests.support.cluster import (
     job_state,
     kill9,
     nodes,
+    pid_from,
     process_alive,
     running_cluster,
     submit,
@@ -82,9 +83,7 @@ async def running(cluster: Cluster, db: asyncpg.Connection, workdir: Path, *args
 
 
 async def worker_pid(workdir: Path, job_id: int) -> int:
-    pid_file = workdir / f"pid-{job_id}-1-0"
-    await eventually(lambda: asyncio.to_thread(pid_file.exists), bool, 30, "the worker's pid")
-    return int(pid_file.read_text())
+    return await pid_from(workdir / f"pid-{job_id}-1-0")
 
 
 async def test_two_launchers_share_the_shards_and_both_run_jobs(

@@ -32,6 +32,7 @@ from tests.support.cluster import (
     make_cluster,
     nodes,
     nodes_up,
+    pid_from,
     submit,
 )
 
@@ -165,7 +166,7 @@ async def test_a_partitioned_node_fences_its_job_before_the_job_runs_elsewhere(
         old_file = await eventually(
             lambda: asyncio.to_thread(lambda: sorted(pids.iterdir())), bool, 20, "pid file"
         )
-        old_pid = int(old_file[0].read_text())
+        old_pid = await pid_from(old_file[0], 20)
         assert alive(old_pid)
 
         await asyncio.to_thread(mh.bed.partition, first)

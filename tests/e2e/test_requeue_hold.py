@@ -78,10 +78,17 @@ async def test_requeuehold_puts_a_running_job_back_held_until_release(
         int(job),
     )
     assert row is not None and tuple(row) == ("REQUEUED", True, False)
-    live = await db.fetchval(
-        "SELECT count(*) FROM allocations WHERE job_id = $1 AND released_at IS NULL", int(job)
+    # held: no allocation, the GPUs are free for others (the placer releases it at the
+    # cycle the requeue wakes, a moment after the launcher's commit that squeue shows)
+    await eventually(
+        lambda: db.fetchval(
+            "SELECT count(*) FROM allocations WHERE job_id = $1 AND released_at IS NULL",
+            int(job),
+        ),
+        lambda live: live == 0,
+        30,
+        "the allocation released by the placer",
     )
-    assert live == 0  # held: no allocation, the GPUs are free for others
 
     released = await shell("scontrol", "release", job)
     assert released.returncode == 0, released.stderr

@@ -138,6 +138,17 @@ async def eventually(
     return last
 
 
+async def pid_from(path: Path, timeout: float = 30.0) -> int:
+    """The pid a worker wrote to `path` (`echo $$ > path`), once it is there: the shell
+    makes the file, empty, a moment before it writes the number."""
+
+    def read() -> str:
+        return path.read_text().strip() if path.exists() else ""
+
+    text = await eventually(lambda: asyncio.to_thread(read), str.isdigit, timeout, f"{path}")
+    return int(text)
+
+
 async def settled_usage(db: asyncpg.Connection, job_id: int, timeout: float = 30.0) -> float:
     """The user's raw usage once fairshare has settled every attempt of `job_id`, its
     run's last one included (call it once the job ended): a usage tick (every second in

@@ -170,7 +170,9 @@ def test_wait_events_wakes_promptly_on_injection_from_another_thread() -> None:
     t.join(2.0)
     [(events, woke)] = out
     assert [e.xid for e in events] == [79]
-    assert woke - injected < 0.05  # the fault budget is 250 ms end to end
+    # woken by the injection, not by its 5 s timeout (the speed itself is
+    # bench/fault_detection.py's to measure: a loaded machine may delay a thread)
+    assert woke - injected < 1.0
 
 
 def test_close_wakes_a_blocked_waiter_with_nothing() -> None:
