@@ -22,13 +22,13 @@ def _hook(folder: Path, name: str, body: str) -> str:
     return str(path)
 
 
-def _spec(tmp_path: Path, iso: Isolation) -> Path:
+def _spec(tmp_path: Path, iso: Isolation, script: str = "") -> Path:
     folder = tmp_path / "worker"
     folder.mkdir()
     write_struct(
         folder / "spec.json",
         StepSpec(
-            argv=("/bin/sh", "-c", f"echo ran > {tmp_path}/ran"),
+            argv=("/bin/sh", "-c", script or f"echo ran > {tmp_path}/ran"),
             env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "42"},
             workdir=str(tmp_path), stdout="out", stderr="out", allow_root=True,
             contact=str(tmp_path / "contact"), fence_s=1e9, grace_s=1.0, isolation=iso,
@@ -63,3 +63,17 @@ async def test_a_hanging_prolog_is_killed_at_the_timeout(tmp_path: Path) -> None
     iso = Isolation(cgroups=False, prolog=prolog, hook_timeout_s=1.0)
     got = await supervise(_spec(tmp_path, iso))
     assert got.prolog_failed and "timed out" in got.spawn_failed
+
+
+async def test_the_epilog_runs_when_the_record_was_taken_away_under_the_worker(
+    tmp_path: Path,
+) -> None:
+    """The agent gave the start up (its record removed while the worker ran): stepd has
+    nowhere to write the exit, and still runs the site epilog."""
+    epilog = _hook(tmp_path, "epilog", f": > {tmp_path}/epilog-ran\n")
+    iso = Isolation(cgroups=False, epilog=epilog)
+    folder = tmp_path / "worker"
+    got = await supervise(_spec(tmp_path, iso, f"sleep 0.2; rm -rf {folder}"))
+    assert got.ending in (Ending.EXITED, Ending.STOPPED)  # exited, or stopped unrecorded
+    assert not folder.exists()
+    assert (tmp_path / "epilog-ran").exists()
