@@ -276,6 +276,10 @@ class InjectFault(msgspec.Struct, frozen=True, kw_only=True):
     lose_gpu: bool = False
 
 
+class StatusRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """`status` -> a node agent: what runs there and what is starting (`AgentReply`)."""
+
+
 class FreePortRequest(msgspec.Struct, frozen=True, kw_only=True):
     """`muster.agent.<node>.port`: a TCP port free on that node, for a rendezvous."""
 
@@ -284,6 +288,9 @@ class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
     ok: bool
     message: str = ""
     workers: tuple[tuple[int, int, int], ...] = ()  # (job_id, attempt, generation) alive
+    # `status`: (job_id, attempt, generation) whose start is under way (a prolog may take
+    # longer than one request's timeout: the launcher waits while its start is listed)
+    starting: tuple[tuple[int, int, int], ...] = ()
     port: int = 0  # `port`: a TCP port free on the node's own address right now
     answered: bool = True  # False: made up by the caller, the agent never answered
 

@@ -90,6 +90,7 @@ class Bus:
         # was away past the ack deadline) are not failures; only a message delivered
         # this often without one is taken for a message that kills its consumer.
         self.crash_limit = CRASH_LIMIT_FACTOR * max_deliver
+        self._answering: set[asyncio.Task[None]] = set()  # `serve(concurrent=True)`'s
 
     @classmethod
     async def connect(
@@ -156,6 +157,11 @@ class Bus:
             pongs[:] = [f for f in pongs if not f.done()]
 
     async def close(self) -> None:
+        if self._answering:  # requests being answered: a moment to send their replies
+            _, late = await asyncio.wait(self._answering, timeout=5)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.nc.drain(), timeout=5)
         if not self.nc.is_closed:
@@ -381,10 +387,15 @@ class Bus:
 
     # --- request-reply API -----------------------------------------------------------
 
-    async def serve(self, subject: str, queue: str, handler: RequestHandler) -> None:
-        """Answer requests on `subject` in a queue group, so replicas share the load."""
+    async def serve(
+        self, subject: str, queue: str, handler: RequestHandler, *, concurrent: bool = False
+    ) -> None:
+        """Answer requests on `subject` in a queue group, so replicas share the load.
+        One request at a time (NATS calls a subscription's handler in turn), or with
+        `concurrent` each in a task of its own, so a slow one holds none behind it (the
+        handler orders what must be ordered)."""
 
-        async def on_request(msg: Msg) -> None:
+        async def answer(msg: Msg) -> None:
             with tracer.start_as_current_span(
                 f"serve {msg.subject}",
                 context=extract_context(msg.headers),
@@ -394,7 +405,20 @@ class Bus:
             if msg.reply:
                 await msg.respond(reply)
 
+        async def on_request(msg: Msg) -> None:
+            if not concurrent:
+                await answer(msg)
+                return
+            task = asyncio.create_task(answer(msg))
+            self._answering.add(task)
+            task.add_done_callback(self._answered)
+
         await self.nc.subscribe(subject, queue=queue, cb=on_request)
+
+    def _answered(self, task: asyncio.Task[None]) -> None:
+        self._answering.discard(task)
+        if not task.cancelled() and (err := task.exception()) is not None:
+            log.error("a request's handler failed", exc_info=err)  # as NATS logs one in turn
 
     async def request(self, subject: str, payload: bytes, timeout: float = 10.0) -> bytes:
         msg = await self.nc.request(subject, payload, timeout=timeout, headers=inject_headers())

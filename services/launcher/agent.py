@@ -20,6 +20,7 @@ import os
 import signal as _signal
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ from services.launcher.executor import (
 from services.launcher.hooks import PrologFailed
 from services.launcher.isolation import NodeIsolation, for_worker
 from services.launcher.spool import Spool
-from services.launcher.stepd_client import Stepd, Zygote, started_or_ended
+from services.launcher.stepd_client import START_TIMEOUT_S, Stepd, Zygote, started_or_ended
 from services.launcher.steps_agent import StepRunner
 from services.launcher.torchrun import fill_on_node
 from services.launcher.worker_table import (
@@ -116,6 +117,11 @@ class NodeExecutor:
         # arrives after its stop (delayed on the bus, or still in flight when the run
         # ended) must not run them (invariant 7; chaos seed 308).
         self._stopped: dict[tuple[int, int, int], None] = {}
+        # Starts asked and not answered yet, run one at a time (`_start_lock`); `status`
+        # lists them, so the launcher waits out a slow prolog (and the starts queued
+        # behind it) instead of taking a start it has not heard back from for lost.
+        self._starting: Counter[tuple[int, int, int]] = Counter()
+        self._start_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
         self.steps = StepRunner(self)  # srun's tasks inside running jobs (steps_agent.py)
         self.zygote = Zygote()  # forks each worker's stepd (stepd_client.py)
@@ -149,7 +155,7 @@ class NodeExecutor:
 
     async def serve(self) -> None:
         prefix = f"{AGENT_PREFIX}{self.node}."
-        await self.bus.serve(prefix + "start", self.node, self._on_start)
+        await self.bus.serve(prefix + "start", self.node, self._on_start, concurrent=True)
         await self.bus.serve(prefix + "stop", self.node, self._on_stop)
         await self.bus.serve(prefix + "status", self.node, self._on_status)
         await self.bus.serve(prefix + "port", self.node, self._on_port)
@@ -184,7 +190,17 @@ class NodeExecutor:
 
     async def _on_start(self, payload: bytes, _subject: str) -> bytes:
         spec = msgspec.json.decode(payload, type=WorkerSpec)
-        return msgspec.json.encode(await self.start(spec))
+        if (refused := self.refused(spec)) is not None:
+            return msgspec.json.encode(refused)  # not listed as starting, nor waited for
+        key = (spec.job_id, spec.attempt, spec.generation)
+        self._starting[key] += 1
+        try:
+            async with self._start_lock:  # one start at a time, in the order asked
+                return msgspec.json.encode(await self.start(spec))
+        finally:
+            self._starting[key] -= 1
+            if not self._starting[key]:
+                del self._starting[key]
 
     def refused(self, body: WorkerSpec | StopWorkers) -> AgentReply | None:
         """A refusal unless the launcher signed exactly this request for this node."""
@@ -248,7 +264,7 @@ class NodeExecutor:
         stepd: Stepd | None = None
         try:
             stepd = await self.zygote.take(folder)
-            outcome = await started_or_ended(folder, stepd)
+            outcome = await started_or_ended(folder, stepd, self._start_budget_s())
         finally:
             if outcome is None:  # no word from stepd: nothing of this start may run on
                 started = self.table.started(record)
@@ -265,6 +281,12 @@ class NodeExecutor:
             record = self.table.with_pids(record)
             self.table.save(record)
         return _Running(record, proc=stepd.proc)
+
+    def _start_budget_s(self) -> float:
+        """How long stepd may take to say the worker runs: a start's own time, and the
+        site prolog's timeout when there is one (it runs before the worker)."""
+        iso = self.isolation
+        return START_TIMEOUT_S + (iso.hook_timeout_s if iso.prolog else 0.0)
 
     def _step(self, spec: WorkerSpec, run_as: RunAs | None, spool: str) -> StepSpec:
         """What stepd runs: the spec with its spool folder filled in, and the fence."""
@@ -439,7 +461,8 @@ class NodeExecutor:
 
     async def _on_status(self, _payload: bytes, _subject: str) -> bytes:
         alive_ = tuple((w.job_id, w.attempt, w.generation) for w in self.running_workers())
-        return msgspec.json.encode(AgentReply(ok=True, workers=alive_))
+        starting = tuple(sorted(self._starting))
+        return msgspec.json.encode(AgentReply(ok=True, workers=alive_, starting=starting))
 
 
 def aimed_at(req: StopWorkers, record: WorkerRecord) -> bool:

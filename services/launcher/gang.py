@@ -23,6 +23,7 @@ from shared.api import (
     AGENT_PREFIX,
     AgentReply,
     FreePortRequest,
+    StatusRequest,
     StopWorkers,
     WorkerLimits,
     WorkerSpec,
@@ -35,6 +36,9 @@ from shared.outputs import output_paths
 from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
+# One node's start is never waited for longer, whatever its status says: beyond a
+# start's own time (stepd_client.START_TIMEOUT_S) and any site prolog's timeout.
+START_CAP_S = 900.0
 
 
 class Generation(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,9 +70,37 @@ class Agents:
         nodes = list(gen.nodes)
         specs = [worker_spec(spec, gen, node, master, port) for node in nodes]
         replies = await asyncio.gather(
-            *(self.call(n, "start", s) for n, s in zip(nodes, specs, strict=True))
+            *(self._start_on(n, s) for n, s in zip(nodes, specs, strict=True))
         )
         return dict(zip(nodes, replies, strict=True))
+
+    async def _start_on(self, node: str, body: WorkerSpec) -> AgentReply:
+        """`start` on `node`, its answer waited for as long as the agent's `status`
+        lists the start (a site prolog may take a minute, behind it the starts queued
+        after it; the agent bounds each start itself). An agent that answers neither in
+        `timeout_s`, or no longer knows the start (restarted), did not answer."""
+        key = (body.job_id, body.attempt, body.generation)
+        asked = asyncio.ensure_future(self.call(node, "start", body, timeout=START_CAP_S))
+        try:
+            while True:
+                await asyncio.wait({asked}, timeout=self.timeout_s)
+                if asked.done():
+                    return asked.result()
+                status = await self.call(node, "status", StatusRequest())
+                if asked.done():
+                    return asked.result()
+                if status.answered and (key in status.starting or key in status.workers):
+                    continue  # starting (or started, its answer on the way)
+                why = "does not list it" if status.answered else "did not answer either"
+                return AgentReply(
+                    ok=False, answered=False,
+                    message=f"node {node} did not answer its start in {self.timeout_s:.0f} s"
+                    f" and its status {why}",
+                )  # fmt: skip
+        finally:
+            if not asked.done():
+                asked.cancel()
+                await asyncio.gather(asked, return_exceptions=True)
 
     async def free_port(self, node: str) -> AgentReply:
         """A port free on `node` itself (the rendezvous host): only it can know."""

@@ -185,11 +185,14 @@ class Zygote:
             proc.wait(timeout=5)
 
 
-async def started_or_ended(folder: Path, stepd: Stepd) -> StepStarted | StepExit:
-    """What stepd said first: the worker runs, or it ended (or never started)."""
+async def started_or_ended(
+    folder: Path, stepd: Stepd, timeout_s: float = START_TIMEOUT_S
+) -> StepStarted | StepExit:
+    """What stepd said first: the worker runs, or it ended (or never started); a
+    LaunchError after `timeout_s` (a site prolog's time included, where there is one)."""
     loop = asyncio.get_running_loop()
     began = loop.time()
-    deadline = began + START_TIMEOUT_S
+    deadline = began + timeout_s
     while True:
         started = read_struct(folder / "started.json", StepStarted)
         if started is not None:
@@ -200,5 +203,5 @@ async def started_or_ended(folder: Path, stepd: Stepd) -> StepStarted | StepExit
         if not stepd.running():
             raise LaunchError(f"stepd ended without a word: see {folder}/stepd.log")
         if loop.time() > deadline:
-            raise LaunchError(f"stepd did not start the worker in {START_TIMEOUT_S:.0f} s")
+            raise LaunchError(f"stepd did not start the worker in {timeout_s:.0f} s")
         await asyncio.sleep(_POLL_FAST_S if loop.time() - began < _FAST_FOR_S else _POLL_S)

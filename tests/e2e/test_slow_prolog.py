@@ -1,0 +1,53 @@
+"""A site prolog slower than one request's timeout (a node health check, a mount: 8 s
+here): each start waits for it, and for the start queued behind it, and every job runs
+once, in its first attempt. Before, the launcher took a start it had not heard back
+from in 5 s for failed, requeued the job, and after three tries ended it NODE_FAIL."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import asyncpg
+
+from tests.support.cluster import eventually, job_state, nodes, running_cluster, submit
+
+PROLOG = "#!/bin/sh\nsleep 8\n"
+
+
+async def test_starts_wait_out_a_slow_prolog_and_each_job_runs_once(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    prolog, runs = tmp_path / "prolog.sh", tmp_path / "runs"
+    prolog.write_text(PROLOG)
+    prolog.chmod(0o755)
+    async with running_cluster(
+        tmp_path / "state", nats_url, database_url, db, nodes(1),
+        MUSTER_PROLOG=str(prolog), MUSTER_HOOK_TIMEOUT_S="30",
+    ) as cluster:  # fmt: skip
+        script = f'#!/bin/bash\necho "run $SLURM_JOB_ID" >> {runs}\nsleep 600\n'
+        jobs = [
+            (await submit(cluster.nats_url, script, ("--gpus-per-node=1",), str(tmp_path))).job_ids[
+                0
+            ]
+            for _ in range(2)
+        ]  # the second start waits behind the first one's prolog on the one node
+        for job_id in jobs:
+            await eventually(lambda j=job_id: job_state(db, j), lambda s: s == "RUNNING", 90)
+            row = await db.fetchrow(
+                "SELECT attempt, restart_count FROM job_runs WHERE job_id = $1", job_id
+            )
+            assert row is not None and (row["attempt"], row["restart_count"]) == (1, 0)
+            assert await db.fetchval("SELECT count(*) FROM attempts WHERE job_id = $1", job_id) == 1
+
+        # RUNNING once spawned: the second worker's line may come a moment later
+        def lines_now() -> list[str]:
+            return runs.read_text().splitlines() if runs.exists() else []
+
+        lines = await eventually(
+            lambda: asyncio.to_thread(lines_now),
+            lambda got: len(got) >= 2,
+            30,
+            "both workers' lines",
+        )
+        assert sorted(lines) == [f"run {j}" for j in sorted(jobs)]
