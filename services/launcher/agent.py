@@ -122,6 +122,7 @@ class NodeExecutor:
         # behind it) instead of taking a start it has not heard back from for lost.
         self._starting: Counter[tuple[int, int, int]] = Counter()
         self._start_lock = asyncio.Lock()
+        self._closing = False  # `shutdown` began: nothing more starts here
         self._tasks: set[asyncio.Task[None]] = set()
         self.steps = StepRunner(self)  # srun's tasks inside running jobs (steps_agent.py)
         self.zygote = Zygote()  # forks each worker's stepd (stepd_client.py)
@@ -164,7 +165,13 @@ class NodeExecutor:
 
     async def shutdown(self, grace_s: float) -> None:
         """Agent stopping: workers are left running only if we are killed; on a clean
-        stop they get SIGTERM and `grace_s` like a drained node."""
+        stop they get SIGTERM and `grace_s` like a drained node, the one a start under
+        way (a prolog running) brings included: no later start begins."""
+        self._closing = True
+        with contextlib.suppress(TimeoutError):  # past it, the start is cancelled with
+            async with asyncio.timeout(grace_s + 5.0):  # the bus's requests (its
+                await self._start_lock.acquire()  # stepd killed) and nothing runs on
+                self._start_lock.release()
         await asyncio.gather(
             *(self._terminate(r, grace_s) for r in list(self.running.values())),
             return_exceptions=True,
@@ -196,6 +203,10 @@ class NodeExecutor:
         self._starting[key] += 1
         try:
             async with self._start_lock:  # one start at a time, in the order asked
+                if self._closing:  # no answer for the launcher: it requeues, and does
+                    return msgspec.json.encode(  # not hold it against the node
+                        AgentReply(ok=False, answered=False, message=f"{self.node}: stopping")
+                    )
                 return msgspec.json.encode(await self.start(spec))
         finally:
             self._starting[key] -= 1

@@ -6,11 +6,21 @@ from in 5 s for failed, requeued the job, and after three tries ended it NODE_FA
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from pathlib import Path
 
 import asyncpg
 
-from tests.support.cluster import eventually, job_state, nodes, running_cluster, submit
+from tests.support.cluster import (
+    eventually,
+    job_state,
+    nodes,
+    pid_from,
+    process_alive,
+    running_cluster,
+    submit,
+)
 
 PROLOG = "#!/bin/sh\nsleep 8\n"
 
@@ -51,3 +61,29 @@ async def test_starts_wait_out_a_slow_prolog_and_each_job_runs_once(
             "both workers' lines",
         )
         assert sorted(lines) == [f"run {j}" for j in sorted(jobs)]
+
+
+async def test_an_agent_stopped_while_a_start_waits_on_the_prolog_leaves_nothing_running(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    """A clean stop of the agent (SIGTERM) while a start waits on the prolog: the start
+    under way is stopped with the workers that ran, so nothing of it runs on after the
+    agent (before, it ended after the agent's last look at its workers, and its worker
+    ran on with no agent)."""
+    prolog, began, pid_file = tmp_path / "prolog.sh", tmp_path / "began", tmp_path / "pid"
+    prolog.write_text(f"#!/bin/sh\n: > {began}\nsleep 1\n")
+    prolog.chmod(0o755)
+    async with running_cluster(
+        tmp_path / "state", nats_url, database_url, db, nodes(1),
+        MUSTER_PROLOG=str(prolog), MUSTER_HOOK_TIMEOUT_S="30",
+    ) as cluster:  # fmt: skip
+        script = f"#!/bin/bash\necho $$ > {pid_file}\nexec sleep 600\n"
+        await submit(cluster.nats_url, script, ("--gpus-per-node=1",), str(tmp_path))
+        await eventually(lambda: asyncio.to_thread(began.exists), bool, 30, "the prolog")
+        cluster.kill("node-node01", signal.SIGTERM)
+        await asyncio.to_thread(os.waitpid, cluster.pids["node-node01"], 0)  # it stopped
+        try:  # the worker, if its start got that far (its stepd outlives the agent)
+            worker = await pid_from(pid_file, 5)
+        except AssertionError:
+            return  # the start was given up before the worker began: nothing ran
+        assert not process_alive(worker)
