@@ -53,6 +53,7 @@ from services.launcher.worker_table import (
     judge,
     kill_group,
     lost_exit,
+    process_ref,
     touch,
     write_struct,
 )
@@ -275,13 +276,19 @@ class NodeExecutor:
         stepd: Stepd | None = None
         try:
             stepd = await self.zygote.take(folder)
+            if (ref := stepd.ref or process_ref(stepd.pid)) is not None:
+                # on record from now: an agent restarted while its prolog runs adopts it
+                # (and stops it, if asked) where it would report it lost and let it run
+                record = msgspec.structs.replace(record, stepd=ref)
+                self.table.save(record)
             outcome = await started_or_ended(folder, stepd, self._start_budget_s())
         finally:
             if outcome is None:  # no word from stepd: nothing of this start may run on
-                started = self.table.started(record)
-                kill_group(started.worker if started else None, _signal.SIGKILL)
-                if stepd is not None:
+                if stepd is not None:  # first, so it spawns nothing after the look below
                     stepd.kill()
+                started = self.table.started(record)
+                if started is not None:
+                    kill_group(started.worker, _signal.SIGKILL, started.cgroup)
                 self.table.remove(record)
         if isinstance(outcome, StepExit) and outcome.spawn_failed:
             self.table.remove(record)
@@ -417,6 +424,11 @@ class NodeExecutor:
             return
         found = self.table.with_pids(run.record)
         worker = found.worker
+        if worker is None:  # not spawned yet (an adopted start, its prolog running):
+            if not leader_only and alive(found.stepd) and found.stepd is not None:
+                with contextlib.suppress(ProcessLookupError):  # stepd keeps a stop for
+                    os.kill(found.stepd.pid, sig)  # its worker (SIGKILL: none is spawned)
+            return
         if leader_only:
             if alive(worker) and worker is not None:
                 with contextlib.suppress(ProcessLookupError):

@@ -89,8 +89,17 @@ class Agents:
                 status = await self.call(node, "status", StatusRequest())
                 if asked.done():
                     return asked.result()
-                if status.answered and (key in status.starting or key in status.workers):
-                    continue  # starting (or started, its answer on the way)
+                if status.answered and key in status.starting:
+                    continue
+                if status.answered and key in status.workers:
+                    # it runs, and this ask is unanswered (an agent restarted under the
+                    # start adopted it): asked again, a running start answers at once
+                    asked.cancel()
+                    await asyncio.gather(asked, return_exceptions=True)
+                    asked = asyncio.ensure_future(
+                        self.call(node, "start", body, timeout=START_CAP_S)
+                    )
+                    continue
                 why = "does not list it" if status.answered else "did not answer either"
                 return AgentReply(
                     ok=False, answered=False,

@@ -15,6 +15,7 @@ import asyncpg
 from tests.support.cluster import (
     eventually,
     job_state,
+    kill9,
     nodes,
     pid_from,
     process_alive,
@@ -87,3 +88,38 @@ async def test_an_agent_stopped_while_a_start_waits_on_the_prolog_leaves_nothing
         except AssertionError:
             return  # the start was given up before the worker began: nothing ran
         assert not process_alive(worker)
+
+
+async def test_an_agent_killed_while_a_start_waits_on_the_prolog_adopts_that_start(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    """kill -9 of the agent while its stepd waits on the prolog, and a new agent at once:
+    the stepd is on record from the moment it was handed the worker, so the new agent
+    adopts it, and the launcher, asking again, hears it runs. The job runs once, in its
+    first attempt (before, the new agent reported it lost: the stepd went on to spawn a
+    worker it could no longer record, and the job was requeued)."""
+    prolog, began, runs = tmp_path / "prolog.sh", tmp_path / "began", tmp_path / "runs"
+    prolog.write_text(f"#!/bin/sh\n: > {began}\nsleep 6\n")
+    prolog.chmod(0o755)
+    [node] = nodes(1)
+    async with running_cluster(
+        tmp_path / "state", nats_url, database_url, db, [node],
+        MUSTER_PROLOG=str(prolog), MUSTER_HOOK_TIMEOUT_S="30",
+    ) as cluster:  # fmt: skip
+        script = f'#!/bin/bash\necho "run $SLURM_JOB_ID" >> {runs}\nexec sleep 600\n'
+        reply = await submit(cluster.nats_url, script, ("--gpus-per-node=1",), str(tmp_path))
+        job_id = reply.job_ids[0]
+        await eventually(lambda: asyncio.to_thread(began.exists), bool, 30, "the prolog")
+        kill9(cluster, "node-node01")
+        cluster.start_node(node)
+        await eventually(lambda: job_state(db, job_id), lambda s: s == "RUNNING", 90)
+        row = await db.fetchrow(
+            "SELECT attempt, restart_count FROM job_runs WHERE job_id = $1", job_id
+        )
+        assert row is not None and (row["attempt"], row["restart_count"]) == (1, 0)
+
+        def lines_now() -> list[str]:
+            return runs.read_text().splitlines() if runs.exists() else []
+
+        lines = await eventually(lambda: asyncio.to_thread(lines_now), bool, 30, "its line")
+        assert lines == [f"run {job_id}"]
