@@ -80,9 +80,11 @@ class Agents:
         after it; the agent bounds each start itself). An agent that answers neither in
         `timeout_s`, or no longer knows the start (restarted), did not answer."""
         key = (body.job_id, body.attempt, body.generation)
+        loop = asyncio.get_running_loop()
+        cap = loop.time() + START_CAP_S
         asked = asyncio.ensure_future(self.call(node, "start", body, timeout=START_CAP_S))
         try:
-            while True:
+            while loop.time() < cap:
                 await asyncio.wait({asked}, timeout=self.timeout_s)
                 if asked.done():
                     return asked.result()
@@ -106,6 +108,10 @@ class Agents:
                     message=f"node {node} did not answer its start in {self.timeout_s:.0f} s"
                     f" and its status {why}",
                 )  # fmt: skip
+            return AgentReply(
+                ok=False, answered=False,
+                message=f"node {node} did not answer its start in {START_CAP_S:.0f} s",
+            )  # fmt: skip
         finally:
             if not asked.done():
                 asked.cancel()
