@@ -198,8 +198,8 @@ class NodeExecutor:
 
     async def _on_start(self, payload: bytes, _subject: str) -> bytes:
         spec = msgspec.json.decode(payload, type=WorkerSpec)
-        if (refused := self.refused(spec)) is not None:
-            return msgspec.json.encode(refused)  # not listed as starting, nor waited for
+        if (refused := self.refused(spec)) is not None:  # before anything: no record,
+            return msgspec.json.encode(refused)  # no spool, no process, not listed
         key = (spec.job_id, spec.attempt, spec.generation)
         self._starting[key] += 1
         try:
@@ -227,8 +227,8 @@ class NodeExecutor:
         return AgentReply(ok=False, message=f"node {self.node} {refusal.message}")
 
     async def start(self, spec: WorkerSpec) -> AgentReply:
-        if (refused := self.refused(spec)) is not None:
-            return refused  # before anything: no record, no spool, no process
+        """Run `spec`'s worker here; its grant was checked once, on arrival (`_on_start`),
+        so a start queued behind a slow prolog is not refused for the wait."""
         current = self.running.get(spec.job_id)
         if current is not None:
             mine = (current.record.attempt, current.record.generation)

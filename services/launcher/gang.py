@@ -96,8 +96,7 @@ class Agents:
                 if status.answered and key in status.workers:
                     # it runs, and this ask is unanswered (an agent restarted under the
                     # start adopted it): asked again, a running start answers at once
-                    asked.cancel()
-                    await asyncio.gather(asked, return_exceptions=True)
+                    await _dropped(asked)
                     asked = asyncio.ensure_future(
                         self.call(node, "start", body, timeout=START_CAP_S)
                     )
@@ -113,9 +112,7 @@ class Agents:
                 message=f"node {node} did not answer its start in {START_CAP_S:.0f} s",
             )  # fmt: skip
         finally:
-            if not asked.done():
-                asked.cancel()
-                await asyncio.gather(asked, return_exceptions=True)
+            await _dropped(asked)
 
     async def free_port(self, node: str) -> AgentReply:
         """A port free on `node` itself (the rendezvous host): only it can know."""
@@ -169,6 +166,13 @@ class Agents:
                 ok=False, message=f"node {node} did not answer: {err!r}", answered=False
             )
         return msgspec.json.decode(raw, type=AgentReply)
+
+
+async def _dropped(task: asyncio.Future[AgentReply]) -> None:
+    """A request no longer waited for: cancelled, if it has not ended, and let go."""
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 def launcher_signer(state_dir: str, path: str = "") -> GrantSigner | None:
