@@ -1,17 +1,22 @@
-"""A site prolog slower than one request's timeout (a node health check, a mount: 8 s
-here): each start waits for it, and for the start queued behind it, and every job runs
-once, in its first attempt. Before, the launcher took a start it had not heard back
-from in 5 s for failed, requeued the job, and after three tries ended it NODE_FAIL."""
+"""Starts behind a site prolog slower than one request's timeout (a node health check, a
+mount: seconds). Each start waits for it, and for the start queued behind it, and every
+job runs once, in its first attempt (before, the launcher took a start it had not heard
+back from in 5 s for failed, requeued the job, and after three tries ended it
+NODE_FAIL); the agent stopped or killed while a start waits on it leaves nothing running
+unsupervised."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
 
+from muster.cluster import Cluster, NodeDef
 from tests.support.cluster import (
     eventually,
     job_state,
@@ -23,45 +28,56 @@ from tests.support.cluster import (
     submit,
 )
 
-PROLOG = "#!/bin/sh\nsleep 8\n"
+
+@contextlib.asynccontextmanager
+async def prolog_cluster(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection,
+    prolog_body: str, node_defs: list[NodeDef],
+) -> AsyncIterator[Cluster]:  # fmt: skip
+    """A cluster whose nodes run `prolog_body` (sh) as the site prolog, for up to 30 s."""
+    prolog = tmp_path / "prolog.sh"
+    prolog.write_text("#!/bin/sh\n" + prolog_body)
+    prolog.chmod(0o755)
+    async with running_cluster(
+        tmp_path / "state", nats_url, database_url, db, node_defs,
+        MUSTER_PROLOG=str(prolog), MUSTER_HOOK_TIMEOUT_S="30",
+    ) as cluster:  # fmt: skip
+        yield cluster
+
+
+async def lines_of(path: Path, count: int) -> list[str]:
+    """`path`'s lines once there are `count` (RUNNING is once the workers were spawned:
+    their lines may come a moment later)."""
+
+    def now() -> list[str]:
+        return path.read_text().splitlines() if path.exists() else []
+
+    return await eventually(lambda: asyncio.to_thread(now), lambda got: len(got) >= count, 30)
+
+
+async def assert_first_attempt(db: asyncpg.Connection, job_id: int) -> None:
+    """Running in its first allocation and generation: nothing was requeued or restarted."""
+    row = await db.fetchrow("SELECT attempt, restart_count FROM job_runs WHERE job_id = $1", job_id)
+    assert row is not None and (row["attempt"], row["restart_count"]) == (1, 0)
 
 
 async def test_starts_wait_out_a_slow_prolog_and_each_job_runs_once(
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> None:
-    prolog, runs = tmp_path / "prolog.sh", tmp_path / "runs"
-    prolog.write_text(PROLOG)
-    prolog.chmod(0o755)
-    async with running_cluster(
-        tmp_path / "state", nats_url, database_url, db, nodes(1),
-        MUSTER_PROLOG=str(prolog), MUSTER_HOOK_TIMEOUT_S="30",
-    ) as cluster:  # fmt: skip
+    runs = tmp_path / "runs"
+    async with prolog_cluster(
+        tmp_path, nats_url, database_url, db, "sleep 8\n", nodes(1)
+    ) as cluster:
         script = f'#!/bin/bash\necho "run $SLURM_JOB_ID" >> {runs}\nsleep 600\n'
-        jobs = [
-            (await submit(cluster.nats_url, script, ("--gpus-per-node=1",), str(tmp_path))).job_ids[
-                0
-            ]
-            for _ in range(2)
-        ]  # the second start waits behind the first one's prolog on the one node
+        jobs = []
+        for _ in range(2):  # the second start waits behind the first one's prolog
+            reply = await submit(cluster.nats_url, script, ("--gpus-per-node=1",), str(tmp_path))
+            jobs += reply.job_ids
         for job_id in jobs:
             await eventually(lambda j=job_id: job_state(db, j), lambda s: s == "RUNNING", 90)
-            row = await db.fetchrow(
-                "SELECT attempt, restart_count FROM job_runs WHERE job_id = $1", job_id
-            )
-            assert row is not None and (row["attempt"], row["restart_count"]) == (1, 0)
+            await assert_first_attempt(db, job_id)
             assert await db.fetchval("SELECT count(*) FROM attempts WHERE job_id = $1", job_id) == 1
-
-        # RUNNING once spawned: the second worker's line may come a moment later
-        def lines_now() -> list[str]:
-            return runs.read_text().splitlines() if runs.exists() else []
-
-        lines = await eventually(
-            lambda: asyncio.to_thread(lines_now),
-            lambda got: len(got) >= 2,
-            30,
-            "both workers' lines",
-        )
-        assert sorted(lines) == [f"run {j}" for j in sorted(jobs)]
+        assert sorted(await lines_of(runs, 2)) == [f"run {j}" for j in sorted(jobs)]
 
 
 async def test_an_agent_stopped_while_a_start_waits_on_the_prolog_leaves_nothing_running(
@@ -71,13 +87,10 @@ async def test_an_agent_stopped_while_a_start_waits_on_the_prolog_leaves_nothing
     under way is stopped with the workers that ran, so nothing of it runs on after the
     agent (before, it ended after the agent's last look at its workers, and its worker
     ran on with no agent)."""
-    prolog, began, pid_file = tmp_path / "prolog.sh", tmp_path / "began", tmp_path / "pid"
-    prolog.write_text(f"#!/bin/sh\n: > {began}\nsleep 1\n")
-    prolog.chmod(0o755)
-    async with running_cluster(
-        tmp_path / "state", nats_url, database_url, db, nodes(1),
-        MUSTER_PROLOG=str(prolog), MUSTER_HOOK_TIMEOUT_S="30",
-    ) as cluster:  # fmt: skip
+    began, pid_file = tmp_path / "began", tmp_path / "pid"
+    async with prolog_cluster(
+        tmp_path, nats_url, database_url, db, f": > {began}\nsleep 1\n", nodes(1)
+    ) as cluster:
         script = f"#!/bin/bash\necho $$ > {pid_file}\nexec sleep 600\n"
         await submit(cluster.nats_url, script, ("--gpus-per-node=1",), str(tmp_path))
         await eventually(lambda: asyncio.to_thread(began.exists), bool, 30, "the prolog")
@@ -98,14 +111,11 @@ async def test_an_agent_killed_while_a_start_waits_on_the_prolog_adopts_that_sta
     adopts it, and the launcher, asking again, hears it runs. The job runs once, in its
     first attempt (before, the new agent reported it lost: the stepd went on to spawn a
     worker it could no longer record, and the job was requeued)."""
-    prolog, began, runs = tmp_path / "prolog.sh", tmp_path / "began", tmp_path / "runs"
-    prolog.write_text(f"#!/bin/sh\n: > {began}\nsleep 6\n")
-    prolog.chmod(0o755)
+    began, runs = tmp_path / "began", tmp_path / "runs"
     [node] = nodes(1)
-    async with running_cluster(
-        tmp_path / "state", nats_url, database_url, db, [node],
-        MUSTER_PROLOG=str(prolog), MUSTER_HOOK_TIMEOUT_S="30",
-    ) as cluster:  # fmt: skip
+    async with prolog_cluster(
+        tmp_path, nats_url, database_url, db, f": > {began}\nsleep 6\n", [node]
+    ) as cluster:
         script = f'#!/bin/bash\necho "run $SLURM_JOB_ID" >> {runs}\nexec sleep 600\n'
         reply = await submit(cluster.nats_url, script, ("--gpus-per-node=1",), str(tmp_path))
         job_id = reply.job_ids[0]
@@ -113,13 +123,5 @@ async def test_an_agent_killed_while_a_start_waits_on_the_prolog_adopts_that_sta
         kill9(cluster, "node-node01")
         cluster.start_node(node)
         await eventually(lambda: job_state(db, job_id), lambda s: s == "RUNNING", 90)
-        row = await db.fetchrow(
-            "SELECT attempt, restart_count FROM job_runs WHERE job_id = $1", job_id
-        )
-        assert row is not None and (row["attempt"], row["restart_count"]) == (1, 0)
-
-        def lines_now() -> list[str]:
-            return runs.read_text().splitlines() if runs.exists() else []
-
-        lines = await eventually(lambda: asyncio.to_thread(lines_now), bool, 30, "its line")
-        assert lines == [f"run {job_id}"]
+        await assert_first_attempt(db, job_id)
+        assert await lines_of(runs, 1) == [f"run {job_id}"]
