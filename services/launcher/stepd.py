@@ -13,7 +13,8 @@ Fencing: every `POLL_S` it looks at the node's contact file, which the agent tou
 whenever it reached the control plane. Older than `fence_s`, the node has lost the
 cluster (or its agent hangs) and the job is about to be restarted elsewhere, so stepd
 stops the worker (SIGTERM, `grace_s`, SIGKILL) and records `fenced`. SIGTERM to stepd
-itself stops the worker the same way (`stopped`).
+itself stops the worker the same way (`stopped`). Either one that comes before the worker
+is spawned (while the site prolog runs) means it never is: no line of the job runs.
 
 Isolation (`spec.isolation`): stepd runs the site Prolog first (a failure: the worker
 never starts, `prolog_failed`), makes the job's cgroup and forks the worker inside it,
@@ -70,6 +71,8 @@ async def supervise(
         return _record(folder, StepExit(ending=Ending.SPAWN_FAILED, spawn_failed="no spec.json"))
     began = time.time()
     iso = spec.isolation or Isolation(cgroups=False)
+    if (before := _not_to_start(spec, began, stop)) is not None:
+        return _record(folder, StepExit(ending=before, signal=int(_signal.SIGTERM)))
     if iso.prolog:
         result = await run_hook(
             Hook.PROLOG, iso.prolog, _hook_env(spec, Hook.PROLOG), iso.hook_timeout_s
@@ -79,6 +82,9 @@ async def supervise(
                 ending=Ending.SPAWN_FAILED, spawn_failed=result.describe(), prolog_failed=True
             )
             return _record(folder, failed)
+        if (during := _not_to_start(spec, began, stop)) is not None:  # the epilog runs:
+            never = StepExit(ending=during, signal=int(_signal.SIGTERM))  # the prolog did
+            return await _ended(folder, spec, never)
     try:
         layout, cgroup = _make_cgroup(iso, hierarchy)
     except cgroups.CgroupError as err:
@@ -183,6 +189,19 @@ def _stop_on_signals() -> asyncio.Event:
     for sig in (_signal.SIGTERM, _signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     return stop
+
+
+def _not_to_start(spec: StepSpec, began: float, stop: asyncio.Event) -> Ending | None:
+    """Why the worker is not to be spawned at all: a stop came first (a cancel, the
+    agent stopping, while the site prolog ran), or the node lost the control plane
+    meanwhile (its job is being restarted elsewhere). The exit is recorded with the
+    SIGTERM a spawned worker would have had, and no line of the job runs."""
+    if stop.is_set():
+        return Ending.STOPPED
+    if fence_due(contact_age(Path(spec.contact), time.time(), began), spec.fence_s):
+        log.warning("control plane unreachable: the worker is not started")
+        return Ending.FENCED
+    return None
 
 
 async def _until_ended(worker: Worker, spec: StepSpec, began: float, stop: asyncio.Event) -> Ending:

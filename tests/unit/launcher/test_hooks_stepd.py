@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from services.launcher.stepd import supervise
-from services.launcher.worker_table import Ending, Isolation, StepSpec, write_struct
+from services.launcher.worker_table import Ending, Isolation, StepSpec, touch, write_struct
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="runs a worker as root: needs root")
 
@@ -22,7 +22,7 @@ def _hook(folder: Path, name: str, body: str) -> str:
     return str(path)
 
 
-def _spec(tmp_path: Path, iso: Isolation, script: str = "") -> Path:
+def _spec(tmp_path: Path, iso: Isolation, script: str = "", fence_s: float = 1e9) -> Path:
     folder = tmp_path / "worker"
     folder.mkdir()
     write_struct(
@@ -31,7 +31,7 @@ def _spec(tmp_path: Path, iso: Isolation, script: str = "") -> Path:
             argv=("/bin/sh", "-c", script or f"echo ran > {tmp_path}/ran"),
             env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "42"},
             workdir=str(tmp_path), stdout="out", stderr="out", allow_root=True,
-            contact=str(tmp_path / "contact"), fence_s=1e9, grace_s=1.0, isolation=iso,
+            contact=str(tmp_path / "contact"), fence_s=fence_s, grace_s=1.0, isolation=iso,
         ),
     )  # fmt: skip
     return folder
@@ -76,4 +76,21 @@ async def test_the_epilog_runs_when_the_record_was_taken_away_under_the_worker(
     got = await supervise(_spec(tmp_path, iso, f"sleep 0.2; rm -rf {folder}"))
     assert got.ending in (Ending.EXITED, Ending.STOPPED)  # exited, or stopped unrecorded
     assert not folder.exists()
+    assert (tmp_path / "epilog-ran").exists()
+
+
+async def test_a_node_cut_off_while_the_prolog_runs_never_begins_the_worker(
+    tmp_path: Path,
+) -> None:
+    """The contact went stale past the fence while the prolog ran (the job is being
+    restarted elsewhere): stepd records FENCED and spawns nothing; the epilog runs, as
+    the prolog did (before, the worker began and was fenced a poll later)."""
+    prolog = _hook(tmp_path, "prolog", "sleep 3\n")
+    epilog = _hook(tmp_path, "epilog", f": > {tmp_path}/epilog-ran\n")
+    touch(tmp_path / "contact")  # fresh now, 3 s old after the prolog: past the fence
+    iso = Isolation(cgroups=False, prolog=prolog, epilog=epilog)
+    folder = _spec(tmp_path, iso, fence_s=2.0)
+    got = await supervise(folder)
+    assert (got.ending, got.signal) == (Ending.FENCED, 15)
+    assert not (folder / "started.json").exists()  # no worker was spawned
     assert (tmp_path / "epilog-ran").exists()

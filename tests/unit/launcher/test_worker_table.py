@@ -288,20 +288,21 @@ def test_stop_recorded_workers_stops_every_node_s_workers(tmp_path: Path) -> Non
         assert not alive(pids.worker)
 
 
-def test_a_stop_that_comes_while_the_worker_is_being_started_still_stops_it(
+def test_a_stop_that_comes_while_the_prolog_runs_means_the_worker_never_begins(
     tmp_path: Path,
 ) -> None:
     """SIGTERM to stepd before its worker exists (here: while the site prolog runs) is
-    kept: the worker it then starts is stopped at once and the exit recorded STOPPED.
-    Taken by the default action, it ended stepd alone, with nothing recorded and, once
-    the worker was spawned, nobody left to stop it."""
+    kept: once the prolog is done stepd records STOPPED and spawns nothing, so no line
+    of the job runs. Taken by the default action, it ended stepd alone, with nothing
+    recorded and, once the worker was spawned, nobody left to stop it; kept but acted
+    on only later, the worker began and was stopped right after."""
     table = WorkerTable(tmp_path / "node")
     touch(table.contact)
-    began = tmp_path / "prolog-began"
+    began, ran = tmp_path / "prolog-began", tmp_path / "ran"
     prolog = tmp_path / "prolog"
     prolog.write_text(f"#!/bin/sh\n: > {began}\nsleep 1\n")
     prolog.chmod(0o755)
-    rec = prepared(table, 12, "sleep 1000", tmp_path)
+    rec = prepared(table, 12, f": > {ran}; sleep 1000", tmp_path)
     spec = read_struct(Path(rec.folder) / "spec.json", StepSpec)
     assert spec is not None
     iso = Isolation(cgroups=False, prolog=str(prolog))
@@ -312,10 +313,9 @@ def test_a_stop_that_comes_while_the_worker_is_being_started_still_stops_it(
     )  # fmt: skip
     until(began.exists, "the prolog running")
     os.kill(proc.pid, signal.SIGTERM)  # as the agent's stop, right after its start
-    assert ended(proc, table, rec).ending is Ending.STOPPED
-    pids = started(table, rec)
-    assert not alive(pids.worker)
-    assert group_members(pids.worker.pid) == []
+    assert ended(proc, table, rec) == StepExit(ending=Ending.STOPPED, signal=signal.SIGTERM)
+    assert table.started(rec) is None
+    assert not ran.exists()
 
 
 # --- the stepd zygote the agent keeps ready --------------------------------------------
