@@ -123,6 +123,10 @@ class NodeExecutor:
         # behind it) instead of taking a start it has not heard back from for lost.
         self._starting: Counter[tuple[int, int, int]] = Counter()
         self._start_lock = asyncio.Lock()
+        # The start under way (one at a time) and its stepd, from the moment stepd has
+        # the spec until it says the worker runs: a stop or `shutdown` meanwhile (a slow
+        # prolog) goes to stepd, which then never spawns the worker.
+        self._launching: tuple[WorkerRecord, Stepd] | None = None
         self._closing = False  # `shutdown` began: nothing more starts here
         self._tasks: set[asyncio.Task[None]] = set()
         self.steps = StepRunner(self)  # srun's tasks inside running jobs (steps_agent.py)
@@ -169,6 +173,8 @@ class NodeExecutor:
         stop they get SIGTERM and `grace_s` like a drained node, the one a start under
         way (a prolog running) brings included: no later start begins."""
         self._closing = True
+        if self._launching is not None:  # its prolog may take a while: no worker after it
+            self._launching[1].stop()
         with contextlib.suppress(TimeoutError):  # past it, the start is cancelled with
             async with asyncio.timeout(grace_s + 5.0):  # the bus's requests (its
                 await self._start_lock.acquire()  # stepd killed) and nothing runs on
@@ -250,12 +256,16 @@ class NodeExecutor:
             return AgentReply(ok=False, message=str(err))
         self._track(run)
         worker = run.record.worker
-        pid = worker.pid if worker is not None else 0
-        log.info("worker started", extra=kv(job=spec.job_id, gen=spec.generation, pid=pid))
+        if worker is None:  # stepd was stopped (or fenced) while the prolog ran
+            ending = self.table.exit_of(run.record)
+            why = f"{ending.ending if ending is not None else 'stopped'} before its worker began"
+            log.info(why, extra=kv(job=spec.job_id))
+            return AgentReply(ok=True, message=why)
+        log.info("worker started", extra=kv(job=spec.job_id, gen=spec.generation, pid=worker.pid))
         if key in self._stopped:  # its stop came while it was starting
             await self._terminate(run, self.grace_s)
             return AgentReply(ok=True, message="stopped as it started")
-        return AgentReply(ok=True, message=f"pid {pid}")
+        return AgentReply(ok=True, message=f"pid {worker.pid}")
 
     async def _launch(self, spec: WorkerSpec) -> _Running:
         """Record the worker, start its stepd, wait until it says the worker runs."""
@@ -281,8 +291,12 @@ class NodeExecutor:
                 # (and stops it, if asked) where it would report it lost and let it run
                 record = msgspec.structs.replace(record, stepd=ref)
                 self.table.save(record)
+            self._launching = (record, stepd)
+            if self._closing or (spec.job_id, spec.attempt, spec.generation) in self._stopped:
+                stepd.stop()  # a stop that came while stepd was being forked
             outcome = await started_or_ended(folder, stepd, self._start_budget_s())
         finally:
+            self._launching = None
             if outcome is None:  # no word from stepd: nothing of this start may run on
                 if stepd is not None:  # first, so it spawns nothing after the look below
                     stepd.kill()
@@ -425,6 +439,8 @@ class NodeExecutor:
         found = self.table.with_pids(run.record)
         worker = found.worker
         if worker is None:  # not spawned yet (an adopted start, its prolog running):
+            if self.table.exit_of(run.record) is not None:  # nor ever will be: its stepd
+                return  # runs the epilog, and is left to end it
             if not leader_only and alive(found.stepd) and found.stepd is not None:
                 with contextlib.suppress(ProcessLookupError):  # stepd keeps a stop for
                     os.kill(found.stepd.pid, sig)  # its worker (SIGKILL: none is spawned)
@@ -455,6 +471,12 @@ class NodeExecutor:
             if len(self._stopped) > _ENDED_KEPT:
                 del self._stopped[next(iter(self._stopped))]
         current = self.running.get(req.job_id)
+        if current is None and req.wait and (launching := self._launching) is not None:
+            record, stepd = launching
+            if record.job_id == req.job_id and aimed_at(req, record):
+                stepd.stop()  # kept by stepd: the worker is never spawned (or, spawned
+                message = "stopped before its worker began"  # that instant, stopped)
+                return msgspec.json.encode(AgentReply(ok=True, message=message))
         if current is None:
             return msgspec.json.encode(AgentReply(ok=True, message="not running"))
         if not aimed_at(req, current.record):

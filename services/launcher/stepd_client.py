@@ -61,6 +61,13 @@ class Stepd:
             return self.proc.poll() is None  # also reaps it
         return alive(self.ref)
 
+    def stop(self) -> None:
+        """SIGTERM to stepd alone (not a prolog it runs): it keeps the stop for its
+        worker, and spawns none if it has not yet."""
+        if self.running():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, _signal.SIGTERM)
+
     def kill(self) -> None:
         """SIGKILL its session's group (stepd leads it; its worker has a group of its own)."""
         if self.proc is None and not alive(self.ref):
