@@ -2,7 +2,12 @@
 
 A decision commits first; its `Effects` (signal, stops, the next generation's start,
 the end of a COMPLETING run) then run here, in commit order per job, on a chain: a later
-decision's stop never overtakes an earlier start. Every task is owned: `close` waits for
+decision's stop never overtakes an earlier start, save for one copy of it: a stop of one
+generation, decided while an effect of the job is still under way (its start waiting on a
+slow site prolog), is also sent at once beside the chain. The agent keeps a stop of a
+start it has not seen yet and never runs that generation, and hands one of a start under
+way to its stepd, which then spawns no worker: a job cancelled during its prolog never
+begins. The chain's own stop still follows, in order. Every task is owned: `close` waits for
 them with a graceful timeout at shutdown and cancels the rest, which is safe because the
 database says what is left (a STARTING run is relaunched and a COMPLETING run ended by
 the next reconcile, see upkeep.py). A best-effort stop (a node that is down) runs beside
@@ -87,7 +92,11 @@ class EffectRunner:
         return list(self._chains)
 
     def enqueue(self, fx: Effects) -> None:
-        """Carry out `fx` after every effect enqueued before for its job."""
+        """Carry out `fx` after every effect enqueued before for its job (and its stops of
+        one generation at once as well, when an earlier effect is still under way)."""
+        if self.busy(fx.job_id) and fx.stop_key is not None and fx.stop_key[1] is not None:
+            for stop in (s for s in fx.stops if not s.best_effort):
+                self.spawn(self._ask_to_stop(fx, stop, "asked to stop ahead"), "stop ahead")
         self.after(fx.job_id, lambda: self._carry_out(fx))
 
     def after(self, job_id: int, step: Callable[[], Awaitable[None]]) -> asyncio.Task[None] | None:
@@ -163,11 +172,13 @@ class EffectRunner:
         log.warning("no longer the job's owner: left to the new one", extra=kv(job=job_id))
         return False
 
-    async def _ask_to_stop(self, fx: Effects, stop: core.StopWorkers) -> None:
+    async def _ask_to_stop(
+        self, fx: Effects, stop: core.StopWorkers, what: str = "asked a lost node to stop"
+    ) -> None:
         job_id = fx.job_id
         replies = await self.agents.stop(job_id, stop.nodes, stop.grace_s, fx.stop_key)
         for node, reply in replies.items():
             log.info(
-                "asked a lost node to stop",
+                what,
                 extra=kv(job=job_id, node=node, ok=reply.ok, message=reply.message),
             )

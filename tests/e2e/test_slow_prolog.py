@@ -3,7 +3,7 @@ mount: seconds). Each start waits for it, and for the start queued behind it, an
 job runs once, in its first attempt (before, the launcher took a start it had not heard
 back from in 5 s for failed, requeued the job, and after three tries ended it
 NODE_FAIL); the agent stopped or killed while a start waits on it leaves nothing running
-unsupervised."""
+unsupervised, and a job stopped while its prolog runs never begins."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from pathlib import Path
 
 import asyncpg
 
+from muster.client import call
 from muster.cluster import Cluster, NodeDef
+from shared.api import JobSelector, Ok
 from tests.support.cluster import (
     eventually,
     job_state,
@@ -122,3 +124,28 @@ async def test_an_agent_killed_while_a_start_waits_on_the_prolog_adopts_that_sta
         await eventually(lambda: job_state(db, job_id), lambda s: s == "RUNNING", 90)
         await assert_first_attempt(db, job_id)
         assert await lines_of(runs, 1) == [f"run {job_id}"]
+
+
+async def test_a_job_cancelled_while_its_prolog_runs_never_begins_and_its_epilog_runs(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    """scancel while the site prolog runs: the agent hands the stop to the start's
+    stepd, which keeps it and never spawns the worker, so no line of a job its user
+    cancelled runs; the epilog runs after it, as after any job whose prolog ran
+    (before, the worker was spawned once the prolog ended, and stopped only then)."""
+    began, ran, ended = tmp_path / "began", tmp_path / "ran", tmp_path / "epilog.log"
+    epilog = tmp_path / "epilog.sh"
+    epilog.write_text(f'#!/bin/sh\necho "$SLURM_JOB_ID" >> {ended}\n')
+    epilog.chmod(0o755)
+    async with prolog_cluster(
+        tmp_path, nats_url, database_url, db, f": > {began}\nsleep 3\n", nodes(1),
+        MUSTER_EPILOG=str(epilog),
+    ) as cluster:  # fmt: skip
+        script = f"#!/bin/bash\n: > {ran}\nexec sleep 600\n"
+        reply = await submit(cluster.nats_url, script, ("--gpus-per-node=1",), str(tmp_path))
+        job_id = reply.job_ids[0]
+        await eventually(lambda: asyncio.to_thread(began.exists), bool, 30, "the prolog")
+        await call(cluster.nats_url, "cancel", JobSelector(user="root", job_ids=(job_id,)), Ok)
+        await eventually(lambda: job_state(db, job_id), lambda s: s == "CANCELLED", 30)
+        assert await lines_of(ended, 1) == [str(job_id)]  # stepd's last act: after it,
+        assert not ran.exists()  # no worker of this job can begin

@@ -1,6 +1,6 @@
 """The effects runner (services/launcher/effects.py): commit order per job, best-effort
-stops beside the chain, and every task owned and settled at close. Agents are a fake
-that records what it was asked, in order."""
+stops and stops ahead of a start under way beside the chain, and every task owned and
+settled at close. Agents are a fake that records what it was asked, in order."""
 
 from __future__ import annotations
 
@@ -71,6 +71,38 @@ async def test_a_later_decisions_stop_never_overtakes_an_earlier_start() -> None
                        end_delay_s=0.0))  # fmt: skip
     await fx.close(5.0)
     assert agents.calls == [("start", 7, ("a",)), ("stop", 7, ("a",)), ("end", 7, ())]
+
+
+AHEAD = {
+    "a stop of one generation, its start under way: sent at once, and again in order": (
+        (1, 1), True,
+        [("stop", 7, ("a",)), ("start", 7, ("a",)), ("stop", 7, ("a",)), ("end", 7, ())],
+    ),
+    "a stop of any generation of the attempt (an agent restart's): in order only": (
+        (1, None), True, [("start", 7, ("a",)), ("stop", 7, ("a",)), ("end", 7, ())],
+    ),
+    "nothing under way: the chain's stop alone": (
+        (1, 1), False, [("stop", 7, ("a",)), ("end", 7, ())],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("key", "starting", "want"), AHEAD.values(), ids=AHEAD.keys())
+async def test_a_stop_decided_while_its_start_is_under_way_goes_ahead_of_it(
+    key: tuple[int, int | None], starting: bool, want: list[tuple[str, int, tuple[str, ...]]]
+) -> None:
+    """The agent keeps a stop of a generation it has not started, and hands one of a
+    start under way (a slow prolog) to its stepd: the job never begins. The chain's
+    own stop still comes after the start, whose answer the run's end waits on."""
+    agents = FakeAgents()
+    fx = runner(agents, launch_s=0.2)
+    if starting:
+        fx.enqueue(Effects(spec=SPEC, job_id=7, start=gen()))
+    stops = [StopWorkers(nodes=("a",), grace_s=1)]
+    fx.enqueue(Effects(spec=SPEC, job_id=7, stop_key=key, stops=stops, end_delay_s=0.0))
+    await fx.close(5.0)
+    assert agents.calls == want
+    assert set(agents.keys) == {key}
 
 
 async def test_a_best_effort_stop_of_a_lost_node_holds_up_neither_the_stops_nor_the_restart() -> (
