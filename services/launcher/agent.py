@@ -40,7 +40,7 @@ from services.launcher.hooks import PrologFailed
 from services.launcher.isolation import NodeIsolation, for_worker
 from services.launcher.spool import Spool
 from services.launcher.stepd_client import START_TIMEOUT_S, Stepd, Zygote, started_or_ended
-from services.launcher.steps_agent import StepRunner
+from services.launcher.steps_agent import StepRunner, end_left_tasks
 from services.launcher.torchrun import fill_on_node
 from services.launcher.worker_table import (
     StepExit,
@@ -143,9 +143,15 @@ class NodeExecutor:
         )
 
     async def adopt(self) -> None:
-        """At start: take over the workers a previous agent left, report those that ended."""
-        for found in self.table.records():
-            record = self.table.with_pids(found)
+        """At start: take over the workers a previous agent left, report those that ended,
+        and end the srun step tasks it left (nobody can report those: their steps are
+        recorded lost)."""
+        records = [self.table.with_pids(found) for found in self.table.records()]
+        left = [task for record in records for task in self.table.tasks_left(record)]
+        if left:
+            log.warning("ending step tasks an earlier agent left", extra=kv(tasks=len(left)))
+            self._own(end_left_tasks(left))
+        for record in records:
             verdict = judge(self.table.facts(record, self.boot_id))
             log.info(
                 "worker record",

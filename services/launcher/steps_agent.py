@@ -13,6 +13,11 @@ A step is known here by (job, attempt, generation, step id) while it runs and fo
 the step over and sends it with `adopt`) waits on the step already running, or gets
 its outcome at once; it never starts the step twice. An `adopt` of a step this agent
 does not know (it restarted) answers that the step is lost.
+
+Each task is noted in its job's worker folder while it runs (`WorkerTable.add_task`):
+it is this agent's child, so an agent killed leaves it running with nobody to report
+or end it. The next agent ends every task still alive (`end_left_tasks`) before it
+serves, so a step the launcher records lost runs no more, and none outlives its job.
 """
 
 from __future__ import annotations
@@ -21,16 +26,27 @@ import asyncio
 import contextlib
 import logging
 import posixpath
+import signal as _signal
 import time
 from collections.abc import Coroutine, Mapping
+from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from services.launcher import cgroups
 from services.launcher.accounts import AccountPolicy, job_account
-from services.launcher.executor import LaunchError, Worker, spawn_worker
+from services.launcher.executor import LaunchError, Worker, process_gone, spawn_worker
 from services.launcher.steps_pty import relay, spawn_on_pty
+from services.launcher.worker_table import (
+    ProcessRef,
+    WorkerRecord,
+    WorkerTable,
+    alive,
+    kill_group,
+    process_ref,
+)
 from shared.agent_auth import TrustedKeys, check
 from shared.api import AGENT_PREFIX, StepLaunch, StepOutcome, StepStop
 from shared.bus import Bus
@@ -53,6 +69,7 @@ class NodeExecutor(Protocol):
     trusted_keys: TrustedKeys
     accounts: AccountPolicy
     allow_root: bool
+    table: WorkerTable
 
     @property
     def running(self) -> Mapping[int, Any]: ...  # job -> its worker (record, ended)
@@ -63,6 +80,7 @@ class StepRunner:
         self.executor = executor
         self.workers: dict[int, set[Worker]] = {}  # job -> its step tasks running here
         self.folders: dict[Worker, str] = {}  # task -> its step's output folder (srun's)
+        self.notes: dict[Worker, Path] = {}  # task -> its note in the job's worker folder
         self._tasks: set[asyncio.Task[None]] = set()
         self.live: dict[StepKey, asyncio.Future[StepOutcome]] = {}  # steps running here
         self.ended: dict[StepKey, tuple[float, StepOutcome]] = {}  # (monotonic end, outcome)
@@ -188,6 +206,7 @@ class StepRunner:
                 started.append(worker)
                 mine.add(worker)
                 self.folders[worker] = posixpath.dirname(task.stdout)
+                self._note(record, worker)
         except (LaunchError, OSError) as err:
             await asyncio.gather(*(w.terminate(0.0) for w in started), return_exceptions=True)
             self._forget(launch.job_id, started)
@@ -220,6 +239,7 @@ class StepRunner:
             return StepOutcome(ok=False, message=f"step did not start on {ex.node}: {err}")
         mine.add(worker)
         self.folders[worker] = posixpath.dirname(task.stdout)
+        self._note(ex.running[launch.job_id].record, worker)
         log.info("pty step started", extra=kv(job=launch.job_id, step=launch.step_id))
         try:
             await relay(ex.bus, launch.pty, master, worker)
@@ -228,11 +248,19 @@ class StepRunner:
             self._forget(launch.job_id, [worker])
         return StepOutcome(ok=True, exit_codes=(end.exit_code,), signals=(end.signal,))
 
+    def _note(self, record: WorkerRecord, worker: Worker) -> None:
+        ref = process_ref(worker.pid, zombie_ok=True)
+        if ref is not None:
+            self.notes[worker] = self.executor.table.add_task(record, ref)
+
     def _forget(self, job_id: int, workers: list[Worker]) -> None:
         mine = self.workers.get(job_id, set())
         mine.difference_update(workers)
         for worker in workers:
             self.folders.pop(worker, None)
+            note = self.notes.pop(worker, None)
+            if note is not None:
+                note.unlink(missing_ok=True)
         if not mine:
             self.workers.pop(job_id, None)
 
@@ -250,3 +278,15 @@ class StepRunner:
 
 async def _end(worker: Worker, grace_s: float) -> None:
     await worker.terminate(grace_s)
+
+
+async def end_left_tasks(tasks: list[ProcessRef], grace_s: float = END_GRACE_S) -> None:
+    """End the step tasks an earlier agent left running (`WorkerTable.tasks_left`):
+    SIGTERM to each one's process group, SIGKILL to those left after `grace_s`."""
+    for task in tasks:
+        kill_group(task, _signal.SIGTERM)
+    gone = [process_gone(task.pid, partial(alive, task)) for task in tasks]
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.gather(*gone), grace_s)
+    for task in tasks:
+        kill_group(task, _signal.SIGKILL)

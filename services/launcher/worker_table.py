@@ -12,7 +12,12 @@ Every worker has one folder under the node's state folder (`workers/<job>-<attem
   job's cgroup (`cgroups.CgroupRef`) where it has one: every process of the job is
   found and killed through it, not only the leader's process group;
 - `exit.json` (`StepExit`, by stepd): how the worker ended, and why (exited, fenced,
-  stopped).
+  stopped);
+- `tasks/<pid>-<start>.json` (`ProcessRef`, by the agent): each srun step task the agent
+  runs inside the job (steps_agent.py), while it runs. A task is the agent's child, not
+  stepd's: an agent killed leaves it running with nobody to report or end it, so the
+  next agent ends every one still alive (`tasks_left`; the launcher records such a step
+  lost), and so does `muster down`.
 
 Every file is written atomically (a temporary file renamed over it), so a reader sees
 the old record or the new one, never half. A pid alone is never trusted: a record names
@@ -270,6 +275,22 @@ class WorkerTable:
     def remove(record: WorkerRecord) -> None:
         shutil.rmtree(record.folder, ignore_errors=True)
 
+    @staticmethod
+    def add_task(record: WorkerRecord, ref: ProcessRef) -> Path:
+        """Note a step task this job runs (the module doc); unlink the path it ends."""
+        path = Path(record.folder) / "tasks" / f"{ref.pid}-{ref.start}.json"
+        path.parent.mkdir(exist_ok=True)
+        write_struct(path, ref)
+        return path
+
+    @staticmethod
+    def tasks_left(record: WorkerRecord) -> list[ProcessRef]:
+        """The step tasks noted in the record and still alive, their notes taken away."""
+        folder = Path(record.folder) / "tasks"
+        refs = [read_struct(path, ProcessRef) for path in sorted(folder.glob("*.json"))]
+        shutil.rmtree(folder, ignore_errors=True)
+        return [ref for ref in refs if ref is not None and alive(ref)]
+
     def with_pids(self, record: WorkerRecord) -> WorkerRecord:
         """The record with the pids stepd reported, if the record lacks them."""
         if record.worker is not None:
@@ -306,15 +327,20 @@ def kill_group(worker: ProcessRef | None, sig: int, cgroup: CgroupRef | None = N
 
 def stop_recorded_workers(state_dir: str | Path, grace_s: float = 5.0) -> list[int]:
     """Stop every worker recorded under any node of a local cluster's state folder
-    (`muster down`): SIGTERM to each live worker group and its stepd, SIGKILL to what is
-    left after `grace_s`. Returns the worker pids it signalled; records stay, so an
-    agent started later still reports their exits."""
+    (`muster down`): SIGTERM to each live worker group, step task and stepd, SIGKILL to
+    what is left after `grace_s`. Returns the worker pids it signalled; records stay, so
+    an agent started later still reports their exits."""
     records = list(_all_records(Path(state_dir)))
     hit = [r for r in records if kill_group(r.worker, _signal.SIGTERM, r.cgroup)]
+    tasks = [task for r in records for task in WorkerTable.tasks_left(r)]
+    for task in tasks:
+        kill_group(task, _signal.SIGTERM)
     _signal_stepds(records, _signal.SIGTERM)
-    _wait_until_gone([r.worker for r in records], grace_s)
+    _wait_until_gone([r.worker for r in records] + list(tasks), grace_s)
     for r in records:
         kill_group(r.worker, _signal.SIGKILL, r.cgroup)
+    for task in tasks:
+        kill_group(task, _signal.SIGKILL)
     _wait_until_gone([r.stepd for r in records], STEPD_RECORD_S)  # each records its exit
     _signal_stepds(records, _signal.SIGKILL)
     return [r.worker.pid for r in hit if r.worker is not None]

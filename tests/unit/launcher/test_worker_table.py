@@ -150,6 +150,30 @@ def record(table: WorkerTable, job_id: int) -> WorkerRecord:
     return rec
 
 
+def test_the_step_tasks_left_are_the_noted_ones_still_alive_and_their_notes_go(
+    tmp_path: Path,
+) -> None:
+    """What the next agent ends: a noted task still running, not one that ended (its
+    pid may be another process's by now) nor one whose note was taken away."""
+    table = WorkerTable(tmp_path / "node")
+    rec = record(table, 5)
+    running = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    ended = subprocess.Popen(["true"])
+    gone = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    try:
+        refs = [process_ref(p.pid, zombie_ok=True) for p in (running, ended, gone)]
+        assert all(ref is not None for ref in refs)
+        notes = [table.add_task(rec, ref) for ref in refs if ref is not None]
+        ended.wait()
+        notes[2].unlink()  # the agent reaped it and took its note away
+        assert table.tasks_left(rec) == [refs[0]]
+        assert table.tasks_left(rec) == []  # notes are read once
+    finally:
+        for proc in (running, gone):
+            proc.kill()
+            proc.wait()
+
+
 # --- stepd, a real process ------------------------------------------------------------
 
 
