@@ -291,6 +291,9 @@ class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
     # `status`: (job_id, attempt, generation) whose start is under way (a prolog may take
     # longer than one request's timeout: the launcher waits while its start is listed)
     starting: tuple[tuple[int, int, int], ...] = ()
+    # `status`: (job_id, attempt, generation, step id) of the srun steps running there (a
+    # step's answer waits on its tasks: the launcher asks again while it is listed)
+    steps: tuple[tuple[int, int, int, int], ...] = ()
     port: int = 0  # `port`: a TCP port free on the node's own address right now
     answered: bool = True  # False: made up by the caller, the agent never answered
 

@@ -513,7 +513,9 @@ class NodeExecutor:
     async def _on_status(self, _payload: bytes, _subject: str) -> bytes:
         alive_ = tuple((w.job_id, w.attempt, w.generation) for w in self.running_workers())
         starting = tuple(sorted(self._starting))
-        return msgspec.json.encode(AgentReply(ok=True, workers=alive_, starting=starting))
+        steps = tuple(sorted(self.steps.live))
+        reply = AgentReply(ok=True, workers=alive_, starting=starting, steps=steps)
+        return msgspec.json.encode(reply)
 
 
 def aimed_at(req: StopWorkers, record: WorkerRecord) -> bool:

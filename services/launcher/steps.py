@@ -15,6 +15,12 @@ with the same request (its output folder names the step), which any replica answ
 from the row. When a replica dies, its steps' leases run out and another replica's
 sweep claims them and asks their agents again with `adopt` (docs/steps.md): the agents
 answer with each step's outcome once its tasks end, and that replica records it.
+
+While it waits on a node, the coordinator asks the node's `status` every `PROBE_S`.
+An agent that answers but no longer lists the step (it was restarted: the tasks a
+killed agent left are ended by the next one) is asked with `adopt`, which it answers
+at once: the step's outcome if it has just ended, else that it is lost. Before, such
+a step stayed RUNNING, and its srun waited, until the job's time limit.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from shared.api import (
     AGENT_PREFIX,
     API_PREFIX,
     Ok,
+    StatusRequest,
     StepCancelRequest,
     StepLaunch,
     StepOutcome,
@@ -75,6 +82,7 @@ QUEUE = "launcher"
 MARGIN_S = 60.0  # past the job's time limit, a node's silence means it is lost
 ANSWER_S = 5.0  # srun's request is answered within this; RUNNING: ask again
 POLL_S = 1.0  # how often a request for a step another replica coordinates reads its row
+PROBE_S = 5.0  # how often a node a step waits on is asked whether it still runs the step
 
 
 class StepService:
@@ -359,6 +367,25 @@ class StepService:
         )
 
     async def _call(self, node: str, launch: StepLaunch, timeout: float) -> StepOutcome:
+        """The node's answer to `launch`; asked again (`adopt`) as soon as the node's agent
+        answers its status without the step (the module doc)."""
+        answer = asyncio.ensure_future(self._ask(node, launch, timeout))
+        key = (launch.job_id, launch.attempt, launch.generation, launch.step_id)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                await asyncio.wait({answer}, timeout=PROBE_S)
+                if answer.done():
+                    return answer.result()
+                status = await self.agents.call(node, "status", StatusRequest())
+                if status.answered and key not in status.steps:
+                    again = msgspec.structs.replace(launch, adopt=True)
+                    return await self._ask(node, again, PROBE_S)
+            return await answer
+        finally:
+            answer.cancel()
+
+    async def _ask(self, node: str, launch: StepLaunch, timeout: float) -> StepOutcome:
         signer = self.agents.signer
         if signer is None:
             return StepOutcome(ok=False, message="the launcher has no signing key")

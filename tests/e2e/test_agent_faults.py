@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -22,8 +23,9 @@ from services.launcher.worker_table import (
     WorkerTable,
     alive,
     node_state_folder,
+    process_ref,
 )
-from tests.support.cluster import eventually, kill9, nodes, running_cluster, submit
+from tests.support.cluster import eventually, kill9, nodes, pid_from, running_cluster, submit
 
 pytestmark = pytest.mark.slow
 
@@ -234,6 +236,51 @@ async def test_a_worker_left_without_its_stepd_is_killed_by_the_next_agent_and_r
             what="the launcher ending or restarting the lost attempt",
         )
         assert row["state"] != "RUNNING" or row["restart_count"] > first["restart_count"]
+
+
+async def test_a_step_task_a_killed_agent_left_is_ended_by_the_next_agent(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    """kill -9 of the agent while an srun step runs in a job: the step's task is the
+    agent's child, not a stepd's, so nothing could report or end it, and the launcher
+    records the step lost. The next agent ends the task (noted in the job's worker
+    folder) and adopts the job's worker, which runs on; the launcher, asking the new
+    agent's status, hears the step is lost and srun gets a failure (before, the task
+    ran on untracked, past its job's end where the job has no cgroup, and srun waited
+    for the job's time limit)."""
+    state, work = tmp_path / "state", tmp_path / "work"
+    work.mkdir()
+    [node] = nodes(1)
+    task = f"echo $$ > {work}/task.pid; exec sleep 1000"
+    script = f"""#!/bin/bash
+export MUSTER_KEY_DIR={state / "keys"}
+{sys.executable} -m muster.cli srun bash -c '{task}'
+echo "rc=$?" > {work}/srun.txt
+exec sleep 1000
+"""
+    async with running_cluster(state, nats_url, database_url, db, [node], **RESTART_ENV) as c:
+        job_id = (await submit(nats_url, script, ONE_GPU, workdir=str(work))).job_ids[0]
+        task_ref = process_ref(await pid_from(work / "task.pid", 90))
+        record = records(state, node.name)[job_id]  # its worker runs srun: it has pids
+        kill9(c, f"node-{node.name}")
+        assert alive(task_ref), "the step's task outlives its agent"
+        c.start_node(node, **RESTART_ENV)
+        await eventually(
+            lambda: _async(alive(task_ref)), lambda up: not up, 30, "the task left ended"
+        )
+        assert alive(record.worker), "the job's worker is adopted, not ended"
+        step = await eventually(
+            lambda: db.fetchrow("SELECT state, message FROM job_steps WHERE job_id = $1", job_id),
+            lambda r: r is not None and r["state"] != "RUNNING",
+            30,
+            "the step recorded lost (the launcher asks the new agent, which does not list it)",
+        )
+        assert step["state"] == "FAILED" and "not known on node01: lost" in step["message"]
+        said = work / "srun.txt"
+        srun = await eventually(lambda: _async(said.read_text() if said.exists() else ""), bool)
+        assert srun.strip() != "rc=0"  # srun in the job hears it failed, and the job goes on
+        row = await run_row(db, job_id)
+        assert row is not None and row["state"] == "RUNNING" and row["restart_count"] == 0
 
 
 async def started_worker(state: Path, node: str, job_id: int) -> tuple[WorkerRecord, list[int]]:
