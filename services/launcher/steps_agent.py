@@ -185,7 +185,7 @@ class StepRunner:
         started: list[Worker] = []
         mine = self.workers.setdefault(launch.job_id, set())
         if launch.pty:
-            return await self._run_pty(launch, record.cgroup, mine)
+            return await self._run_pty(launch, record, mine)
         try:
             run_as = job_account(launch.run_as, ex.accounts)
             for task in launch.tasks:
@@ -226,20 +226,22 @@ class StepRunner:
         )
 
     async def _run_pty(
-        self, launch: StepLaunch, cgroup: cgroups.CgroupRef | None, mine: set[Worker]
+        self, launch: StepLaunch, record: WorkerRecord, mine: set[Worker]
     ) -> StepOutcome:
         """`srun --pty`: its one task on a terminal relayed over the bus (steps_pty.py)."""
         ex = self.executor
         task = launch.tasks[0]
         try:
             run_as = job_account(launch.run_as, ex.accounts)
-            worker, master = spawn_on_pty(launch.argv, task.env, launch.workdir, run_as, cgroup)
+            worker, master = spawn_on_pty(
+                launch.argv, task.env, launch.workdir, run_as, record.cgroup
+            )
         except (LaunchError, OSError, cgroups.CgroupError) as err:
             self._forget(launch.job_id, [])
             return StepOutcome(ok=False, message=f"step did not start on {ex.node}: {err}")
         mine.add(worker)
         self.folders[worker] = posixpath.dirname(task.stdout)
-        self._note(ex.running[launch.job_id].record, worker)
+        self._note(record, worker)
         log.info("pty step started", extra=kv(job=launch.job_id, step=launch.step_id))
         try:
             await relay(ex.bus, launch.pty, master, worker)
@@ -249,9 +251,16 @@ class StepRunner:
         return StepOutcome(ok=True, exit_codes=(end.exit_code,), signals=(end.signal,))
 
     def _note(self, record: WorkerRecord, worker: Worker) -> None:
+        """Note the task in its job's worker folder, for an agent that follows this one.
+        A note that cannot be written (the job's folder just went with its end) is
+        logged: the task itself is ended with its job by this agent."""
         ref = process_ref(worker.pid, zombie_ok=True)
-        if ref is not None:
+        if ref is None:
+            return
+        try:
             self.notes[worker] = self.executor.table.add_task(record, ref)
+        except OSError as err:
+            log.warning("step task not noted", extra=kv(job=record.job_id, error=str(err)))
 
     def _forget(self, job_id: int, workers: list[Worker]) -> None:
         mine = self.workers.get(job_id, set())
