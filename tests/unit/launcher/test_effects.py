@@ -78,7 +78,7 @@ AHEAD = {
         (1, 1), True,
         [("stop", 7, ("a",)), ("start", 7, ("a",)), ("stop", 7, ("a",)), ("end", 7, ())],
     ),
-    "a stop of any generation of the attempt (an agent restart's): in order only": (
+    "a stop of any generation of the attempt (a resumed stop, upkeep.py): in order only": (
         (1, None), True, [("start", 7, ("a",)), ("stop", 7, ("a",)), ("end", 7, ())],
     ),
     "nothing under way: the chain's stop alone": (
