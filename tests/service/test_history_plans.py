@@ -3,13 +3,16 @@ PostgreSQL: with 20,000 ended jobs recorded (their allocations, node and GPU row
 as the record) and three running, none of them reads a whole table of that history.
 Each would have before its index (migration 0021: the release step's spare-pending
 rows, health's live allocations per node) or its lookup by key (the queue's runs,
-`shared/waiting.py`)."""
+`shared/waiting.py`). Nor do the metrics every scrape reads from the events the
+outbox keeps (migration 0022: the node faults' own index)."""
 
 from __future__ import annotations
 
 import asyncpg
 
+from services.health.metrics import XIDS
 from services.health.repo import LIVE_PER_NODE
+from services.launcher.metrics import FAULT_TO_RESTART, RESTART_BUCKETS
 from services.placer.repo.allocations import (
     _RELEASE_DROPPED,
     _RELEASE_FINISHED,
@@ -86,3 +89,21 @@ async def test_no_cycle_read_scans_the_history(db: asyncpg.Connection) -> None:
         if scans:
             scanned[what] = f"reads all of {scans}:\n{plan}"
     assert not scanned, "\n\n".join(f"{what} {why}" for what, why in scanned.items())
+
+
+async def test_no_metric_reads_every_event_the_outbox_kept(db: asyncpg.Connection) -> None:
+    """20,000 published events, 20 of them node faults: the fault metrics read those."""
+    await db.execute(
+        "INSERT INTO outbox(event_id, subject, payload, published_at)"
+        " SELECT gen_random_uuid(), CASE WHEN i % 1000 = 0 THEN 'muster.node.fault'"
+        " ELSE 'muster.job.started' END, convert_to('{\"job_id\": 1}', 'UTF8'), now()"
+        " FROM generate_series(1, $1::int) i",
+        ENDED,
+    )
+    await db.execute("ANALYZE outbox")
+    reads = {"health: XIDs": (XIDS, ()), "launcher: fault to restart": (FAULT_TO_RESTART, (
+        [float(b) for b in RESTART_BUCKETS],
+    ))}  # fmt: skip
+    for what, (sql, args) in reads.items():
+        plan = "\n".join(r[0] for r in await db.fetch(f"EXPLAIN {sql}", *args))
+        assert "Seq Scan on outbox " not in plan, f"{what} reads every event:\n{plan}"
