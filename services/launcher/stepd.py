@@ -57,6 +57,7 @@ from services.launcher.worker_table import (
 
 log = logging.getLogger(__name__)
 POLL_S = 0.25
+STOPS = frozenset({_signal.SIGTERM, _signal.SIGINT})  # what stops stepd and its worker
 LOG_FORMAT = "%(asctime)s stepd %(message)s"  # each stepd's lines in its stepd.log
 
 
@@ -186,8 +187,14 @@ def _stop_on_signals() -> asyncio.Event:
     and leave the worker running with nobody to stop it or record its exit."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (_signal.SIGTERM, _signal.SIGINT):
+    for sig in STOPS:
         loop.add_signal_handler(sig, stop.set)
+    # A zygote's spare is born with them blocked: one sent before this line is pending.
+    # It is taken as a stop at once (the handler would run only on the loop's next turn,
+    # after the look before the prolog), then let through; the worker inherits none.
+    if _signal.sigpending() & STOPS:
+        stop.set()
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, STOPS)
     return stop
 
 

@@ -34,7 +34,7 @@ import msgspec
 import uvloop
 
 from services.launcher import cgroups
-from services.launcher.stepd import LOG_FORMAT, run_folder
+from services.launcher.stepd import LOG_FORMAT, STOPS, run_folder
 from services.launcher.worker_table import StepExit, StepSpec, StepStarted, process_ref
 
 REFILL_S = 0.05  # quiet this long after a hand-over: the next spare is forked
@@ -114,11 +114,16 @@ def _hand_over(spare: Spare | None, folder: str, hierarchy: Hierarchy) -> Spare:
 
 
 def _fork_spare(hierarchy: Hierarchy) -> Spare:
+    """A spare, born with SIGTERM and SIGINT blocked: a stop sent the moment its pid is
+    known (the agent's stop of the start it was handed) waits, pending, until stepd's
+    handlers are set (`stepd._stop_on_signals`), instead of ending it without a word."""
     read_fd, write_fd = os.pipe()
+    before = _signal.pthread_sigmask(_signal.SIG_BLOCK, STOPS)
     pid = os.fork()
     if pid == 0:
         os.close(write_fd)
         _wait_as_spare(read_fd, hierarchy)
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, before)
     os.close(read_fd)
     ref = process_ref(pid)
     return Spare(pid=pid, start=ref.start if ref is not None else 0, fd=write_fd)

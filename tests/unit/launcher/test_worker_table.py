@@ -425,6 +425,26 @@ async def test_a_start_is_handed_the_spare_forked_ahead_and_the_next_spare_follo
     assert after != spare
 
 
+async def test_a_stop_sent_to_a_spare_before_its_handlers_are_set_is_kept_not_fatal(
+    tmp_path: Path, zygote: tuple[WorkerTable, Zygote]
+) -> None:
+    """A spare is born with SIGTERM blocked: a stop that reaches it before stepd set its
+    handlers (here: before it was even handed a folder; in the agent, the instant after
+    the handover) is pending, then taken as a stop: STOPPED, no worker. By the default
+    action it ended the spare without a word, and the start failed as a refusal."""
+    table, zyg = zygote
+    spare = only_spare(zyg, "the zygote's first spare")
+    until(lambda: os.getsid(spare) == spare, "the spare's session of its own")
+    os.kill(spare, signal.SIGTERM)
+    ran = tmp_path / "ran"
+    rec = prepared(table, 13, f": > {ran}; sleep 1000", tmp_path)
+    stepd = await zyg.take(Path(rec.folder))
+    assert stepd.pid == spare  # alive, and handed the start
+    got = finished(stepd, table, rec)
+    assert got == StepExit(ending=Ending.STOPPED, signal=signal.SIGTERM)
+    assert table.started(rec) is None and not ran.exists()
+
+
 async def test_a_killed_spare_is_replaced_when_a_start_is_asked(
     tmp_path: Path, zygote: tuple[WorkerTable, Zygote]
 ) -> None:
