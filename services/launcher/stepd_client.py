@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from services.launcher.executor import LaunchError
+from services.launcher.stepd import STOPS
 from services.launcher.worker_table import (
     ProcessRef,
     StepExit,
@@ -79,7 +80,16 @@ class Stepd:
 
 
 def start_stepd(folder: Path) -> Stepd:
-    """A new stepd for `folder`, from a cold start."""
+    """A new stepd for `folder`, from a cold start: with SIGTERM and SIGINT blocked, as a
+    zygote's spare is, so a stop before its handlers are set is kept (stepd.py)."""
+    before = _signal.pthread_sigmask(_signal.SIG_BLOCK, STOPS)
+    try:
+        return _cold_stepd(folder)
+    finally:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, before)
+
+
+def _cold_stepd(folder: Path) -> Stepd:
     with (folder / "stepd.log").open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "services.launcher.stepd", str(folder)],

@@ -23,6 +23,7 @@ import pytest
 from services.health.probe import kernel_boot_id
 from services.launcher.executor import group_members
 from services.launcher.stepd_client import Stepd, Zygote
+from services.launcher.stepd_client import start_stepd as cold_stepd
 from services.launcher.worker_table import (
     Ending,
     Facts,
@@ -340,6 +341,21 @@ def test_a_stop_that_comes_while_the_prolog_runs_means_the_worker_never_begins(
     assert ended(proc, table, rec) == StepExit(ending=Ending.STOPPED, signal=signal.SIGTERM)
     assert table.started(rec) is None
     assert not ran.exists()
+
+
+def test_a_stop_sent_while_a_cold_stepd_starts_its_interpreter_is_kept(tmp_path: Path) -> None:
+    """A cold stepd (no zygote) is started with SIGTERM blocked: a stop sent before its
+    interpreter has set the handlers is pending, then taken as a stop, and no worker
+    begins. By the default action it ended stepd without a word."""
+    table = WorkerTable(tmp_path / "node")
+    touch(table.contact)
+    ran = tmp_path / "ran"
+    rec = prepared(table, 14, f": > {ran}; sleep 1000", tmp_path)
+    stepd = cold_stepd(Path(rec.folder))
+    os.kill(stepd.pid, signal.SIGTERM)  # its interpreter is still starting
+    assert stepd.proc is not None
+    assert ended(stepd.proc, table, rec) == StepExit(ending=Ending.STOPPED, signal=signal.SIGTERM)
+    assert table.started(rec) is None and not ran.exists()
 
 
 # --- the stepd zygote the agent keeps ready --------------------------------------------
