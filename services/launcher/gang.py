@@ -13,6 +13,7 @@ import logging
 import signal as _signal
 import sys
 import time
+from typing import Any
 
 import msgspec
 
@@ -96,7 +97,7 @@ class Agents:
                 if status.answered and key in status.workers:
                     # it runs, and this ask is unanswered (an agent restarted under the
                     # start adopted it): asked again, a running start answers at once
-                    await _dropped(asked)
+                    await dropped(asked)
                     asked = asyncio.ensure_future(
                         self.call(node, "start", body, timeout=START_CAP_S)
                     )
@@ -112,7 +113,7 @@ class Agents:
                 message=f"node {node} did not answer its start in {START_CAP_S:.0f} s",
             )  # fmt: skip
         finally:
-            await _dropped(asked)
+            await dropped(asked)
 
     async def free_port(self, node: str) -> AgentReply:
         """A port free on `node` itself (the rendezvous host): only it can know."""
@@ -168,8 +169,9 @@ class Agents:
         return msgspec.json.decode(raw, type=AgentReply)
 
 
-async def _dropped(task: asyncio.Future[AgentReply]) -> None:
-    """A request no longer waited for: cancelled, if it has not ended, and let go."""
+async def dropped(task: asyncio.Future[Any]) -> None:
+    """A request no longer waited for: cancelled, if it has not ended, and let go
+    (a start's here, a step's in steps.py)."""
     if not task.done():
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

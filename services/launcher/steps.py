@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from services.launcher import steps_repo as repo
-from services.launcher.gang import Agents
+from services.launcher.gang import Agents, dropped
 from services.launcher.steps_core import (
     Layout,
     Refusal,
@@ -369,21 +369,20 @@ class StepService:
     async def _call(self, node: str, launch: StepLaunch, timeout: float) -> StepOutcome:
         """The node's answer to `launch`; asked again (`adopt`) as soon as the node's agent
         answers its status without the step (the module doc)."""
-        answer = asyncio.ensure_future(self._ask(node, launch, timeout))
+        answer = asyncio.ensure_future(self._ask(node, launch, timeout))  # ends by `timeout`
         key = (launch.job_id, launch.attempt, launch.generation, launch.step_id)
-        deadline = time.monotonic() + timeout
         try:
-            while time.monotonic() < deadline:
+            while not answer.done():
                 await asyncio.wait({answer}, timeout=PROBE_S)
                 if answer.done():
-                    return answer.result()
+                    break
                 status = await self.agents.call(node, "status", StatusRequest())
                 if status.answered and key not in status.steps:
                     again = msgspec.structs.replace(launch, adopt=True)
                     return await self._ask(node, again, PROBE_S)
-            return await answer
+            return answer.result()
         finally:
-            answer.cancel()
+            await dropped(answer)
 
     async def _ask(self, node: str, launch: StepLaunch, timeout: float) -> StepOutcome:
         signer = self.agents.signer
