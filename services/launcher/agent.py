@@ -253,7 +253,7 @@ class NodeExecutor:
         if key in self._stopped:
             return AgentReply(ok=True, message="stopped before it started")
         try:
-            run = await self._launch(spec)
+            run, never = await self._launch(spec)
         except (LaunchError, OSError) as err:
             self.spool.remove(spec.job_id, spec.attempt, spec.generation)
             log.warning("worker did not start", extra=kv(job=spec.job_id, error=str(err)))
@@ -263,8 +263,7 @@ class NodeExecutor:
         self._track(run)
         worker = run.record.worker
         if worker is None:  # stepd was stopped (or fenced) while the prolog ran
-            ending = self.table.exit_of(run.record)
-            why = f"{ending.ending if ending is not None else 'stopped'} before its worker began"
+            why = f"{never.ending if never is not None else 'stopped'} before its worker began"
             log.info(why, extra=kv(job=spec.job_id))
             return AgentReply(ok=True, message=why)
         log.info("worker started", extra=kv(job=spec.job_id, gen=spec.generation, pid=worker.pid))
@@ -273,8 +272,9 @@ class NodeExecutor:
             return AgentReply(ok=True, message="stopped as it started")
         return AgentReply(ok=True, message=f"pid {worker.pid}")
 
-    async def _launch(self, spec: WorkerSpec) -> _Running:
-        """Record the worker, start its stepd, wait until it says the worker runs."""
+    async def _launch(self, spec: WorkerSpec) -> tuple[_Running, StepExit | None]:
+        """Record the worker, start its stepd, wait until it says the worker runs; and
+        how it ended, when stepd said that first (stopped or fenced during the prolog)."""
         run_as = job_account(spec.run_as, self.accounts)
         spool = self._spool(spec, run_as.uid if run_as else None)
         folder = self.table.folder(spec.job_id, spec.attempt, spec.generation)
@@ -314,11 +314,16 @@ class NodeExecutor:
             self.table.remove(record)
             failure = PrologFailed if outcome.prolog_failed else LaunchError
             raise failure(outcome.spawn_failed)
-        started = self.table.started(record)
+        # stepd's word that the worker runs, read once; read again only after an exit,
+        # which may have come with a start that was not there at the first look
+        started = outcome if isinstance(outcome, StepStarted) else self.table.started(record)
         if started is not None:
-            record = self.table.with_pids(record)
+            record = msgspec.structs.replace(
+                record, stepd=started.stepd, worker=started.worker, cgroup=started.cgroup
+            )
             self.table.save(record)
-        return _Running(record, proc=stepd.proc)
+        ended = outcome if isinstance(outcome, StepExit) else None
+        return _Running(record, proc=stepd.proc), ended
 
     def _start_budget_s(self) -> float:
         """How long stepd may take to say the worker runs: a start's own time, and the
