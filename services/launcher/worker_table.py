@@ -336,7 +336,7 @@ def stop_recorded_workers(state_dir: str | Path, grace_s: float = 5.0) -> list[i
     for task in tasks:
         kill_group(task, _signal.SIGTERM)
     _signal_stepds(records, _signal.SIGTERM)
-    _wait_until_gone([r.worker for r in records] + list(tasks), grace_s)
+    _wait_until_gone([*(r.worker for r in records), *tasks], grace_s)
     for r in records:
         kill_group(r.worker, _signal.SIGKILL, r.cgroup)
     for task in tasks:

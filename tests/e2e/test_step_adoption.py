@@ -23,6 +23,7 @@ from tests.support.cluster import (
     job_state,
     kill9,
     nodes,
+    pid_from,
     process_alive,
     running_cluster,
     submit,
@@ -67,14 +68,7 @@ async def test_a_step_whose_launcher_dies_is_adopted_and_srun_gets_its_exit(
     work.mkdir()
     keys = tmp_path / "state" / "keys"
     job = (await submit(cluster.nats_url, script(work, keys), ("-t", "5"), str(work))).job_ids[0]
-    pid_file = work / "task.pid"
-
-    async def task_pid() -> int | None:
-        text = pid_file.read_text().strip() if pid_file.exists() else ""
-        return int(text) if text.isdigit() else None
-
-    pid = await eventually(task_pid, lambda p: p is not None, 90, "the step's task runs")
-    assert pid is not None
+    pid = await pid_from(work / "task.pid", 90)  # the step's task runs
     row = await db.fetchrow(STEP, job)
     assert row is not None and row["state"] == "RUNNING"
     first = row["coordinator"]
