@@ -47,6 +47,7 @@ DLQ_STREAM = "MUSTER_DLQ"
 DLQ_PREFIX = "muster.dlq."
 BACKOFF_S = (0.2, 1.0, 3.0, 10.0, 30.0)
 NOT_MINE_DELAY_S = 1.0  # a hand-back to the replica that owns the work
+STREAM_MAX_AGE_S = 7 * 24 * 3600.0  # what the event streams keep: a week
 STREAM_NAME_IN_USE = 10058  # add_stream's answer for an existing, different config
 STREAM_VISIBLE_S = 10.0  # how long a created stream may take to answer (a forming cluster)
 CRASH_LIMIT_FACTOR = 10
@@ -175,7 +176,7 @@ class Bus:
                 subjects=subjects,
                 storage=api.StorageType.FILE,
                 duplicate_window=120.0,
-                max_age=7 * 24 * 3600.0,
+                max_age=STREAM_MAX_AGE_S,
                 num_replicas=self.stream_replicas,
             )
             try:

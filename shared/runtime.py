@@ -2,7 +2,7 @@
 
 `run_service` runs a service's `main(stop)` on uvloop; SIGTERM or SIGINT sets `stop`,
 consumers finish the message in hand, the relay and the connections drain.
-`service_context` is the `async with` that owns a process's bus, pool and relay; it
+`service_context` is the `async with` that owns a process's bus, pool, relay and pruner; it
 waits for NATS and PostgreSQL with backoff instead of failing when they are not up yet.
 `until_stopped` runs a service's loops (Temporal-worker style: run until `stop`, then a
 graceful timeout, then cancel), restarting a loop that fails instead of ending the
@@ -28,6 +28,7 @@ from shared.bus_auth import relay_subjects
 from shared.db import Pool, Relay, create_pool, migrate
 from shared.logs import kv, setup_logging
 from shared.metrics import close_metrics, start_metrics
+from shared.retention import Pruner, Retention
 from shared.settings import Settings
 from shared.telemetry import setup_tracing
 from shared.transient import Backoff, is_transient
@@ -53,6 +54,7 @@ class ServiceContext(Generic[S]):
     bus: Bus
     pool: Pool
     relay: Relay
+    pruner: Pruner
 
 
 async def until_ready(what: str, attempt: Callable[[], Awaitable[T]], stop: asyncio.Event) -> T:
@@ -129,11 +131,20 @@ async def service_context(
             # On a secured bus a service may publish only its own events: its relay
             # leaves the other services' outbox rows to theirs.
             owned = relay_subjects(settings.service_name) if settings.nats_creds else None
-            yield ServiceContext(settings, bus, pool, Relay(pool, bus, subjects=owned))
+            relay = Relay(pool, bus, subjects=owned)
+            yield ServiceContext(settings, bus, pool, relay, Pruner(pool, retention(settings)))
         finally:
             await _close_pool(pool, settings.drain_timeout_s)
     finally:
         await bus.close()
+
+
+def retention(settings: Settings) -> Retention:
+    return Retention(
+        outbox_keep_s=settings.outbox_keep_s,
+        inbox_keep_s=settings.inbox_keep_s,
+        every_s=settings.prune_every_s,
+    )
 
 
 async def _close_pool(pool: Pool, timeout_s: float) -> None:

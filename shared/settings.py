@@ -59,6 +59,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_deliver: int = 5
     ack_wait_s: float = 30.0
     drain_timeout_s: float = 10.0
+    # The outbox and the inbox are trimmed every `prune_every_s` (shared/retention.py):
+    # events published this long ago go, the node faults excepted; the inbox keeps at
+    # least what the stream can still redeliver (8 days), whatever is set here.
+    outbox_keep_s: float = 7 * 24 * 3600.0
+    inbox_keep_s: float = 8 * 24 * 3600.0
+    prune_every_s: float = 600.0
     # Every query has a deadline, so an outage or a stuck lock delays a loop instead of
     # hanging it: the server cancels a statement or a lock wait (both transient errors,
     # retried), asyncpg gives up a little later if the server is gone, and a transaction

@@ -139,7 +139,7 @@ class Admission:
             await every(NONCE_SWEEP_S, stop, self.ledger.sweep)
 
         try:
-            await until_stopped(stop, self.ctx.relay.run, watch, sweep)
+            await until_stopped(stop, self.ctx.relay.run, self.ctx.pruner.run, watch, sweep)
         finally:
             if self._inflight:
                 await asyncio.wait(self._inflight, timeout=self.ctx.settings.drain_timeout_s)

@@ -89,7 +89,9 @@ class FairShare:
     async def run(self, stop: asyncio.Event) -> None:
         await self.serve_api()
         try:
-            await until_stopped(stop, self._consume, self._decay_loop, self._priority_loop)
+            await until_stopped(
+                stop, self._consume, self._decay_loop, self._priority_loop, self.ctx.pruner.run
+            )
         finally:
             await self.verifier.aclose()  # its signature batch, if one is in flight
 

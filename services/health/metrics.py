@@ -3,7 +3,7 @@
 Nodes by state, GPUs by state (allocated, idle, unhealthy, drained) and partition, the
 XIDs seen by xid and fault class, and how often the liveness judge changed hands. The
 XID count is read from the `node.fault` events the monitor committed to the outbox
-(kept, never pruned), so it survives restarts of every process.
+(the pruner keeps them, shared/retention.py), so it survives restarts of every process.
 """
 
 from __future__ import annotations

@@ -130,7 +130,12 @@ class Monitor:
         sub = await self.ctx.bus.nc.subscribe(HEARTBEAT_PREFIX + "*", cb=self._on_heartbeat)
         try:
             await until_stopped(
-                stop, self._consume, self._lease_loop, self._liveness, self.ctx.relay.run
+                stop,
+                self._consume,
+                self._lease_loop,
+                self._liveness,
+                self.ctx.relay.run,
+                self.ctx.pruner.run,
             )
             await self._release_lease()
         finally:

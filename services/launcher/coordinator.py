@@ -108,7 +108,7 @@ class Coordinator:
                 stop, self._consume, self.cleaner.consume, self.cleaner.retry_loop,
                 self.upkeep.timers, self.upkeep.ticks, self.upkeep.reconcile_loop,
                 self.upkeep.hold_loop, self.upkeep.mailbox_loop, self.ctx.relay.run,
-                self.steps.serve,
+                self.steps.serve, self.ctx.pruner.run,
             )  # fmt: skip
         finally:
             await self.effects.close(self.settings.drain_timeout_s)

@@ -84,7 +84,12 @@ class Placer:
 
     async def run(self, stop: asyncio.Event) -> None:
         await until_stopped(
-            stop, self._consume, self._lease_loop, self._cycle_loop, self.ctx.relay.run
+            stop,
+            self._consume,
+            self._lease_loop,
+            self._cycle_loop,
+            self.ctx.relay.run,
+            self.ctx.pruner.run,
         )
         await self._release_lease()
 

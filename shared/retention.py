@@ -1,0 +1,126 @@
+"""Plumbing: the outbox and the inbox are trimmed, so neither grows with the cluster's age.
+
+Every event a service commits stays in the outbox after the relay published it, and every
+event a consumer applied leaves an inbox row; before this, nothing removed either, and
+both grew by several rows per job for ever. The `Pruner`, one owned loop in every service
+process, removes in bounded batches:
+
+- outbox rows published more than `outbox_keep_s` ago (7 days by default, what the stream
+  keeps), except the node faults: the XID counts and the fault-to-restart histogram are
+  read from those (`services/health/metrics.py`, `services/launcher/metrics.py`), they are
+  few, and they have their own index (migration 0022). A row not yet published is never
+  removed;
+- inbox rows applied more than `inbox_keep_s` ago. An inbox row is what makes a
+  redelivered event a no-op, so it is kept at least as long as the stream can still
+  deliver that event (`STREAM_MAX_AGE_S`) plus a day (`INBOX_FLOOR_S`), whatever the
+  setting says.
+
+Each statement reads at most `batch` rows from the head of an index (the outbox's key in
+id order, the inbox's `applied_at`, migration 0023), so a pass costs the same on a table
+of a day's rows or of a year's. Rows another process is removing are skipped, not waited
+for: every service runs a pruner, and they share the work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import NamedTuple
+
+from shared.bus import STREAM_MAX_AGE_S
+from shared.db import Pool
+from shared.logs import kv
+from shared.waits import woken
+
+log = logging.getLogger(__name__)
+
+DAY_S = 24 * 3600.0
+INBOX_FLOOR_S = STREAM_MAX_AGE_S + DAY_S
+KEPT_SUBJECTS = ("muster.node.fault",)  # the metrics' record: never pruned
+ROUNDS = 20  # batches a pass takes at most, so one pass never holds the loop for long
+
+# The outbox's head in id order (its key): published rows, the kept subjects skipped.
+# The LIMIT bounds what is read whether or not any of it is old enough; the rows go by
+# key (`= ANY` of an array: an index scan, never a join over the whole table).
+PRUNE_OUTBOX = """
+DELETE FROM outbox WHERE id = ANY(ARRAY(
+  SELECT id FROM (
+    SELECT id, published_at FROM outbox
+     WHERE published_at IS NOT NULL AND subject <> ALL($3::text[])
+     ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED
+  ) head WHERE published_at < now() - make_interval(secs => $1)
+))
+"""
+
+# The inbox's oldest rows (migration 0023's index); they go by their row address.
+PRUNE_INBOX = """
+DELETE FROM inbox WHERE ctid = ANY(ARRAY(
+  SELECT ctid FROM inbox
+   WHERE applied_at < now() - make_interval(secs => $1)
+   ORDER BY applied_at LIMIT $2 FOR UPDATE SKIP LOCKED
+))
+"""
+
+
+class Retention(NamedTuple):
+    outbox_keep_s: float = STREAM_MAX_AGE_S
+    inbox_keep_s: float = INBOX_FLOOR_S
+    every_s: float = 600.0
+    batch: int = 5_000
+
+
+DEFAULT = Retention()
+
+
+class Pruned(NamedTuple):
+    outbox: int
+    inbox: int
+
+
+def inbox_keep_s(asked_s: float) -> float:
+    """What the inbox keeps: as asked, but never less than the stream can redeliver."""
+    return max(asked_s, INBOX_FLOOR_S)
+
+
+def go_on(removed: int, batch: int, rounds: int) -> bool:
+    """Another batch: the last one was full (more may be old enough) and the pass has
+    rounds left."""
+    return removed >= batch and rounds < ROUNDS
+
+
+def _count(status: str) -> int:
+    """Rows a `DELETE n` status names."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+async def prune(pool: Pool, retention: Retention) -> Pruned:
+    """One pass over both tables; each batch its own short transaction."""
+    removed = {"outbox": 0, "inbox": 0}
+    steps = (
+        ("outbox", PRUNE_OUTBOX, (retention.outbox_keep_s, retention.batch, list(KEPT_SUBJECTS))),
+        ("inbox", PRUNE_INBOX, (inbox_keep_s(retention.inbox_keep_s), retention.batch)),
+    )
+    for table, sql, args in steps:
+        rounds, last = 0, retention.batch
+        while go_on(last, retention.batch, rounds):
+            async with pool.acquire() as conn:
+                last = _count(await conn.execute(sql, *args))
+            removed[table] += last
+            rounds += 1
+    return Pruned(removed["outbox"], removed["inbox"])
+
+
+class Pruner:
+    """Trims the outbox and the inbox every `every_s` until `stop`; the first pass
+    comes one period after the start, so a restarting service does not begin with it."""
+
+    def __init__(self, pool: Pool, retention: Retention = DEFAULT) -> None:
+        self.pool = pool
+        self.retention = retention
+
+    async def run(self, stop: asyncio.Event) -> None:
+        never = asyncio.Event()
+        while not await woken(never, stop, self.retention.every_s):
+            pruned = await prune(self.pool, self.retention)
+            if pruned.outbox or pruned.inbox:
+                log.info("pruned", extra=kv(outbox=pruned.outbox, inbox=pruned.inbox))

@@ -1,0 +1,137 @@
+"""The pruner (shared/retention.py) on real PostgreSQL: old published events and old
+inbox rows go, in bounded batches; unpublished events, node faults and anything the
+stream could still redeliver stay; two pruners at once share the work; and a pass reads
+the head of an index, not the whole table."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from shared.retention import KEPT_SUBJECTS, PRUNE_INBOX, PRUNE_OUTBOX, Pruner, Retention, prune
+from tests.support.cluster import eventually
+
+DAY = 24 * 3600
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=4)
+    assert pool is not None
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+async def events(
+    db: asyncpg.Connection, n: int, subject: str, published_days_ago: float | None
+) -> None:
+    """`n` outbox rows of `subject`, published that many days ago (None: not yet)."""
+    await db.execute(
+        "INSERT INTO outbox(event_id, subject, payload, created_at, published_at)"
+        " SELECT gen_random_uuid(), $2, convert_to('{}', 'UTF8'),"
+        " now() - make_interval(days => 30),"
+        " CASE WHEN $3::float8 IS NULL THEN NULL"
+        " ELSE now() - make_interval(secs => $3::float8 * 86400) END"
+        " FROM generate_series(1, $1::int)",
+        n,
+        subject,
+        published_days_ago,
+    )
+
+
+async def applied(db: asyncpg.Connection, n: int, consumer: str, days_ago: float) -> None:
+    await db.execute(
+        "INSERT INTO inbox(consumer, event_id, applied_at)"
+        " SELECT $2, gen_random_uuid(), now() - make_interval(secs => $3::float8 * 86400)"
+        " FROM generate_series(1, $1::int)",
+        n,
+        consumer,
+        days_ago,
+    )
+
+
+async def left(db: asyncpg.Connection) -> dict[str, int]:
+    rows = await db.fetch(
+        "SELECT subject || CASE WHEN published_at IS NULL THEN ' unpublished' ELSE '' END"
+        " AS what, count(*) AS n FROM outbox GROUP BY 1"
+        " UNION ALL SELECT 'inbox ' || consumer, count(*) FROM inbox GROUP BY consumer"
+    )
+    return {r["what"]: r["n"] for r in rows}
+
+
+async def test_old_published_events_and_old_inbox_rows_go_and_nothing_else(
+    db: asyncpg.Connection, pool: asyncpg.Pool
+) -> None:
+    await events(db, 12_000, "muster.job.started", published_days_ago=8)  # three batches
+    await events(db, 5, "muster.job.finished", published_days_ago=1)
+    await events(db, 3, "muster.job.started", published_days_ago=None)  # created 30 days ago
+    await events(db, 4, KEPT_SUBJECTS[0], published_days_ago=90)
+    await applied(db, 7_000, "placer", days_ago=9)
+    await applied(db, 6, "placer", days_ago=7.5)  # the stream may still redeliver these
+    await applied(db, 2, "fairshare", days_ago=0)
+    # asked to keep two days of events and an hour of the inbox: the inbox keeps what
+    # the stream can still redeliver
+    keep = Retention(outbox_keep_s=2 * DAY, inbox_keep_s=3600, batch=5_000)
+    pruned = await prune(pool, keep)
+    assert pruned == (12_000, 7_000)
+    assert await left(db) == {
+        "muster.job.finished": 5,
+        "muster.job.started unpublished": 3,
+        "muster.node.fault": 4,
+        "inbox placer": 6,
+        "inbox fairshare": 2,
+    }
+    assert await prune(pool, keep) == (0, 0)
+
+
+async def test_two_pruners_at_once_share_the_work(
+    db: asyncpg.Connection, pool: asyncpg.Pool
+) -> None:
+    await events(db, 9_000, "muster.job.started", published_days_ago=8)
+    await applied(db, 9_000, "launcher", days_ago=9)
+    retention = Retention(batch=1_000)
+    both = await asyncio.gather(prune(pool, retention), prune(pool, retention))
+    assert sum(p.outbox for p in both) == 9_000
+    assert sum(p.inbox for p in both) == 9_000
+    assert await left(db) == {}
+
+
+async def test_the_pruner_runs_every_period_until_stopped(
+    db: asyncpg.Connection, pool: asyncpg.Pool
+) -> None:
+    stop = asyncio.Event()
+    task = asyncio.create_task(Pruner(pool, Retention(every_s=0.2)).run(stop))
+    try:
+        await events(db, 10, "muster.job.started", published_days_ago=8)
+        await eventually(lambda: left(db), lambda got: got == {}, timeout=10)
+        await events(db, 10, "muster.job.started", published_days_ago=8)  # a later pass
+        await eventually(lambda: left(db), lambda got: got == {}, timeout=10)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=5)
+
+
+async def test_a_pass_reads_the_head_of_an_index_not_the_whole_table(
+    db: asyncpg.Connection,
+) -> None:
+    """40,000 events and inbox rows, a batch of them old enough: each statement reads
+    at most its batch, from an index, and removes what it read by key."""
+    await events(db, 1_000, "muster.job.started", published_days_ago=8)
+    await events(db, 40_000, "muster.job.started", published_days_ago=0)
+    await applied(db, 1_000, "placer", days_ago=9)
+    await applied(db, 40_000, "placer", days_ago=0)
+    await db.execute("ANALYZE outbox, inbox")
+    statements = {
+        "outbox": (PRUNE_OUTBOX, (7 * DAY, 5_000, list(KEPT_SUBJECTS))),
+        "inbox": (PRUNE_INBOX, (8 * DAY, 5_000)),
+    }
+    for table, (sql, args) in statements.items():
+        plan = "\n".join(r[0] for r in await db.fetch(f"EXPLAIN ANALYZE {sql}", *args))
+        assert "Seq Scan" not in plan, f"{table}:\n{plan}"
+        assert "Limit" in plan, f"{table}:\n{plan}"
+    assert await left(db) == {"muster.job.started": 40_000, "inbox placer": 40_000}

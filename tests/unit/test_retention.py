@@ -1,0 +1,45 @@
+"""The pruner's pure rules (shared/retention.py): how long the inbox keeps, when a pass
+takes another batch, and what a DELETE status says."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.bus import STREAM_MAX_AGE_S
+from shared.retention import DAY_S, ROUNDS, _count, go_on, inbox_keep_s
+
+
+@pytest.mark.parametrize(
+    ("asked_s", "kept_s"),
+    [
+        (0.0, STREAM_MAX_AGE_S + DAY_S),  # never less than the stream can redeliver
+        (3600.0, STREAM_MAX_AGE_S + DAY_S),
+        (STREAM_MAX_AGE_S, STREAM_MAX_AGE_S + DAY_S),
+        (30 * DAY_S, 30 * DAY_S),  # longer: as asked
+    ],
+)
+def test_the_inbox_keeps_at_least_what_the_stream_can_redeliver(
+    asked_s: float, kept_s: float
+) -> None:
+    assert inbox_keep_s(asked_s) == kept_s
+
+
+@pytest.mark.parametrize(
+    ("removed", "rounds", "more"),
+    [
+        (5_000, 0, True),  # a full batch: more may be old enough
+        (5_000, ROUNDS - 1, True),
+        (5_000, ROUNDS, False),  # the pass has taken its rounds: the next pass goes on
+        (4_999, 1, False),  # a short batch: nothing older is left
+        (0, 0, False),
+    ],
+)
+def test_a_pass_takes_another_batch_only_after_a_full_one(
+    removed: int, rounds: int, more: bool
+) -> None:
+    assert go_on(removed, 5_000, rounds) is more
+
+
+@pytest.mark.parametrize(("status", "n"), [("DELETE 0", 0), ("DELETE 5000", 5000)])
+def test_the_rows_a_delete_removed_are_read_from_its_status(status: str, n: int) -> None:
+    assert _count(status) == n
