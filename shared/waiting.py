@@ -19,7 +19,7 @@ from shared.states import JobState
 # few hundred or thousand rows PostgreSQL then guesses it holds, it hashed every job or
 # every run ever recorded, each cycle (1.4-2.9 ms after 20,000 jobs, on every start's
 # path). By key, a cycle's read grows with the queue, never with the history.
-_WAITING = (
+WAITING_FROM = (
     " FROM waiting_jobs w"
     " JOIN LATERAL (SELECT * FROM jobs j WHERE j.job_id = w.job_id LIMIT 1) j ON true"
     " LEFT JOIN LATERAL (SELECT * FROM job_runs r WHERE r.job_id = w.job_id LIMIT 1) r ON true"
@@ -34,4 +34,4 @@ _WAITING = (
 async def fetch_waiting(conn: Conn, columns: str) -> list[asyncpg.Record]:
     """`columns` (over `jobs j` and `job_runs r`; `$1` is the requeued state) of every
     job waiting for an allocation, in job id order."""
-    return list(await conn.fetch(f"SELECT {columns}{_WAITING}", JobState.REQUEUED))
+    return list(await conn.fetch(f"SELECT {columns}{WAITING_FROM}", JobState.REQUEUED))

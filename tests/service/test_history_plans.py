@@ -14,13 +14,13 @@ from services.health.metrics import XIDS
 from services.health.repo import LIVE_PER_NODE
 from services.launcher.metrics import FAULT_TO_RESTART, RESTART_BUCKETS
 from services.placer.repo.allocations import (
-    _RELEASE_DROPPED,
-    _RELEASE_FINISHED,
     LIVE_STATES,
+    RELEASE_DROPPED,
+    RELEASE_FINISHED,
     TERMINAL_STATES,
 )
 from shared.states import JobState
-from shared.waiting import _WAITING
+from shared.waiting import WAITING_FROM
 
 ENDED, RUNNING = 20_000, 3
 HISTORY = ("jobs", "job_runs", "allocations", "allocation_nodes", "allocation_gpus")
@@ -29,15 +29,15 @@ READS: list[tuple[str, str, tuple[object, ...]]] = [
     # the queue (placer, fairshare), never analyzed here: guessed at 2,260 rows
     (
         "the waiting jobs and their runs",
-        f"SELECT j.job_id, r.state{_WAITING}",
+        f"SELECT j.job_id, r.state{WAITING_FROM}",
         (JobState.REQUEUED,),
     ),
     (
         "placer: release what ended",
-        _RELEASE_FINISHED,
+        RELEASE_FINISHED,
         (TERMINAL_STATES, JobState.REQUEUED, JobState.CANCELLED, LIVE_STATES),
     ),
-    ("placer: release dropped nodes", _RELEASE_DROPPED, (JobState.RUNNING,)),
+    ("placer: release dropped nodes", RELEASE_DROPPED, (JobState.RUNNING,)),
     ("health: live allocations per node", LIVE_PER_NODE, (["n1", "n2"],)),
 ]
 

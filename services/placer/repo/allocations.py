@@ -26,7 +26,7 @@ LIVE_STATES = sorted(LIVE_RUN)
 # An allocation ends with its run (ended for good, or requeued past it) or with its
 # job's cancel once no run of it is live; its GPUs and nodes are freed with it. One
 # statement: it runs at the top of every cycle, on every start's path.
-_RELEASE_FINISHED = """
+RELEASE_FINISHED = """
 WITH ended AS (
     SELECT a.alloc_id,
            CASE WHEN r.state = ANY($1::text[]) OR (r.state = $2 AND r.attempt >= a.attempt)
@@ -52,7 +52,7 @@ SELECT count(*) FROM released
 # GPUs), unless it is a spare granted in the last minute that the job's restart has not
 # listed yet; a spare the run lists is settled. The two touch disjoint rows (a node in
 # the run's list, a node not in it), so one statement does both.
-_RELEASE_DROPPED = """
+RELEASE_DROPPED = """
 WITH settled AS (
     UPDATE allocation_nodes n SET spare_pending = false FROM allocations a, job_runs r
     WHERE n.alloc_id = a.alloc_id AND n.spare_pending AND r.job_id = a.job_id
@@ -76,7 +76,7 @@ async def release_finished(conn: Conn) -> int:
     """Release allocations whose run ended or was requeued, or whose job was cancelled
     with no run of it live (level-triggered); how many."""
     released: int = await conn.fetchval(
-        _RELEASE_FINISHED, TERMINAL_STATES, JobState.REQUEUED, JobState.CANCELLED, LIVE_STATES
+        RELEASE_FINISHED, TERMINAL_STATES, JobState.REQUEUED, JobState.CANCELLED, LIVE_STATES
     )
     return released
 
@@ -84,7 +84,7 @@ async def release_finished(conn: Conn) -> int:
 async def release_dropped_nodes(conn: Conn) -> int:
     """Give back the nodes an elastic job no longer runs on after a shrink. A granted
     spare is kept until the job's run lists it (its restart onto the spare)."""
-    dropped: int = await conn.fetchval(_RELEASE_DROPPED, JobState.RUNNING)
+    dropped: int = await conn.fetchval(RELEASE_DROPPED, JobState.RUNNING)
     return dropped
 
 
