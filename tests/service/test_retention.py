@@ -11,7 +11,15 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from shared.retention import KEPT_SUBJECTS, PRUNE_INBOX, PRUNE_OUTBOX, Pruner, Retention, prune
+from shared.retention import (
+    KEPT_SUBJECTS,
+    PRUNE_INBOX,
+    PRUNE_OUTBOX,
+    ROUNDS,
+    Pruner,
+    Retention,
+    prune,
+)
 from tests.support.cluster import eventually
 
 DAY = 24 * 3600
@@ -78,7 +86,7 @@ async def test_old_published_events_and_old_inbox_rows_go_and_nothing_else(
     # the stream can still redeliver
     keep = Retention(outbox_keep_s=2 * DAY, inbox_keep_s=3600, batch=5_000)
     pruned = await prune(pool, keep)
-    assert pruned == (12_000, 7_000)
+    assert pruned == (12_000, 7_000, False)
     assert await left(db) == {
         "muster.job.finished": 5,
         "muster.job.started unpublished": 3,
@@ -86,7 +94,7 @@ async def test_old_published_events_and_old_inbox_rows_go_and_nothing_else(
         "inbox placer": 6,
         "inbox fairshare": 2,
     }
-    assert await prune(pool, keep) == (0, 0)
+    assert await prune(pool, keep) == (0, 0, False)
 
 
 async def test_two_pruners_at_once_share_the_work(
@@ -135,3 +143,15 @@ async def test_a_pass_reads_the_head_of_an_index_not_the_whole_table(
         assert "Seq Scan" not in plan, f"{table}:\n{plan}"
         assert "Limit" in plan, f"{table}:\n{plan}"
     assert await left(db) == {"muster.job.started": 40_000, "inbox placer": 40_000}
+
+
+async def test_a_backlog_past_a_passs_rounds_is_left_for_the_next_pass_and_said(
+    db: asyncpg.Connection, pool: asyncpg.Pool
+) -> None:
+    per_pass = ROUNDS * 100  # batches of 100
+    await events(db, 2 * per_pass + 50, "muster.job.started", published_days_ago=8)
+    small = Retention(batch=100)
+    assert await prune(pool, small) == (per_pass, 0, True)
+    assert await prune(pool, small) == (per_pass, 0, True)
+    assert await prune(pool, small) == (50, 0, False)
+    assert await left(db) == {}

@@ -6,7 +6,16 @@ from __future__ import annotations
 import pytest
 
 from shared.bus import STREAM_MAX_AGE_S
-from shared.retention import DAY_S, ROUNDS, _count, go_on, inbox_keep_s
+from shared.retention import (
+    BACKLOG_PAUSE_S,
+    DAY_S,
+    ROUNDS,
+    Pruned,
+    _count,
+    go_on,
+    inbox_keep_s,
+    pause_s,
+)
 
 
 @pytest.mark.parametrize(
@@ -43,3 +52,18 @@ def test_a_pass_takes_another_batch_only_after_a_full_one(
 @pytest.mark.parametrize(("status", "n"), [("DELETE 0", 0), ("DELETE 5000", 5000)])
 def test_the_rows_a_delete_removed_are_read_from_its_status(status: str, n: int) -> None:
     assert _count(status) == n
+
+
+@pytest.mark.parametrize(
+    ("pruned", "every_s", "wait_s"),
+    [
+        (Pruned(0, 0), 600.0, 600.0),
+        (Pruned(3, 70, more=False), 600.0, 600.0),  # all that was old went: a period
+        (Pruned(100_000, 0, more=True), 600.0, BACKLOG_PAUSE_S),  # a backlog: soon
+        (Pruned(100_000, 0, more=True), 0.2, 0.2),  # never later than the period
+    ],
+)
+def test_a_backlog_is_taken_in_passes_a_moment_apart_not_a_period(
+    pruned: Pruned, every_s: float, wait_s: float
+) -> None:
+    assert pause_s(pruned, every_s) == wait_s
