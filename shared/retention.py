@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from shared.bus import STREAM_MAX_AGE_S
@@ -80,7 +81,16 @@ DEFAULT = Retention()
 class Pruned(NamedTuple):
     outbox: int
     inbox: int
+    own: int = 0  # rows of the service's own record tables (`Trim`)
     more: bool = False  # a table's last batch was full when the pass took its rounds
+
+
+class Trim(NamedTuple):
+    """A service's own record table, kept as long as the outbox keeps events: `sql`
+    deletes at most `$2` rows older than `$1` seconds (bounded as the two above are)."""
+
+    table: str
+    sql: str
 
 
 def inbox_keep_s(asked_s: float) -> float:
@@ -99,23 +109,26 @@ def _count(status: str) -> int:
     return int(status.rsplit(" ", 1)[-1])
 
 
-async def prune(pool: Pool, retention: Retention) -> Pruned:
-    """One pass over both tables; each batch its own short transaction."""
+async def prune(pool: Pool, retention: Retention, own: Sequence[Trim] = ()) -> Pruned:
+    """One pass over the outbox, the inbox and `own`; each batch its own short
+    transaction."""
     removed = {"outbox": 0, "inbox": 0}
     more = False
-    steps = (
+    steps = [
         ("outbox", PRUNE_OUTBOX, (retention.outbox_keep_s, retention.batch, list(KEPT_SUBJECTS))),
         ("inbox", PRUNE_INBOX, (inbox_keep_s(retention.inbox_keep_s), retention.batch)),
-    )
+    ]
+    steps += [(t.table, t.sql, (retention.outbox_keep_s, retention.batch)) for t in own]
     for table, sql, args in steps:
         rounds, last = 0, retention.batch
         while go_on(last, retention.batch, rounds):
             async with pool.acquire() as conn:
                 last = _count(await conn.execute(sql, *args))
-            removed[table] += last
+            removed[table] = removed.get(table, 0) + last
             rounds += 1
         more = more or last >= retention.batch
-    return Pruned(removed["outbox"], removed["inbox"], more)
+    rest = sum(n for table, n in removed.items() if table not in ("outbox", "inbox"))
+    return Pruned(removed["outbox"], removed["inbox"], rest, more)
 
 
 def pause_s(pruned: Pruned, every_s: float) -> float:
@@ -131,12 +144,19 @@ class Pruner:
     def __init__(self, pool: Pool, retention: Retention = DEFAULT) -> None:
         self.pool = pool
         self.retention = retention
+        self.own: list[Trim] = []  # the service's record tables (`keep`)
+
+    def keep(self, trim: Trim) -> None:
+        """Trim `trim.table` too, one of this service's own (its role may delete there)."""
+        self.own.append(trim)
 
     async def run(self, stop: asyncio.Event) -> None:
         never = asyncio.Event()
         wait_s = self.retention.every_s
         while not await woken(never, stop, wait_s):
-            pruned = await prune(self.pool, self.retention)
-            if pruned.outbox or pruned.inbox:
-                log.info("pruned", extra=kv(outbox=pruned.outbox, inbox=pruned.inbox))
+            pruned = await prune(self.pool, self.retention, self.own)
+            if pruned.outbox or pruned.inbox or pruned.own:
+                log.info(
+                    "pruned", extra=kv(outbox=pruned.outbox, inbox=pruned.inbox, own=pruned.own)
+                )
             wait_s = pause_s(pruned, self.retention.every_s)

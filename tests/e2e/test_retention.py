@@ -1,8 +1,8 @@
 """End to end: the services keep the outbox and the inbox trimmed while jobs run
 (shared/retention.py). Every service process runs a pruner; here each is set to keep
 no published event and to pass every half second, and jobs still run to their end with
-every event delivered, while old inbox rows and published events go and the node
-faults stay."""
+every event delivered, while old inbox rows, published events and the placer's cycle
+log go and the node faults stay."""
 
 from __future__ import annotations
 
@@ -57,6 +57,11 @@ async def test_a_cluster_trims_its_outbox_and_inbox_as_it_runs(
             ),
             lambda n: n == 0,
             what="the old inbox rows gone",
+        )
+        await eventually(  # the placer's own record of its cycles, kept as long
+            lambda: db.fetchval("SELECT count(*) FROM placer_cycles"),
+            lambda n: n == 0,
+            what="the placer's cycle log trimmed",
         )
         # what was applied just now stays: a redelivery of it is still a no-op
         assert await db.fetchval("SELECT count(*) FROM inbox") > 0

@@ -11,13 +11,16 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from services.placer.repo import PRUNE_CYCLES
 from shared.retention import (
     KEPT_SUBJECTS,
     PRUNE_INBOX,
     PRUNE_OUTBOX,
     ROUNDS,
+    Pruned,
     Pruner,
     Retention,
+    Trim,
     prune,
 )
 from tests.support.cluster import eventually
@@ -86,7 +89,7 @@ async def test_old_published_events_and_old_inbox_rows_go_and_nothing_else(
     # the stream can still redeliver
     keep = Retention(outbox_keep_s=2 * DAY, inbox_keep_s=3600, batch=5_000)
     pruned = await prune(pool, keep)
-    assert pruned == (12_000, 7_000, False)
+    assert pruned == Pruned(outbox=12_000, inbox=7_000, more=False)
     assert await left(db) == {
         "muster.job.finished": 5,
         "muster.job.started unpublished": 3,
@@ -94,7 +97,7 @@ async def test_old_published_events_and_old_inbox_rows_go_and_nothing_else(
         "inbox placer": 6,
         "inbox fairshare": 2,
     }
-    assert await prune(pool, keep) == (0, 0, False)
+    assert await prune(pool, keep) == Pruned(0, 0)
 
 
 async def test_two_pruners_at_once_share_the_work(
@@ -151,7 +154,29 @@ async def test_a_backlog_past_a_passs_rounds_is_left_for_the_next_pass_and_said(
     per_pass = ROUNDS * 100  # batches of 100
     await events(db, 2 * per_pass + 50, "muster.job.started", published_days_ago=8)
     small = Retention(batch=100)
-    assert await prune(pool, small) == (per_pass, 0, True)
-    assert await prune(pool, small) == (per_pass, 0, True)
-    assert await prune(pool, small) == (50, 0, False)
+    assert await prune(pool, small) == Pruned(per_pass, 0, more=True)
+    assert await prune(pool, small) == Pruned(per_pass, 0, more=True)
+    assert await prune(pool, small) == Pruned(50, 0, more=False)
     assert await left(db) == {}
+
+
+async def test_a_services_own_record_goes_with_the_events_read_by_key(
+    db: asyncpg.Connection, pool: asyncpg.Pool
+) -> None:
+    """The placer's cycle log (`Trim`): cycles older than the events kept go, in key
+    order, and the statement reads the head of the key, not the whole log."""
+    await db.execute(
+        "INSERT INTO placer_cycles SELECT 1, i, now() - make_interval(days => 9), 0.01, 1, 1"
+        " FROM generate_series(1, 3000) i"
+    )
+    await db.execute(
+        "INSERT INTO placer_cycles SELECT 2, i, now(), 0.01, 1, 1 FROM generate_series(1, 40000) i"
+    )
+    await db.execute("ANALYZE placer_cycles")
+    args = (7 * DAY, 5_000)
+    plan = "\n".join(r[0] for r in await db.fetch(f"EXPLAIN {PRUNE_CYCLES}", *args))
+    assert "Seq Scan" not in plan and "Limit" in plan, plan
+    own = [Trim("placer_cycles", PRUNE_CYCLES)]
+    assert await prune(pool, Retention(), own) == Pruned(0, 0, own=3_000)
+    assert await db.fetchval("SELECT count(*) FROM placer_cycles") == 40_000
+    assert await db.fetchval("SELECT min(epoch) FROM placer_cycles") == 2

@@ -12,6 +12,7 @@ The placer writes `placer_lease`, `allocations*`, `pending_reasons`, `placer_cyc
 """
 
 from services.placer.repo.allocations import (
+    PRUNE_CYCLES,
     LiveAllocation,
     insert_allocation,
     live_allocation,
@@ -42,6 +43,7 @@ from services.placer.repo.snapshot import (
 
 __all__ = [
     "HISTORY",
+    "PRUNE_CYCLES",
     "LiveAllocation",
     "PendingJob",
     "acquire_lease",

@@ -149,6 +149,19 @@ async def write_waits(conn: Conn, waits: tuple[Wait, ...]) -> None:
     )
 
 
+# The cycle log is a record of its own: kept as long as the events (`shared/retention.py`),
+# the oldest cycles read first by key (epoch, cycle: in time order, a new leader's epoch
+# is higher), at most $2 of them a statement.
+PRUNE_CYCLES = """
+DELETE FROM placer_cycles WHERE ctid = ANY(ARRAY(
+  SELECT ctid FROM (
+    SELECT ctid, started_at FROM placer_cycles
+     ORDER BY epoch, cycle LIMIT $2 FOR UPDATE SKIP LOCKED
+  ) head WHERE started_at < now() - make_interval(secs => $1)
+))
+"""
+
+
 async def record_cycle(
     conn: Conn,
     epoch: int,
