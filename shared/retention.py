@@ -23,6 +23,9 @@ for: every service runs a pruner, and they share the work. A pass takes at most
 cluster, or a first start on an old database) is followed by the next a second later,
 not a period later. Measured on this machine (5,000-row batches, 200,000 rows a table,
 half of them old): 13 ms a batch, 12 ms for a pass that finds nothing old.
+
+A service may also hand its pruner a record table of its own (`Trim`, `Pruner.keep`),
+kept as long as the events: the placer's cycle log.
 """
 
 from __future__ import annotations
@@ -138,8 +141,9 @@ def pause_s(pruned: Pruned, every_s: float) -> float:
 
 
 class Pruner:
-    """Trims the outbox and the inbox every `every_s` until `stop`; the first pass
-    comes one period after the start, so a restarting service does not begin with it."""
+    """Trims the outbox, the inbox and the service's own record tables (`keep`) every
+    `every_s` until `stop`; the first pass comes one period after the start, so a
+    restarting service does not begin with it."""
 
     def __init__(self, pool: Pool, retention: Retention = DEFAULT) -> None:
         self.pool = pool
