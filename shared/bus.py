@@ -31,6 +31,7 @@ from shared.security import nats_options
 from shared.telemetry import extract_context, inject_headers
 from shared.transient import Backoff, is_transient
 from shared.urls import nats_servers
+from shared.waits import cancel_and_wait
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -69,6 +70,32 @@ class PermanentError(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+async def _connected(connecting: asyncio.Task[Client], timeout_s: float) -> Client:
+    """The client `connecting` gives within `timeout_s`. Otherwise, or when the caller
+    is cancelled, the connect is cancelled and waited out (`_abandon`). TimeoutError
+    (transient) when it did not connect in time."""
+    try:
+        done, _ = await asyncio.wait((connecting,), timeout=timeout_s)
+    except asyncio.CancelledError:
+        await _abandon(connecting)
+        raise
+    if not done:
+        await _abandon(connecting)
+        raise TimeoutError(f"NATS did not connect within {timeout_s} s")
+    return connecting.result()
+
+
+async def _abandon(connecting: asyncio.Task[Client]) -> None:
+    """Cancel a connect and wait until it has ended; a client it made even so (it
+    connected as the cancel came) is closed."""
+    try:
+        await cancel_and_wait(connecting)
+    finally:
+        if connecting.done() and not connecting.cancelled() and connecting.exception() is None:
+            with contextlib.suppress(Exception):
+                await connecting.result().close()
 
 
 class Bus:
@@ -124,8 +151,10 @@ class Bus:
             log.log(level, "NATS client error", extra=kv(client=name, error=repr(err)))
 
         # With endless reconnects nats.py would also retry the first connect for ever;
-        # bound it, so the caller's retry loop can see `stop` between tries.
-        nc = await asyncio.wait_for(
+        # bound it, so the caller's retry loop can see `stop` between tries. Not with
+        # `asyncio.wait_for`: a cancel it loses leaves the connect retrying for ever
+        # (shared/waits.py), here or behind a caller that was cancelled.
+        connecting = asyncio.ensure_future(
             nats.connect(
                 nats_servers(url),
                 name=name,
@@ -137,9 +166,9 @@ class Bus:
                 reconnected_cb=reconnected,
                 error_cb=error,
                 **nats_options(creds, tls_ca, inbox_prefix),
-            ),
-            timeout=FIRST_CONNECT_S,
+            )
         )
+        nc = await _connected(connecting, FIRST_CONNECT_S)
         return cls(
             nc, max_deliver=max_deliver, ack_wait_s=ack_wait_s, stream_replicas=stream_replicas
         )

@@ -32,6 +32,7 @@ from shared.retention import Pruner, Retention
 from shared.settings import Settings
 from shared.telemetry import setup_tracing
 from shared.transient import Backoff, is_transient
+from shared.waits import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -86,20 +87,10 @@ async def _unless_stopped(what: str, attempt: Awaitable[T], stop: asyncio.Event)
         await asyncio.wait((task, stopped), return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopped.cancel()
-        await _cancel(task)
+        await cancel_and_wait(task)  # shared/waits.py: a lost cancel is sent again
     if task.cancelled():
         raise StoppedBeforeReady(what)
     return task.result()
-
-
-async def _cancel(task: asyncio.Future[T]) -> None:
-    """Cancel `task` and wait until it has ended, cancelling it again every 0.1 s:
-    Python 3.11's `wait_for` loses a cancel that arrives as its inner future completes
-    (nats.py's connect has one, and a refused connect completes at once), and the
-    task then runs on, retrying its connect for ever (seen 3 times in 8 runs)."""
-    while not task.done():
-        task.cancel()
-        await asyncio.wait((task,), timeout=0.1)
 
 
 @contextlib.asynccontextmanager

@@ -1,5 +1,7 @@
-"""`shared.waits.woken`: a loop's pause ends when it is woken or stopped, whichever
-comes first, and says whether it timed out."""
+"""`shared.waits`: a loop's pause ends when it is woken or stopped, whichever comes
+first, and says whether it timed out (`woken`); a task cancelled is gone before its
+canceller goes on, even when it loses a cancel (`cancel_and_wait`), and so is a NATS
+connect abandoned (`shared.bus._connected`)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,8 @@ import asyncio
 
 import pytest
 
-from shared.waits import woken
+from shared.bus import _connected
+from shared.waits import cancel_and_wait, woken
 
 CASES = {
     "woken during the wait": ("wake", True),
@@ -31,3 +34,52 @@ async def test_an_event_already_set_returns_at_once() -> None:
     stop = asyncio.Event()
     stop.set()
     assert await asyncio.wait_for(woken(asyncio.Event(), stop, 3600), 1) is True
+
+
+async def deaf(lost: int, ran: list[str]) -> None:
+    """A task that loses its first `lost` cancels (as a 3.11 `wait_for` may), then
+    would run for ever."""
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            if lost == 0:
+                ran.append("ended")
+                raise
+            lost -= 1
+
+
+@pytest.mark.parametrize("lost", [0, 1, 3])
+async def test_a_cancelled_task_has_ended_even_if_it_lost_cancels(lost: int) -> None:
+    ran: list[str] = []
+    task = asyncio.ensure_future(deaf(lost, ran))
+    await asyncio.sleep(0)
+    await asyncio.wait_for(cancel_and_wait(task, every_s=0.01), 10)
+    assert task.cancelled() and ran == ["ended"]
+
+
+async def test_a_canceller_cancelled_meanwhile_ends_only_after_the_task() -> None:
+    ran: list[str] = []
+    task = asyncio.ensure_future(deaf(5, ran))
+    await asyncio.sleep(0)
+    canceller = asyncio.ensure_future(cancel_and_wait(task, every_s=0.05))
+    await asyncio.sleep(0.01)
+    canceller.cancel()  # as asyncio.wait_for's own cancel of its inner task
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(canceller, 10)
+    assert task.done() and ran == ["ended"]  # nothing left running behind it
+
+
+async def test_an_abandoned_connect_is_ended_not_left_retrying() -> None:
+    """The connect that hung a test session's teardown: one cancel lost, it retried for
+    ever. Timed out or with its caller cancelled, it has ended first."""
+    for how in ("timed out", "caller cancelled"):
+        ran: list[str] = []
+        connecting = asyncio.ensure_future(deaf(1, ran))
+        waiting = asyncio.ensure_future(_connected(connecting, 0.05 if how == "timed out" else 60))
+        if how == "caller cancelled":
+            await asyncio.sleep(0.01)
+            waiting.cancel()
+        with pytest.raises(TimeoutError if how == "timed out" else asyncio.CancelledError):
+            await asyncio.wait_for(waiting, 10)
+        assert connecting.done() and ran == ["ended"], how
