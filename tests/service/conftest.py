@@ -1,9 +1,11 @@
-"""Fixtures of the service tests: a bus adapter on the test's own NATS server."""
+"""Fixtures of the service tests: a bus adapter on the test's own NATS server, and a
+connection pool on the test's own database."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import asyncpg
 import pytest
 
 from shared.bus import Bus
@@ -18,3 +20,13 @@ async def bus(nats_url: str) -> AsyncIterator[Bus]:
         yield bus
     finally:
         await bus.close()
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=4)
+    assert pool is not None
+    try:
+        yield pool
+    finally:
+        await pool.close()

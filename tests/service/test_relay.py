@@ -11,22 +11,11 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import asyncpg
-import pytest
 
 from shared.bus import STREAM, Bus
 from shared.db import Relay, outbox_add
 from shared.events import JobSubmitted, NodeDown, decode
 from tests.support.cluster import eventually
-
-
-@pytest.fixture
-async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=4)
-    assert pool is not None
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 def down(node: str) -> NodeDown:

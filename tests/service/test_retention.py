@@ -6,10 +6,8 @@ the head of an index, not the whole table."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import asyncpg
-import pytest
 
 from services.placer.repo import PRUNE_CYCLES
 from shared.retention import (
@@ -26,16 +24,6 @@ from shared.retention import (
 from tests.support.cluster import eventually
 
 DAY = 24 * 3600
-
-
-@pytest.fixture
-async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=4)
-    assert pool is not None
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 async def events(
