@@ -24,7 +24,7 @@ cluster, or a first start on an old database) is followed by the next a second l
 not a period later. Measured on this machine (5,000-row batches, 200,000 rows a table,
 half of them old): 13 ms a batch, 12 ms for a pass that finds nothing old.
 
-A service may also hand its pruner a record table of its own (`Trim`, `Pruner.keep`),
+A service may also hand its pruner a record table of its own (`Pruner.keep`),
 kept as long as the events: the placer's cycle log.
 """
 
@@ -84,16 +84,8 @@ DEFAULT = Retention()
 class Pruned(NamedTuple):
     outbox: int
     inbox: int
-    own: int = 0  # rows of the service's own record tables (`Trim`)
+    own: int = 0  # rows of the service's own record tables (`Pruner.keep`)
     more: bool = False  # a table's last batch was full when the pass took its rounds
-
-
-class Trim(NamedTuple):
-    """A service's own record table, kept as long as the outbox keeps events: `sql`
-    deletes at most `$2` rows older than `$1` seconds (bounded as the two above are)."""
-
-    table: str
-    sql: str
 
 
 def inbox_keep_s(asked_s: float) -> float:
@@ -112,26 +104,28 @@ def _count(status: str) -> int:
     return int(status.rsplit(" ", 1)[-1])
 
 
-async def prune(pool: Pool, retention: Retention, own: Sequence[Trim] = ()) -> Pruned:
-    """One pass over the outbox, the inbox and `own`; each batch its own short
-    transaction."""
-    removed = {"outbox": 0, "inbox": 0}
-    more = False
-    steps = [
-        ("outbox", PRUNE_OUTBOX, (retention.outbox_keep_s, retention.batch, list(KEPT_SUBJECTS))),
-        ("inbox", PRUNE_INBOX, (inbox_keep_s(retention.inbox_keep_s), retention.batch)),
-    ]
-    steps += [(t.table, t.sql, (retention.outbox_keep_s, retention.batch)) for t in own]
-    for table, sql, args in steps:
-        rounds, last = 0, retention.batch
-        while go_on(last, retention.batch, rounds):
-            async with pool.acquire() as conn:
-                last = _count(await conn.execute(sql, *args))
-            removed[table] = removed.get(table, 0) + last
-            rounds += 1
-        more = more or last >= retention.batch
-    rest = sum(n for table, n in removed.items() if table not in ("outbox", "inbox"))
-    return Pruned(removed["outbox"], removed["inbox"], rest, more)
+async def prune(pool: Pool, retention: Retention, own: Sequence[str] = ()) -> Pruned:
+    """One pass over the outbox, the inbox and `own`: statements of a service's own
+    record tables, each deleting at most `$2` rows older than `$1` seconds (bounded as
+    the two above are), kept as long as the outbox keeps events."""
+    keep_s, batch = retention.outbox_keep_s, retention.batch
+    outbox = await _trim(pool, PRUNE_OUTBOX, (keep_s, batch, list(KEPT_SUBJECTS)), batch)
+    inbox = await _trim(pool, PRUNE_INBOX, (inbox_keep_s(retention.inbox_keep_s), batch), batch)
+    mine = [await _trim(pool, sql, (keep_s, batch), batch) for sql in own]
+    more = any(left for _, left in (outbox, inbox, *mine))
+    return Pruned(outbox[0], inbox[0], sum(n for n, _ in mine), more)
+
+
+async def _trim(pool: Pool, sql: str, args: tuple[object, ...], batch: int) -> tuple[int, bool]:
+    """Batches of `sql`, each its own short transaction, while they come full and the
+    pass has rounds left: (rows removed, whether the last batch was full)."""
+    removed, rounds, last = 0, 0, batch
+    while go_on(last, batch, rounds):
+        async with pool.acquire() as conn:
+            last = _count(await conn.execute(sql, *args))
+        removed += last
+        rounds += 1
+    return removed, last >= batch
 
 
 def pause_s(pruned: Pruned, every_s: float) -> float:
@@ -148,11 +142,12 @@ class Pruner:
     def __init__(self, pool: Pool, retention: Retention = DEFAULT) -> None:
         self.pool = pool
         self.retention = retention
-        self.own: list[Trim] = []  # the service's record tables (`keep`)
+        self.own: list[str] = []  # statements trimming the service's record tables
 
-    def keep(self, trim: Trim) -> None:
-        """Trim `trim.table` too, one of this service's own (its role may delete there)."""
-        self.own.append(trim)
+    def keep(self, sql: str) -> None:
+        """Trim one of this service's own tables too (its role may delete there): `sql`
+        as `prune` says of `own`."""
+        self.own.append(sql)
 
     async def run(self, stop: asyncio.Event) -> None:
         never = asyncio.Event()

@@ -43,7 +43,6 @@ from shared.events import (
     JobSubmitted,
 )
 from shared.logs import kv
-from shared.retention import Trim
 from shared.runtime import ServiceContext, every, until_stopped
 from shared.settings import PlacerSettings
 from shared.telemetry import remember_job_trace
@@ -72,7 +71,7 @@ class Placer:
         self, ctx: ServiceContext[PlacerSettings], policy: PolicyConfig | None = None
     ) -> None:
         self.ctx = ctx
-        ctx.pruner.keep(Trim("placer_cycles", repo.PRUNE_CYCLES))  # its cycle log
+        ctx.pruner.keep(repo.PRUNE_CYCLES)  # its cycle log, `placer_cycles`
         self.policy = policy or MUSTER_POLICY
         self.holder = f"placer-{ctx.settings.instance}-{uuid.uuid4().hex[:8]}"
         self.epoch: int | None = None

@@ -18,7 +18,6 @@ from shared.retention import (
     Pruned,
     Pruner,
     Retention,
-    Trim,
     prune,
 )
 from tests.support.cluster import eventually
@@ -151,7 +150,7 @@ async def test_a_backlog_past_a_passs_rounds_is_left_for_the_next_pass_and_said(
 async def test_a_services_own_record_goes_with_the_events_read_by_key(
     db: asyncpg.Connection, pool: asyncpg.Pool
 ) -> None:
-    """The placer's cycle log (`Trim`): cycles older than the events kept go, in key
+    """The placer's cycle log (`Pruner.keep`): cycles older than the events kept go, in key
     order, and the statement reads the head of the key, not the whole log."""
     await db.execute(
         "INSERT INTO placer_cycles SELECT 1, i, now() - make_interval(days => 9), 0.01, 1, 1"
@@ -164,7 +163,6 @@ async def test_a_services_own_record_goes_with_the_events_read_by_key(
     args = (7 * DAY, 5_000)
     plan = "\n".join(r[0] for r in await db.fetch(f"EXPLAIN {PRUNE_CYCLES}", *args))
     assert "Seq Scan" not in plan and "Limit" in plan, plan
-    own = [Trim("placer_cycles", PRUNE_CYCLES)]
-    assert await prune(pool, Retention(), own) == Pruned(0, 0, own=3_000)
+    assert await prune(pool, Retention(), [PRUNE_CYCLES]) == Pruned(0, 0, own=3_000)
     assert await db.fetchval("SELECT count(*) FROM placer_cycles") == 40_000
     assert await db.fetchval("SELECT min(epoch) FROM placer_cycles") == 2
