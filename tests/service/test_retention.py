@@ -99,6 +99,21 @@ async def test_two_pruners_at_once_share_the_work(
     assert await left(db) == {}
 
 
+async def test_rows_another_pruner_holds_are_skipped_not_waited_for(
+    db: asyncpg.Connection, pool: asyncpg.Pool
+) -> None:
+    """The oldest rows of each table locked by another transaction (a pruner mid-batch):
+    a pass removes the rest at once instead of waiting on that lock."""
+    await events(db, 3_000, "muster.job.started", published_days_ago=8)
+    await applied(db, 3_000, "launcher", days_ago=9)
+    async with db.transaction():
+        await db.execute("SELECT 1 FROM outbox ORDER BY id LIMIT 1000 FOR UPDATE")
+        await db.execute("SELECT 1 FROM inbox ORDER BY applied_at LIMIT 1000 FOR UPDATE")
+        pruned = await asyncio.wait_for(prune(pool, Retention(batch=500)), 10)
+        assert (pruned.outbox, pruned.inbox) == (2_000, 2_000)
+    assert await left(db) == {"muster.job.started": 1_000, "inbox launcher": 1_000}
+
+
 async def test_the_pruner_runs_every_period_until_stopped(
     db: asyncpg.Connection, pool: asyncpg.Pool
 ) -> None:
