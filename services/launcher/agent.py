@@ -144,8 +144,9 @@ class NodeExecutor:
 
     async def adopt(self) -> None:
         """At start: take over the workers a previous agent left, report those that ended,
-        and end the srun step tasks it left (nobody can report those: their steps are
-        recorded lost)."""
+        wait again on the srun step tasks it left in the jobs adopted (each under its own
+        stepd), and end the rest, and every `--pty` task (nobody can relay those: their
+        steps are recorded lost)."""
         records = [self.table.with_pids(found) for found in self.table.records()]
         left = [task for record in records for task in self.table.tasks_left(record)]
         if left:
@@ -164,6 +165,7 @@ class NodeExecutor:
             if verdict is Verdict.KILL_ORPHAN:
                 kill_group(record.worker, _signal.SIGKILL, record.cgroup)
             self._own(self._report(record, ending or lost_exit()))
+        self.steps.resume()
 
     async def serve(self) -> None:
         prefix = f"{AGENT_PREFIX}{self.node}."
@@ -518,7 +520,7 @@ class NodeExecutor:
     async def _on_status(self, _payload: bytes, _subject: str) -> bytes:
         alive_ = tuple((w.job_id, w.attempt, w.generation) for w in self.running_workers())
         starting = tuple(sorted(self._starting))
-        steps = tuple(sorted(self.steps.live))
+        steps = self.steps.listed()
         reply = AgentReply(ok=True, workers=alive_, starting=starting, steps=steps)
         return msgspec.json.encode(reply)
 

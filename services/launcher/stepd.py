@@ -92,6 +92,9 @@ async def supervise(
         return await _ended(
             folder, spec, StepExit(ending=Ending.SPAWN_FAILED, spawn_failed=str(err))
         )
+    joined = spec.join_cgroup
+    if joined is not None:  # a step task: into its job's cgroup (see StepSpec)
+        layout = hierarchy()
     try:
         worker = await spawn_worker(
             spec.argv,
@@ -102,7 +105,7 @@ async def supervise(
             spec.run_as,
             allow_root=spec.allow_root,
             append=spec.append,
-            cgroup=cgroup,
+            cgroup=cgroup or joined,
             hierarchy=layout,
             task_prolog=iso.task_prolog,
         )
@@ -112,6 +115,8 @@ async def supervise(
         return await _ended(
             folder, spec, StepExit(ending=Ending.SPAWN_FAILED, spawn_failed=str(err))
         )
+    if joined is not None:
+        worker.cgroup = None  # the task ends with its group; the job's cgroup is the job's
     me, child = process_ref(os.getpid()), process_ref(worker.pid, zombie_ok=True)
     try:
         if me is None or child is None:

@@ -17,10 +17,13 @@ sweep claims them and asks their agents again with `adopt` (docs/steps.md): the 
 answer with each step's outcome once its tasks end, and that replica records it.
 
 While it waits on a node, the coordinator asks the node's `status` every `PROBE_S`.
-An agent that answers but no longer lists the step (it was restarted: the tasks a
-killed agent left are ended by the next one) is asked with `adopt`, which it answers
-at once: the step's outcome if it has just ended, else that it is lost. Before, such
-a step stayed RUNNING, and its srun waited, until the job's time limit.
+An agent that answers but does not list the step is asked again with `adopt`: one
+that was restarted found the step's tasks still running under their stepds and
+answers when they end (their first request went to the agent that died), one that
+never knew the step answers at once that it is lost, and one that has just ended it
+answers with its outcome. Before the tasks had stepds, such a step was lost with its
+agent; before the probe, it stayed RUNNING, and its srun waited, until the job's
+time limit.
 """
 
 from __future__ import annotations
@@ -367,22 +370,27 @@ class StepService:
         )
 
     async def _call(self, node: str, launch: StepLaunch, timeout: float) -> StepOutcome:
-        """The node's answer to `launch`; asked again (`adopt`) as soon as the node's agent
-        answers its status without the step (the module doc)."""
-        answer = asyncio.ensure_future(self._ask(node, launch, timeout))  # ends by `timeout`
+        """The node's answer to `launch` within `timeout`; asked again (`adopt`) each time
+        the node's agent answers its status without the step (the module doc)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         key = (launch.job_id, launch.attempt, launch.generation, launch.step_id)
-        try:
-            while not answer.done():
-                await asyncio.wait({answer}, timeout=PROBE_S)
+        while True:
+            left = max(deadline - loop.time(), 0.001)
+            answer = asyncio.ensure_future(self._ask(node, launch, left))  # ends by `left`
+            try:
+                while not answer.done():
+                    await asyncio.wait({answer}, timeout=PROBE_S)
+                    if answer.done():
+                        break
+                    status = await self.agents.call(node, "status", StatusRequest())
+                    if status.answered and key not in status.steps:
+                        break
                 if answer.done():
-                    break
-                status = await self.agents.call(node, "status", StatusRequest())
-                if status.answered and key not in status.steps:
-                    again = msgspec.structs.replace(launch, adopt=True)
-                    return await self._ask(node, again, PROBE_S)
-            return answer.result()
-        finally:
-            await dropped(answer)
+                    return answer.result()
+            finally:
+                await dropped(answer)
+            launch = msgspec.structs.replace(launch, adopt=True)
 
     async def _ask(self, node: str, launch: StepLaunch, timeout: float) -> StepOutcome:
         signer = self.agents.signer

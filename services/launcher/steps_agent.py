@@ -12,12 +12,16 @@ A step is known here by (job, attempt, generation, step id) while it runs and fo
 `KEEP_S` after: the same launch again (the launcher retried, or another replica took
 the step over and sends it with `adopt`) waits on the step already running, or gets
 its outcome at once; it never starts the step twice. An `adopt` of a step this agent
-does not know (it restarted) answers that the step is lost.
+does not know answers that the step is lost.
 
-Each task is noted in its job's worker folder while it runs (`WorkerTable.add_task`):
-it is this agent's child, so an agent killed leaves it running with nobody to report
-or end it. The next agent ends every task still alive (`end_left_tasks`) before it
-serves, so a step the launcher records lost runs no more, and none outlives its job.
+Each batch task runs under a stepd of its own (step_tasks.py), as a worker does, so it
+outlives the agent: a restarted agent finds its job's tasks (`resume`) and waits on
+them again. Such a step is not listed in `status` until a launcher asks for it: the
+launcher, whose request went to the agent that died, sees it missing and asks again
+with `adopt`, which waits for the step's end. Tasks of a job whose worker did not
+survive are stopped. A `--pty` task is relayed by the agent itself and stays its
+child: it is noted in the job's worker folder (`WorkerTable.add_task`), and the next
+agent ends it (`end_left_tasks`).
 """
 
 from __future__ import annotations
@@ -37,10 +41,15 @@ import msgspec
 
 from services.launcher import cgroups
 from services.launcher.accounts import AccountPolicy, job_account
-from services.launcher.executor import LaunchError, Worker, process_gone, spawn_worker
+from services.launcher.executor import LaunchError, RunAs, Worker, process_gone
+from services.launcher.step_tasks import StepKey, StepTask, TaskFolders, TaskNote
+from services.launcher.stepd_client import Zygote, started_or_ended
 from services.launcher.steps_pty import relay, spawn_on_pty
 from services.launcher.worker_table import (
+    Ending,
     ProcessRef,
+    StepExit,
+    StepSpec,
     WorkerRecord,
     WorkerTable,
     alive,
@@ -48,7 +57,7 @@ from services.launcher.worker_table import (
     process_ref,
 )
 from shared.agent_auth import TrustedKeys, check
-from shared.api import AGENT_PREFIX, StepLaunch, StepOutcome, StepStop
+from shared.api import AGENT_PREFIX, StepLaunch, StepOutcome, StepStop, StepTaskSpec
 from shared.bus import Bus
 from shared.logs import kv
 
@@ -58,7 +67,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 END_GRACE_S = 5.0  # SIGTERM, then SIGKILL, for a step whose job ended
 KEEP_S = 600.0  # how long an ended step's outcome is kept for a launcher that asks again
-StepKey = tuple[int, int, int, int]  # job, attempt, generation, step id
+Task = Worker | StepTask  # a --pty task (the agent's child) or a batch task (a stepd's)
 
 
 class NodeExecutor(Protocol):
@@ -70,6 +79,8 @@ class NodeExecutor(Protocol):
     accounts: AccountPolicy
     allow_root: bool
     table: WorkerTable
+    zygote: Zygote
+    fence_s: float
 
     @property
     def running(self) -> Mapping[int, Any]: ...  # job -> its worker (record, ended)
@@ -78,12 +89,16 @@ class NodeExecutor(Protocol):
 class StepRunner:
     def __init__(self, executor: NodeExecutor) -> None:
         self.executor = executor
-        self.workers: dict[int, set[Worker]] = {}  # job -> its step tasks running here
-        self.folders: dict[Worker, str] = {}  # task -> its step's output folder (srun's)
-        self.notes: dict[Worker, Path] = {}  # task -> its note in the job's worker folder
+        self.task_folders = TaskFolders(executor.table.state)
+        self.workers: dict[int, set[Task]] = {}  # job -> its step tasks running here
+        self.folders: dict[Task, str] = {}  # task -> its step's output folder (srun's)
+        self.notes: dict[Worker, Path] = {}  # pty task -> its note in the job's worker folder
         self._tasks: set[asyncio.Task[None]] = set()
         self.live: dict[StepKey, asyncio.Future[StepOutcome]] = {}  # steps running here
         self.ended: dict[StepKey, tuple[float, StepOutcome]] = {}  # (monotonic end, outcome)
+        # steps resumed from an earlier agent's tasks that no launcher asked for since
+        # (not in `status`: their launcher then asks again, with `adopt`)
+        self.unclaimed: set[StepKey] = set()
 
     async def serve(self) -> None:
         """Each step in its own task: a step lasts as long as its command, and other
@@ -138,6 +153,7 @@ class StepRunner:
         if refusal is not None:  # before anything is looked up: only the launcher may ask
             return StepOutcome(ok=False, message=f"node {ex.node} {refusal.message}")
         key = (launch.job_id, launch.attempt, launch.generation, launch.step_id)
+        self.unclaimed.discard(key)
         if key in self.ended:
             return self.ended[key][1]
         if key in self.live:
@@ -145,16 +161,35 @@ class StepRunner:
         if launch.adopt:
             step = f"step {launch.job_id}.{launch.step_id}"
             return StepOutcome(ok=False, message=f"{step} is not known on {ex.node}: lost")
+        return await self._as_live(key, self._open(key), self.run(launch))
+
+    def _open(self, key: StepKey) -> asyncio.Future[StepOutcome]:
+        """The step is live here from now on: asked again, it is waited on."""
         future: asyncio.Future[StepOutcome] = asyncio.get_running_loop().create_future()
         self.live[key] = future
-        outcome = StepOutcome(ok=False, message=f"the step's supervision on {ex.node} ended")
+        return future
+
+    async def _as_live(
+        self,
+        key: StepKey,
+        future: asyncio.Future[StepOutcome],
+        work: Coroutine[Any, Any, StepOutcome],
+    ) -> StepOutcome:
+        """`work`'s outcome, kept for those who ask later (`_open` made it live)."""
+        node = self.executor.node
+        outcome = StepOutcome(ok=False, message=f"the step's supervision on {node} ended")
         try:
-            outcome = await self.run(launch)
+            outcome = await work
         finally:
             self.live.pop(key, None)
+            self.unclaimed.discard(key)
             self._keep(key, outcome)
             future.set_result(outcome)
         return outcome
+
+    def listed(self) -> tuple[StepKey, ...]:
+        """The steps `status` names: those running here that a launcher asked for."""
+        return tuple(sorted(k for k in self.live if k not in self.unclaimed))
 
     def _keep(self, key: StepKey, outcome: StepOutcome) -> None:
         now = time.monotonic()
@@ -181,52 +216,119 @@ class StepRunner:
             return StepOutcome(ok=False, message=refusal)
         ex = self.executor
         record = ex.running[launch.job_id].record
-        hierarchy = cgroups.detect() if record.cgroup is not None else None
-        started: list[Worker] = []
-        mine = self.workers.setdefault(launch.job_id, set())
         if launch.pty:
+            mine = self.workers.setdefault(launch.job_id, set())
             return await self._run_pty(launch, record, mine)
+        started: list[StepTask] = []
         try:
             run_as = job_account(launch.run_as, ex.accounts)
             for task in launch.tasks:
-                worker = await spawn_worker(
-                    launch.argv,
-                    task.env,
-                    launch.workdir,
-                    task.stdout,
-                    task.stderr,
-                    run_as,
-                    allow_root=ex.allow_root,
-                    cgroup=record.cgroup,
-                    hierarchy=hierarchy,
-                )
-                # Inside the job's cgroup (its limits hold the task), but the task owns
-                # only its own process group: its end must never kill the job's cgroup.
-                worker.cgroup = None
-                started.append(worker)
-                mine.add(worker)
-                self.folders[worker] = posixpath.dirname(task.stdout)
-                self._note(record, worker)
+                one = await self._start_task(launch, task, record, run_as)
+                started.append(one)
+                self._hold(launch.job_id, one)
         except (LaunchError, OSError) as err:
-            await asyncio.gather(*(w.terminate(0.0) for w in started), return_exceptions=True)
+            await asyncio.gather(*(t.terminate(0.0) for t in started), return_exceptions=True)
             self._forget(launch.job_id, started)
             return StepOutcome(ok=False, message=f"step did not start on {ex.node}: {err}")
         log.info(
             "step started",
             extra=kv(job=launch.job_id, step=launch.step_id, tasks=len(started), node=ex.node),
         )
+        return await self._outcome(launch.job_id, started)
+
+    async def _start_task(
+        self, launch: StepLaunch, task: StepTaskSpec, record: WorkerRecord, run_as: RunAs | None
+    ) -> StepTask:
+        """One task under a stepd of its own (step_tasks.py), once stepd says it runs."""
+        ex = self.executor
+        note = TaskNote(
+            job_id=launch.job_id,
+            attempt=launch.attempt,
+            generation=launch.generation,
+            step_id=launch.step_id,
+            procid=task.procid,
+            output_dir=posixpath.dirname(task.stdout),
+        )
+        spec = StepSpec(
+            argv=launch.argv,
+            env=task.env,
+            workdir=launch.workdir,
+            stdout=task.stdout,
+            stderr=task.stderr,
+            run_as=run_as,
+            allow_root=ex.allow_root,
+            append=False,
+            contact=str(ex.table.contact),
+            fence_s=ex.fence_s,
+            grace_s=END_GRACE_S,
+            join_cgroup=record.cgroup,
+        )
+        folder = self.task_folders.create(note, spec)
         try:
-            ends = await asyncio.gather(*(w.wait() for w in started))
-        finally:
-            self._forget(launch.job_id, started)
+            stepd = await ex.zygote.take(folder)
+        except LaunchError:
+            TaskFolders.remove(folder)
+            raise
+        one = StepTask.forked(folder, note, stepd)
+        try:
+            first = await started_or_ended(folder, stepd)
+        except LaunchError:
+            await one.terminate(0.0)
+            one.remove()
+            raise
+        if isinstance(first, StepExit) and first.ending is Ending.SPAWN_FAILED:
+            one.remove()
+            raise LaunchError(first.spawn_failed)
+        return one
+
+    async def _outcome(self, job_id: int, tasks: list[StepTask]) -> StepOutcome:
+        """Every task's end, in order; their folders go once it is read (not before: a
+        wait cut short leaves them to the next agent)."""
+        ends = await asyncio.gather(*(t.ended() for t in tasks))
+        self._forget(job_id, tasks)
         return StepOutcome(
             ok=True,
             exit_codes=tuple(e.exit_code for e in ends),
             signals=tuple(e.signal for e in ends),
         )
 
+    def resume(self) -> None:
+        """At the agent's start, once its workers are adopted: wait again on the batch
+        tasks an earlier agent started, each step live and unclaimed (the module doc);
+        stop those whose job runs no worker here now, or another start of it."""
+        steps: dict[StepKey, list[StepTask]] = {}
+        for folder, note in self.task_folders.found():
+            task = StepTask.left(folder, note)
+            if task is None:
+                TaskFolders.remove(folder)
+                continue
+            if not self._runs_now(note):
+                self._spawn(_end_left(task))
+                continue
+            steps.setdefault(note.key, []).append(task)
+        for key, tasks in sorted(steps.items()):
+            tasks.sort(key=lambda t: t.note.procid)
+            for task in tasks:
+                self._hold(key[0], task)
+            self.unclaimed.add(key)
+            work = self._outcome(key[0], tasks)
+            self._spawn(_kept(self._as_live(key, self._open(key), work)))
+            log.info("step resumed", extra=kv(job=key[0], step=key[3], tasks=len(tasks)))
+
+    def _runs_now(self, note: TaskNote) -> bool:
+        """The task's job runs here now, in the start the task was launched in."""
+        current = self.executor.running.get(note.job_id)
+        if current is None or current.ended.is_set():
+            return False
+        record = current.record
+        return (record.attempt, record.generation) == (note.attempt, note.generation)
+
+    def _hold(self, job_id: int, task: StepTask) -> None:
+        self.workers.setdefault(job_id, set()).add(task)
+        self.folders[task] = task.note.output_dir
+
     async def _run_pty(
-        self, launch: StepLaunch, record: WorkerRecord, mine: set[Worker]
+        self, launch: StepLaunch, record: WorkerRecord, mine: set[Task]
     ) -> StepOutcome:
         """`srun --pty`: its one task on a terminal relayed over the bus (steps_pty.py)."""
         ex = self.executor
@@ -262,13 +364,14 @@ class StepRunner:
         except OSError as err:
             log.warning("step task not noted", extra=kv(job=record.job_id, error=str(err)))
 
-    def _forget(self, job_id: int, workers: list[Worker]) -> None:
+    def _forget(self, job_id: int, tasks: list[StepTask] | list[Worker]) -> None:
         mine = self.workers.get(job_id, set())
-        mine.difference_update(workers)
-        for worker in workers:
-            self.folders.pop(worker, None)
-            note = self.notes.pop(worker, None)
-            if note is not None:
+        mine.difference_update(tasks)
+        for task in tasks:
+            self.folders.pop(task, None)
+            if isinstance(task, StepTask):
+                task.remove()
+            elif (note := self.notes.pop(task, None)) is not None:
                 note.unlink(missing_ok=True)
         if not mine:
             self.workers.pop(job_id, None)
@@ -285,8 +388,19 @@ class StepRunner:
             await asyncio.wait(list(self._tasks), timeout=END_GRACE_S + 5.0)
 
 
-async def _end(worker: Worker, grace_s: float) -> None:
-    await worker.terminate(grace_s)
+async def _end(task: Task, grace_s: float) -> None:
+    await task.terminate(grace_s)
+
+
+async def _end_left(task: StepTask) -> None:
+    """A task left by an earlier agent in a job that does not run here now: stopped
+    (its stepd records the exit), its folder then gone."""
+    await task.terminate(END_GRACE_S)
+    task.remove()
+
+
+async def _kept(work: Coroutine[Any, Any, StepOutcome]) -> None:
+    await work
 
 
 async def end_left_tasks(tasks: list[ProcessRef], grace_s: float = END_GRACE_S) -> None:

@@ -13,11 +13,12 @@ Every worker has one folder under the node's state folder (`workers/<job>-<attem
   found and killed through it, not only the leader's process group;
 - `exit.json` (`StepExit`, by stepd): how the worker ended, and why (exited, fenced,
   stopped);
-- `tasks/<pid>-<start>.json` (`ProcessRef`, by the agent): each srun step task the agent
-  runs inside the job (steps_agent.py), while it runs. A task is the agent's child, not
-  stepd's: an agent killed leaves it running with nobody to report or end it, so the
-  next agent ends every one still alive (`tasks_left`; the launcher records such a step
-  lost), and so does `muster down`.
+- `tasks/<pid>-<start>.json` (`ProcessRef`, by the agent): each `srun --pty` task the
+  agent runs inside the job (steps_agent.py), while it runs. Such a task is the agent's
+  child, relayed by it: an agent killed leaves it running with nobody to relay, report
+  or end it, so the next agent ends every one still alive (`tasks_left`; the launcher
+  records such a step lost), and so does `muster down`. Batch step tasks each have a
+  stepd and a folder of their own (`steps/`, beside `workers/`: step_tasks.py).
 
 Every file is written atomically (a temporary file renamed over it), so a reader sees
 the old record or the new one, never half. A pid alone is never trusted: a record names
@@ -71,6 +72,9 @@ class StepSpec(msgspec.Struct, frozen=True, kw_only=True):
     fence_s: float
     grace_s: float  # SIGTERM -> SIGKILL when fenced or stopped by a signal to stepd
     isolation: Isolation | None = None
+    # A step task (srun; step_tasks.py): forked inside its job's cgroup, which it neither
+    # makes nor removes, and its end is its own process group's, not the cgroup's.
+    join_cgroup: CgroupRef | None = None
 
 
 class Isolation(msgspec.Struct, frozen=True, kw_only=True):
@@ -242,6 +246,7 @@ class WorkerTable:
     """The worker folders under one node's state folder."""
 
     def __init__(self, state_folder: Path) -> None:
+        self.state = state_folder
         self.root = state_folder / "workers"
         self.contact = state_folder / "contact"
 
@@ -332,31 +337,43 @@ def stop_recorded_workers(state_dir: str | Path, grace_s: float = 5.0) -> list[i
     an agent started later still reports their exits."""
     records = list(_all_records(Path(state_dir)))
     hit = [r for r in records if kill_group(r.worker, _signal.SIGTERM, r.cgroup)]
-    tasks = [task for r in records for task in WorkerTable.tasks_left(r)]
+    steps = list(_all_step_tasks(Path(state_dir)))  # srun's tasks, each under a stepd
+    tasks = [task for r in records for task in WorkerTable.tasks_left(r)]  # --pty ones
+    tasks += [s.worker for s in steps]
     for task in tasks:
         kill_group(task, _signal.SIGTERM)
-    _signal_stepds(records, _signal.SIGTERM)
+    stepds = [*(r.stepd for r in records), *(s.stepd for s in steps)]
+    _signal_stepds(stepds, _signal.SIGTERM)
     _wait_until_gone([*(r.worker for r in records), *tasks], grace_s)
     for r in records:
         kill_group(r.worker, _signal.SIGKILL, r.cgroup)
     for task in tasks:
         kill_group(task, _signal.SIGKILL)
-    _wait_until_gone([r.stepd for r in records], STEPD_RECORD_S)  # each records its exit
-    _signal_stepds(records, _signal.SIGKILL)
+    _wait_until_gone(stepds, STEPD_RECORD_S)  # each records its exit
+    _signal_stepds(stepds, _signal.SIGKILL)
     return [r.worker.pid for r in hit if r.worker is not None]
 
 
-def _signal_stepds(records: list[WorkerRecord], sig: int) -> None:
-    for r in records:
-        if r.stepd is not None and alive(r.stepd):
+def _signal_stepds(stepds: list[ProcessRef | None], sig: int) -> None:
+    for stepd in stepds:
+        if stepd is not None and alive(stepd):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(r.stepd.pid, sig)
+                os.kill(stepd.pid, sig)
 
 
 def _wait_until_gone(refs: list[ProcessRef | None], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and any(alive(ref) for ref in refs):
         time.sleep(0.05)
+
+
+def _all_step_tasks(state_dir: Path) -> Iterator[StepStarted]:
+    """The srun step tasks started under every node (step_tasks.py), but those whose
+    exit is recorded."""
+    for folder in sorted((state_dir.resolve() / "nodes").glob("*/steps/*")):
+        started = read_struct(folder / "started.json", StepStarted)
+        if started is not None and not (folder / "exit.json").exists():
+            yield started
 
 
 def _all_records(state_dir: Path) -> Iterator[WorkerRecord]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from services.launcher import steps
 from services.launcher.executor import group_members
 from services.launcher.worker_table import (
     Ending,
@@ -238,49 +239,75 @@ async def test_a_worker_left_without_its_stepd_is_killed_by_the_next_agent_and_r
         assert row["state"] != "RUNNING" or row["restart_count"] > first["restart_count"]
 
 
-async def test_a_step_task_a_killed_agent_left_is_ended_by_the_next_agent(
+async def test_srun_steps_outlive_a_killed_agent_and_report_their_own_exits(
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> None:
-    """kill -9 of the agent while an srun step runs in a job: the step's task is the
-    agent's child, not a stepd's, so nothing could report or end it, and the launcher
-    records the step lost. The next agent ends the task (noted in the job's worker
-    folder) and adopts the job's worker, which runs on; the launcher, asking the new
-    agent's status, hears the step is lost and srun gets a failure (before, the task
-    ran on untracked, past its job's end where the job has no cgroup, and srun waited
-    for the job's time limit)."""
+    """kill -9 of the agent while an srun step runs in a job: the step's task runs on under
+    its own stepd. The next agent adopts the job's worker and finds the task; the
+    launcher, whose request went to the agent that died, asks it again and gets the
+    task's own exit (7) when it ends, and srun in the job exits 7 (before, the task was
+    ended by the next agent and the step recorded lost). A second step whose task ends
+    while the agent is down is recorded with its exit (3) by the agent that follows.
+    The job stays in its first attempt throughout."""
     state, work = tmp_path / "state", tmp_path / "work"
     work.mkdir()
     [node] = nodes(1)
-    task = f"echo $$ > {work}/task.pid; exec sleep 1000"
+    srun = f"{sys.executable} -m muster.cli srun bash -c"
+
+    def task(n: int) -> str:
+        return f"echo $$ > {work}/task{n}.pid; until [ -s {work}/go{n} ]; do sleep 0.05; done"
+
     script = f"""#!/bin/bash
 export MUSTER_KEY_DIR={state / "keys"}
-{sys.executable} -m muster.cli srun bash -c '{task}'
-echo "rc=$?" > {work}/srun.txt
+{srun} '{task(1)}; exit 7'
+echo "rc=$?" > {work}/srun1.txt
+{srun} '{task(2)}; exit 3'
+echo "rc=$?" > {work}/srun2.txt
 exec sleep 1000
 """
     async with running_cluster(state, nats_url, database_url, db, [node], **RESTART_ENV) as c:
         job_id = (await submit(nats_url, script, ONE_GPU, workdir=str(work))).job_ids[0]
-        task_ref = process_ref(await pid_from(work / "task.pid", 90))
+        first = process_ref(await pid_from(work / "task1.pid", 90))
         record = records(state, node.name)[job_id]  # its worker runs srun: it has pids
         kill9(c, f"node-{node.name}")
-        assert alive(task_ref), "the step's task outlives its agent"
+        await asyncio.sleep(1.0)
+        assert alive(first), "the step's task outlives its agent"
         c.start_node(node, **RESTART_ENV)
-        await eventually(
-            lambda: _async(alive(task_ref)), lambda up: not up, 30, "the task left ended"
-        )
+        await asyncio.sleep(steps.PROBE_S + 3.0)  # the launcher has asked the new agent
+        assert alive(first), "the next agent leaves the task running"
+        row = await _step(db, job_id, 0)
+        assert row["state"] == "RUNNING", dict(row)
+        (work / "go1").write_text("x")
+        row = await eventually(lambda: _step(db, job_id, 0), lambda r: r["state"] != "RUNNING")
+        assert (row["state"], row["exit_code"]) == ("FAILED", 7), dict(row)
+        said = work / "srun1.txt"
+        await eventually(lambda: _async(said.read_text() if said.exists() else ""), bool)
+        assert said.read_text().strip() == "rc=7"  # srun in the job hears the task's exit
+
+        second = process_ref(await pid_from(work / "task2.pid", 60))
+        kill9(c, f"node-{node.name}")
+        (work / "go2").write_text("x")  # the task ends while no agent runs
+        await eventually(lambda: _async(alive(second)), lambda up: not up, 30, "task 2 ended")
+        c.start_node(node, **RESTART_ENV)
+        row = await eventually(lambda: _step(db, job_id, 1), lambda r: r["state"] != "RUNNING")
+        assert (row["state"], row["exit_code"]) == ("FAILED", 3), dict(row)
+        said = work / "srun2.txt"
+        await eventually(lambda: _async(said.read_text() if said.exists() else ""), bool)
+        assert said.read_text().strip() == "rc=3"
         assert alive(record.worker), "the job's worker is adopted, not ended"
-        step = await eventually(
-            lambda: db.fetchrow("SELECT state, message FROM job_steps WHERE job_id = $1", job_id),
-            lambda r: r is not None and r["state"] != "RUNNING",
-            30,
-            "the step recorded lost (the launcher asks the new agent, which does not list it)",
-        )
-        assert step["state"] == "FAILED" and "not known on node01: lost" in step["message"]
-        said = work / "srun.txt"
-        srun = await eventually(lambda: _async(said.read_text() if said.exists() else ""), bool)
-        assert srun.strip() != "rc=0"  # srun in the job hears it failed, and the job goes on
-        row = await run_row(db, job_id)
-        assert row is not None and row["state"] == "RUNNING" and row["restart_count"] == 0
+        run = await run_row(db, job_id)
+        assert run is not None and run["state"] == "RUNNING" and run["restart_count"] == 0
+    assert not list((state / "nodes" / node.name / "steps").glob("*")), "task folders go"
+
+
+async def _step(db: asyncpg.Connection, job_id: int, step_id: int) -> asyncpg.Record:
+    row = await db.fetchrow(
+        "SELECT state, exit_code, message FROM job_steps WHERE job_id = $1 AND step_id = $2",
+        job_id,
+        step_id,
+    )
+    assert row is not None, f"no step {job_id}.{step_id}"
+    return row
 
 
 async def started_worker(state: Path, node: str, job_id: int) -> tuple[WorkerRecord, list[int]]:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from services.launcher.steps_agent import StepRunner
+from services.launcher.worker_table import WorkerTable
 from shared.agent_auth import GrantSigner
 from shared.api import StepLaunch, StepOutcome
 from shared.identity import Signer, encode_seed
@@ -33,6 +35,7 @@ class Executor:
     trusted_keys: Any = Keys()
     accounts: Any = None
     allow_root = False
+    table = WorkerTable(Path("/nonexistent"))  # no task is started: its folders never made
 
     def __init__(self) -> None:
         self.running: dict[int, Any] = {}

@@ -1,0 +1,205 @@
+"""srun step tasks under stepds of their own (services/launcher/step_tasks.py), with real
+processes: a zygote, its stepds and their tasks. An agent's wait cut short (it died)
+leaves the tasks running; the next agent's runner resumes the step, leaves it out of
+`status` until a launcher asks for it, and answers that launcher's `adopt` with the
+tasks' own exits. Tasks of a job that no longer runs here are stopped instead."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.launcher.accounts import AccountPolicy
+from services.launcher.stepd_client import Zygote
+from services.launcher.steps_agent import StepRunner
+from services.launcher.worker_table import (
+    StepExit,
+    StepStarted,
+    WorkerRecord,
+    WorkerTable,
+    alive,
+    read_struct,
+    stop_recorded_workers,
+)
+from shared.agent_auth import GrantSigner
+from shared.api import StepLaunch, StepTaskSpec
+from shared.identity import Signer, encode_seed
+
+SIGNER = GrantSigner(Signer(encode_seed(b"\x03" * 32)))
+KEY = (1, 0, 0, 4)  # job, attempt, generation, step
+
+
+class Keys:
+    def current(self) -> frozenset[str]:
+        return frozenset({SIGNER.public_key})
+
+
+class Run:
+    """The job's worker as the agent tracks it (`_Running`): its record, and whether it ended."""
+
+    def __init__(self) -> None:
+        self.record = WorkerRecord(job_id=1, attempt=0, generation=0, boot_id="b", folder="/")
+        self.ended = asyncio.Event()
+
+
+class Executor:
+    """What StepRunner needs of the agent, real where it touches processes."""
+
+    node = "n0"
+    bus: Any = None
+    trusted_keys: Any = Keys()
+    allow_root = True
+    accounts = AccountPolicy(allow_root=True)
+    fence_s = 3600.0
+
+    def __init__(self, state: Path) -> None:
+        self.table = WorkerTable(state)
+        self.zygote = Zygote()
+        self.running: dict[int, Any] = {1: Run()}
+
+
+@pytest.fixture
+async def executor(tmp_path: Path) -> AsyncIterator[Executor]:
+    ex = Executor(tmp_path / "state")
+    try:
+        yield ex
+    finally:
+        await asyncio.to_thread(ex.zygote.close)
+
+
+def launch(tmp_path: Path, go: Path, *, adopt: bool = False) -> StepLaunch:
+    """Step 1.4: two tasks that wait for `go`, then exit 5 and 6."""
+    script = f"until [ -e {go} ]; do sleep 0.05; done; exit $((5 + $SLURM_PROCID))"
+    tasks = tuple(
+        StepTaskSpec(
+            procid=i,
+            env=dict(os.environ) | {"SLURM_PROCID": str(i)},
+            stdout=str(tmp_path / "out" / f"{i}.out"),
+            stderr=str(tmp_path / "out" / f"{i}.err"),
+        )
+        for i in range(2)
+    )
+    body = StepLaunch(
+        job_id=1, attempt=0, generation=0, step_id=4, argv=("bash", "-c", script), tasks=tasks,
+        workdir=str(tmp_path), adopt=adopt,
+    )  # fmt: skip
+    return SIGNER.sign(body, "n0", now=time.time())
+
+
+async def started_tasks(state: Path, count: int) -> list[StepStarted]:
+    deadline = time.monotonic() + 30
+    while True:
+        found = [read_struct(f / "started.json", StepStarted) for f in folders(state)]
+        got = [s for s in found if s is not None]
+        if len(got) == count:
+            return got
+        assert time.monotonic() < deadline, f"{len(got)} of {count} tasks started"
+        await asyncio.sleep(0.05)
+
+
+async def until(done: Callable[[], bool], what: str, within_s: float = 15.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not done():
+        assert time.monotonic() < deadline, f"not within {within_s} s: {what}"
+        await asyncio.sleep(0.05)
+
+
+def folders(state: Path) -> list[Path]:
+    return sorted((state / "steps").glob("*"))
+
+
+async def agent_dies_mid_step(ex: Executor, tmp_path: Path, go: Path) -> list[StepStarted]:
+    """A runner starts the step, then its wait is cut short as an agent killed would."""
+    first = StepRunner(ex)
+    waiting = asyncio.create_task(first.outcome_of(launch(tmp_path, go)))
+    started = await started_tasks(ex.table.state, 2)
+    assert first.listed() == (KEY,)
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+    assert all(alive(s.worker) for s in started), "the tasks outlive their agent's wait"
+    return started
+
+
+async def test_a_resumed_step_answers_its_launchers_adopt_with_the_tasks_own_exits(
+    executor: Executor, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    started = await agent_dies_mid_step(executor, tmp_path, go)
+    again = StepRunner(executor)  # the next agent
+    again.resume()
+    assert again.listed() == (), "a resumed step is left out of status until asked for"
+    asked = asyncio.create_task(again.outcome_of(launch(tmp_path, go, adopt=True)))
+    await asyncio.sleep(0.2)
+    assert not asked.done() and again.listed() == (KEY,)
+    assert all(alive(s.worker) for s in started)
+    go.touch()
+    got = await asyncio.wait_for(asked, 30)
+    assert (got.ok, got.exit_codes, got.signals) == (True, (5, 6), (None, None)), got
+    assert folders(executor.table.state) == [], "a task's folder goes once its exit is read"
+    assert await again.outcome_of(launch(tmp_path, go, adopt=True)) == got  # kept
+
+
+async def test_a_step_that_ended_while_no_agent_ran_is_answered_at_once(
+    executor: Executor, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    started = await agent_dies_mid_step(executor, tmp_path, go)
+    go.touch()
+    await until(lambda: not any(alive(s.worker) for s in started), "the tasks ended")
+    again = StepRunner(executor)
+    again.resume()
+    got = await asyncio.wait_for(again.outcome_of(launch(tmp_path, go, adopt=True)), 10)
+    assert (got.ok, got.exit_codes) == (True, (5, 6)), got
+
+
+async def test_tasks_of_a_job_that_no_longer_runs_here_are_stopped(
+    executor: Executor, tmp_path: Path
+) -> None:
+    started = await agent_dies_mid_step(executor, tmp_path, tmp_path / "go")
+    executor.running[1].ended.set()  # its worker ended while no agent ran
+    again = StepRunner(executor)
+    again.resume()
+    state = executor.table.state
+
+    def gone() -> bool:
+        return not any(alive(s.worker) for s in started) and not folders(state)
+
+    await until(gone, "the tasks of a job that ended stopped, their folders gone")
+    lost = await again.outcome_of(launch(tmp_path, tmp_path / "go", adopt=True))
+    assert (lost.ok, lost.message) == (False, "step 1.4 is not known on n0: lost")
+
+
+async def test_a_task_whose_stepd_is_killed_is_killed_and_reported_lost(
+    executor: Executor, tmp_path: Path
+) -> None:
+    runner = StepRunner(executor)
+    waiting = asyncio.create_task(runner.outcome_of(launch(tmp_path, tmp_path / "go")))
+    started = await started_tasks(executor.table.state, 2)
+    for s in started:
+        os.kill(s.stepd.pid, 9)
+    got = await asyncio.wait_for(waiting, 10)
+    assert got.ok and got.signals == (9, 9), got
+    assert not any(alive(s.worker) for s in started)
+
+
+async def test_muster_down_stops_the_step_tasks_and_each_stepd_records_the_signal(
+    tmp_path: Path,
+) -> None:
+    cluster = tmp_path / "cluster"
+    ex = Executor(cluster / "nodes" / "n0")
+    try:
+        started = await agent_dies_mid_step(ex, tmp_path, tmp_path / "go")
+        await asyncio.to_thread(stop_recorded_workers, cluster, 0.5)
+        assert not any(alive(s.worker) for s in started)
+        exits = [read_struct(f / "exit.json", StepExit) for f in folders(ex.table.state)]
+        assert [e.signal if e else None for e in exits] == [15, 15], exits
+    finally:
+        await asyncio.to_thread(ex.zygote.close)
