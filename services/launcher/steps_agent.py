@@ -222,10 +222,18 @@ class StepRunner:
         started: list[StepTask] = []
         try:
             run_as = job_account(launch.run_as, ex.accounts)
-            for task in launch.tasks:
-                one = await self._start_task(launch, task, record, run_as)
+            for task in launch.tasks:  # forked one by one, then started side by side
+                one = await self._fork_task(launch, task, record, run_as)
                 started.append(one)
                 self._hold(launch.job_id, one)
+            firsts = await asyncio.gather(
+                *(started_or_ended(t.folder, t.stepd) for t in started), return_exceptions=True
+            )
+            for first in firsts:
+                if isinstance(first, BaseException):
+                    raise first
+                if isinstance(first, StepExit) and first.ending is Ending.SPAWN_FAILED:
+                    raise LaunchError(first.spawn_failed)
         except (LaunchError, OSError) as err:
             await asyncio.gather(*(t.terminate(0.0) for t in started), return_exceptions=True)
             self._forget(launch.job_id, started)
@@ -236,10 +244,10 @@ class StepRunner:
         )
         return await self._outcome(launch.job_id, started)
 
-    async def _start_task(
+    async def _fork_task(
         self, launch: StepLaunch, task: StepTaskSpec, record: WorkerRecord, run_as: RunAs | None
     ) -> StepTask:
-        """One task under a stepd of its own (step_tasks.py), once stepd says it runs."""
+        """One task's folder, and a stepd (step_tasks.py) handed it: the task starts."""
         ex = self.executor
         note = TaskNote(
             job_id=launch.job_id,
@@ -269,17 +277,7 @@ class StepRunner:
         except LaunchError:
             TaskFolders.remove(folder)
             raise
-        one = StepTask.forked(folder, note, stepd)
-        try:
-            first = await started_or_ended(folder, stepd)
-        except LaunchError:
-            await one.terminate(0.0)
-            one.remove()
-            raise
-        if isinstance(first, StepExit) and first.ending is Ending.SPAWN_FAILED:
-            one.remove()
-            raise LaunchError(first.spawn_failed)
-        return one
+        return StepTask.forked(folder, note, stepd)
 
     async def _outcome(self, job_id: int, tasks: list[StepTask]) -> StepOutcome:
         """Every task's end, in order; their folders go once it is read (not before: a

@@ -203,3 +203,17 @@ async def test_muster_down_stops_the_step_tasks_and_each_stepd_records_the_signa
         assert [e.signal if e else None for e in exits] == [15, 15], exits
     finally:
         await asyncio.to_thread(ex.zygote.close)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the refusal is of a job as root, run by root")
+async def test_a_task_its_stepd_cannot_start_fails_the_step_and_leaves_nothing(
+    executor: Executor, tmp_path: Path
+) -> None:
+    """Each stepd spawns its task as the job's user; here (root, not allowed) stepd
+    refuses: the step fails with stepd's reason, no task runs, no folder stays."""
+    executor.allow_root = False  # the agent runs as root: a job as root is refused
+    runner = StepRunner(executor)
+    got = await asyncio.wait_for(runner.outcome_of(launch(tmp_path, tmp_path / "go")), 30)
+    assert not got.ok and got.message.startswith("step did not start on n0:"), got
+    assert "root" in got.message, got.message
+    assert folders(executor.table.state) == [] and runner.workers == {}
