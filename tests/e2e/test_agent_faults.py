@@ -242,39 +242,51 @@ async def test_a_worker_left_without_its_stepd_is_killed_by_the_next_agent_and_r
 async def test_srun_steps_outlive_a_killed_agent_and_report_their_own_exits(
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> None:
-    """kill -9 of the agent while an srun step runs in a job: the step's task runs on under
-    its own stepd. The next agent adopts the job's worker and finds the task; the
-    launcher, whose request went to the agent that died, asks it again and gets the
-    task's own exit (7) when it ends, and srun in the job exits 7 (before, the task was
-    ended by the next agent and the step recorded lost). A second step whose task ends
-    while the agent is down is recorded with its exit (3) by the agent that follows.
-    The job stays in its first attempt throughout."""
+    """kill -9 of one node's agent while a two-node srun step runs in a job: that node's
+    task runs on under its own stepd. The next agent adopts the job's worker and finds
+    the task; the launcher, whose request went to the agent that died, asks it again
+    and gets the task's own exit when it ends. Each task exits 6 + its node index, so
+    the step's exit code (the highest task's) is 7 only with the resumed node's exit;
+    srun in the job exits 7 (before, the task was ended by the next agent and the step
+    recorded lost). A second step whose task there ends while no agent runs is recorded
+    with its exit (3) by the agent that follows. The job stays in its first attempt."""
     state, work = tmp_path / "state", tmp_path / "work"
     work.mkdir()
-    [node] = nodes(1)
+    defs = nodes(2)
     srun = f"{sys.executable} -m muster.cli srun bash -c"
 
-    def task(n: int) -> str:
-        return f"echo $$ > {work}/task{n}.pid; until [ -s {work}/go{n} ]; do sleep 0.05; done"
+    def task(n: int, base: int) -> str:
+        pid, go = f"{work}/task{n}-$SLURM_NODEID.pid", f"{work}/go{n}"
+        wait = f"until [ -s {go} ]; do sleep 0.05; done"
+        return f"echo $$ > {pid}; {wait}; exit $(({base} + $SLURM_NODEID))"
 
     script = f"""#!/bin/bash
 export MUSTER_KEY_DIR={state / "keys"}
-{srun} '{task(1)}; exit 7'
-echo "rc=$?" > {work}/srun1.txt
-{srun} '{task(2)}; exit 3'
-echo "rc=$?" > {work}/srun2.txt
+if [ "$SLURM_NODEID" = 0 ]; then
+  {srun} '{task(1, 6)}'
+  echo "rc=$?" > {work}/srun1.txt
+  {srun} '{task(2, 2)}'
+  echo "rc=$?" > {work}/srun2.txt
+fi
 exec sleep 1000
 """
-    async with running_cluster(state, nats_url, database_url, db, [node], **RESTART_ENV) as c:
-        job_id = (await submit(nats_url, script, ONE_GPU, workdir=str(work))).job_ids[0]
-        first = process_ref(await pid_from(work / "task1.pid", 90))
-        record = records(state, node.name)[job_id]  # its worker runs srun: it has pids
+    async with running_cluster(state, nats_url, database_url, db, defs, **RESTART_ENV) as c:
+        spread = ("--nodes=2", "--gpus-per-node=1")
+        job_id = (await submit(nats_url, script, spread, workdir=str(work))).job_ids[0]
+        first = process_ref(await pid_from(work / "task1-1.pid", 90))
+        other = process_ref(await pid_from(work / "task1-0.pid", 30))
+        run = await run_row(db, job_id)
+        assert run is not None
+        node = next(d for d in defs if d.name == run["nodes"][1])  # the step's node 1
+        record = records(state, node.name)[job_id]  # its worker runs: it has pids
         kill9(c, f"node-{node.name}")
         await asyncio.sleep(1.0)
         assert alive(first), "the step's task outlives its agent"
         c.start_node(node, **RESTART_ENV)
-        await asyncio.sleep(steps.PROBE_S + 3.0)  # the launcher has asked the new agent
-        assert alive(first), "the next agent leaves the task running"
+        # by then the launcher has found the agent back and asked it again, and waited on
+        # that request longer than a probe (before, it gave up after one: "did not answer")
+        await asyncio.sleep(2 * steps.PROBE_S + 3.0)
+        assert alive(first) and alive(other), "the next agent leaves the task running"
         row = await _step(db, job_id, 0)
         assert row["state"] == "RUNNING", dict(row)
         (work / "go1").write_text("x")
@@ -284,9 +296,9 @@ exec sleep 1000
         await eventually(lambda: _async(said.read_text() if said.exists() else ""), bool)
         assert said.read_text().strip() == "rc=7"  # srun in the job hears the task's exit
 
-        second = process_ref(await pid_from(work / "task2.pid", 60))
+        second = process_ref(await pid_from(work / "task2-1.pid", 60))
         kill9(c, f"node-{node.name}")
-        (work / "go2").write_text("x")  # the task ends while no agent runs
+        (work / "go2").write_text("x")  # the task ends while no agent runs there
         await eventually(lambda: _async(alive(second)), lambda up: not up, 30, "task 2 ended")
         c.start_node(node, **RESTART_ENV)
         row = await eventually(lambda: _step(db, job_id, 1), lambda r: r["state"] != "RUNNING")
@@ -297,7 +309,8 @@ exec sleep 1000
         assert alive(record.worker), "the job's worker is adopted, not ended"
         run = await run_row(db, job_id)
         assert run is not None and run["state"] == "RUNNING" and run["restart_count"] == 0
-    assert not list((state / "nodes" / node.name / "steps").glob("*")), "task folders go"
+    left = list((state / "nodes").glob("*/steps/*"))
+    assert not left, f"task folders go: {left}"
 
 
 async def _step(db: asyncpg.Connection, job_id: int, step_id: int) -> asyncpg.Record:
