@@ -33,6 +33,7 @@ from services.launcher.worker_table import (
     StepStarted,
     kill_group,
     lost_exit,
+    process_ref,
     read_struct,
     write_struct,
 )
@@ -100,8 +101,9 @@ class StepTask:
 
     @classmethod
     def forked(cls, folder: Path, note: TaskNote, stepd: Stepd) -> StepTask:
-        """A task whose stepd was just handed its folder: the note names it from now on."""
-        ref = stepd.ref
+        """A task whose stepd was just handed its folder: the note names it from now on
+        (a cold-started stepd, our child, by its pid and start tick read now)."""
+        ref = stepd.ref or process_ref(stepd.pid)
         if ref is not None:
             note = msgspec.structs.replace(note, stepd=ref)
             write_struct(folder / "task.json", note)
