@@ -217,3 +217,16 @@ async def test_a_task_its_stepd_cannot_start_fails_the_step_and_leaves_nothing(
     assert not got.ok and got.message.startswith("step did not start on n0:"), got
     assert "root" in got.message, got.message
     assert folders(executor.table.state) == [] and runner.workers == {}
+
+
+async def test_a_task_is_fenced_by_its_stepd_when_the_node_loses_the_control_plane(
+    executor: Executor, tmp_path: Path
+) -> None:
+    """The contact file is never touched (no agent reached the control plane): past
+    `fence_s` each task's stepd stops it with SIGTERM, as a worker's stepd fences the
+    worker; nothing else here would end a task that waits for its `go` file."""
+    executor.fence_s = 1.0
+    runner = StepRunner(executor)
+    got = await asyncio.wait_for(runner.outcome_of(launch(tmp_path, tmp_path / "go")), 30)
+    assert got.ok and got.signals == (15, 15), got  # SIGTERM, never the `go` file
+    assert folders(executor.table.state) == []
