@@ -31,7 +31,7 @@ from shared.bus_inbox import user_pty
 
 FOLLOW_S = 0.05
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
-WAIT_S = 7 * 24 * 3600.0  # a terminal's request: answered when the step ends (or the job)
+WAIT_S = 7 * 24 * 3600.0  # how long srun asks again while no replica answers
 ASK_S = 15.0  # one request's wait: the launcher answers RUNNING within 5 s (steps.ANSWER_S)
 RETRY_S = 1.0  # between asks when no replica answered
 AGAIN = frozenset({"unavailable", "unreachable"})  # no answer: ask again, the step lives
@@ -269,7 +269,7 @@ async def _terminal(req: StepRequest) -> int:
 
     import nats
 
-    from muster.client import call, connect_options
+    from muster.client import connect_options
     from shared.urls import nats_servers
 
     url = nats_url()
@@ -307,8 +307,8 @@ async def _terminal(req: StepRequest) -> int:
             keys.put_nowait(data)
         keys.put_nowait(b"")
     sender = asyncio.create_task(send())
-    try:
-        reply = await call(url, "step", req, StepReply, timeout=WAIT_S)
+    try:  # asked again while RUNNING, as a batch step is: any replica answers its end
+        reply = await asyncio.to_thread(_until_ended, req)
     finally:
         loop.remove_reader(fd)
         sender.cancel()

@@ -155,7 +155,6 @@ class StepService:
                 f" (yours, which only you and the agents may use), not {req.pty!r}",
                 "invalid",
             )
-        window = None if req.pty else ANSWER_S  # a terminal's srun waits in one request
         if req.output_dir:  # asked again: the step it started, wherever it is coordinated
             async with self.ctx.pool.acquire() as conn:
                 known = await repo.step_by_folder(conn, req.job_id, req.output_dir)
@@ -164,7 +163,7 @@ class StepService:
                     raise Refused(
                         f"job {req.job_id} belongs to {known['user_name']!r}", "forbidden"
                     )
-                return await self._answer_when_ended(req.job_id, known["step_id"], window)
+                return await self._answer_when_ended(req.job_id, known["step_id"], ANSWER_S)
         async with self.ctx.pool.acquire() as conn:
             found = await repo.running_job(conn, req.job_id)
         if found is None:
@@ -201,16 +200,14 @@ class StepService:
         timeout = max(remaining, 0.0) + MARGIN_S
         key = (req.job_id, step_id)
         self._coordinating[key] = self._spawn(self._coordinate(key, launches, timeout))
-        return await self._answer_when_ended(req.job_id, step_id, window)
+        return await self._answer_when_ended(req.job_id, step_id, ANSWER_S)
 
-    async def _answer_when_ended(
-        self, job_id: int, step_id: int, window: float | None
-    ) -> StepReply:
+    async def _answer_when_ended(self, job_id: int, step_id: int, window: float) -> StepReply:
         """The step's reply once its row says it ended; RUNNING after `window` (srun
         asks again). This replica's own step is awaited, another's row is polled."""
-        deadline = None if window is None else time.monotonic() + window
+        deadline = time.monotonic() + window
         while True:
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            left = max(deadline - time.monotonic(), 0.0)
             task = self._coordinating.get((job_id, step_id))
             if task is not None:
                 await asyncio.wait({task}, timeout=left)
@@ -218,7 +215,7 @@ class StepService:
                 row = await repo.step_row(conn, job_id, step_id)
             if row is None:
                 raise Refused(f"step {job_id}.{step_id} is gone", "not_found")
-            if row["state"] != StepState.RUNNING or (left is not None and left <= 0):
+            if row["state"] != StepState.RUNNING or left <= 0:
                 return StepReply(
                     step_id=step_id,
                     state=row["state"],
@@ -229,7 +226,7 @@ class StepService:
                     message=row["message"],
                 )
             if task is None or task.done():
-                await asyncio.sleep(POLL_S if left is None else min(POLL_S, left))
+                await asyncio.sleep(min(POLL_S, left))
 
     async def _coordinate(
         self, key: tuple[int, int], launches: dict[str, StepLaunch], timeout: float

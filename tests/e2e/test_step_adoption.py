@@ -5,8 +5,10 @@ The replica coordinating the step (its name on the step's row) is SIGKILLed mid-
 the task keeps running, the other replica's sweep claims the step once its lease runs
 out and asks the agent again (adopt), the task ends with 7 and the step's row says so
 (FAILED, exit code 7, from the database), srun in the job gets 7 as its exit status,
-and no process of the step is left. A RUNNING row no agent knows (its launch never
-reached one) is claimed too and ends FAILED as lost, not RUNNING for ever."""
+and no process of the step is left. `srun --pty` (its terminal a file here) outlives
+its coordinator the same way: it asks again as a batch srun does. A RUNNING row no
+agent knows (its launch never reached one) is claimed too and ends FAILED as lost,
+not RUNNING for ever."""
 
 from __future__ import annotations
 
@@ -35,11 +37,11 @@ PY = sys.executable
 STEP = "SELECT state, exit_code, coordinator FROM job_steps WHERE job_id = $1 AND step_id = 0"
 
 
-def script(work: Path, keys: Path) -> str:
-    task = f"echo $$ > {work}/task.pid; while [ ! -f {work}/go ]; do sleep 0.1; done; exit 7"
+def script(work: Path, keys: Path, srun: str = "srun", code: int = 7) -> str:
+    task = f"echo $$ > {work}/task.pid; while [ ! -f {work}/go ]; do sleep 0.1; done; exit {code}"
     return f"""#!/bin/bash
 export MUSTER_KEY_DIR={keys}
-{PY} -m muster.cli srun bash -c '{task}'
+{PY} -m muster.cli {srun} bash -c '{task}' < /dev/null
 echo "rc=$?" > {work}/srun.txt
 """
 
@@ -103,4 +105,35 @@ async def test_a_step_whose_launcher_dies_is_adopted_and_srun_gets_its_exit(
     assert ended is not None and (ended["state"], ended["exit_code"]) == ("FAILED", 7)
     await eventually(lambda: job_state(db, job), lambda s: s == "COMPLETED", 60, "the job ends")
     assert (work / "srun.txt").read_text().strip() == "rc=7"
+    assert not process_alive(pid)
+
+
+async def test_a_terminal_step_outlives_its_launcher_and_srun_gets_its_exit(
+    cluster: Cluster, tmp_path: Path, db: asyncpg.Connection
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    keys = tmp_path / "state" / "keys"
+    text = script(work, keys, "srun --pty", 5)
+    job = (await submit(cluster.nats_url, text, ("-t", "5"), str(work))).job_ids[0]
+    pid = await pid_from(work / "task.pid", 90)
+    row = await db.fetchrow(STEP, job)
+    assert row is not None and row["state"] == "RUNNING"
+    first = row["coordinator"]
+    kill9(cluster, key_of(first))
+
+    async def step() -> asyncpg.Record | None:
+        return await db.fetchrow(STEP, job)
+
+    await eventually(
+        step, lambda r: r is not None and r["coordinator"] != first, 60, "the step adopted"
+    )
+    assert process_alive(pid)
+    (work / "go").touch()
+    ended = await eventually(
+        step, lambda r: r is not None and r["state"] != "RUNNING", 60, "the step's end recorded"
+    )
+    assert ended is not None and (ended["state"], ended["exit_code"]) == ("FAILED", 5)
+    await eventually(lambda: job_state(db, job), lambda s: s == "COMPLETED", 60, "the job ends")
+    assert (work / "srun.txt").read_text().strip() == "rc=5"
     assert not process_alive(pid)
