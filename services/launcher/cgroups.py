@@ -326,8 +326,11 @@ def _mkdir(path: Path) -> None:
 
 
 def _write(path: Path, value: str, *, optional: bool = False) -> None:
+    # Opened without O_CREAT: a control file this kernel lacks is absent (ENOENT), not a
+    # file to create, which cgroupfs refuses with EACCES (a v1 blkio without bfq).
     try:
-        with path.open("w") as f:
+        fd = os.open(path, os.O_WRONLY)
+        with os.fdopen(fd, "w") as f:
             f.write(value)
     except FileNotFoundError:
         if optional:

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from services.launcher import cgroups
-from services.launcher.cgroups_core import DevNum, Limits, Version
+from services.launcher.cgroups_core import DevNum, IoLimit, Limits, Version
 from services.launcher.worker_table import ProcessRef, kill_group, start_time
 
 HIERARCHY = cgroups.detect()
@@ -122,6 +122,25 @@ def test_a_limit_the_kernel_refuses_leaves_no_cgroup_behind(root: str) -> None:
         for c in ("memory", "pids")
         if c in HIERARCHY.mounts
     )
+
+
+def test_an_io_weight_the_kernel_has_no_file_for_is_skipped_and_one_it_has_is_written(
+    root: str,
+) -> None:
+    """The weight's file (v1: blkio.bfq.weight) exists only with BFQ. Where it is absent
+    the job still starts (cgroupfs answers a write that would create it with EACCES,
+    which once failed every start on such a node) and no file is made."""
+    assert HIERARCHY is not None
+    ref = cgroups.create(HIERARCHY, root, "job", Limits(io=IoLimit(weight=50)))
+    if HIERARCHY.version is Version.V1:
+        blkio = ref.dir_of("blkio")
+        assert blkio is not None
+        weight = Path(blkio, "blkio.bfq.weight")
+    else:
+        weight = Path(ref.dirs[""], "io.weight")
+    if weight.exists():
+        assert "50" in weight.read_text()
+    assert cgroups.remove(ref)
 
 
 def test_an_adopting_agent_kills_through_the_cgroup_even_after_the_leader_died(root: str) -> None:
