@@ -10,7 +10,8 @@ node, SCRAM PostgreSQL with a role per service, signed requests); `--insecure` r
 old bed without authentication. Prints a
 line per run (its seed, so a failing one can be replayed with
 `MUSTER_CHAOS_SEED=<seed> pytest tests/chaos/test_chaos.py`), then one JSON object:
-`faults_injected` (by kind), `jobs_submitted`, `jobs_completed`, `violations` (by
+`faults_injected` (by kind), `jobs_submitted`, `jobs_completed`, `step_states` (the
+srun steps, by how they ended), `violations` (by
 invariant; must be all zero), `orphans`, `failover_s` (p50/p99 per kind: from a fault
 to the first job progress committed after it was undone), and the failing seeds.
 
@@ -52,6 +53,7 @@ class Totals:
     def __init__(self) -> None:
         self.faults: Counter[str] = Counter()
         self.violations: Counter[str] = Counter()
+        self.steps: Counter[str] = Counter()  # srun steps by how they ended
         self.records: list[FaultRecord] = []
         self.jobs_submitted = self.jobs_completed = self.orphans = 0
         self.cancels = self.forged_refused = self.forged_accepted = 0
@@ -65,6 +67,7 @@ class Totals:
         self.records += report.faults
         self.jobs_submitted += report.jobs_submitted
         self.jobs_completed += report.job_states.get("COMPLETED", 0)
+        self.steps.update(report.step_states)
         self.orphans += report.orphans
         self.cancels += report.cancels
         self.forged_refused += report.forged_refused
@@ -83,6 +86,7 @@ class Totals:
             "faults_total": sum(self.faults.values()),
             "jobs_submitted": self.jobs_submitted,
             "jobs_completed": self.jobs_completed,
+            "step_states": dict(self.steps),
             "violations": dict(self.violations),
             "orphans": self.orphans,
             "cancels": self.cancels,

@@ -116,6 +116,24 @@ async def jobs_kept(
     return found, dict(states)
 
 
+async def steps_settled(db: asyncpg.Connection) -> list[Violation]:
+    """Invariant 2 for srun steps: a step accepted is answered. Once its job has ended,
+    no step of it is still RUNNING (its tasks ended with the job, and whichever launcher
+    replica coordinates it now recorded how)."""
+    rows = await db.fetch(
+        "SELECT s.job_id, s.step_id, r.state FROM job_steps s JOIN job_runs r USING (job_id)"
+        " WHERE s.state = 'RUNNING' AND r.state = ANY($1::text[]) ORDER BY 1, 2",
+        sorted(TERMINAL),
+    )
+    return [
+        Violation(
+            Invariant.NO_JOB_LOST,
+            f"step {r['job_id']}.{r['step_id']} is still RUNNING; its job is {r['state']}",
+        )
+        for r in rows
+    ]
+
+
 async def _finished_events(db: asyncpg.Connection) -> Counter[int]:
     rows = await db.fetch("SELECT payload FROM outbox WHERE subject = 'muster.job.finished'")
     count: Counter[int] = Counter()

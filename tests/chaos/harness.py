@@ -23,6 +23,7 @@ import signal
 import statistics
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +59,7 @@ class Report:
     faults: list[FaultRecord] = field(default_factory=list)
     jobs_submitted: int = 0
     job_states: dict[str, int] = field(default_factory=dict)
+    step_states: dict[str, int] = field(default_factory=dict)  # the srun steps' ends
     violations: list[Violation] = field(default_factory=list)
     orphans: int = 0
     services_exited: list[str] = field(default_factory=list)
@@ -79,6 +81,7 @@ class Report:
             "jobs_submitted": self.jobs_submitted,
             "jobs_completed": self.job_states.get("COMPLETED", 0),
             "job_states": self.job_states,
+            "step_states": self.step_states,
             "violations": tally(self.violations),
             "orphans": self.orphans,
             "services_exited": self.services_exited,
@@ -229,18 +232,26 @@ async def _audit(
         found += await audit.excluded_nodes_unused(conn)
         found += await audit.one_placer(conn)
         found += await audit.fences_in_place(conn)
-        found += await _settled_usage(conn)
+        found += await _settled(conn, audit.usage_once)
+        found += await _settled(conn, audit.steps_settled)
+        rows = await conn.fetch("SELECT state, count(*) AS n FROM job_steps GROUP BY state")
+        report.step_states = {r["state"]: r["n"] for r in rows}
     finally:
         await conn.close()
     letters, report.poison_copies = await audit.dead_letters(bed.url, POISON)
     return found + letters
 
 
-async def _settled_usage(conn: asyncpg.Connection, timeout_s: float = 30.0) -> list[Violation]:
-    """Usage is charged by fairshare after the job ends: give it time to settle."""
+async def _settled(
+    conn: asyncpg.Connection,
+    check: Callable[[asyncpg.Connection], Awaitable[list[Violation]]],
+    timeout_s: float = 30.0,
+) -> list[Violation]:
+    """What settles after the job ends (fairshare charges its usage, a launcher records
+    its steps' ends): given time to settle."""
     deadline = time.monotonic() + timeout_s
-    found = await audit.usage_once(conn)
+    found = await check(conn)
     while found and time.monotonic() < deadline:
         await asyncio.sleep(1.0)
-        found = await audit.usage_once(conn)
+        found = await check(conn)
     return found

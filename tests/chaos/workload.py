@@ -3,9 +3,12 @@ land, and the one poison message the dead-letter check expects.
 
 Job kinds: single-GPU jobs, gangs (two nodes, all or nothing), arrays, elastic
 torchrun-style jobs (`--nodes=1:2`: they shrink when a node goes and read their world
-from MUSTER_NODELIST), and preemption pairs (a low-tier job holding a whole node, then a
-high-tier one that needs it). Every job sleeps a drawn while and exits 0, in the run's
-own working folder (how tests/chaos/machine.py tells its workers from other tests').
+from MUSTER_NODELIST), preemption pairs (a low-tier job holding a whole node, then a
+high-tier one that needs it), and two-node jobs whose batch script runs its sleep as an
+srun step (a task on each node, each under a stepd of its own: they must end with
+their job, whatever agent or replica is killed meanwhile). Every job sleeps a drawn
+while and exits 0, in the run's own working folder (how tests/chaos/machine.py tells
+its workers, step tasks included, from other tests').
 Which job comes next is drawn from the run's seed too.
 
 Every request is signed by its user (the bed's test keys). Between submissions the
@@ -19,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
+import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +65,9 @@ SLEEPER = "#!/bin/bash\nsleep {seconds}\n"
 ELASTIC = (
     '#!/bin/bash\necho "world ${{MUSTER_NODELIST}} gen ${{MUSTER_GENERATION}}"\nsleep {seconds}\n'
 )
+# srun signs its request as the submitter, with the bed's test keys (the launcher passes
+# no MUSTER_ variable of the submitter's); the interpreter is this one (its packages).
+STEPPED = "#!/bin/bash\nexport MUSTER_KEY_DIR={keys}\n{python} -m muster.cli srun sleep {seconds}\n"
 KINDS: dict[str, tuple[tuple[str, ...], str]] = {
     "single": (("--gpus-per-node=1",), SLEEPER),
     "gang": (("--nodes=2", "--gpus-per-node=1"), SLEEPER),
@@ -67,6 +75,7 @@ KINDS: dict[str, tuple[tuple[str, ...], str]] = {
     "elastic": (("--nodes=1:2", "--gpus-per-node=1"), ELASTIC),
     "preemptible": (("--partition=low", "--gpus-per-node=2"), SLEEPER),
     "urgent": (("--partition=high", "--gpus-per-node=2"), SLEEPER),
+    "stepped": (("--nodes=2", "--gpus-per-node=1"), STEPPED),
 }
 # What the dead-letter stream must hold, and nothing else: undecodable on purpose.
 POISON = b"\x00chaos-poison: not an event\xff"
@@ -83,6 +92,7 @@ class Workload:
     workdir: Path
     seed: int
     every_s: float = 1.5
+    keys: str = field(default_factory=lambda: os.environ.get("MUSTER_KEY_DIR", ""))
     accepted: list[int] = field(default_factory=list)
     submitted: dict[str, int] = field(default_factory=dict)
     refused: int = 0
@@ -99,7 +109,8 @@ class Workload:
             await self._cancel(cancels)
             kind = rng.choice(tuple(KINDS))
             argv, script = KINDS[kind]
-            text = script.format(seconds=round(rng.uniform(1.0, 4.0), 1))
+            seconds = round(rng.uniform(1.0, 4.0), 1)
+            text = script.format(seconds=seconds, keys=self.keys, python=sys.executable)
             try:
                 reply = await submit(self.url, text, argv, str(self.workdir))
             except SUBMIT_ERRORS:
