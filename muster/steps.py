@@ -193,6 +193,13 @@ def run(argv: list[str]) -> int:
     if req.pty:
         import asyncio
 
+        import msgspec
+
+        from shared import pty_size
+
+        size = window_size(sys.stdin.fileno())
+        if size is not None:  # the task's terminal starts at this one's size
+            req = msgspec.structs.replace(req, pty_window=pty_size.encode(*size))
         return asyncio.run(_terminal(req))
     folder = Path(req.output_dir)
     folder.mkdir(parents=True, mode=0o700, exist_ok=True)
@@ -260,35 +267,51 @@ def _until_ended(req: StepRequest) -> StepReply:
             return reply
 
 
+class _Resized:
+    """In srun's queue of keys: send the terminal's size now (shared/pty_size.py)."""
+
+
+RESIZED = _Resized()
+
+
 async def _terminal(req: StepRequest) -> int:
     """`srun --pty`: this terminal, raw, wired to the task's pty on the first node: its
-    output arrives on `<pty>.out`, every key goes to `<pty>.in` (Ctrl-C included)."""
+    output arrives on `<pty>.out`, every key goes to `<pty>.in` (Ctrl-C included), and
+    so does the terminal's size: once the relay listens (its first output) and at every
+    SIGWINCH."""
     import asyncio
+    import signal
     import termios
     import tty
 
     import nats
 
     from muster.client import connect_options
+    from shared import pty_size
     from shared.urls import nats_servers
 
     url = nats_url()
     nc = await nats.connect(nats_servers(url), connect_timeout=5, **connect_options(url))
     out = sys.stdout.buffer
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd) if os.isatty(fd) else None
+    keys: asyncio.Queue[bytes | _Resized] = asyncio.Queue()
+    shown_any = False
 
     async def shown(msg: Any) -> None:
+        nonlocal shown_any
         out.write(msg.data)
         out.flush()
+        if not shown_any and saved is not None:  # the relay subscribed before it printed
+            keys.put_nowait(RESIZED)
+        shown_any = True
 
     await nc.subscribe(req.pty + ".out", cb=shown)
     await nc.flush()  # subscribed before the task can print anything
     loop = asyncio.get_running_loop()
-    fd = sys.stdin.fileno()
-    saved = termios.tcgetattr(fd) if os.isatty(fd) else None
     if saved is not None:
         tty.setraw(fd)
-
-    keys: asyncio.Queue[bytes] = asyncio.Queue()
+        loop.add_signal_handler(signal.SIGWINCH, keys.put_nowait, RESIZED)
 
     def typed() -> None:
         data = os.read(fd, 4096)
@@ -297,8 +320,14 @@ async def _terminal(req: StepRequest) -> int:
         keys.put_nowait(data)
 
     async def send() -> None:  # in the order typed
-        while data := await keys.get():
-            await nc.publish(req.pty + ".in", data)
+        while (data := await keys.get()) != b"":
+            if isinstance(data, _Resized):
+                size = window_size(fd)
+                if size is not None:
+                    header = {pty_size.WINDOW_HEADER: pty_size.encode(*size)}
+                    await nc.publish(req.pty + ".in", b"", headers=header)
+            else:
+                await nc.publish(req.pty + ".in", data)
 
     try:
         loop.add_reader(fd, typed)
@@ -313,10 +342,25 @@ async def _terminal(req: StepRequest) -> int:
         loop.remove_reader(fd)
         sender.cancel()
         if saved is not None:
+            loop.remove_signal_handler(signal.SIGWINCH)
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
         await nc.flush()
         await nc.close()
     return reply.exit_code if reply.exit_code is not None else 1
+
+
+def window_size(fd: int) -> tuple[int, int] | None:
+    """(rows, cols) of the terminal on `fd`; None when it is none or has no size."""
+    import fcntl
+    import struct
+    import termios
+
+    try:
+        packed = fcntl.ioctl(fd, termios.TIOCGWINSZ, bytes(8))
+    except OSError:
+        return None
+    rows, cols, _, _ = struct.unpack("HHHH", packed)
+    return (rows, cols) if rows and cols else None
 
 
 def _cancel(req: StepRequest) -> None:

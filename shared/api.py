@@ -317,6 +317,9 @@ class StepRequest(Request, frozen=True, kw_only=True):
     # `srun --pty`: one task on the first node, on a terminal whose bytes travel on
     # `<pty>.out` (agent -> srun) and `<pty>.in` (srun -> agent); "" for none.
     pty: str = ""
+    # srun's terminal size as the step starts, "ROWS COLS" (shared/pty_size.py); ""
+    # for none (its later changes travel on `<pty>.in`)
+    pty_window: str = ""
 
 
 class StepReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -360,6 +363,7 @@ class StepLaunch(msgspec.Struct, frozen=True, kw_only=True):
     workdir: str
     run_as: str | None = None
     pty: str = ""  # see StepRequest.pty
+    pty_window: str = ""  # see StepRequest.pty_window
     token: AgentToken | None = None
     # another launcher replica took the step over: answer with its outcome once it ends
     # (at once if it has), never start it; a step the agent does not know is lost

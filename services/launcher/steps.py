@@ -364,6 +364,7 @@ class StepService:
             workdir=req.workdir or spec.workdir,
             run_as=None if spec.user == getpass.getuser() else spec.user,
             pty=req.pty,
+            pty_window=req.pty_window,
         )
 
     async def _call(self, node: str, launch: StepLaunch, timeout: float) -> StepOutcome:

@@ -334,7 +334,7 @@ class StepRunner:
         try:
             run_as = job_account(launch.run_as, ex.accounts)
             worker, master = spawn_on_pty(
-                launch.argv, task.env, launch.workdir, run_as, record.cgroup
+                launch.argv, task.env, launch.workdir, run_as, record.cgroup, launch.pty_window
             )
         except (LaunchError, OSError, cgroups.CgroupError) as err:
             self._forget(launch.job_id, [])

@@ -2,8 +2,10 @@
 
 The task runs on a fresh pty (its controlling terminal, in its own session) as the
 job's user, inside the job's cgroup when it has one. What it writes to the terminal is
-published on `<subject>.out`; what srun publishes on `<subject>.in` is typed into it.
-The subject is srun's own random name; it is not a credential (see docs/steps.md).
+published on `<subject>.out`; what srun publishes on `<subject>.in` is typed into it,
+but for a message carrying srun's window size (shared/pty_size.py), which is set on the
+pty (the task gets SIGWINCH). The subject is srun's own random name; it is not a
+credential (see docs/steps.md).
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import struct
 import subprocess
 import termios
 from collections.abc import Mapping
 
 from services.launcher import cgroups
 from services.launcher.executor import RunAs, Worker
+from shared import pty_size
 from shared.bus import Bus
 
 _CHUNK = 65536
@@ -33,9 +37,11 @@ def spawn_on_pty(
     workdir: str,
     run_as: RunAs | None,
     cgroup: cgroups.CgroupRef | None,
+    window: str = "",
 ) -> tuple[Worker, int]:
-    """The task and the pty's master end."""
+    """The task and the pty's master end; the pty of `window`'s size when it is one."""
     master, slave = os.openpty()
+    set_window(master, window)
     switch = run_as is not None and run_as.uid != os.geteuid()
     uid = run_as.uid if switch and run_as else None
     gid = run_as.gid if switch and run_as else None
@@ -69,6 +75,10 @@ async def relay(bus: Bus, subject: str, master: int, worker: Worker) -> None:
     nc = bus.nc
 
     async def typed(msg: object) -> None:
+        headers = getattr(msg, "headers", None) or {}
+        if pty_size.WINDOW_HEADER in headers:
+            set_window(master, headers[pty_size.WINDOW_HEADER])
+            return
         data: bytes = getattr(msg, "data", b"")
         with contextlib.suppress(OSError):
             os.write(master, data)
@@ -102,3 +112,12 @@ async def relay(bus: Bus, subject: str, master: int, worker: Worker) -> None:
         pumping.cancel()
         await sub.unsubscribe()
         os.close(master)
+
+
+def set_window(master: int, header: str) -> None:
+    """The size srun's terminal has now, on the task's pty (ignored when malformed)."""
+    size = pty_size.decode(header)
+    if size is None:
+        return
+    with contextlib.suppress(OSError):
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import select
+import struct
 import subprocess
 import sys
 import termios
@@ -147,10 +148,15 @@ async def interactive(work: Path, db: asyncpg.Connection) -> None:
         assert await live_gpus(db, job) == 2
         # srun --pty: a terminal on the first node, its keys and output through the agent
         # (the prompt is typed in two quoted halves: its echo must not pass for it)
+        # (and this terminal's window size, then its change, as SIGWINCH tells srun)
+        term.resize(33, 101)
         term.send("PS1='rem''ote> ' srun --pty /bin/sh; echo pty_rc=$?\n")
         await term.expect(r"remote> ", 60.0)
         term.send('echo "P=$SLURM_PROCID@$SLURMD_NODENAME:$SLURM_NTASKS"\n')
         await term.expect(r"P=0@node01:1", 60.0)
+        assert await term.remote_size() == "33 101"
+        term.resize(44, 132)
+        assert await term.remote_size("44 132") == "44 132"
         term.send("exit 4\n")
         await term.expect(r"pty_rc=4", 60.0)
         # Ctrl-C in srun ends the step's tasks on every node, as Slurm's srun does
@@ -197,6 +203,21 @@ class Terminal:
 
     def send(self, line: str) -> None:
         os.write(self.fd, line.encode())
+
+    def resize(self, rows: int, cols: int) -> None:
+        """As a terminal window resized: its foreground job gets SIGWINCH."""
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    async def remote_size(self, want: str = "") -> str:
+        """What `stty size` says on the far side; asked again (a few times) until it is
+        `want`, since srun forwards a SIGWINCH beside, not before, the keys typed next."""
+        for _ in range(20):
+            self.send('echo "S=$(stty size)."\n')
+            size = (await self.expect(r"S=(\d+ \d+)\.", 30.0)).group(1)
+            if not want or size == want:
+                break
+            await asyncio.sleep(0.2)
+        return size
 
     async def expect(self, pattern: str, timeout: float) -> re.Match[str]:
         deadline = time.monotonic() + timeout
