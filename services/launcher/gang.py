@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from services.launcher.env import job_env, place_worker
+from services.launcher.status_probe import StatusProbe
 from services.launcher.torchrun import SPOOL, worker_argv
 from shared.agent_auth import GrantSigner, launcher_key_paths, load_grant_signer
 from shared.api import (
@@ -63,6 +64,15 @@ class Agents:
         self.bus = bus
         self.signer = signer
         self.timeout_s = request_timeout_s
+        self._status = StatusProbe(self._ask_status)
+
+    async def status(self, node: str, within_s: float) -> AgentReply:
+        """`node`'s status from a request sent at most `within_s` ago, shared with the
+        other waits on that node (status_probe.py)."""
+        return await self._status.status(node, time.monotonic() - within_s)
+
+    async def _ask_status(self, node: str) -> AgentReply:
+        return await self.call(node, "status", StatusRequest())
 
     async def start(
         self, spec: JobSpec, gen: Generation, master: str, port: int

@@ -16,7 +16,9 @@ from the row. When a replica dies, its steps' leases run out and another replica
 sweep claims them and asks their agents again with `adopt` (docs/steps.md): the agents
 answer with each step's outcome once its tasks end, and that replica records it.
 
-While it waits on a node, the coordinator asks the node's `status` every `PROBE_S`.
+While it waits on a node, the coordinator asks the node's `status` every `PROBE_S`
+(an answer at most `PROBE_S / 2` old serves every step waiting on that node:
+status_probe.py, so a node running many steps is not asked once for each).
 An agent that answers but does not list the step is asked again with `adopt`: one
 that was restarted found the step's tasks still running under their stepds and
 answers when they end (their first request went to the agent that died), one that
@@ -56,7 +58,6 @@ from shared.api import (
     AGENT_PREFIX,
     API_PREFIX,
     Ok,
-    StatusRequest,
     StepCancelRequest,
     StepLaunch,
     StepOutcome,
@@ -381,7 +382,7 @@ class StepService:
                     await asyncio.wait({answer}, timeout=PROBE_S)
                     if answer.done():
                         break
-                    status = await self.agents.call(node, "status", StatusRequest())
+                    status = await self.agents.status(node, within_s=PROBE_S / 2)
                     if status.answered and key not in status.steps:
                         break
                 if answer.done():
