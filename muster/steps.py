@@ -337,7 +337,7 @@ async def _terminal(req: StepRequest) -> int:
         keys.put_nowait(b"")
     sender = asyncio.create_task(send())
     try:  # asked again while RUNNING, as a batch step is: any replica answers its end
-        reply = await asyncio.to_thread(_until_ended, req)
+        reply = await _ended_in_daemon(req)
     finally:
         loop.remove_reader(fd)
         sender.cancel()
@@ -347,6 +347,36 @@ async def _terminal(req: StepRequest) -> int:
         await nc.flush()
         await nc.close()
     return reply.exit_code if reply.exit_code is not None else 1
+
+
+async def _ended_in_daemon(req: StepRequest) -> StepReply:
+    """`_until_ended` in a daemon thread, as a batch srun asks: an srun interrupted
+    meanwhile exits at once, not once the step ends (asyncio.to_thread's thread would be
+    waited for as the loop closes)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[StepReply] = loop.create_future()
+
+    def settle(reply: StepReply | None, err: BaseException | None) -> None:
+        if done.done():  # the wait was let go
+            return
+        if err is not None:
+            done.set_exception(err)
+        else:
+            assert reply is not None
+            done.set_result(reply)
+
+    def ask() -> None:
+        try:
+            reply, err = _until_ended(req), None
+        except Exception as exc:
+            reply, err = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+            loop.call_soon_threadsafe(settle, reply, err)
+
+    threading.Thread(target=ask, daemon=True).start()
+    return await done
 
 
 def window_size(fd: int) -> tuple[int, int] | None:
