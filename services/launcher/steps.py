@@ -164,7 +164,7 @@ class StepService:
                     raise Refused(
                         f"job {req.job_id} belongs to {known['user_name']!r}", "forbidden"
                     )
-                return await self._answer_when_ended(req.job_id, known["step_id"], ANSWER_S)
+                return await self._answer_when_ended(req.job_id, known["step_id"])
         async with self.ctx.pool.acquire() as conn:
             found = await repo.running_job(conn, req.job_id)
         if found is None:
@@ -201,12 +201,12 @@ class StepService:
         timeout = max(remaining, 0.0) + MARGIN_S
         key = (req.job_id, step_id)
         self._coordinating[key] = self._spawn(self._coordinate(key, launches, timeout))
-        return await self._answer_when_ended(req.job_id, step_id, ANSWER_S)
+        return await self._answer_when_ended(req.job_id, step_id)
 
-    async def _answer_when_ended(self, job_id: int, step_id: int, window: float) -> StepReply:
-        """The step's reply once its row says it ended; RUNNING after `window` (srun
+    async def _answer_when_ended(self, job_id: int, step_id: int) -> StepReply:
+        """The step's reply once its row says it ended; RUNNING after `ANSWER_S` (srun
         asks again). This replica's own step is awaited, another's row is polled."""
-        deadline = time.monotonic() + window
+        deadline = time.monotonic() + ANSWER_S
         while True:
             left = max(deadline - time.monotonic(), 0.0)
             task = self._coordinating.get((job_id, step_id))

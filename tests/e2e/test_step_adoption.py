@@ -63,26 +63,52 @@ def key_of(holder: str) -> str:
     return "launcher" if instance == "0" else f"launcher-{instance}"
 
 
-async def test_a_step_whose_launcher_dies_is_adopted_and_srun_gets_its_exit(
-    cluster: Cluster, tmp_path: Path, db: asyncpg.Connection
-) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
-    keys = tmp_path / "state" / "keys"
-    job = (await submit(cluster.nats_url, script(work, keys), ("-t", "5"), str(work))).job_ids[0]
+async def adopted_after_kill(
+    cluster: Cluster, db: asyncpg.Connection, work: Path, srun: str, code: int
+) -> tuple[int, int]:
+    """Submit the script, kill -9 the replica coordinating its step once the task runs,
+    wait for another to adopt it: the job and the task's pid (still alive)."""
+    text = script(work, work.parent / "state" / "keys", srun, code)
+    job = (await submit(cluster.nats_url, text, ("-t", "5"), str(work))).job_ids[0]
     pid = await pid_from(work / "task.pid", 90)  # the step's task runs
     row = await db.fetchrow(STEP, job)
     assert row is not None and row["state"] == "RUNNING"
     first = row["coordinator"]
     kill9(cluster, key_of(first))
-
-    async def step() -> asyncpg.Record | None:
-        return await db.fetchrow(STEP, job)
-
     await eventually(
-        step, lambda r: r is not None and r["coordinator"] != first, 60, "the step adopted"
+        lambda: db.fetchrow(STEP, job),
+        lambda r: r is not None and r["coordinator"] != first,
+        60,
+        "the step adopted",
     )
     assert process_alive(pid)  # the task ran on through its coordinator's death
+    return job, pid
+
+
+async def released_and_ended(
+    db: asyncpg.Connection, work: Path, job: int, pid: int, code: int
+) -> None:
+    """Let the task end with `code`: the step's row, the job, srun's status and the
+    machine all say so."""
+    (work / "go").touch()
+    ended = await eventually(
+        lambda: db.fetchrow(STEP, job),
+        lambda r: r is not None and r["state"] != "RUNNING",
+        60,
+        "the step's end recorded",
+    )
+    assert ended is not None and (ended["state"], ended["exit_code"]) == ("FAILED", code)
+    await eventually(lambda: job_state(db, job), lambda s: s == "COMPLETED", 60, "the job ends")
+    assert (work / "srun.txt").read_text().strip() == f"rc={code}"
+    assert not process_alive(pid)
+
+
+async def test_a_step_whose_launcher_dies_is_adopted_and_srun_gets_its_exit(
+    cluster: Cluster, tmp_path: Path, db: asyncpg.Connection
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    job, pid = await adopted_after_kill(cluster, db, work, "srun", 7)
     await db.execute(
         "INSERT INTO job_steps(job_id, step_id, attempt, argv, nodes, ntasks, state)"
         " SELECT job_id, 1, attempt, '{true}', '{node01}', 1, 'RUNNING' FROM job_runs"
@@ -98,14 +124,7 @@ async def test_a_step_whose_launcher_dies_is_adopted_and_srun_gets_its_exit(
         "a step no agent knows ends",
     )
     assert lost is not None and lost["state"] == "FAILED" and "not known" in lost["message"]
-    (work / "go").touch()
-    ended = await eventually(
-        step, lambda r: r is not None and r["state"] != "RUNNING", 60, "the step's end recorded"
-    )
-    assert ended is not None and (ended["state"], ended["exit_code"]) == ("FAILED", 7)
-    await eventually(lambda: job_state(db, job), lambda s: s == "COMPLETED", 60, "the job ends")
-    assert (work / "srun.txt").read_text().strip() == "rc=7"
-    assert not process_alive(pid)
+    await released_and_ended(db, work, job, pid, 7)
 
 
 async def test_a_terminal_step_outlives_its_launcher_and_srun_gets_its_exit(
@@ -113,27 +132,5 @@ async def test_a_terminal_step_outlives_its_launcher_and_srun_gets_its_exit(
 ) -> None:
     work = tmp_path / "work"
     work.mkdir()
-    keys = tmp_path / "state" / "keys"
-    text = script(work, keys, "srun --pty", 5)
-    job = (await submit(cluster.nats_url, text, ("-t", "5"), str(work))).job_ids[0]
-    pid = await pid_from(work / "task.pid", 90)
-    row = await db.fetchrow(STEP, job)
-    assert row is not None and row["state"] == "RUNNING"
-    first = row["coordinator"]
-    kill9(cluster, key_of(first))
-
-    async def step() -> asyncpg.Record | None:
-        return await db.fetchrow(STEP, job)
-
-    await eventually(
-        step, lambda r: r is not None and r["coordinator"] != first, 60, "the step adopted"
-    )
-    assert process_alive(pid)
-    (work / "go").touch()
-    ended = await eventually(
-        step, lambda r: r is not None and r["state"] != "RUNNING", 60, "the step's end recorded"
-    )
-    assert ended is not None and (ended["state"], ended["exit_code"]) == ("FAILED", 5)
-    await eventually(lambda: job_state(db, job), lambda s: s == "COMPLETED", 60, "the job ends")
-    assert (work / "srun.txt").read_text().strip() == "rc=5"
-    assert not process_alive(pid)
+    job, pid = await adopted_after_kill(cluster, db, work, "srun --pty", 5)
+    await released_and_ended(db, work, job, pid, 5)
