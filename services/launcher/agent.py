@@ -145,8 +145,9 @@ class NodeExecutor:
     async def adopt(self) -> None:
         """At start: take over the workers a previous agent left, report those that ended,
         wait again on the srun step tasks it left in the jobs adopted (each under its own
-        stepd), and end the rest, and every `--pty` task (nobody can relay those: their
-        steps are recorded lost)."""
+        stepd, a `--pty` one's terminal relayed again), and end the rest, and every
+        `--pty` task an agent before round 16 ran as its own child (the worker table's
+        `tasks/` notes)."""
         records = [self.table.with_pids(found) for found in self.table.records()]
         left = [task for record in records for task in self.table.tasks_left(record)]
         if left:

@@ -51,6 +51,7 @@ class TaskNote(msgspec.Struct, frozen=True, kw_only=True):
     procid: int
     output_dir: str  # srun's output folder: what a stop (srun's Ctrl-C) names
     stepd: ProcessRef | None = None
+    pty: str = ""  # `srun --pty`: the bus subject its terminal is relayed on
 
     @property
     def key(self) -> StepKey:

@@ -20,6 +20,10 @@ Isolation (`spec.isolation`): stepd runs the site Prolog first (a failure: the w
 never starts, `prolog_failed`), makes the job's cgroup and forks the worker inside it,
 and once the worker's last process is gone records the exit, removes the cgroup and
 runs the Epilog.
+
+An `srun --pty` task (`spec.pty`) is started on a terminal stepd holds and serves to the
+agent (pty_task.py), not on output files; once its exit is recorded, stepd waits a while
+for an agent to take the output none took yet (pty_task.LINGER_S).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from services.launcher import cgroups
 from services.launcher.executor import LaunchError, Worker, spawn_worker
 from services.launcher.hooks import run_hook
 from services.launcher.hooks_core import Hook, hook_env
+from services.launcher.pty_task import SOCKET, Terminal, spawn_on_pty
 from services.launcher.worker_table import (
     Ending,
     Isolation,
@@ -95,20 +100,28 @@ async def supervise(
     joined = spec.join_cgroup
     if joined is not None:  # a step task: into its job's cgroup (see StepSpec)
         layout = hierarchy()
+    terminal: Terminal | None = None
     try:
-        worker = await spawn_worker(
-            spec.argv,
-            spec.env,
-            spec.workdir,
-            spec.stdout,
-            spec.stderr,
-            spec.run_as,
-            allow_root=spec.allow_root,
-            append=spec.append,
-            cgroup=cgroup or joined,
-            hierarchy=layout,
-            task_prolog=iso.task_prolog,
-        )
+        if spec.pty:  # srun --pty: the task on a terminal this stepd holds and serves
+            worker, master = spawn_on_pty(
+                spec.argv, spec.env, spec.workdir, spec.run_as, joined, spec.pty_window
+            )
+            terminal = Terminal(master, folder / SOCKET)
+            await terminal.open()
+        else:
+            worker = await spawn_worker(
+                spec.argv,
+                spec.env,
+                spec.workdir,
+                spec.stdout,
+                spec.stderr,
+                spec.run_as,
+                allow_root=spec.allow_root,
+                append=spec.append,
+                cgroup=cgroup or joined,
+                hierarchy=layout,
+                task_prolog=iso.task_prolog,
+            )
     except LaunchError as err:
         if cgroup is not None:
             cgroups.remove(cgroup)
@@ -137,7 +150,10 @@ async def supervise(
         oom_killed=status.oom_killed,
         mem_peak_bytes=status.mem_peak_bytes,
     )
-    return await _ended(folder, spec, exit_)
+    ended = await _ended(folder, spec, exit_)
+    if terminal is not None:  # recorded first: a stepd killed while it lingers leaves it
+        await terminal.finish(stop)
+    return ended
 
 
 def _make_cgroup(

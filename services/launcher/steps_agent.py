@@ -14,14 +14,14 @@ the step over and sends it with `adopt`) waits on the step already running, or g
 its outcome at once; it never starts the step twice. An `adopt` of a step this agent
 does not know answers that the step is lost.
 
-Each batch task runs under a stepd of its own (step_tasks.py), as a worker does, so it
+Each task runs under a stepd of its own (step_tasks.py), as a worker does, so it
 outlives the agent: a restarted agent finds its job's tasks (`resume`) and waits on
 them again. Such a step is not listed in `status` until a launcher asks for it: the
 launcher, whose request went to the agent that died, sees it missing and asks again
 with `adopt`, which waits for the step's end. Tasks of a job whose worker did not
-survive are stopped. A `--pty` task is relayed by the agent itself and stays its
-child: it is noted in the job's worker folder (`WorkerTable.add_task`), and the next
-agent ends it (`end_left_tasks`).
+survive are stopped. A `--pty` task's terminal is its stepd's too (pty_task.py): the
+agent relays it (steps_pty.py), and the next agent relays it again, the output printed
+meanwhile first.
 """
 
 from __future__ import annotations
@@ -34,17 +34,16 @@ import signal as _signal
 import time
 from collections.abc import Coroutine, Mapping
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from services.launcher import cgroups
 from services.launcher.accounts import AccountPolicy, job_account
-from services.launcher.executor import LaunchError, RunAs, Worker, process_gone
+from services.launcher.executor import LaunchError, RunAs, process_gone
+from services.launcher.pty_task import SOCKET
 from services.launcher.step_tasks import StepKey, StepTask, TaskFolders, TaskNote
 from services.launcher.stepd_client import Zygote, started_or_ended
-from services.launcher.steps_pty import relay, spawn_on_pty
+from services.launcher.steps_pty import relay
 from services.launcher.worker_table import (
     Ending,
     ProcessRef,
@@ -54,7 +53,6 @@ from services.launcher.worker_table import (
     WorkerTable,
     alive,
     kill_group,
-    process_ref,
 )
 from shared.agent_auth import TrustedKeys, check
 from shared.api import AGENT_PREFIX, StepLaunch, StepOutcome, StepStop, StepTaskSpec
@@ -67,7 +65,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 END_GRACE_S = 5.0  # SIGTERM, then SIGKILL, for a step whose job ended
 KEEP_S = 600.0  # how long an ended step's outcome is kept for a launcher that asks again
-Task = Worker | StepTask  # a --pty task (the agent's child) or a batch task (a stepd's)
 
 
 class NodeExecutor(Protocol):
@@ -90,9 +87,8 @@ class StepRunner:
     def __init__(self, executor: NodeExecutor) -> None:
         self.executor = executor
         self.task_folders = TaskFolders(executor.table.state)
-        self.workers: dict[int, set[Task]] = {}  # job -> its step tasks running here
-        self.folders: dict[Task, str] = {}  # task -> its step's output folder (srun's)
-        self.notes: dict[Worker, Path] = {}  # pty task -> its note in the job's worker folder
+        self.workers: dict[int, set[StepTask]] = {}  # job -> its step tasks running here
+        self.folders: dict[StepTask, str] = {}  # task -> its step's output folder (srun's)
         self._tasks: set[asyncio.Task[None]] = set()
         self.live: dict[StepKey, asyncio.Future[StepOutcome]] = {}  # steps running here
         self.ended: dict[StepKey, tuple[float, StepOutcome]] = {}  # (monotonic end, outcome)
@@ -216,13 +212,11 @@ class StepRunner:
             return StepOutcome(ok=False, message=refusal)
         ex = self.executor
         record = ex.running[launch.job_id].record
-        if launch.pty:
-            mine = self.workers.setdefault(launch.job_id, set())
-            return await self._run_pty(launch, record, mine)
         started: list[StepTask] = []
+        tasks = launch.tasks[:1] if launch.pty else launch.tasks  # a terminal: one task
         try:
             run_as = job_account(launch.run_as, ex.accounts)
-            for task in launch.tasks:  # forked one by one, then started side by side
+            for task in tasks:  # forked one by one, then started side by side
                 one = await self._fork_task(launch, task, record, run_as)
                 started.append(one)
                 self._hold(launch.job_id, one)
@@ -256,6 +250,7 @@ class StepRunner:
             step_id=launch.step_id,
             procid=task.procid,
             output_dir=posixpath.dirname(task.stdout),
+            pty=launch.pty,
         )
         spec = StepSpec(
             argv=launch.argv,
@@ -270,6 +265,8 @@ class StepRunner:
             fence_s=ex.fence_s,
             grace_s=END_GRACE_S,
             join_cgroup=record.cgroup,
+            pty=bool(launch.pty),
+            pty_window=launch.pty_window,
         )
         folder = self.task_folders.create(note, spec)
         try:
@@ -280,8 +277,11 @@ class StepRunner:
         return StepTask.forked(folder, note, stepd)
 
     async def _outcome(self, job_id: int, tasks: list[StepTask]) -> StepOutcome:
-        """Every task's end, in order; their folders go once it is read (not before: a
-        wait cut short leaves them to the next agent)."""
+        """Every task's end, in order (a terminal's relayed until then); their folders go
+        once it is read (not before: a wait cut short leaves them to the next agent)."""
+        bus = self.executor.bus
+        terminals = [relay(bus, t.note.pty, t.folder / SOCKET) for t in tasks if t.note.pty]
+        await asyncio.gather(*terminals)
         ends = await asyncio.gather(*(t.ended() for t in tasks))
         self._forget(job_id, tasks)
         return StepOutcome(
@@ -325,52 +325,12 @@ class StepRunner:
         self.workers.setdefault(job_id, set()).add(task)
         self.folders[task] = task.note.output_dir
 
-    async def _run_pty(
-        self, launch: StepLaunch, record: WorkerRecord, mine: set[Task]
-    ) -> StepOutcome:
-        """`srun --pty`: its one task on a terminal relayed over the bus (steps_pty.py)."""
-        ex = self.executor
-        task = launch.tasks[0]
-        try:
-            run_as = job_account(launch.run_as, ex.accounts)
-            worker, master = spawn_on_pty(
-                launch.argv, task.env, launch.workdir, run_as, record.cgroup, launch.pty_window
-            )
-        except (LaunchError, OSError, cgroups.CgroupError) as err:
-            self._forget(launch.job_id, [])
-            return StepOutcome(ok=False, message=f"step did not start on {ex.node}: {err}")
-        mine.add(worker)
-        self.folders[worker] = posixpath.dirname(task.stdout)
-        self._note(record, worker)
-        log.info("pty step started", extra=kv(job=launch.job_id, step=launch.step_id))
-        try:
-            await relay(ex.bus, launch.pty, master, worker)
-            end = await worker.wait()
-        finally:
-            self._forget(launch.job_id, [worker])
-        return StepOutcome(ok=True, exit_codes=(end.exit_code,), signals=(end.signal,))
-
-    def _note(self, record: WorkerRecord, worker: Worker) -> None:
-        """Note the task in its job's worker folder, for an agent that follows this one.
-        A note that cannot be written (the job's folder just went with its end) is
-        logged: the task itself is ended with its job by this agent."""
-        ref = process_ref(worker.pid, zombie_ok=True)
-        if ref is None:
-            return
-        try:
-            self.notes[worker] = self.executor.table.add_task(record, ref)
-        except OSError as err:
-            log.warning("step task not noted", extra=kv(job=record.job_id, error=str(err)))
-
-    def _forget(self, job_id: int, tasks: list[StepTask] | list[Worker]) -> None:
+    def _forget(self, job_id: int, tasks: list[StepTask]) -> None:
         mine = self.workers.get(job_id, set())
         mine.difference_update(tasks)
         for task in tasks:
             self.folders.pop(task, None)
-            if isinstance(task, StepTask):
-                task.remove()
-            elif (note := self.notes.pop(task, None)) is not None:
-                note.unlink(missing_ok=True)
+            task.remove()
         if not mine:
             self.workers.pop(job_id, None)
 
@@ -386,7 +346,7 @@ class StepRunner:
             await asyncio.wait(list(self._tasks), timeout=END_GRACE_S + 5.0)
 
 
-async def _end(task: Task, grace_s: float) -> None:
+async def _end(task: StepTask, grace_s: float) -> None:
     await task.terminate(grace_s)
 
 

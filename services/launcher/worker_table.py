@@ -13,12 +13,11 @@ Every worker has one folder under the node's state folder (`workers/<job>-<attem
   found and killed through it, not only the leader's process group;
 - `exit.json` (`StepExit`, by stepd): how the worker ended, and why (exited, fenced,
   stopped);
-- `tasks/<pid>-<start>.json` (`ProcessRef`, by the agent): each `srun --pty` task the
-  agent runs inside the job (steps_agent.py), while it runs. Such a task is the agent's
-  child, relayed by it: an agent killed leaves it running with nobody to relay, report
-  or end it, so the next agent ends every one still alive (`tasks_left`; the launcher
-  records such a step lost), and so does `muster down`. Batch step tasks each have a
-  stepd and a folder of their own (`steps/`, beside `workers/`: step_tasks.py).
+- `tasks/<pid>-<start>.json` (`ProcessRef`): written by agents before round 16 for each
+  `srun --pty` task they ran as their own child, which died with them or ran on with
+  nobody to relay it. An agent that finds such notes ends the tasks still alive
+  (`tasks_left`), and so does `muster down`. Every step task, `--pty` ones included,
+  now has a stepd and a folder of its own (`steps/`, beside `workers/`: step_tasks.py).
 
 Every file is written atomically (a temporary file renamed over it), so a reader sees
 the old record or the new one, never half. A pid alone is never trusted: a record names
@@ -75,6 +74,10 @@ class StepSpec(msgspec.Struct, frozen=True, kw_only=True):
     # A step task (srun; step_tasks.py): forked inside its job's cgroup, which it neither
     # makes nor removes, and its end is its own process group's, not the cgroup's.
     join_cgroup: CgroupRef | None = None
+    # `srun --pty`'s task: on a terminal stepd holds and serves (pty_task.py), of this
+    # size (shared/pty_size.py; "" for the pty's default); stdout and stderr unused
+    pty: bool = False
+    pty_window: str = ""
 
 
 class Isolation(msgspec.Struct, frozen=True, kw_only=True):
@@ -282,7 +285,7 @@ class WorkerTable:
 
     @staticmethod
     def add_task(record: WorkerRecord, ref: ProcessRef) -> Path:
-        """Note a step task this job runs (the module doc); unlink the path it ends."""
+        """Note a step task this job runs, as agents before round 16 did (the module doc)."""
         path = Path(record.folder) / "tasks" / f"{ref.pid}-{ref.start}.json"
         path.parent.mkdir(exist_ok=True)
         write_struct(path, ref)
