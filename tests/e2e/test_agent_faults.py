@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -311,6 +313,92 @@ exec sleep 1000
         assert run is not None and run["state"] == "RUNNING" and run["restart_count"] == 0
     left = list((state / "nodes").glob("*/steps/*"))
     assert not left, f"task folders go: {left}"
+
+
+async def test_an_srun_pty_terminal_outlives_a_killed_agent(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    """kill -9 of the node agent under `srun --pty`: the task's terminal is its stepd's,
+    so the shell runs on. What it prints while no agent runs reaches srun once the next
+    agent relays the terminal, keys typed then reach the shell, and srun exits with the
+    shell's status. The job stays in its first attempt and nothing is left (before, the
+    next agent ended the shell and the step was recorded lost)."""
+    state, work = tmp_path / "state", tmp_path / "work"
+    work.mkdir()
+    defs = nodes(1)
+    async with running_cluster(state, nats_url, database_url, db, defs, **RESTART_ENV) as c:
+        job_id = (await submit(nats_url, "#!/bin/bash\nexec sleep 1000\n", ())).job_ids[0]
+        await eventually(lambda: run_row(db, job_id), running, 60, "the job running")
+        env = {**os.environ, "SLURM_JOB_ID": str(job_id), "PS1": "remote> "}
+        env["MUSTER_NATS_URL"] = nats_url
+        srun = Srun([sys.executable, "-m", "muster.cli", "srun", "--pty", "/bin/sh"], env, work)
+        try:
+            await srun.expect(b"remote> ")
+            wait = f"until [ -e {work}/go ]; do sleep 0.05; done"
+            srun.type(f"echo $$ > {work}/shell.pid; {wait}; echo away-$((40 + 2))\n")
+            shell = process_ref(await pid_from(work / "shell.pid", 30))
+            kill9(c, f"node-{defs[0].name}")
+            await asyncio.sleep(0.5)
+            assert alive(shell), "the terminal's shell outlives its agent"
+            (work / "go").write_text("x")  # it prints while no agent runs
+            await asyncio.sleep(1.0)
+            c.start_node(defs[0], **RESTART_ENV)
+            await srun.expect(b"away-42", 60)  # kept by its stepd, relayed by the next agent
+            for _ in range(30):  # keys reach it once the next agent relays (and not before)
+                srun.type("echo back-$((1 + 1))\n")
+                if await srun.expect(b"back-2", 2, fail=False):
+                    break
+            srun.type("exit 5\n")
+            code = await asyncio.to_thread(srun.proc.wait, 60)
+            assert code == 5, srun.shown
+        finally:
+            srun.close()
+        row = await _step(db, job_id, 0)
+        assert (row["state"], row["exit_code"]) == ("FAILED", 5), dict(row)
+        assert not alive(shell)
+        run = await run_row(db, job_id)
+        assert run is not None and run["state"] == "RUNNING" and run["restart_count"] == 0
+    left = list((state / "nodes").glob("*/steps/*"))
+    assert not left, f"task folders go: {left}"
+
+
+class Srun:
+    """srun run by the test, its keys from a pipe and its terminal's output to one."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=env, cwd=cwd,
+        )  # fmt: skip
+        self.shown = b""
+        self.seen = 0  # what `expect` already matched
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        while data := os.read(self.proc.stdout.fileno(), 65536):
+            self.shown += data
+
+    def type(self, keys: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(keys.encode())
+        self.proc.stdin.flush()
+
+    async def expect(self, text: bytes, within_s: float = 30.0, *, fail: bool = True) -> bool:
+        deadline = time.monotonic() + within_s
+        while (at := self.shown.find(text, self.seen)) < 0:
+            if time.monotonic() > deadline:
+                assert not fail, f"no {text!r} from srun within {within_s} s: {self.shown!r}"
+                return False
+            await asyncio.sleep(0.05)
+        self.seen = at + len(text)
+        return True
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 async def _step(db: asyncpg.Connection, job_id: int, step_id: int) -> asyncpg.Record:
