@@ -21,54 +21,21 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from services.launcher.accounts import AccountPolicy
-from services.launcher.stepd_client import Zygote
 from services.launcher.steps_agent import StepRunner
 from services.launcher.worker_table import (
     StepStarted,
-    WorkerRecord,
-    WorkerTable,
     alive,
     read_struct,
 )
 from shared import pty_size
-from shared.agent_auth import GrantSigner
 from shared.api import StepLaunch, StepOutcome, StepTaskSpec
 from shared.bus import Bus
-from shared.identity import Signer, encode_seed
+from tests.support.step_runner import SIGNER, Executor
 
-SIGNER = GrantSigner(Signer(encode_seed(b"\x05" * 32)))
 TASK = (
     "stty size; echo ready; read a; echo got-$a; read b; stty size;"
     " until [ -e {go} ]; do sleep 0.05; done; echo away-$((40 + 2)); {then}"
 )
-
-
-class Keys:
-    def current(self) -> frozenset[str]:
-        return frozenset({SIGNER.public_key})
-
-
-class Run:
-    def __init__(self) -> None:
-        self.record = WorkerRecord(job_id=1, attempt=0, generation=0, boot_id="b", folder="/")
-        self.ended = asyncio.Event()
-
-
-class Executor:
-    """What StepRunner needs of the agent: a real bus, zygote and state folder."""
-
-    node = "n0"
-    trusted_keys: Any = Keys()
-    allow_root = True
-    accounts = AccountPolicy(allow_root=True)
-    fence_s = 3600.0
-
-    def __init__(self, state: Path, bus: Bus) -> None:
-        self.bus = bus
-        self.table = WorkerTable(state)
-        self.zygote = Zygote()
-        self.running: dict[int, Any] = {1: Run()}
 
 
 @pytest.fixture

@@ -12,57 +12,21 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from services.launcher.accounts import AccountPolicy
-from services.launcher.stepd_client import Zygote
 from services.launcher.steps_agent import StepRunner
 from services.launcher.worker_table import (
     StepExit,
     StepStarted,
-    WorkerRecord,
-    WorkerTable,
     alive,
     read_struct,
     stop_recorded_workers,
 )
-from shared.agent_auth import GrantSigner
 from shared.api import StepLaunch, StepTaskSpec
-from shared.identity import Signer, encode_seed
+from tests.support.step_runner import SIGNER, Executor
 
-SIGNER = GrantSigner(Signer(encode_seed(b"\x03" * 32)))
 KEY = (1, 0, 0, 4)  # job, attempt, generation, step
-
-
-class Keys:
-    def current(self) -> frozenset[str]:
-        return frozenset({SIGNER.public_key})
-
-
-class Run:
-    """The job's worker as the agent tracks it (`_Running`): its record, and whether it ended."""
-
-    def __init__(self) -> None:
-        self.record = WorkerRecord(job_id=1, attempt=0, generation=0, boot_id="b", folder="/")
-        self.ended = asyncio.Event()
-
-
-class Executor:
-    """What StepRunner needs of the agent, real where it touches processes."""
-
-    node = "n0"
-    bus: Any = None
-    trusted_keys: Any = Keys()
-    allow_root = True
-    accounts = AccountPolicy(allow_root=True)
-    fence_s = 3600.0
-
-    def __init__(self, state: Path) -> None:
-        self.table = WorkerTable(state)
-        self.zygote = Zygote()
-        self.running: dict[int, Any] = {1: Run()}
 
 
 @pytest.fixture
