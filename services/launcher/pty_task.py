@@ -38,7 +38,7 @@ KEYS, WINDOW, ACK = b"k", b"w", b"a"  # frames to stepd: typed, a size, bytes pu
 HEADER = struct.Struct("!cI")  # kind, length
 COUNT = struct.Struct("!Q")  # an ACK's payload
 MAX_FRAME = 1 << 20  # a longer frame is not an agent's: the connection is dropped
-BACKLOG = 1 << 20  # output kept until an agent acknowledges it (its last bytes)
+BACKLOG = 1 << 20  # output kept until acknowledged (the newest; a read more when waited on)
 DRAIN_S = 2.0  # after the task ended: how long its terminal's last output may take
 LINGER_S = 30.0  # after that: how long output no agent took waits for one
 _CHUNK = 65536
@@ -128,7 +128,9 @@ class Terminal:
         self.agent: asyncio.StreamWriter | None = None
         self.changed = asyncio.Event()  # an agent came or acknowledged
         self.closed = asyncio.Event()  # the pty gave EOF: no process holds the terminal
+        self.paused = False  # the terminal is not read: the agent is not keeping up
         self._server: asyncio.AbstractServer | None = None
+        self._serving: set[asyncio.Task[None]] = set()  # one per connection
 
     async def open(self) -> None:
         """Listen (before the task's start is recorded: an agent finds the socket) and
@@ -152,10 +154,27 @@ class Terminal:
         if agent is not None and not agent.is_closing():
             agent.write(data)
         self.unacked += data
-        if len(self.unacked) > BACKLOG:
+        if self.agent is None and len(self.unacked) > BACKLOG:  # nobody to wait for
             dropped = len(self.unacked) - BACKLOG
             del self.unacked[:dropped]
             self.base += dropped
+        self._flow()
+
+    def _flow(self) -> None:
+        """Flow control: an agent connected but not keeping up (hung, stopped) stops the
+        terminal's reading once a `BACKLOG` is unacknowledged, so the task's writes
+        block as on a real terminal, and stepd's memory stays bounded; half of it
+        acknowledged, or that agent gone, the reading goes on. With no agent connected
+        it never stops (the oldest output goes instead)."""
+        if self.closed.is_set():
+            return
+        loop = asyncio.get_running_loop()
+        if not self.paused and self.agent is not None and len(self.unacked) >= BACKLOG:
+            self.paused = True
+            loop.remove_reader(self.master)
+        elif self.paused and (self.agent is None or len(self.unacked) <= BACKLOG // 2):
+            self.paused = False
+            loop.add_reader(self.master, self._readable)
 
     def _acked(self, offset: int) -> None:
         cut = min(offset - self.base, len(self.unacked))
@@ -163,8 +182,13 @@ class Terminal:
             del self.unacked[:cut]
             self.base += cut
             self.changed.set()
+            self._flow()
 
     async def _served(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        serving = asyncio.current_task()
+        if serving is not None:
+            self._serving.add(serving)
+            serving.add_done_callback(self._serving.discard)
         last, self.agent = self.agent, writer
         if last is not None:
             last.close()
@@ -189,6 +213,7 @@ class Terminal:
         finally:
             if self.agent is writer:
                 self.agent = None
+                self._flow()
             writer.close()
 
     async def finish(self, stop: asyncio.Event, linger_s: float = LINGER_S) -> None:
@@ -199,17 +224,24 @@ class Terminal:
             await asyncio.wait_for(self.closed.wait(), DRAIN_S)
         loop = asyncio.get_running_loop()
         loop.remove_reader(self.master)
+        self.closed.set()  # read no more (`_flow` included)
         deadline = loop.time() + linger_s
         while self.unacked and not stop.is_set() and loop.time() < deadline:
             self.changed.clear()
             await _either(self.changed, stop, deadline - loop.time())
         agent = self.agent
         if agent is not None:
-            agent.close()
-            with contextlib.suppress(ConnectionError):
-                await agent.wait_closed()
+            agent.close()  # what it was sent goes first, unless it stopped reading
+            try:
+                await asyncio.wait_for(agent.wait_closed(), DRAIN_S)
+            except (TimeoutError, ConnectionError):
+                agent.transport.abort()
         if self._server is not None:
             self._server.close()
+        if self._serving:  # each sees its connection closed
+            _, left = await asyncio.wait(set(self._serving), timeout=DRAIN_S)
+            for serving in left:
+                serving.cancel()
         self.path.unlink(missing_ok=True)
         os.close(self.master)
 
