@@ -39,6 +39,30 @@ WATCH_S = 2.0
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"}
 
 
+class Voice:
+    """What the client says while it holds an allocation (salloc, or an srun that made
+    one, in Slurm's words): each takes the job id; "" says nothing."""
+
+    def __init__(self, prog: str, pending: str, granted: str, released: str) -> None:
+        self.prog = prog
+        self.pending = pending
+        self.granted = granted
+        self.released = released
+
+    def say(self, line: str, job_id: int) -> None:
+        if line:
+            print(f"{self.prog}: {line.format(job_id)}", file=sys.stderr, flush=True)
+
+
+SALLOC = Voice(
+    "salloc",
+    "Pending job allocation {}",
+    "Granted job allocation {}",
+    "Relinquishing job allocation {}",
+)
+SRUN = Voice("srun", "", "job {} has been allocated resources", "")  # waiting: said once
+
+
 class SallocError(Exception):
     """What salloc prints after `salloc: error:` before it exits 1."""
 
@@ -88,7 +112,7 @@ def _show(url: str, job_id: int) -> ShowJobReply:
     return request(url, "show", ShowJobRequest(user=current_user(), job_id=job_id), ShowJobReply)
 
 
-def _wait_running(url: str, job_id: int) -> ShowJobReply:
+def _wait_running(url: str, job_id: int, prog: str) -> ShowJobReply:
     said = False
     while True:
         reply = _show(url, job_id)
@@ -97,7 +121,7 @@ def _wait_running(url: str, job_id: int) -> ShowJobReply:
         if reply.job.state in ENDED:
             raise SallocError(f"job {job_id} ended before it ran: {reply.job.state}")
         if not said:
-            print(f"salloc: job {job_id} queued and waiting for resources", file=sys.stderr)
+            print(f"{prog}: job {job_id} queued and waiting for resources", file=sys.stderr)
             said = True
         time.sleep(POLL_S)
 
@@ -110,7 +134,9 @@ def _cancel(url: str, job_id: int) -> None:
         print(f"salloc: error: cannot release job {job_id}: {err}", file=sys.stderr)
 
 
-def _watch(url: str, job_id: int, proc: subprocess.Popen[bytes], done: threading.Event) -> None:
+def _watch(
+    url: str, job_id: int, proc: subprocess.Popen[bytes], done: threading.Event, prog: str
+) -> None:
     """The job ended under the session (its time limit, a cancel): hang the shell up."""
     while not done.wait(WATCH_S):
         try:
@@ -119,28 +145,30 @@ def _watch(url: str, job_id: int, proc: subprocess.Popen[bytes], done: threading
             continue
         if state in ENDED:
             print(
-                f"\nsalloc: job {job_id} has ended ({state}): ending the session", file=sys.stderr
+                f"\n{prog}: job {job_id} has ended ({state}): ending the session", file=sys.stderr
             )
             proc.send_signal(signal.SIGHUP)
             return
 
 
-def run(argv: list[str]) -> int:
+def run(argv: list[str], voice: Voice = SALLOC) -> int:
     env = dict(os.environ)
     req, command = submit_request(argv, os.getcwd(), env)
     url = nats_url()
     reply = request(url, "submit", req, SubmitReply)
     for warning in reply.warnings:
-        print(f"salloc: warning: {warning}", file=sys.stderr)
+        print(f"{voice.prog}: warning: {warning}", file=sys.stderr)
     job_id = reply.job_ids[0]
-    print(f"salloc: Pending job allocation {job_id}", file=sys.stderr)
+    voice.say(voice.pending, job_id)
     try:
-        shown = _wait_running(url, job_id)
-        print(f"salloc: Granted job allocation {job_id}", file=sys.stderr, flush=True)
+        shown = _wait_running(url, job_id, voice.prog)
+        voice.say(voice.granted, job_id)
         argv_run = command or [env.get("SHELL") or "/bin/sh"]
         proc = subprocess.Popen(argv_run, env=session_env(env, shown))
         done = threading.Event()
-        watcher = threading.Thread(target=_watch, args=(url, job_id, proc, done), daemon=True)
+        watcher = threading.Thread(
+            target=_watch, args=(url, job_id, proc, done, voice.prog), daemon=True
+        )
         watcher.start()
         try:
             while True:
@@ -154,7 +182,7 @@ def run(argv: list[str]) -> int:
     except FileNotFoundError as err:
         raise SallocError(f"cannot run {err.filename}: no such command") from None
     finally:
-        print(f"salloc: Relinquishing job allocation {job_id}", file=sys.stderr)
+        voice.say(voice.released, job_id)
         _cancel(url, job_id)
     return code if code >= 0 else 128 - code
 

@@ -130,6 +130,16 @@ def step_request(argv: list[str], env: dict[str, str], cwd: str) -> StepRequest:
     )
 
 
+def in_job(argv: list[str], env: dict[str, str]) -> bool:
+    """A job to run the step in: named by the environment or `--jobid`."""
+    if env.get("MUSTER_JOB_ID") or env.get("SLURM_JOB_ID"):
+        return True
+    try:
+        return "jobid" in parse(argv)[0]
+    except SrunError:  # not srun's own options alone: an allocation's (sbatch's)
+        return False
+
+
 def _acting_user(env: dict[str, str]) -> str:
     """Who the request will be signed as (muster/client_env.py's order): the terminal's
     subject must be that user's (shared/bus_inbox.py) for the bus to let it through."""
@@ -189,6 +199,10 @@ def _procid_order(name: str) -> tuple[int, str]:
 
 def run(argv: list[str]) -> int:
     env = dict(os.environ)
+    if not in_job(argv, env):  # Slurm's srun makes an allocation first (srun_alloc.py)
+        from muster import srun_alloc
+
+        return srun_alloc.run(argv)
     req = step_request(argv, env, os.getcwd())
     if req.pty:
         import asyncio

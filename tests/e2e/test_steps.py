@@ -5,7 +5,8 @@ environment asserted: PROCID, LOCALID, STEP_ID, NTASKS, the node, the GPUs bound
 task), the steps listed by `show job`; then `salloc` driven through a pty: it waits for
 its allocation, its shell has the job's environment, `srun` from that shell runs on
 both nodes, `srun --pty` gives a terminal on the first node, Ctrl-C ends a step, and
-when the shell exits the job ends and its GPUs are free again."""
+when the shell exits the job ends and its GPUs are free again; last, srun outside any
+job makes its own allocation, runs its step there and releases it."""
 
 from __future__ import annotations
 
@@ -114,6 +115,7 @@ async def test_steps_in_a_batch_job_and_an_interactive_allocation(
         assert f"   Step {job}.2: FAILED ExitCode=1 NumTasks=2" in "\n".join(show_lines(shown))
 
         await interactive(work, db)
+        await outside_a_job(work, db)
 
 
 async def interactive(work: Path, db: asyncpg.Connection) -> None:
@@ -188,6 +190,31 @@ async def interactive(work: Path, db: asyncpg.Connection) -> None:
         60.0,
         "salloc's job ended",
     )
+
+
+async def outside_a_job(work: Path, db: asyncpg.Connection) -> None:
+    """srun with no job around it makes one, runs the step on it and releases it, as
+    Slurm's srun does: two nodes, labelled output, the step's exit status."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MUSTER_JOB"))}
+    task = 'echo "R$SLURM_PROCID@$SLURMD_NODENAME N=$SLURM_NNODES"; exit $((2 + SLURM_PROCID))'
+    argv = ["-N2", "--gpus-per-node=1", "-t", "5", "-l", "bash", "-c", task]
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [PY, "-m", "muster.cli", "srun", *argv],
+        env=env,
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    assert sorted(done.stdout.splitlines()) == ["0: R0@node01 N=2", "1: R1@node02 N=2"]
+    job = int(re.findall(r"srun: job (\d+) has been allocated resources", done.stderr)[0])
+    row = await db.fetchrow("SELECT name FROM jobs WHERE job_id = $1", job)
+    assert row is not None and row["name"] == "bash"
+    await eventually(lambda: live_gpus(db, job), lambda n: n == 0, 60.0, "srun's GPUs freed")
+    step = await db.fetchrow(LAST_STEP.replace("state", "state, exit_code"), job)
+    assert step is not None and (step["state"], step["exit_code"]) == ("FAILED", 3)
 
 
 def _controlling_tty() -> None:

@@ -1,0 +1,74 @@
+"""Client: `srun` outside an allocation — Slurm's srun then makes one (docs/steps.md).
+
+`srun [options] CMD` with no job in its environment (no SLURM_JOB_ID, MUSTER_JOB_ID or
+`--jobid`) is `salloc [options] srun [step options] CMD`: the options are sbatch's (the
+allocation: `-N`, `--gpus-per-node`, `-t`, `-p`, `--exclusive`, ...), those that shape a
+step (`-N`, `-n`, `--ntasks-per-node`, `--gpus-per-task`) are the step's too, and
+srun's own flags (`-l`, `-u`, `--pty`) only the step's. The job is named after the
+command unless `-J` names it. srun waits for the allocation, runs the step on it, and
+releases it when the step ends (the job is recorded CANCELLED, as salloc's is); its
+exit status is the step's.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from muster import salloc
+from muster.client import ApiRefused
+from muster.steps import SrunError
+from shared.sbatch_options import tokenize
+
+STEP_FLAGS = frozenset({"-l", "--label", "-u", "--unbuffered", "--pty"})  # srun's own
+STEP_SHAPE = frozenset({"nodes", "ntasks", "ntasks-per-node", "gpus-per-task"})  # in both
+IGNORED = ("--mpi",)  # srun's own, valued: accepted and ignored, as inside a job
+
+
+def split(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """The allocation's options, the step's options, and the command."""
+    alloc: list[str] = []
+    step: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return alloc, step, argv[i + 1 :]
+        if not word.startswith("-") or word == "-":
+            return alloc, step, argv[i:]
+        if word in STEP_FLAGS:
+            step.append(word)
+            i += 1
+            continue
+        if word.partition("=")[0] in IGNORED:
+            i += 1 if "=" in word else 2
+            continue
+        taken = argv[i : i + 1]
+        tokens = tokenize(taken)
+        if tokens.problems and tokens.problems[0].kind == "missing" and i + 1 < len(argv):
+            taken = argv[i : i + 2]  # the option's value is the next word
+            tokens = tokenize(taken)
+        if tokens.problems:
+            raise SrunError(tokens.problems[0].message)
+        alloc += taken
+        if any(g.name in STEP_SHAPE for g in tokens.given):
+            step += taken
+        i += len(taken)
+    return alloc, step, []
+
+
+def named(alloc: list[str]) -> bool:
+    return any(g.name == "job-name" for g in tokenize(alloc).given)
+
+
+def run(argv: list[str]) -> int:
+    alloc, step, command = split(argv)
+    if not command:
+        raise SrunError("no command to run: srun [options] CMD [ARGS]")
+    if not named(alloc):
+        alloc.append(f"--job-name={os.path.basename(command[0])}")
+    inner = [sys.executable, "-m", "muster.cli", "srun", *step, "--", *command]
+    try:
+        return salloc.run([*alloc, *inner], voice=salloc.SRUN)
+    except (salloc.SallocError, ApiRefused) as err:
+        raise SrunError(str(err)) from None
