@@ -43,7 +43,7 @@ import msgspec
 import uvloop
 
 from services.launcher import cgroups
-from services.launcher.executor import LaunchError, Worker, spawn_worker
+from services.launcher.executor import LaunchError, SpawnFailed, Worker, spawn_worker
 from services.launcher.hooks import run_hook
 from services.launcher.hooks_core import Hook, hook_env
 from services.launcher.pty_task import SOCKET, Terminal, spawn_on_pty
@@ -106,8 +106,7 @@ async def supervise(
             worker, master = spawn_on_pty(
                 spec.argv, spec.env, spec.workdir, spec.run_as, joined, spec.pty_window
             )
-            terminal = Terminal(master, folder / SOCKET)
-            await terminal.open()
+            terminal = await _served(worker, master, folder / SOCKET)
         else:
             worker = await spawn_worker(
                 spec.argv,
@@ -154,6 +153,19 @@ async def supervise(
     if terminal is not None:  # recorded first: a stepd killed while it lingers leaves it
         await terminal.finish(stop)
     return ended
+
+
+async def _served(worker: Worker, master: int, socket: Path) -> Terminal:
+    """The task's terminal, served to the agent; one that cannot be is a failed start
+    (the task stopped at once: nobody could reach it)."""
+    terminal = Terminal(master, socket)
+    try:
+        await terminal.open()
+    except OSError as err:
+        await worker.terminate(0.0)
+        os.close(master)
+        raise SpawnFailed("srun --pty", f"cannot serve its terminal: {err}") from err
+    return terminal
 
 
 def _make_cgroup(
