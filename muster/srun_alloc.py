@@ -6,8 +6,8 @@ allocation: `-N`, `--gpus-per-node`, `-t`, `-p`, `--exclusive`, ...), those that
 step (`-N`, `-n`, `--ntasks-per-node`, `--gpus-per-task`) are the step's too, and
 srun's own flags (`-l`, `-u`, `--pty`) only the step's. The job is named after the
 command unless `-J` names it. srun waits for the allocation, runs the step on it, and
-releases it when the step ends (the job is recorded CANCELLED, as salloc's is); its
-exit status is the step's.
+releases it when the step ends: the job ends as the step did (COMPLETED, or FAILED
+with its status), and srun exits with the step's status.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 
 from muster import salloc
 from muster.client import ApiRefused
-from muster.steps import SrunError
+from muster.srun_error import SrunError
 from shared.sbatch_options import tokenize
 
 STEP_FLAGS = frozenset({"-l", "--label", "-u", "--unbuffered", "--pty"})  # srun's own

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from muster.client import ApiRefused, nats_url, request
+from muster.srun_error import SrunError
 from shared.api import Ok, StepCancelRequest, StepReply, StepRequest
 from shared.bus_inbox import user_pty
 
@@ -56,10 +57,6 @@ VALUED = {
     "--export": "",
 }
 FLAGS = {"-l": "label", "--label": "label", "--pty": "pty", "-u": "", "--unbuffered": ""}
-
-
-class SrunError(Exception):
-    """What srun prints after `srun: error:` before it exits 1."""
 
 
 def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
