@@ -4,9 +4,11 @@
 allocation (it sleeps on every node until it is ended), waits until the job RUNS, then
 runs CMD (default: the user's `$SHELL`) here, with the job's environment: SLURM_JOB_ID,
 SLURM_JOB_NODELIST, SLURM_NNODES, ... — so `srun` from that shell runs steps on the
-allocation. When CMD exits (or salloc is interrupted) the job is cancelled and the
-allocation released. The job's time limit still applies: when the job ends first (its
-limit, a cancel), CMD gets SIGHUP, as Slurm's salloc does (docs/steps.md).
+allocation. When CMD exits the allocation is released and the job ends as CMD did
+(COMPLETED for status 0, FAILED with its status otherwise, as Slurm records a salloc
+job); if salloc ends otherwise (interrupted before CMD ran) the job is cancelled. The
+job's time limit still applies: when the job ends first (its limit, a cancel), CMD gets
+SIGHUP, as Slurm's salloc does (docs/steps.md).
 """
 
 from __future__ import annotations
@@ -126,12 +128,15 @@ def _wait_running(url: str, job_id: int, prog: str) -> ShowJobReply:
         time.sleep(POLL_S)
 
 
-def _cancel(url: str, job_id: int) -> None:
-    req = JobSelector(user=current_user(), job_ids=(job_id,), reason="salloc session ended")
+def _release(url: str, job_id: int, prog: str, status: int | None) -> None:
+    """Let the allocation go: the job ends as the command did (`status`), or is
+    cancelled when no command ran to its end."""
+    reason = f"{prog} ended" if status is None else f"{prog}'s command exited {status}"
+    req = JobSelector(user=current_user(), job_ids=(job_id,), reason=reason, exit_code=status)
     try:
         request(url, "cancel", req, Ok)
     except ApiRefused as err:
-        print(f"salloc: error: cannot release job {job_id}: {err}", file=sys.stderr)
+        print(f"{prog}: error: cannot release job {job_id}: {err}", file=sys.stderr)
 
 
 def _watch(
@@ -160,6 +165,7 @@ def run(argv: list[str], voice: Voice = SALLOC) -> int:
         print(f"{voice.prog}: warning: {warning}", file=sys.stderr)
     job_id = reply.job_ids[0]
     voice.say(voice.pending, job_id)
+    status: int | None = None  # the command's, once it ended
     try:
         shown = _wait_running(url, job_id, voice.prog)
         voice.say(voice.granted, job_id)
@@ -174,6 +180,7 @@ def run(argv: list[str], voice: Voice = SALLOC) -> int:
             while True:
                 try:
                     code = proc.wait()
+                    status = code if code >= 0 else 128 - code
                     break
                 except KeyboardInterrupt:  # Ctrl-C belongs to the shell, as in salloc
                     continue
@@ -183,8 +190,8 @@ def run(argv: list[str], voice: Voice = SALLOC) -> int:
         raise SallocError(f"cannot run {err.filename}: no such command") from None
     finally:
         voice.say(voice.released, job_id)
-        _cancel(url, job_id)
-    return code if code >= 0 else 128 - code
+        _release(url, job_id, voice.prog, status)
+    return 1 if status is None else status  # None only with an exception: not reached
 
 
 def main(argv: list[str]) -> int:

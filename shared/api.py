@@ -53,6 +53,10 @@ class JobSelector(Request, frozen=True, kw_only=True):
     name: str | None = None
     owner: str | None = None  # every job of this user
     signal: str | None = None
+    # With a cancel: end a running job as if its script had exited so, COMPLETED for 0
+    # and FAILED otherwise (salloc's release, and an srun that made its own allocation:
+    # the job ends as its command did, as in Slurm); a job not running is cancelled.
+    exit_code: int | None = None
     reason: str = ""
     job_refs: tuple[str, ...] = ()
     states: tuple[str, ...] = ()  # e.g. ("PENDING",): only jobs in these states

@@ -43,6 +43,7 @@ class JobCancelRequested(Event, frozen=True, tag="job.cancel_requested"):
     by: str
     reason: str = "cancelled by user"
     signal: str | None = None
+    exit_code: int | None = None  # see JobSelector.exit_code
 
 
 class JobRequeueRequested(Event, frozen=True, tag="job.requeue_requested"):

@@ -116,6 +116,9 @@ class JobCommands:
         if sel.signal:
             return await self.signal(sel)
         reason = sel.reason or f"cancelled by {sel.user}"
+        if sel.exit_code is not None and not 0 <= sel.exit_code <= 255:
+            msg = f"exit_code {sel.exit_code}: a release's status is 0 to 255, as a process's"
+            raise Refused(msg, "invalid")
         async with self.ctx.pool.acquire() as conn, conn.transaction():
             decision, _ = await self._decided(conn, Verb.CANCEL, sel)
             for job_id in decision.act_on:
@@ -123,7 +126,9 @@ class JobCommands:
             await outbox_add(
                 conn,
                 *(
-                    JobCancelRequested(job_id=j, by=sel.user, reason=reason)
+                    JobCancelRequested(
+                        job_id=j, by=sel.user, reason=reason, exit_code=sel.exit_code
+                    )
                     for j in decision.act_on
                 ),
             )

@@ -269,7 +269,7 @@ class Coordinator:
                     end = ending(run, JobState.CANCELLED, ev.reason)
                     await end_run(conn, spec, run, end, at(now))
                 elif run.state in LIVE:
-                    cancel = always(core.Cancel(reason=ev.reason))
+                    cancel = always(core.Cancel(reason=ev.reason, exit_code=ev.exit_code))
                     fx = await self._decide(conn, spec, run, cancel, now)
             self.ctx.relay.kick()
             if fx is not None:

@@ -145,8 +145,10 @@ class _Decider:
             case TimeLimitReached():
                 reason = f"time limit of {self.run.spec.time_limit_s} s reached"
                 return self.finish(Verdict.TIMEOUT, JobState.TIMEOUT, reason)
-            case Cancel():
+            case Cancel(exit_code=None):
                 return self.finish(Verdict.CANCEL, JobState.CANCELLED, obs.reason)
+            case Cancel(exit_code=int(code)):
+                return self.released(code, obs.reason)
             case Preempt():
                 return self.preempt(obs)
             case RequeueAsked():
@@ -181,6 +183,14 @@ class _Decider:
         finish = Finish(state=state, reason=reason, exit_code=code, signal=sig)
         stopping = _stop(self.live if stop is None else stop, self.config.kill_wait_s)
         return Decision(verdict=verdict, run=new, actions=(*stopping, finish))
+
+    def released(self, code: int, reason: str) -> Decision:
+        """Its holder let the allocation go with its command's status (salloc, an srun
+        that made it): the job ends as that command did, its workers stopped."""
+        status = ExitStatus(exit_code=code)
+        if code == 0:
+            return self.finish(Verdict.COMPLETE, JobState.COMPLETED, reason, status=status)
+        return self.finish(Verdict.FAIL, JobState.FAILED, reason, status=status)
 
     def worker_exited(self, obs: WorkerExited) -> Decision:
         run, status = self.run, obs.status

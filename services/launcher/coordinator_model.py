@@ -146,6 +146,7 @@ class Preempt(Observation, frozen=True, tag="preempt"):
 
 class Cancel(Observation, frozen=True, tag="cancel"):
     reason: str = "cancelled by user"
+    exit_code: int | None = None  # released with its command's status (JobSelector's)
 
 
 class RequeueAsked(Observation, frozen=True, tag="requeue_asked"):

@@ -184,12 +184,13 @@ async def interactive(work: Path, db: asyncpg.Connection) -> None:
             proc.wait()
         os.close(master)
     await eventually(lambda: live_gpus(db, job), lambda n: n == 0, 60.0, "salloc's GPUs freed")
-    await eventually(
-        lambda: db.fetchval("SELECT state FROM job_runs WHERE job_id = $1", job),
-        lambda s: s == "CANCELLED",
+    ended = await eventually(  # as its shell did (exit 3), as Slurm records a salloc job
+        lambda: db.fetchrow("SELECT state, exit_code FROM job_runs WHERE job_id = $1", job),
+        lambda r: r is not None and r["state"] != "RUNNING",
         60.0,
         "salloc's job ended",
     )
+    assert (ended["state"], ended["exit_code"]) == ("FAILED", 3)
 
 
 async def outside_a_job(work: Path, db: asyncpg.Connection) -> None:
@@ -215,6 +216,8 @@ async def outside_a_job(work: Path, db: asyncpg.Connection) -> None:
     await eventually(lambda: live_gpus(db, job), lambda n: n == 0, 60.0, "srun's GPUs freed")
     step = await db.fetchrow(LAST_STEP.replace("state", "state, exit_code"), job)
     assert step is not None and (step["state"], step["exit_code"]) == ("FAILED", 3)
+    run = await db.fetchrow("SELECT state, exit_code FROM job_runs WHERE job_id = $1", job)
+    assert run is not None and (run["state"], run["exit_code"]) == ("FAILED", 3)  # the step's
 
 
 def _controlling_tty() -> None:

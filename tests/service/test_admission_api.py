@@ -314,6 +314,9 @@ async def test_cancel_refusals_for_bad_selections(api: Api) -> None:
     assert "not running: no signal" in str(err)
     err = await _refused(api.act("cancel", "alice", job, signal="NOPE"))
     assert "unknown signal" in str(err)
+    for code in (-1, 256):  # a release's status (salloc's) is a process's
+        err = await _refused(api.act("cancel", "alice", job, exit_code=code))
+        assert err.code == "invalid" and "0 to 255" in str(err)
 
 
 # --- reads ------------------------------------------------------------------------------

@@ -351,6 +351,17 @@ CONTROL_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decisi
         ended(running(done_nodes=("b",)), Verdict.CANCEL, JobState.CANCELLED,
               "scancel by alice", StopWorkers(nodes=("a", "c"), grace_s=KILL)),
     ),
+    "a release with status 0 (salloc's command exited 0) ends COMPLETED, workers stopped": (
+        R, Cancel(reason="salloc's command exited 0", exit_code=0), CFG,
+        ended(R, Verdict.COMPLETE, JobState.COMPLETED, "salloc's command exited 0",
+              StopWorkers(nodes=ABC, grace_s=KILL), exit_code=0),
+    ),
+    "a release with a failing status ends FAILED with that status": (
+        running(done_nodes=("b",)), Cancel(reason="srun's command exited 3", exit_code=3), CFG,
+        ended(running(done_nodes=("b",)), Verdict.FAIL, JobState.FAILED,
+              "srun's command exited 3", StopWorkers(nodes=("a", "c"), grace_s=KILL),
+              exit_code=3),
+    ),
     "cancel while waiting for a spare has nothing left to stop": (
         R_SPARE, Cancel(), CFG,
         then(R_SPARE, Verdict.CANCEL, Finish(state=JobState.CANCELLED, reason="cancelled by user"),
