@@ -44,7 +44,12 @@ async def relay(bus: Bus, subject: str, socket: Path) -> None:
         else:
             writer.write(frame(KEYS, getattr(msg, "data", b"")))
 
-    sub = await nc.subscribe(subject + ".in", cb=typed)
+    try:
+        sub = await nc.subscribe(subject + ".in", cb=typed)
+    except Exception as err:  # the bus closed under us (the agent stopping)
+        log.warning("terminal not relayed", extra=kv(subject=subject, error=str(err)))
+        writer.close()
+        return
     try:
         read = 0
         while data := await reader.read(_CHUNK):
@@ -55,6 +60,9 @@ async def relay(bus: Bus, subject: str, socket: Path) -> None:
             await nc.flush()
     except ConnectionError:
         pass  # stepd went without closing (killed): the task is reported as it ended
+    except Exception as err:  # the bus refused (closed, its buffer full): the terminal
+        # goes unrelayed, the task runs on and its exit is still reported
+        log.warning("terminal relay stopped", extra=kv(subject=subject, error=str(err)))
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
