@@ -393,7 +393,8 @@ class NodeExecutor:
         if ending.epilog_failed:
             self._own(self._drain(ending.epilog_failed, "epilog"))
         run.ended.set()
-        self.steps.end_job(record.job_id)  # a step never outlives its job
+        await self.steps.end_job(record.job_id)  # a step never outlives its job, nor holds
+        # its GPUs past the exit reported (the launcher then frees them for another job)
         self._ended[(record.job_id, record.attempt, record.generation)] = None
         if len(self._ended) > _ENDED_KEPT:  # the oldest first (insertion order)
             del self._ended[next(iter(self._ended))]
@@ -503,7 +504,8 @@ class NodeExecutor:
             return msgspec.json.encode(AgentReply(ok=True, message=f"sent {sig.name}"))
         if sig != _signal.SIGTERM:
             self._signal(current, sig)
-        await self._terminate(current, req.grace_s)
+        steps = self.steps.end_job(req.job_id, req.grace_s)  # with the worker, not after
+        await asyncio.gather(self._terminate(current, req.grace_s), steps)
         if current.watcher is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(current.watcher), timeout=5.0)

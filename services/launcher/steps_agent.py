@@ -7,6 +7,8 @@ user, inside the job's cgroup when it has one (so the job's memory, CPU and devi
 limits hold them), each in its own process group. The reply comes once every task here
 ended. When the job's worker ends (it finished, was cancelled, hit its time limit or
 was fenced) the agent ends its steps too (`end_job`): a step never outlives its job.
+A stop ends them with the worker, and the worker's exit is reported (a stop answered)
+only once they ended: the job's GPUs are freed for another job only then.
 
 A step is known here by (job, attempt, generation, step id) while it runs and for
 `KEEP_S` after: the same launch again (the launcher retried, or another replica took
@@ -126,10 +128,11 @@ class StepRunner:
             self._spawn(_end(worker, stop.grace_s))
         return msgspec.json.encode(StepOutcome(ok=True, message=f"ending {len(ending)} task(s)"))
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _answer(self, msg: Msg) -> None:
         try:
@@ -334,14 +337,19 @@ class StepRunner:
         if not mine:
             self.workers.pop(job_id, None)
 
-    def end_job(self, job_id: int) -> None:
-        """The job's worker ended here: its steps' tasks end too."""
-        for worker in list(self.workers.get(job_id, ())):
-            self._spawn(_end(worker, END_GRACE_S))
+    async def end_job(self, job_id: int, grace_s: float = END_GRACE_S) -> None:
+        """The job ends here: its steps' tasks end too (SIGTERM, SIGKILL after
+        `grace_s`). Returns once they have: until then the job's GPUs are not free on
+        this node, so its worker's exit (and a stop's answer) waits for this. The ends
+        are owned by the runner: a caller cancelled leaves them running."""
+        ending = [self._spawn(_end(task, grace_s)) for task in self.workers.get(job_id, ())]
+        if ending:
+            await asyncio.wait(ending)
 
     async def close(self) -> None:
         for job_id in list(self.workers):
-            self.end_job(job_id)
+            for task in self.workers[job_id]:
+                self._spawn(_end(task, END_GRACE_S))
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=END_GRACE_S + 5.0)
 

@@ -29,8 +29,9 @@ import pytest
 from muster.client import call
 from muster.render import show_lines
 from muster.shims import write_shims
-from shared.api import ShowJobReply, ShowJobRequest
-from tests.support.cluster import eventually, nodes, running_cluster, submit
+from services.launcher.worker_table import alive, process_ref
+from shared.api import JobSelector, Ok, ShowJobReply, ShowJobRequest
+from tests.support.cluster import eventually, nodes, pid_from, running_cluster, submit
 
 pytestmark = pytest.mark.slow
 
@@ -116,6 +117,43 @@ async def test_steps_in_a_batch_job_and_an_interactive_allocation(
 
         await interactive(work, db)
         await outside_a_job(work, db)
+
+
+async def test_a_jobs_gpus_are_freed_only_once_its_step_tasks_are_gone(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    """A step task that ignores SIGTERM outlives its job's script until the stop's
+    SIGKILL: the job's run ends, and its GPUs go to the next job, only once that task is
+    gone (invariant 1). Before, the agent answered the stop as soon as the script was
+    gone and ended the step's tasks after, so the next job could start beside them."""
+    work, state = tmp_path / "work", tmp_path / "state"
+    work.mkdir()
+    pidfile = work / "task.pid"
+    task = f'trap "" TERM; echo $$ > {pidfile}; while true; do sleep 0.1; done'
+    # srun in a session of its own: the stop's SIGTERM does not reach it, so it does not
+    # cancel its step itself (as when the node's fault or a SIGKILL ends the script)
+    script = f"""#!/bin/bash
+export MUSTER_KEY_DIR={state / "keys"}
+setsid {PY} -m muster.cli srun bash -c '{task}' &
+wait
+"""
+    # no job cgroup: with one, the script's end kills every process in it, tasks too
+    no_cgroup = {"MUSTER_CGROUPS": "off"}
+    async with running_cluster(state, nats_url, database_url, db, list(nodes(1)), **no_cgroup):
+        argv = ("--gpus-per-node=1", "-t", "5")
+        job = (await submit(nats_url, script, argv, workdir=str(work))).job_ids[0]
+        pid = await pid_from(pidfile, 60)
+        started = process_ref(pid)
+        assert started is not None
+        await call(nats_url, "cancel", JobSelector(user="root", job_ids=(job,)), Ok)
+        ended = await eventually(
+            lambda: db.fetchval("SELECT state FROM job_runs WHERE job_id = $1", job),
+            lambda s: s not in ("RUNNING", "COMPLETING"),
+            60.0,
+            "the job's end",
+        )
+        assert ended == "CANCELLED"
+        assert not alive(started), "the job ended while its step task still ran"
 
 
 async def interactive(work: Path, db: asyncpg.Connection) -> None:
