@@ -16,6 +16,7 @@ import json
 import os
 import re
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -135,6 +136,7 @@ async def test_a_jobs_gpus_are_freed_only_once_its_step_tasks_are_gone(
     script = f"""#!/bin/bash
 export MUSTER_KEY_DIR={state / "keys"}
 setsid {PY} -m muster.cli srun bash -c '{task}' &
+echo $! > {work / "srun.pid"}
 wait
 """
     # no job cgroup: with one, the script's end kills every process in it, tasks too
@@ -154,6 +156,12 @@ wait
         )
         assert ended == "CANCELLED"
         assert not alive(started), "the job ended while its step task still ran"
+        srun = process_ref(await pid_from(work / "srun.pid", 5))
+        try:  # it hears its step's end (CANCELLED) and leaves
+            await eventually(lambda: _async(alive(srun)), lambda up: not up, 60.0, "srun's end")
+        finally:
+            if srun is not None and alive(srun):
+                os.kill(srun.pid, signal.SIGKILL)
 
 
 async def interactive(work: Path, db: asyncpg.Connection) -> None:
@@ -256,6 +264,10 @@ async def outside_a_job(work: Path, db: asyncpg.Connection) -> None:
     assert step is not None and (step["state"], step["exit_code"]) == ("FAILED", 3)
     run = await db.fetchrow("SELECT state, exit_code FROM job_runs WHERE job_id = $1", job)
     assert run is not None and (run["state"], run["exit_code"]) == ("FAILED", 3)  # the step's
+
+
+async def _async(value: bool) -> bool:
+    return value
 
 
 def _controlling_tty() -> None:
