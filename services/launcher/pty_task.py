@@ -32,6 +32,7 @@ from pathlib import Path
 from services.launcher import cgroups
 from services.launcher.executor import RunAs, SpawnFailed, Worker
 from shared import pty_size
+from shared.waits import woken
 
 SOCKET = "pty.sock"  # in the task's folder
 KEYS, WINDOW, ACK = b"k", b"w", b"a"  # frames to stepd: typed, a size, bytes published
@@ -228,7 +229,7 @@ class Terminal:
         deadline = loop.time() + linger_s
         while self.unacked and not stop.is_set() and loop.time() < deadline:
             self.changed.clear()
-            await _either(self.changed, stop, deadline - loop.time())
+            await woken(self.changed, stop, deadline - loop.time())
         agent = self.agent
         if agent is not None:
             agent.close()  # what it was sent goes first, unless it stopped reading
@@ -244,11 +245,3 @@ class Terminal:
                 serving.cancel()
         self.path.unlink(missing_ok=True)
         os.close(self.master)
-
-
-async def _either(one: asyncio.Event, other: asyncio.Event, timeout_s: float) -> None:
-    """Until one of the two is set, or `timeout_s` has passed."""
-    waits = {asyncio.ensure_future(one.wait()), asyncio.ensure_future(other.wait())}
-    _, pending = await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    for waiting in pending:
-        waiting.cancel()
