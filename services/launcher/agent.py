@@ -50,8 +50,10 @@ from services.launcher.worker_table import (
     WorkerRecord,
     WorkerTable,
     alive,
+    gone,
     judge,
     kill_group,
+    killed,
     lost_exit,
     process_ref,
     touch,
@@ -163,7 +165,7 @@ class NodeExecutor:
                 self._track(_Running(record, proc=None))
                 continue
             ending = self.table.exit_of(record) if verdict is Verdict.REPORT else None
-            if verdict is Verdict.KILL_ORPHAN:
+            if verdict is Verdict.KILL_ORPHAN:  # sent now, before any start is served
                 kill_group(record.worker, _signal.SIGKILL, record.cgroup)
             self._own(self._report(record, ending or lost_exit()))
         self.steps.resume()
@@ -388,7 +390,7 @@ class NodeExecutor:
         ending = self.table.exit_of(record)
         if ending is None:  # stepd killed under its worker: nobody supervises it now
             found = self.table.with_pids(record)
-            kill_group(found.worker, _signal.SIGKILL, found.cgroup)
+            await killed(found.worker, found.cgroup)  # reported once gone, not signalled
             ending = lost_exit()
         if ending.epilog_failed:
             self._own(self._drain(ending.epilog_failed, "epilog"))
@@ -417,6 +419,7 @@ class NodeExecutor:
         log.warning("node drain requested", extra=kv(node=self.node, reason=reason))
 
     async def _report(self, record: WorkerRecord, ending: StepExit) -> None:
+        await gone(record.worker)  # a killed orphan: reported (its GPUs freed) once gone
         event = WorkerExited(
             job_id=record.job_id,
             attempt=record.attempt,

@@ -32,6 +32,7 @@ from services.launcher.worker_table import (
     StepSpec,
     StepStarted,
     kill_group,
+    killed,
     lost_exit,
     process_ref,
     read_struct,
@@ -136,10 +137,11 @@ class StepTask:
         ending = read_struct(self.folder / "exit.json", StepExit)
         if ending is not None:
             return ending
-        # stepd killed under its task (or gone before a word): nobody supervises it now
+        # stepd killed under its task (or gone before a word): nobody supervises it now;
+        # reported lost once it is gone (`killed`)
         started = read_struct(self.folder / "started.json", StepStarted)
         if started is not None:
-            kill_group(started.worker, _signal.SIGKILL)
+            await killed(started.worker)
         return lost_exit()
 
     def stop(self) -> None:

@@ -36,6 +36,7 @@ import signal as _signal
 import time
 from collections.abc import Iterator
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -43,7 +44,7 @@ import msgspec
 
 from services.launcher.cgroups import CgroupRef, kill, procs
 from services.launcher.cgroups_core import Limits
-from services.launcher.executor import RunAs
+from services.launcher.executor import RunAs, process_gone
 
 S = TypeVar("S", bound=msgspec.Struct)
 STEPD_RECORD_S = 5.0  # a stepd whose worker is gone writes its exit and ends within this
@@ -331,6 +332,21 @@ def kill_group(worker: ProcessRef | None, sig: int, cgroup: CgroupRef | None = N
     with contextlib.suppress(ProcessLookupError):
         os.killpg(worker.pid, sig)
     return True
+
+
+async def killed(worker: ProcessRef | None, cgroup: CgroupRef | None = None) -> None:
+    """SIGKILL a worker's group (and its cgroup, as `kill_group`); returns once the
+    leader is gone (`gone`)."""
+    kill_group(worker, _signal.SIGKILL, cgroup)
+    await gone(worker)
+
+
+async def gone(worker: ProcessRef | None) -> None:
+    """Until the recorded process has ended. A kill lands a moment after it is sent,
+    and what reports a worker or a task ended frees its GPUs (invariant 1): it reports
+    after this, not after the kill."""
+    if worker is not None:
+        await process_gone(worker.pid, partial(alive, worker))
 
 
 def stop_recorded_workers(state_dir: str | Path, grace_s: float = 5.0) -> list[int]:
