@@ -8,7 +8,8 @@ allocation. When CMD exits the allocation is released and the job ends as CMD di
 (COMPLETED for status 0, FAILED with its status otherwise, as Slurm records a salloc
 job); if salloc ends otherwise (interrupted before CMD ran) the job is cancelled. The
 job's time limit still applies: when the job ends first (its limit, a cancel), CMD gets
-SIGHUP, as Slurm's salloc does (docs/steps.md).
+SIGHUP, as Slurm's salloc does. salloc's own SIGTERM and SIGHUP are taken as Slurm's
+salloc takes them (`run`'s `told`, docs/steps.md).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import threading
 import time
 
 from muster.client import ApiRefused, current_user, nats_url, request
+from muster.ending import Ended, handled
 from shared.api import (
     JobSelector,
     Ok,
@@ -166,32 +168,50 @@ def run(argv: list[str], voice: Voice = SALLOC) -> int:
     job_id = reply.job_ids[0]
     voice.say(voice.pending, job_id)
     status: int | None = None  # the command's, once it ended
+    session: list[subprocess.Popen[bytes]] = []  # the command, once it runs
+
+    def told(signum: int) -> None:
+        """SIGTERM or SIGHUP (muster/ending.py). Waiting: give the request up. Once the
+        command runs, as Slurm's salloc: SIGTERM is the command's to act on, SIGHUP
+        hangs it up and lets the allocation go without waiting for it."""
+        if session:
+            session[0].send_signal(signum)
+            if signum == signal.SIGTERM:
+                return
+        raise Ended(signum)
+
     try:
-        shown = _wait_running(url, job_id, voice.prog)
-        voice.say(voice.granted, job_id)
-        argv_run = command or [env.get("SHELL") or "/bin/sh"]
-        proc = subprocess.Popen(argv_run, env=session_env(env, shown))
-        done = threading.Event()
-        watcher = threading.Thread(
-            target=_watch, args=(url, job_id, proc, done, voice.prog), daemon=True
-        )
-        watcher.start()
-        try:
-            while True:
-                try:
-                    code = proc.wait()
-                    status = code if code >= 0 else 128 - code
-                    break
-                except KeyboardInterrupt:  # Ctrl-C belongs to the shell, as in salloc
-                    continue
-        finally:
-            done.set()
+        with handled(told):
+            shown = _wait_running(url, job_id, voice.prog)
+            voice.say(voice.granted, job_id)
+            argv_run = command or [env.get("SHELL") or "/bin/sh"]
+            session.append(subprocess.Popen(argv_run, env=session_env(env, shown)))
+            status = _session(url, job_id, session[0], voice.prog)
     except FileNotFoundError as err:
         raise SallocError(f"cannot run {err.filename}: no such command") from None
+    except Ended as ended:
+        print(f"{voice.prog}: job {job_id}: {ended}: ending the allocation", file=sys.stderr)
+        return ended.status
     finally:
         voice.say(voice.released, job_id)
         _release(url, job_id, voice.prog, status)
-    return 1 if status is None else status  # None only with an exception: not reached
+    return status
+
+
+def _session(url: str, job_id: int, proc: subprocess.Popen[bytes], prog: str) -> int:
+    """The command's exit status (128 + N for signal N), watched meanwhile (`_watch`)."""
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(url, job_id, proc, done, prog), daemon=True)
+    watcher.start()
+    try:
+        while True:
+            try:
+                code = proc.wait()
+                return code if code >= 0 else 128 - code
+            except KeyboardInterrupt:  # Ctrl-C belongs to the shell, as in salloc
+                continue
+    finally:
+        done.set()
 
 
 def main(argv: list[str]) -> int:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from muster.client import ApiRefused, nats_url, request
+from muster.ending import SIGNALS, Ended, handled
 from muster.srun_error import SrunError
 from shared.api import Ok, StepCancelRequest, StepReply, StepRequest
 from shared.bus_inbox import user_pty
@@ -229,18 +230,19 @@ def run(argv: list[str]) -> int:
 
     thread = threading.Thread(target=ask, daemon=True)
     thread.start()
-    interrupted = False
+    interrupted: int | None = None  # the status srun exits with, once told to end
     try:
-        while not done.is_set():
-            try:
-                follower.poll()
-                done.wait(FOLLOW_S)
-            except KeyboardInterrupt:
-                if interrupted:  # a second Ctrl-C: leave at once, the step is ending
-                    raise
-                interrupted = True
-                print("srun: interrupted: ending the step's tasks", file=sys.stderr)
-                _cancel(req)
+        with handled():  # SIGTERM, SIGHUP (a closed terminal): as Ctrl-C
+            while not done.is_set():
+                try:
+                    follower.poll()
+                    done.wait(FOLLOW_S)
+                except (KeyboardInterrupt, Ended) as told:
+                    if interrupted is not None:  # told twice: leave at once, it is ending
+                        raise
+                    interrupted = told.status if isinstance(told, Ended) else INTERRUPTED
+                    print("srun: interrupted: ending the step's tasks", file=sys.stderr)
+                    _cancel(req)
         follower.poll(final=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -249,8 +251,8 @@ def run(argv: list[str]) -> int:
     if not result:
         raise SrunError("the step's request ended without an answer")
     outcome = result[0]
-    if interrupted:
-        return INTERRUPTED
+    if interrupted is not None:
+        return interrupted
     if isinstance(outcome, ApiRefused):
         raise SrunError(str(outcome))
     if outcome.message:
@@ -325,7 +327,10 @@ async def _terminal(req: StepRequest) -> int:
         loop.add_signal_handler(signal.SIGWINCH, keys.put_nowait, RESIZED)
 
     def typed() -> None:
-        data = os.read(fd, 4096)
+        try:
+            data = os.read(fd, 4096)
+        except OSError:  # EIO: the terminal hung up (SIGHUP follows): no more keys
+            data = b""
         if not data:
             loop.remove_reader(fd)
         keys.put_nowait(data)
@@ -347,14 +352,33 @@ async def _terminal(req: StepRequest) -> int:
             keys.put_nowait(data)
         keys.put_nowait(b"")
     sender = asyncio.create_task(send())
-    try:  # asked again while RUNNING, as a batch step is: any replica answers its end
-        reply = await _ended_in_daemon(req)
+    told: asyncio.Future[int] = loop.create_future()  # SIGTERM, SIGHUP: the step ends
+    heard = [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]  # nohup kept
+
+    def on_told(signum: int) -> None:
+        if not told.done():
+            told.set_result(signum)
+
+    for s in heard:
+        loop.add_signal_handler(s, on_told, s)
+    # asked again while RUNNING, as a batch step is: any replica answers its end
+    ending = asyncio.ensure_future(_ended_in_daemon(req))
+    try:
+        await asyncio.wait((ending, told), return_when=asyncio.FIRST_COMPLETED)
+        if not ending.done():  # told to end (a closed terminal, a kill): so does the step
+            ending.cancel()
+            await asyncio.to_thread(_cancel, req)
+            return Ended(told.result()).status
+        reply = ending.result()
     finally:
+        for s in heard:
+            loop.remove_signal_handler(s)
         loop.remove_reader(fd)
         sender.cancel()
         if saved is not None:
             loop.remove_signal_handler(signal.SIGWINCH)
-            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+            with contextlib.suppress(termios.error):  # a terminal hung up has no settings
+                termios.tcsetattr(fd, termios.TCSADRAIN, saved)
         await nc.flush()
         await nc.close()
     return reply.exit_code if reply.exit_code is not None else 1
@@ -419,6 +443,8 @@ def main(argv: list[str]) -> int:
     except SrunError as err:
         print(f"srun: error: {err}", file=sys.stderr)
         return 1
+    except Ended as told:  # told twice: srun leaves while its step ends
+        return told.status
 
 
 if __name__ == "__main__":

@@ -1,0 +1,144 @@
+"""End to end on a local cluster: salloc and srun told to end (SIGTERM, SIGHUP) let go
+of what they hold (muster/ending.py, docs/steps.md), each judged from the database and
+from `ps`: no task, command or allocation outlives them.
+
+- salloc still waiting, SIGTERM: the request is given up (the job CANCELLED), exit 143;
+- `salloc srun sleep`, SIGTERM: passed on to srun, which ends its step (CANCELLED);
+  salloc exits as srun did (143) and the job ends FAILED 143, as Slurm records it;
+- `salloc srun --pty sleep`, SIGTERM: the same for a terminal step;
+- salloc running its command, SIGHUP (a closed terminal): the command is hung up and
+  the allocation let go at once (CANCELLED), exit 129.
+Before, Python's default ended either client where it stood: the step ran on, and the
+allocation was held to its time limit."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from muster.shims import write_shims
+from tests.support.cluster import eventually, nodes, running_cluster
+
+pytestmark = pytest.mark.slow
+
+PY = sys.executable
+LAST_STEP = "SELECT state FROM job_steps WHERE job_id = $1 ORDER BY step_id DESC LIMIT 1"
+
+
+class Client:
+    """`muster salloc ARGV` in its own session, its stderr read line by line."""
+
+    def __init__(self, argv: list[str], work: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MUSTER_JOB"))}
+        env["PATH"] = f"{work.parent / 'bin'}{os.pathsep}{env.get('PATH', '')}"  # srun's shim
+        self.proc = subprocess.Popen(
+            [PY, "-m", "muster.cli", "salloc", "-N1", "--gpus-per-node=1", "-t", "5", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=work,
+            env=env,
+            start_new_session=True,
+        )
+        self.said: list[str] = []
+
+    async def expect(self, pattern: str, timeout: float = 120.0) -> re.Match[str]:
+        assert self.proc.stderr is not None
+        stderr = self.proc.stderr
+
+        async def line() -> str:
+            return await asyncio.to_thread(stderr.readline)
+
+        while True:
+            text = await asyncio.wait_for(line(), timeout)
+            assert text, f"salloc ended before it said {pattern!r}: {self.said}"
+            self.said.append(text)
+            if found := re.search(pattern, text):
+                return found
+
+    async def told(self, signum: int) -> int:
+        """Send `signum`; salloc's exit status."""
+        self.proc.send_signal(signum)
+        return await asyncio.to_thread(self.proc.wait, 60)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+def running(command: str) -> list[str]:
+    """The processes whose command line is `command` exactly, from `ps` (the clients'
+    own command lines hold it too, with more around it)."""
+    ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True, check=True)
+    return [line for line in ps.stdout.splitlines() if line.strip() == command]
+
+
+async def ended(db: asyncpg.Connection, job: int) -> tuple[str, int | None]:
+    row = await eventually(
+        lambda: db.fetchrow("SELECT state, exit_code FROM job_runs WHERE job_id = $1", job),
+        lambda r: r is not None and r["state"] not in ("PENDING", "RUNNING", "COMPLETING"),
+        60.0,
+        f"job {job}'s end",
+    )
+    return row["state"], row["exit_code"]
+
+
+async def test_salloc_and_srun_told_to_end_let_go_of_what_they_hold(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    write_shims(tmp_path / "bin")  # srun as a Slurm user has it
+    async with running_cluster(tmp_path / "state", nats_url, database_url, db, nodes(1)):
+        os.environ["MUSTER_NATS_URL"] = nats_url
+
+        waiting = Client(["-H", "sleep", "3101"], work)  # held: it waits until told
+        try:
+            job = int((await waiting.expect(r"Pending job allocation (\d+)")).group(1))
+            await waiting.expect(r"queued and waiting for resources")
+            assert await waiting.told(signal.SIGTERM) == 143
+        finally:
+            waiting.close()
+        assert await ended(db, job) == ("CANCELLED", None)
+
+        for marker, step in (("3102", ["srun"]), ("3103", ["srun", "--pty"])):
+            client = Client([*step, "sleep", marker], work)
+            try:
+                job = int((await client.expect(r"Granted job allocation (\d+)")).group(1))
+                await eventually(
+                    partial(db.fetchval, LAST_STEP, job), lambda s: s == "RUNNING", 60.0, "step"
+                )
+                assert running(f"sleep {marker}")
+                assert await client.told(signal.SIGTERM) == 143, client.said
+            finally:
+                client.close()
+            assert await db.fetchval(LAST_STEP, job) == "CANCELLED", step
+            assert await ended(db, job) == ("FAILED", 143), step
+            assert not running(f"sleep {marker}"), step
+
+        hung = Client(["sleep", "3104"], work)
+        try:
+            job = int((await hung.expect(r"Granted job allocation (\d+)")).group(1))
+            assert running("sleep 3104")
+            assert await hung.told(signal.SIGHUP) == 129
+        finally:
+            hung.close()
+        assert await ended(db, job) == ("CANCELLED", None)
+        await eventually(lambda: _async(running("sleep 3104")), lambda p: not p, 30.0, "hung up")
+
+
+async def _async(value: list[str]) -> list[str]:
+    return value
