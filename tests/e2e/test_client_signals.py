@@ -93,6 +93,7 @@ async def ended(db: asyncpg.Connection, job: int) -> tuple[str, int | None]:
         60.0,
         f"job {job}'s end",
     )
+    assert row is not None
     return row["state"], row["exit_code"]
 
 
