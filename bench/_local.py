@@ -9,7 +9,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from muster.cluster import Cluster, NodeDef
@@ -36,11 +36,17 @@ def provision_identity(state: Path) -> None:
 
 @contextlib.contextmanager
 def local_cluster(
-    node_count: int, gpus: int = 4, *, replicas: int = 1, nats_servers: int = 1, **env: str
+    node_count: int,
+    gpus: int = 4,
+    *,
+    replicas: int | Mapping[str, int] = 1,
+    nats_servers: int = 1,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[Cluster]:
     """`replicas` of every service (`Cluster.plan_services`) on one NATS server or, with
-    `nats_servers` 3, a JetStream cluster with the streams at R3: the price of HA."""
-    os.environ.update(FAST | env)
+    `nats_servers` 3, a JetStream cluster with the streams at R3: the price of HA. `env`:
+    environment variables set over `FAST` for the cluster's processes."""
+    os.environ.update(FAST | dict(env or {}))
     # A benchmark stopped by SIGTERM (e.g. `timeout`) still stops its cluster.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="muster-bench-") as tmp:

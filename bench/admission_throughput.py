@@ -150,7 +150,12 @@ async def client_proc(
 
 
 def _client_main(
-    url: str, clients: int, connections: int, seconds: float, keys: str, out: mp.Queue
+    url: str,
+    clients: int,
+    connections: int,
+    seconds: float,
+    keys: str,
+    out: mp.Queue[dict[str, int]],
 ) -> None:
     import uvloop
 
@@ -201,7 +206,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                 cluster.spawn(key, "services.admission", MUSTER_INSTANCE=str(i))
             asyncio.run(register_nodes(cluster.database_url))
             asyncio.run(wait_ready(cluster.nats_url, args.replicas, signers(keys)[0]))
-            out: mp.Queue = mp.Queue()
+            out: mp.Queue[dict[str, int]] = mp.Queue()
             per = max(1, args.clients // args.client_procs)
             procs = [
                 mp.Process(

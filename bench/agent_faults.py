@@ -191,7 +191,7 @@ def main() -> None:
     ):
         if getattr(args, flag) is not None:
             ENV[variable] = str(getattr(args, flag))
-    with local_cluster(2, **ENV) as cluster:
+    with local_cluster(2, env=ENV) as cluster:
         result = asyncio.run(measure(cluster, args.runs))
     print(
         f"agent SIGKILL + restart: {result['killed_agent_job_restarts']} job restarts in"

@@ -32,7 +32,9 @@ from pathlib import Path
 
 import asyncpg
 import nats
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.api import ConsumerInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -50,7 +52,7 @@ async def acked_at(js: JetStreamContext, durable: str, seq: int, timeout: float 
     """When `durable` acked stream sequence `seq` (server time, epoch seconds)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        info = await js.consumer_info("MUSTER", durable)
+        info: ConsumerInfo = await js.consumer_info("MUSTER", durable)  # unannotated in nats
         floor = info.ack_floor
         if floor is not None and (floor.stream_seq or 0) >= seq and floor.last_active:
             return floor.last_active.timestamp()
@@ -94,10 +96,10 @@ async def measure(url: str, db_url: str, runs: int) -> list[dict[str, float]]:
     faults: asyncio.Queue[tuple[float, int]] = asyncio.Queue()
     observed: asyncio.Queue[float] = asyncio.Queue()
 
-    async def on_fault(msg: nats.aio.msg.Msg) -> None:
+    async def on_fault(msg: Msg) -> None:
         faults.put_nowait((time.time(), msg.metadata.sequence.stream))
 
-    async def on_xid(_msg: nats.aio.msg.Msg) -> None:
+    async def on_xid(_msg: Msg) -> None:
         observed.put_nowait(time.time())
 
     for durable in CONSUMERS:  # the services create them as they start

@@ -110,7 +110,7 @@ def main() -> None:
     args = parser.parse_args()
     env = {"MUSTER_LAUNCHER_LEASE_S": str(args.lease), "MUSTER_KILL_WAIT_S": "1"}
     replicas = {"launcher": 2}
-    with local_cluster(2, replicas=replicas, **env) as cluster:  # type: ignore[arg-type]
+    with local_cluster(2, replicas=replicas, env=env) as cluster:
         seconds = asyncio.run(runs(cluster, args.runs))
     result = latency_figures("launcher_failover", seconds, lease_s=args.lease)
     print(

@@ -122,6 +122,7 @@ async def measure(
         seen: float | None = None
         while True:
             row = await db.fetchrow(POLL, job_id)
+            assert row is not None  # the job was just submitted: its row exists
             if seen is None and row["placed"]:
                 seen = row["t"]
             if row["s"] is not None and row["state"] not in ("RUNNING",):

@@ -276,6 +276,6 @@ def test_a_stop_whose_float_field_was_set_from_an_int_still_verifies() -> None:
     from shared.agent_auth import digest
     from shared.api import StopWorkers
 
-    sent = StopWorkers(job_id=47, grace_s=2, attempt=1, generation=0)  # type: ignore[arg-type]
+    sent = StopWorkers(job_id=47, grace_s=2, attempt=1, generation=0)
     seen = msgspec.json.decode(msgspec.json.encode(sent), type=StopWorkers)
     assert digest(sent) == digest(seen)

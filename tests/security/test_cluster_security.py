@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import asyncpg
@@ -178,9 +178,10 @@ async def test_a_user_acts_only_as_themself_and_operators_come_from_the_configur
 
 async def test_other_users_jobs_scripts_environment_and_usage_are_private(secure: Secure) -> None:
     job = await secure.submit("alice", "--export=ALL,TOKEN=s3cr3t", "--comment", "x")
-    show = lambda user: call(  # noqa: E731
-        secure.url, "show", ShowJobRequest(user=user, job_id=job), ShowJobReply
-    )
+
+    def show(user: str) -> Awaitable[ShowJobReply]:
+        return call(secure.url, "show", ShowJobRequest(user=user, job_id=job), ShowJobReply)
+
     for allowed in ("alice", "carol", "root"):  # owner, coordinator of research, operator
         spec = (await show(allowed)).spec
         assert spec["script"] == SCRIPT and "s3cr3t" in msgspec.json.encode(spec).decode()
@@ -189,16 +190,16 @@ async def test_other_users_jobs_scripts_environment_and_usage_are_private(secure
             await show(other)
         assert refused.value.code == "private" and "belongs to 'alice'" in str(refused.value)
 
-    queued = lambda user: call(  # noqa: E731
-        secure.url, "queue", QueueRequest(user=user, all_states=True), QueueReply
-    )
+    def queued(user: str) -> Awaitable[QueueReply]:
+        return call(secure.url, "queue", QueueRequest(user=user, all_states=True), QueueReply)
+
     assert [j.job_id for j in (await queued("alice")).jobs] == [job]
     assert (await queued("bob")).jobs == ()
     assert [j.job_id for j in (await queued("carol")).jobs] == [job]
 
-    acct = lambda user: call(  # noqa: E731
-        secure.url, "acct", AcctRequest(user=user, attempts=False), AcctReply
-    )
+    def acct(user: str) -> Awaitable[AcctReply]:
+        return call(secure.url, "acct", AcctRequest(user=user, attempts=False), AcctReply)
+
     await eventually(
         lambda: acct("root"), lambda r: [x.job_id for x in r.rows] == [job], 20, "acct"
     )
@@ -242,7 +243,10 @@ async def test_a_key_added_while_the_cluster_runs_signs_and_a_removed_one_no_lon
     made = run_cli("keygen", "--file", str(new), env=env)
     assert made.returncode == 0, made.stderr
     signer = load_signer(str(new))
-    queue = lambda: call(secure.url, "queue", QueueRequest(), QueueReply, signer=signer)  # noqa: E731
+
+    def queue() -> Awaitable[QueueReply]:
+        return call(secure.url, "queue", QueueRequest(), QueueReply, signer=signer)
+
     with pytest.raises(ApiRefused) as refused:
         await queue()
     assert refused.value.code == "unknown_key"

@@ -9,7 +9,7 @@ import base64
 from pathlib import Path
 
 import msgspec
-import nkeys
+import nkeys  # type: ignore[import-untyped]  # nkeys ships no stubs or py.typed
 import pytest
 
 from shared.identity import (
@@ -20,13 +20,13 @@ from shared.identity import (
     Signer,
     Verified,
     Verifier,
-    canonical,
     decode_seed,
     directory_of,
     encode_seed,
     public_key_bytes,
     user_matches,
 )
+from shared.identity_sodium import canonical
 
 T0 = 1_800_000_000.0
 SUBMIT = "muster.api.submit"

@@ -79,7 +79,7 @@ def test_private_data_defaults_to_everything_and_an_empty_list_to_nothing() -> N
 
 def test_a_redacted_spec_keeps_its_shape_and_loses_script_arguments_and_environment() -> None:
     secret = "s3cr3t"
-    spec = {
+    spec: dict[str, object] = {
         "name": "train", "script": "#!/bin/bash\necho $TOKEN", "args": ["--token", secret],
         "env": {"TOKEN": secret}, "export": f"ALL,TOKEN={secret}", "workdir": "/home/a",
     }  # fmt: skip

@@ -8,6 +8,7 @@ import asyncio
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import msgspec
@@ -45,10 +46,10 @@ class Api:
         req = SubmitRequest(user=user, argv=argv, script=script, script_path="job.sh")
         return await call(self.url, "submit", req, SubmitReply)
 
-    async def act(self, verb: str, user: str, *refs: str, **kw: object) -> Ok:
+    async def act(self, verb: str, user: str, *refs: str, **kw: Any) -> Ok:
         return await call(self.url, verb, JobSelector(user=user, job_refs=refs, **kw), Ok)
 
-    async def queue(self, user: str = "root", **kw: object) -> QueueReply:
+    async def queue(self, user: str = "root", **kw: Any) -> QueueReply:
         """As an operator by default: users see only their own jobs (private_data)."""
         return await call(self.url, "queue", QueueRequest(user=user, **kw), QueueReply)
 
@@ -114,6 +115,7 @@ async def test_an_accepted_job_gets_the_configured_defaults_and_its_event_is_pub
     reply = await api.submit("alice", "--gpus-per-node=2")
     (job_id,) = reply.job_ids
     row = await db.fetchrow("SELECT * FROM jobs WHERE job_id = $1", job_id)
+    assert row is not None
     assert (row["partition"], row["account"], row["qos"], row["time_limit_s"]) == (
         "normal",
         "research",
@@ -326,7 +328,10 @@ async def test_queue_filters_by_user_partition_and_state(api: Api) -> None:
     a = (await api.submit("alice")).job_ids[0]
     b = (await api.submit("bob", "-p", "debug")).job_ids[0]
     c = (await api.submit("alice", "-H")).job_ids[0]
-    ids = lambda r: [j.job_id for j in r.jobs]  # noqa: E731
+
+    def ids(r: QueueReply) -> list[int]:
+        return [j.job_id for j in r.jobs]
+
     assert ids(await api.queue(users=("alice",))) == [a, c]
     assert ids(await api.queue(partitions=("debug",))) == [b]
     await api.act("cancel", "alice", str(a))

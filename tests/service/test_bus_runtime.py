@@ -138,7 +138,8 @@ async def test_a_service_started_before_nats_waits_for_it_and_then_runs(
 
     async def start() -> bool:
         async with service_context(settings, stop) as ctx:
-            return await ctx.pool.fetchval("SELECT count(*) > 0 FROM schema_migrations")
+            seen: bool = await ctx.pool.fetchval("SELECT count(*) > 0 FROM schema_migrations")
+            return seen
 
     starting = asyncio.create_task(start())
     await asyncio.sleep(1.5)

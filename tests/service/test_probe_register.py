@@ -32,6 +32,7 @@ async def test_a_registration_is_published_once_the_stream_can_take_it(nats_url:
         info = await bus.js.stream_info(STREAM)
         assert info.state.messages == 1  # published once, though tried several times
         msg = await bus.js.get_last_msg(STREAM, "muster.node.registered.node07")
+        assert msg.data is not None
         assert b'"node07"' in msg.data
     finally:
         backend.close()
