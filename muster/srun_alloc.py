@@ -20,7 +20,7 @@ from muster.client import ApiRefused
 from muster.srun_error import SrunError
 from shared.sbatch_options import tokenize
 
-STEP_FLAGS = frozenset({"-l", "--label", "-u", "--unbuffered", "--pty"})  # srun's own
+STEP_FLAGS = frozenset({"-l", "--label", "-u", "--unbuffered", "--pty", "--overlap"})  # srun's
 STEP_SHAPE = frozenset({"nodes", "ntasks", "ntasks-per-node", "gpus-per-task"})  # in both
 IGNORED = ("--mpi",)  # srun's own, valued: accepted and ignored, as inside a job
 

@@ -57,7 +57,15 @@ VALUED = {
     "--mem": "",
     "--export": "",
 }
-FLAGS = {"-l": "label", "--label": "label", "--pty": "pty", "-u": "", "--unbuffered": ""}
+FLAGS = {
+    "-l": "label",
+    "--label": "label",
+    "--pty": "pty",
+    "--overlap": "overlap",
+    "--exclusive": "",  # a step's GPUs are its own already (--gpus-per-task); --overlap not
+    "-u": "",
+    "--unbuffered": "",
+}
 
 
 def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -121,6 +129,7 @@ def step_request(argv: list[str], env: dict[str, str], cwd: str) -> StepRequest:
         ntasks=_count(opts, "ntasks"),
         ntasks_per_node=_count(opts, "ntasks_per_node"),
         gpus_per_task=_count(opts, "gpus_per_task"),
+        overlap="overlap" in opts,
         workdir=cwd,
         environment=dict(env),
         output_dir=str(Path(cwd) / ".muster-steps" / token),
@@ -219,10 +228,11 @@ def run(argv: list[str]) -> int:
     result: list[StepReply | ApiRefused] = []
 
     done = threading.Event()  # not Thread.join: a Ctrl-C inside join can lose the thread
+    stop = threading.Event()  # interrupted: a step still waiting for GPUs is not made
 
     def ask() -> None:
         try:
-            result.append(_until_ended(req))
+            result.append(_until_ended(req, stop))
         except ApiRefused as err:
             result.append(err)
         finally:
@@ -241,6 +251,7 @@ def run(argv: list[str]) -> int:
                     if interrupted is not None:  # told twice: leave at once, it is ending
                         raise
                     interrupted = told.status if isinstance(told, Ended) else INTERRUPTED
+                    stop.set()
                     print("srun: interrupted: ending the step's tasks", file=sys.stderr)
                     _cancel(req)
         follower.poll(final=True)
@@ -264,18 +275,38 @@ def run(argv: list[str]) -> int:
     return outcome.exit_code if outcome.exit_code is not None else 1
 
 
-def _until_ended(req: StepRequest) -> StepReply:
+def _until_ended(req: StepRequest, stop: threading.Event | None = None) -> StepReply:
     """The step's reply once it ended: the same request again while the launcher says
-    RUNNING, or while no replica answers (the one asked died), up to WAIT_S."""
+    RUNNING, or while no replica answers (the one asked died), up to WAIT_S; and while
+    the GPUs it needs are held by the job's running steps ("busy", said once, as
+    Slurm's srun waits), until `stop` is set."""
     deadline = time.monotonic() + WAIT_S
+    waited = False
     while True:
         try:
             reply = request(nats_url(), "step", req, StepReply, timeout=ASK_S)
         except ApiRefused as err:
+            if err.code == "busy":
+                if not waited:
+                    print(
+                        f"srun: job {req.job_id}: step creation temporarily disabled, "
+                        f"retrying ({err})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    waited = True
+                if stop is not None and stop.wait(RETRY_S):
+                    raise
+                if stop is None:
+                    time.sleep(RETRY_S)
+                continue
             if err.code not in AGAIN or time.monotonic() > deadline:
                 raise
             time.sleep(RETRY_S)
             continue
+        if waited:
+            print(f"srun: step created for job {req.job_id}", file=sys.stderr, flush=True)
+            waited = False
         if reply.state != "RUNNING":
             return reply
 

@@ -315,6 +315,10 @@ class StepRequest(Request, frozen=True, kw_only=True):
     ntasks: int = 0  # -n
     ntasks_per_node: int = 0  # --ntasks-per-node
     gpus_per_task: int = 0  # --gpus-per-task
+    # --overlap: the tasks' GPUs may be ones the job's running steps hold, and this step
+    # holds none (a step with --gpus-per-task holds its GPUs alone otherwise: another
+    # step that needs them is refused "busy", and srun asks again)
+    overlap: bool = False
     workdir: str = ""
     environment: dict[str, str] = {}  # the caller's (the job's) environment
     output_dir: str = ""  # each task writes <output_dir>/<procid>.out and .err

@@ -45,6 +45,7 @@ import msgspec
 from services.launcher import steps_repo as repo
 from services.launcher.gang import Agents, dropped
 from services.launcher.steps_core import (
+    Busy,
     Layout,
     Refusal,
     StepShape,
@@ -181,14 +182,19 @@ class StepService:
             ntasks=req.ntasks,
             ntasks_per_node=req.ntasks_per_node,
             gpus_per_task=req.gpus_per_task,
+            overlap=req.overlap,
         )
         if req.pty:  # a terminal: one task, on the first node (Slurm's srun --pty)
-            shape = StepShape(nodes=1, ntasks=1, gpus_per_task=req.gpus_per_task)
-        lay = layout(shape, tuple(row["nodes"]), gpus)
-        if isinstance(lay, Refusal):
-            raise Refused(f"srun: {lay.message}", "invalid")
+            shape = msgspec.structs.replace(shape, nodes=1, ntasks=1, ntasks_per_node=0)
         attempt, generation = int(row["attempt"]), int(row["restart_count"])
-        async with self.ctx.pool.acquire() as conn:
+        async with self.ctx.pool.acquire() as conn, conn.transaction():
+            await repo.lock_job(conn, req.job_id)  # the GPUs read are still free at insert
+            busy = await repo.held_gpus(conn, req.job_id, attempt, generation)
+            lay = layout(shape, tuple(row["nodes"]), gpus, busy)
+            if isinstance(lay, Refusal):
+                raise Refused(f"srun: {lay.message}", "invalid")
+            if isinstance(lay, Busy):  # srun says so and asks again, as Slurm's waits
+                raise Refused(f"srun: {lay.message}", "busy")
             step_id = await repo.insert_step(
                 conn, req, attempt, generation, lay, self.holder, self.lease_s
             )

@@ -4,12 +4,18 @@
 tasks each runs, as Slurm does inside an allocation: one task per node on every node by
 default; `-N` takes the first N nodes; `-n` spreads that many tasks in blocks (the first
 nodes get one more when they do not divide evenly); `--ntasks-per-node` caps each node.
-`--gpus-per-task` binds each task its own GPUs of the node's share of the job. A request
-the allocation cannot hold is refused with a message, never shrunk silently.
+`--gpus-per-task` binds each task its own GPUs of the node's share of the job, and
+those GPUs are the step's alone while it runs, as Slurm's steps are exclusive: steps
+started side by side (`srun -n1 --gpus-per-task=1 ... &`, a sweep inside one
+allocation) get different GPUs, and a step whose GPUs are all held by running steps is
+`Busy` (srun waits and asks again). `--overlap`, and a step that asks for no GPUs (it
+sees all of the node's share), hold none and share what they see. A request the
+allocation cannot hold is refused with a message, never shrunk silently.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from enum import StrEnum
 
 import msgspec
@@ -31,6 +37,7 @@ class StepShape(msgspec.Struct, frozen=True, kw_only=True):
     ntasks: int = 0
     ntasks_per_node: int = 0
     gpus_per_task: int = 0
+    overlap: bool = False  # srun --overlap: binds GPUs other steps hold, holds none
 
 
 class Task(msgspec.Struct, frozen=True, kw_only=True):
@@ -44,6 +51,14 @@ class Task(msgspec.Struct, frozen=True, kw_only=True):
 class Layout(msgspec.Struct, frozen=True, kw_only=True):
     nodes: tuple[str, ...]
     tasks: tuple[Task, ...]
+    holds: bool = False  # the tasks' GPUs are the step's alone while it runs
+
+    def held(self) -> dict[str, list[int]]:
+        """The GPUs the step holds, by node (none when it does not hold its GPUs)."""
+        out: dict[str, list[int]] = {}
+        for t in self.tasks if self.holds else ():
+            out.setdefault(t.node, []).extend(t.gpus)
+        return {node: sorted(g) for node, g in out.items()}
 
     def on(self, node: str) -> tuple[Task, ...]:
         return tuple(t for t in self.tasks if t.node == node)
@@ -53,6 +68,12 @@ class Layout(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Refusal(msgspec.Struct, frozen=True, kw_only=True):
+    message: str
+
+
+class Busy(msgspec.Struct, frozen=True, kw_only=True):
+    """The GPUs the step needs are held by the job's running steps: ask again later."""
+
     message: str
 
 
@@ -85,9 +106,13 @@ def _counts(shape: StepShape, available: int) -> tuple[int, ...] | Refusal:
 
 
 def layout(
-    shape: StepShape, nodes: tuple[str, ...], gpus: dict[str, list[int]]
-) -> Layout | Refusal:
-    """The step's tasks over the allocation's `nodes` (rank order) holding `gpus`."""
+    shape: StepShape,
+    nodes: tuple[str, ...],
+    gpus: dict[str, list[int]],
+    busy: Mapping[str, Collection[int]] | None = None,
+) -> Layout | Refusal | Busy:
+    """The step's tasks over the allocation's `nodes` (rank order) holding `gpus`, of
+    which the job's running steps hold `busy` (by node)."""
     if not nodes:
         return Refusal(message="the job holds no nodes")
     counts = _counts(shape, len(nodes))
@@ -96,6 +121,7 @@ def layout(
     used = nodes[: len(counts)]
     tasks: list[Task] = []
     g = shape.gpus_per_task
+    holds = bool(g) and not shape.overlap
     for nodeid, (node, count) in enumerate(zip(used, counts, strict=True)):
         held = sorted(gpus.get(node, []))
         if g and count * g > len(held):
@@ -103,12 +129,20 @@ def layout(
                 message=f"--gpus-per-task={g} x {count} task(s) needs {count * g} GPUs on "
                 f"{node}; the job holds {len(held)} there"
             )
+        taken = set((busy or {}).get(node, ())) if holds else set()
+        free = [x for x in held if x not in taken]
+        if count * g > len(free):
+            return Busy(
+                message=f"--gpus-per-task={g} x {count} task(s) needs {count * g} GPUs on "
+                f"{node}; the job's running steps hold {len(held) - len(free)} of its "
+                f"{len(held)} there"
+            )
         for localid in range(count):
-            bound = tuple(held[localid * g : (localid + 1) * g]) if g else tuple(held)
+            bound = tuple(free[localid * g : (localid + 1) * g]) if g else tuple(held)
             tasks.append(
                 Task(procid=len(tasks), localid=localid, nodeid=nodeid, node=node, gpus=bound)
             )
-    return Layout(nodes=used, tasks=tuple(tasks))
+    return Layout(nodes=used, tasks=tuple(tasks), holds=holds)
 
 
 def task_env(

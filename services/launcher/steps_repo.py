@@ -58,31 +58,52 @@ async def step_row(conn: Conn, job_id: int, step_id: int) -> Any:
     )
 
 
+async def lock_job(conn: Conn, job_id: int) -> None:
+    """The job's run row locked to the end of the transaction: one step is laid out
+    and numbered at a time."""
+    await conn.execute("SELECT 1 FROM job_runs WHERE job_id = $1 FOR UPDATE", job_id)
+
+
+async def held_gpus(conn: Conn, job_id: int, attempt: int, generation: int) -> dict[str, set[int]]:
+    """The GPUs the job's RUNNING steps (of this start) hold alone, by node."""
+    rows = await conn.fetch(
+        "SELECT gpus::text FROM job_steps WHERE job_id = $1 AND state = 'RUNNING'"
+        " AND attempt = $2 AND generation = $3 AND gpus <> '{}'::jsonb",
+        job_id,
+        attempt,
+        generation,
+    )
+    held: dict[str, set[int]] = {}
+    for row in rows:
+        for node, gpus in msgspec.json.decode(row["gpus"], type=dict[str, list[int]]).items():
+            held.setdefault(node, set()).update(gpus)
+    return held
+
+
 async def insert_step(
     conn: Conn, req: StepRequest, attempt: int, generation: int, lay: Layout,
     holder: str, lease_s: float,
 ) -> int:  # fmt: skip
-    """The job's next step id (0, 1, ...), taken under the job's row lock, coordinated
-    by `holder` for `lease_s` from now."""
-    async with conn.transaction():
-        await conn.execute("SELECT 1 FROM job_runs WHERE job_id = $1 FOR UPDATE", req.job_id)
-        step_id = await conn.fetchval(
-            "INSERT INTO job_steps(job_id, step_id, attempt, generation, argv, nodes, ntasks,"
-            " state, output_dir, coordinator, lease_until)"
-            " SELECT $1, coalesce(max(step_id) + 1, 0), $2, $3, $4, $5, $6, $7, $8, $9,"
-            " now() + make_interval(secs => $10)"
-            " FROM job_steps WHERE job_id = $1 RETURNING step_id",
-            req.job_id,
-            attempt,
-            generation,
-            list(req.argv),
-            list(lay.nodes),
-            len(lay.tasks),
-            str(StepState.RUNNING),
-            req.output_dir,
-            holder,
-            lease_s,
-        )
+    """The job's next step id (0, 1, ...), coordinated by `holder` for `lease_s` from
+    now; inside the caller's transaction, under `lock_job`."""
+    step_id = await conn.fetchval(
+        "INSERT INTO job_steps(job_id, step_id, attempt, generation, argv, nodes, ntasks,"
+        " state, output_dir, coordinator, lease_until, gpus)"
+        " SELECT $1, coalesce(max(step_id) + 1, 0), $2, $3, $4, $5, $6, $7, $8, $9,"
+        " now() + make_interval(secs => $10), $11::jsonb"
+        " FROM job_steps WHERE job_id = $1 RETURNING step_id",
+        req.job_id,
+        attempt,
+        generation,
+        list(req.argv),
+        list(lay.nodes),
+        len(lay.tasks),
+        str(StepState.RUNNING),
+        req.output_dir,
+        holder,
+        lease_s,
+        msgspec.json.encode(lay.held()).decode(),
+    )
     return int(step_id)
 
 

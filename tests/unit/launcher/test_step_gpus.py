@@ -1,0 +1,84 @@
+"""Table tests: the GPUs a step holds alone while it runs (steps_core.layout's `busy`),
+as Slurm's steps are exclusive: side-by-side steps get different GPUs, a step whose
+GPUs are held waits (Busy), --overlap and a step asking no GPUs hold none."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.launcher.steps_core import Busy, Layout, Refusal, StepShape, layout
+
+NODES = ("n1", "n2")
+GPUS = {"n1": [0, 1, 2, 3], "n2": [4, 5, 6, 7]}
+
+
+def one(gpus: int = 1, **kw: bool) -> StepShape:
+    return StepShape(nodes=1, ntasks=1, gpus_per_task=gpus, **kw)
+
+
+@pytest.mark.parametrize(
+    ("shape", "busy", "bound", "held"),
+    [
+        # a sweep's steps, one after another: each gets the next free GPU
+        (one(), {}, [(0,)], {"n1": [0]}),
+        (one(), {"n1": {0}}, [(1,)], {"n1": [1]}),
+        (one(), {"n1": {0, 2}}, [(1,)], {"n1": [1]}),
+        (one(2), {"n1": {1}}, [(0, 2)], {"n1": [0, 2]}),
+        # two tasks a node on both nodes, some GPUs held on each
+        (
+            StepShape(nodes=2, ntasks_per_node=2, gpus_per_task=1),
+            {"n1": {0}, "n2": {7}},
+            [(1,), (2,), (4,), (5,)],
+            {"n1": [1, 2], "n2": [4, 5]},
+        ),
+        # --overlap: binds from every GPU the job holds there, held or not; holds none
+        (one(overlap=True), {"n1": {0, 1, 2, 3}}, [(0,)], {}),
+        # no --gpus-per-task: sees the node's whole share, holds none
+        (StepShape(nodes=1), {"n1": {0, 1, 2, 3}}, [(0, 1, 2, 3)], {}),
+        # busy GPUs on another node do not matter
+        (one(4), {"n2": {4, 5, 6, 7}}, [(0, 1, 2, 3)], {"n1": [0, 1, 2, 3]}),
+    ],
+)
+def test_a_step_gets_gpus_no_running_step_holds(
+    shape: StepShape, busy: dict[str, set[int]], bound: list[tuple[int, ...]], held: object
+) -> None:
+    lay = layout(shape, NODES, GPUS, busy)
+    assert isinstance(lay, Layout), lay
+    assert [t.gpus for t in lay.tasks] == bound
+    assert lay.held() == held
+
+
+@pytest.mark.parametrize(
+    ("shape", "busy", "message"),
+    [
+        (
+            one(),
+            {"n1": {0, 1, 2, 3}},
+            "--gpus-per-task=1 x 1 task(s) needs 1 GPUs on n1; "
+            "the job's running steps hold 4 of its 4 there",
+        ),
+        (
+            one(2),
+            {"n1": {0, 3, 2}},
+            "--gpus-per-task=2 x 1 task(s) needs 2 GPUs on n1; "
+            "the job's running steps hold 3 of its 4 there",
+        ),
+        (
+            StepShape(nodes=2, gpus_per_task=4),
+            {"n2": {6}},
+            "--gpus-per-task=4 x 1 task(s) needs 4 GPUs on n2; "
+            "the job's running steps hold 1 of its 4 there",
+        ),
+    ],
+)
+def test_a_step_whose_gpus_are_held_is_busy(
+    shape: StepShape, busy: dict[str, set[int]], message: str
+) -> None:
+    assert layout(shape, NODES, GPUS, busy) == Busy(message=message)
+
+
+def test_more_gpus_than_the_job_holds_is_refused_not_busy() -> None:
+    """Waiting would never help: a refusal, whatever the steps hold."""
+    lay = layout(one(5), NODES, GPUS, {"n1": {0}})
+    assert isinstance(lay, Refusal)
+    assert lay.message == "--gpus-per-task=5 x 1 task(s) needs 5 GPUs on n1; the job holds 4 there"
