@@ -15,7 +15,7 @@ import shutil
 import signal
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -121,7 +121,9 @@ async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """A failed test that ran a cluster shows the tail of each process's log, so a
     failure on CI's machine can be understood from its output alone."""
     report = yield

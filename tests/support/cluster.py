@@ -161,7 +161,10 @@ async def settled_usage(db: asyncpg.Connection, job_id: int, timeout: float = 30
     )
     try:
         await eventually(
-            lambda: db.fetchrow(query, job_id), lambda r: bool(r["settled"]), timeout, "settled"
+            lambda: db.fetchrow(query, job_id),
+            lambda r: r is not None and bool(r["settled"]),
+            timeout,
+            "settled",
         )
     except AssertionError as err:
         charges = await db.fetch("SELECT * FROM usage_charges WHERE job_id = $1", job_id)

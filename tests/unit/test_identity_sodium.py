@@ -12,8 +12,8 @@ import msgspec
 import nkeys  # type: ignore[import-untyped]
 import pytest
 
-from shared.identity import SignedRequest, Signer, Verifier, canonical, directory_of
-from shared.identity_sodium import BadSeed, SeedPair
+from shared.identity import SignedRequest, Signer, Verifier, directory_of
+from shared.identity_sodium import BadSeed, SeedPair, canonical
 
 KINDS = {
     "a user's seed": nkeys.PREFIX_BYTE_USER,

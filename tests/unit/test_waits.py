@@ -6,6 +6,7 @@ connect abandoned (`shared.bus._connected`)."""
 from __future__ import annotations
 
 import asyncio
+from typing import NoReturn
 
 import pytest
 
@@ -36,7 +37,7 @@ async def test_an_event_already_set_returns_at_once() -> None:
     assert await asyncio.wait_for(woken(asyncio.Event(), stop, 3600), 1) is True
 
 
-async def deaf(lost: int, ran: list[str]) -> None:
+async def deaf(lost: int, ran: list[str]) -> NoReturn:
     """A task that loses its first `lost` cancels (as a 3.11 `wait_for` may), then
     would run for ever."""
     while True:

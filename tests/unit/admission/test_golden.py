@@ -48,4 +48,5 @@ def test_admitted_pretraining_job_snapshot() -> None:
     assert parsed.spec is not None
     got = admit(parsed.spec, parsed.explicit, config, local_cluster(config))
     assert got.errors == ()
+    assert got.spec is not None
     check("admitted_pretraining_job.json", got.spec)

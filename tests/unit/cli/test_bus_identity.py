@@ -10,7 +10,7 @@ import pytest
 
 from muster.client_env import bus_credentials, register_cluster
 from muster.exchange import bus_refusal
-from shared import bus_auth
+from shared import bus_auth, bus_inbox
 
 URL = "nats://127.0.0.1:1"
 VARIABLES = (
@@ -80,7 +80,7 @@ def test_bus_credentials(
 def test_the_cli_and_the_authorization_agree_on_a_users_inbox_and_terminals() -> None:
     for user in ("alice", "j.doe", "x*"):
         subscribe = bus_auth.user_permissions(user).subscribe
-        assert subscribe == (bus_auth.user_inbox(user) + ".>", bus_auth.user_pty(user) + ".*.out")
+        assert subscribe == (bus_auth.user_inbox(user) + ".>", bus_inbox.user_pty(user) + ".*.out")
 
 
 REFUSALS = {

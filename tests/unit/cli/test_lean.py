@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import muster.cli
 import muster.cli_jobs
 import muster.shims
-from muster import lean, render
+from muster import lean, lean_request, render
 from muster import slurm_format as fmt
 from muster.exchange import API_PREFIX
 from shared import api, states
@@ -190,7 +190,7 @@ REPLY = QueueReply(
 
 
 def test_the_views_print_what_the_structs_print() -> None:
-    view = lean.View(loads(msgspec.json.encode(REPLY)))
+    view = lean_request.View(loads(msgspec.json.encode(REPLY)))
     assert render.queue_lines(view, start=False) == render.queue_lines(REPLY, start=False)  # type: ignore[arg-type]
     for form in (None, "%i %T %R", "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"):
         assert fmt.squeue_lines(view.jobs, form, None, True) == fmt.squeue_lines(  # type: ignore[attr-defined]

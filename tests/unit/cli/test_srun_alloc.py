@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from muster.srun_alloc import named, split
-from muster.steps import SrunError, in_job
+from muster.srun_error import SrunError
+from muster.steps import in_job
 
 CASES = [
     (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -248,7 +249,7 @@ def test_cumulative_gpu_seconds_counts_gpus_times_time_held() -> None:
 def test_a_settlement_below_a_tick_that_overshot_gives_the_difference_back() -> None:
     # A tick stamped a moment past the attempt's end (seen in a chaos run: 5.718 charged,
     # 5.712 used): the settlement is the attempt's total, so the charges sum to it.
-    base = {"job_id": 42, "attempt": 2, "user": "alice", "account": "physics"}
+    base: dict[str, Any] = {"job_id": 42, "attempt": 2, "user": "alice", "account": "physics"}
     state, first = charge(None, UsageTick(**base, at=10.0, gpu_seconds_total=5.718))
     state, last = charge(state, UsageTick(**base, at=9.9, gpu_seconds_total=5.712, final=True))
     assert round(first.gpu_seconds + last.gpu_seconds, 9) == 5.712

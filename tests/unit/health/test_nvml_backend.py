@@ -5,7 +5,6 @@ own error classes."""
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
 
 import pynvml
 import pytest
@@ -154,7 +153,7 @@ class FakeNvml:
     def __init__(self, gpus: int = 2, links: int = 2, init_error: int | None = None) -> None:
         self.gpus, self.links, self.init_error = gpus, links, init_error
         self.lost: set[int] = set()
-        self.queue: list[Any] = []
+        self.queue: list[SimpleNamespace | BaseException] = []
         self.registered: dict[int, int] = {}
         self.calls: list[str] = []
 
@@ -185,7 +184,8 @@ class FakeNvml:
         self.calls.append("free")
 
     def nvmlDeviceGetSupportedEventTypes(self, h: int) -> int:
-        return pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeGpuRecoveryAction
+        mask: int = pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeGpuRecoveryAction
+        return mask
 
     def nvmlDeviceRegisterEvents(self, h: int, mask: int, s: str) -> None:
         self.registered[h] = mask

@@ -8,10 +8,13 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import nats
 import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from services.health.probe import NodeProbe
 from services.health.sim_backend import SimulatedGpuBackend
@@ -43,14 +46,14 @@ class Heard:
 
 @contextlib.asynccontextmanager
 async def probe_on(
-    nats_url: str, backend: SimulatedGpuBackend, **options: object
-) -> AsyncIterator[tuple[NodeProbe, Heard, nats.NATS]]:
+    nats_url: str, backend: SimulatedGpuBackend, **options: Any
+) -> AsyncIterator[tuple[NodeProbe, Heard, Client]]:
     bus = await Bus.connect(nats_url, name="probe-test")
     await bus.ensure_streams()
     heard = Heard()
     nc = await nats.connect(nats_url)
 
-    async def on(msg: nats.aio.msg.Msg) -> None:
+    async def on(msg: Msg) -> None:
         heard.add(decode(msg.data))
 
     for subject in ("muster.gpu.>", "muster.node.>"):
@@ -58,7 +61,7 @@ async def probe_on(
     await nc.flush()  # the server knows the subscriptions before the probe publishes
     probe = NodeProbe(
         bus, backend, node="n1", address="127.0.0.1", topology=(), heartbeat_s=0.2, **options
-    )  # type: ignore[arg-type]
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(probe.run(stop))
     try:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
 from services.health.gpu import GpuBackend, GpuCounters, GpuEvent, GpuEventKind
-from services.health.sim_backend import SimulatedGpuBackend, sim_pci_address
+from services.health.sim_backend import Action, SimulatedGpuBackend, sim_pci_address
 from services.health.xid import parse_xid_line
 
 
@@ -22,6 +23,15 @@ class FakeClock:
 
 def sim(**kw: object) -> SimulatedGpuBackend:
     return SimulatedGpuBackend("node-a", **kw)  # type: ignore[arg-type]
+
+
+def action(act: Callable[[SimulatedGpuBackend], object]) -> Action:
+    """`act` as `schedule` takes it: what it returns (the event) is not looked at."""
+
+    def run(backend: SimulatedGpuBackend) -> None:
+        act(backend)
+
+    return run
 
 
 def test_it_implements_the_backend_protocol() -> None:
@@ -131,8 +141,8 @@ def test_reboot_heals_everything_and_forgets_queued_events() -> None:
 def test_scheduled_faults_fire_when_due_on_the_backend_clock() -> None:
     clock = FakeClock()
     b = sim(clock=clock)
-    b.schedule(5.0, lambda s: s.inject_xid(0, 79))
-    b.schedule(1.0, lambda s: s.lose_gpu(1))
+    b.schedule(5.0, action(lambda s: s.inject_xid(0, 79)))
+    b.schedule(1.0, action(lambda s: s.lose_gpu(1)))
     b.run_due()
     assert b.wait_events(0) == []
     clock.now += 1.0
@@ -193,7 +203,7 @@ def test_wait_events_times_out_empty() -> None:
 
 def test_a_scheduled_fault_wakes_a_waiter_on_the_real_clock() -> None:
     b = sim()
-    b.schedule(0.05, lambda s: s.inject_xid(0, 48))
+    b.schedule(0.05, action(lambda s: s.inject_xid(0, 48)))
     start = time.monotonic()
     events = b.wait_events(2000)
     assert [e.xid for e in events] == [48]

@@ -220,7 +220,9 @@ def test_the_cgroup_pass_skips_the_group_that_killpg_reaches_so_each_gets_a_sign
     assert len(cgroups.procs(ref)) == 3  # the script, its sleep, the escaped sleep
     assert cgroups.kill(ref, 0, but_group=leader.pid) == 1  # the escaped one alone
     assert cgroups.kill(ref, 0) == 3
-    assert kill_group(ProcessRef(pid=leader.pid, start=start_time(leader.pid)), 9, ref)
+    start = start_time(leader.pid)
+    assert start is not None
+    assert kill_group(ProcessRef(pid=leader.pid, start=start), 9, ref)
     assert leader.wait(timeout=10) == -9
     assert cgroups.remove(ref)
     assert escaped not in cgroups.procs(ref)

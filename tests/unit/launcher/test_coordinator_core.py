@@ -59,7 +59,8 @@ KILL, GRACE = CFG.kill_wait_s, CFG.restart_grace_s
 
 
 def job(**kw: Any) -> JobSpec:
-    return JobSpec(**({"user": "alice", "script": "train.py", "nodes_min": 3, "nodes_max": 3} | kw))
+    base: dict[str, Any] = {"user": "alice", "script": "train.py", "nodes_min": 3, "nodes_max": 3}
+    return JobSpec(**(base | kw))
 
 
 ELASTIC = job(nodes_min=2, nodes_max=4, elastic=True)

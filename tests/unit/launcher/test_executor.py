@@ -40,10 +40,16 @@ FORKER = str(Path(__file__).resolve().parents[3] / "examples" / "forker.sh")
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
 
 
-async def sh(tmp: Path, script: str, **kw: object) -> Worker:
+async def sh(tmp: Path, script: str, *, append: bool = False) -> Worker:
     return await spawn_worker(
-        ["/bin/sh", "-c", script], ENV, str(tmp), "out.txt", "err.txt", allow_root=True, **kw
-    )  # type: ignore[arg-type]
+        ["/bin/sh", "-c", script],
+        ENV,
+        str(tmp),
+        "out.txt",
+        "err.txt",
+        allow_root=True,
+        append=append,
+    )
 
 
 def read(path: Path) -> str:

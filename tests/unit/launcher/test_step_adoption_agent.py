@@ -36,6 +36,9 @@ class Executor:
     accounts: Any = None
     allow_root = False
     table = WorkerTable(Path("/nonexistent"))  # no task is started: its folders never made
+    # Declared for StepRunner's protocol, never set: only a task's start reads them.
+    zygote: Any
+    fence_s: float
 
     def __init__(self) -> None:
         self.running: dict[int, Any] = {}

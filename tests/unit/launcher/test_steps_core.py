@@ -9,7 +9,8 @@ import time
 import msgspec
 import pytest
 
-from muster.steps import SrunError, parse, step_request
+from muster.srun_error import SrunError
+from muster.steps import parse, step_request
 from services.launcher.steps_core import (
     Layout,
     Refusal,

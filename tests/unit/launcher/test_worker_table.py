@@ -270,9 +270,18 @@ def test_stepd_fences_its_worker_group_when_the_contact_goes_stale(tmp_path: Pat
     ready = tmp_path / "ready-3"
     script = f"trap '' TERM; sleep 1000 & : > {ready}; while true; do sleep 0.1; done"
     rec, proc = start_stepd(table, 3, script, tmp_path, 1.5)
+
+    def started() -> StepStarted | None:
+        touch(table.contact)
+        return table.started(rec)
+
+    def trap_set() -> bool:
+        touch(table.contact)
+        return ready.exists()
+
     # In touch until the trap is set: a slow stepd start must not be fenced before it.
-    pids = until(lambda: touch(table.contact) or table.started(rec), "word of the worker", 20)
-    until(lambda: touch(table.contact) or ready.exists(), "word that the trap is set")
+    pids = until(started, "word of the worker", 20)
+    until(trap_set, "word that the trap is set")
     assert len(group_members(pids.worker.pid)) >= 2
     # No touch from here on: the agent has lost the control plane.
     ending = ended(proc, table, rec)

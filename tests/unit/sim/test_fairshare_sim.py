@@ -4,6 +4,7 @@ simulator's `priority_fn` hook, over a simulated week on a saturated cluster."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from services.fairshare.calculator import FairShareCalculator, make_priority_fn
 from services.fairshare.config import SERVICE_WEIGHTS
@@ -62,7 +63,7 @@ def saturating_workload() -> list[TraceJob]:
     return [TraceJob(**{**_fields(j), "job_id": i + 1}) for i, j in enumerate(jobs)]
 
 
-def _fields(job: TraceJob) -> dict[str, object]:
+def _fields(job: TraceJob) -> dict[str, Any]:
     return {f: getattr(job, f) for f in job.__struct_fields__}
 
 
