@@ -4,6 +4,8 @@ cluster's configuration: array jobs with a throttle, dependencies, approval."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import asyncpg
@@ -21,7 +23,9 @@ FAILS = "#!/bin/bash\nexit 3\n"
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection):
+async def cluster(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> AsyncIterator[Cluster]:
     c = make_cluster(tmp_path / "state", nats_url, database_url)
     for name in SERVICES:
         extra = (
@@ -79,13 +83,14 @@ async def test_dependencies_order_jobs_and_an_unmeetable_one_says_so(
     never = (await submit(url, QUICK, (f"-d afterok:{bad}",), user="root")).job_ids[0]
 
     for job in (after_ok, after_any, either):
-        await eventually(lambda j=job: job_state(db, j), lambda s: s == "COMPLETED", 60, f"{job}")
+        await eventually(partial(job_state, db, job), lambda s: s == "COMPLETED", 60, f"{job}")
     order = await db.fetchrow(
         "SELECT (SELECT ended_at FROM job_runs WHERE job_id = $1) AS a_end,"
         " (SELECT started_at FROM job_runs WHERE job_id = $2) AS b_start",
         first,
         after_ok,
     )
+    assert order is not None
     assert order["b_start"] >= order["a_end"]
 
     show = await eventually(

@@ -13,7 +13,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import asyncpg
 import pytest
@@ -31,6 +34,8 @@ from services.launcher.worker_table import (
 from tests.support.cluster import eventually, kill9, nodes, pid_from, running_cluster, submit
 
 pytestmark = pytest.mark.slow
+
+T = TypeVar("T")
 
 # Restart within the fence: the agent is back long before the node could be DOWN.
 RESTART_ENV = {
@@ -80,7 +85,7 @@ def running(row: asyncpg.Record | None) -> bool:
     return row is not None and row["state"] == "RUNNING"
 
 
-def ended_as(state: str, code: int):  # type: ignore[no-untyped-def]
+def ended_as(state: str, code: int) -> Callable[[asyncpg.Record | None], bool]:
     return lambda r: r is not None and r["state"] == state and r["exit_code"] == code
 
 
@@ -90,7 +95,9 @@ async def test_a_killed_agent_leaves_its_jobs_running_and_reports_what_ended_mea
     state, work = tmp_path / "state", tmp_path / "work"
     work.mkdir()
     [node] = nodes(1)
-    async with running_cluster(state, nats_url, database_url, db, [node], **RESTART_ENV) as c:
+    async with running_cluster(
+        state, nats_url, database_url, db, [node], replicas=1, **RESTART_ENV
+    ) as c:
         jobs = {}
         for name in ("stays", "completes", "fails"):
             script = WAITER.format(dir=work, name=name)
@@ -98,7 +105,7 @@ async def test_a_killed_agent_leaves_its_jobs_running_and_reports_what_ended_mea
             jobs[name] = reply.job_ids[0]
         for job_id in jobs.values():
             await eventually(
-                lambda j=job_id: run_row(db, j), lambda r: r and r["state"] == "RUNNING"
+                partial(run_row, db, job_id), lambda r: r is not None and r["state"] == "RUNNING"
             )
         before = {name: await run_row(db, j) for name, j in jobs.items()}
         found = await eventually(
@@ -125,6 +132,7 @@ async def test_a_killed_agent_leaves_its_jobs_running_and_reports_what_ended_mea
         assert alive(pids["stays"]), "the re-adopted worker is the same process"
         row = await run_row(db, jobs["stays"])
         assert row is not None and row["state"] == "RUNNING"
+        assert before["stays"] is not None
         assert (row["attempt"], row["restart_count"]) == (before["stays"]["attempt"], 0)
         left = await eventually(
             lambda: _async(set(records(state, node.name))),
@@ -135,6 +143,7 @@ async def test_a_killed_agent_leaves_its_jobs_running_and_reports_what_ended_mea
 
         (work / "go-stays").write_text("0")
         row = await eventually(lambda: run_row(db, jobs["stays"]), ended_as("COMPLETED", 0))
+        assert row is not None
         assert (row["attempt"], row["restart_count"]) == (before["stays"]["attempt"], 0)
         assert not alive(pids["stays"])
 
@@ -144,12 +153,13 @@ async def test_a_hung_agent_fences_its_job_before_the_job_runs_elsewhere(
 ) -> None:
     state = tmp_path / "state"
     two = nodes(2)
-    async with running_cluster(state, nats_url, database_url, db, two, **HANG_ENV) as c:
+    async with running_cluster(state, nats_url, database_url, db, two, replicas=1, **HANG_ENV) as c:
         reply = await submit(nats_url, STUBBORN, ("--nodes=1", "--gpus-per-node=4"))
         job_id = reply.job_ids[0]
         first = await eventually(
-            lambda: run_row(db, job_id), lambda r: r and r["state"] == "RUNNING"
+            lambda: run_row(db, job_id), lambda r: r is not None and r["state"] == "RUNNING"
         )
+        assert first is not None
         victim = first["nodes"][0]
         record, group = await started_worker(state, victim, job_id)
 
@@ -186,10 +196,13 @@ async def test_a_node_frozen_whole_comes_back_only_once_its_old_job_is_gone(
     frozen; once thawed, the node must not be UP while the moved job's old processes
     run."""
     state = tmp_path / "state"
-    async with running_cluster(state, nats_url, database_url, db, nodes(2), **HANG_ENV) as c:
+    async with running_cluster(
+        state, nats_url, database_url, db, nodes(2), replicas=1, **HANG_ENV
+    ) as c:
         reply = await submit(nats_url, STUBBORN, ("--nodes=1", "--gpus-per-node=4"))
         job_id = reply.job_ids[0]
         first = await eventually(lambda: run_row(db, job_id), running)
+        assert first is not None
         victim = first["nodes"][0]
         record, group = await started_worker(state, victim, job_id)
         assert record.stepd is not None
@@ -212,10 +225,13 @@ async def test_a_worker_left_without_its_stepd_is_killed_by_the_next_agent_and_r
     end, so the next agent kills it and reports it lost; it must not run on unseen."""
     state = tmp_path / "state"
     [node] = nodes(1)
-    async with running_cluster(state, nats_url, database_url, db, [node], **RESTART_ENV) as c:
+    async with running_cluster(
+        state, nats_url, database_url, db, [node], replicas=1, **RESTART_ENV
+    ) as c:
         reply = await submit(nats_url, STUBBORN, ONE_GPU)
         job_id = reply.job_ids[0]
         first = await eventually(lambda: run_row(db, job_id), running)
+        assert first is not None
         record, group = await started_worker(state, node.name, job_id)
         assert record.stepd is not None
         kill9(c, f"node-{node.name}")
@@ -238,6 +254,7 @@ async def test_a_worker_left_without_its_stepd_is_killed_by_the_next_agent_and_r
             lambda r: r is not None and (r["state"], r["attempt"]) != ("RUNNING", first["attempt"]),
             what="the launcher ending or restarting the lost attempt",
         )
+        assert row is not None
         assert row["state"] != "RUNNING" or row["restart_count"] > first["restart_count"]
 
 
@@ -272,7 +289,9 @@ if [ "$SLURM_NODEID" = 0 ]; then
 fi
 exec sleep 1000
 """
-    async with running_cluster(state, nats_url, database_url, db, defs, **RESTART_ENV) as c:
+    async with running_cluster(
+        state, nats_url, database_url, db, defs, replicas=1, **RESTART_ENV
+    ) as c:
         spread = ("--nodes=2", "--gpus-per-node=1")
         job_id = (await submit(nats_url, script, spread, workdir=str(work))).job_ids[0]
         first = process_ref(await pid_from(work / "task1-1.pid", 90))
@@ -326,7 +345,9 @@ async def test_an_srun_pty_terminal_outlives_a_killed_agent(
     state, work = tmp_path / "state", tmp_path / "work"
     work.mkdir()
     defs = nodes(1)
-    async with running_cluster(state, nats_url, database_url, db, defs, **RESTART_ENV) as c:
+    async with running_cluster(
+        state, nats_url, database_url, db, defs, replicas=1, **RESTART_ENV
+    ) as c:
         job_id = (await submit(nats_url, "#!/bin/bash\nexec sleep 1000\n", ())).job_ids[0]
         await eventually(lambda: run_row(db, job_id), running, 60, "the job running")
         env = {**os.environ, "SLURM_JOB_ID": str(job_id), "PS1": "remote> "}
@@ -420,6 +441,7 @@ async def started_worker(state: Path, node: str, job_id: int) -> tuple[WorkerRec
         lambda r: r is not None and r.worker is not None and r.stepd is not None,
         what="the worker record with pids",
     )
+    assert record is not None
     worker = record.worker
     assert worker is not None
     group = await eventually(
@@ -438,12 +460,14 @@ def _cmdline(pid: int) -> list[str]:
 
 
 async def moved_off(db: asyncpg.Connection, job_id: int, node: str) -> asyncpg.Record:
-    return await eventually(
+    row = await eventually(
         lambda: run_row(db, job_id),
         lambda r: r is not None and r["state"] == "RUNNING" and node not in r["nodes"],
         timeout=60,
         what="the job running on another node",
     )
+    assert row is not None
+    return row
 
 
 async def up_only_when_clean(
@@ -469,5 +493,5 @@ def alive_pid(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
-async def _async(value):  # type: ignore[no-untyped-def]
+async def _async(value: T) -> T:
     return value

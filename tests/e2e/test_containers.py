@@ -9,7 +9,7 @@ import asyncio
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -57,7 +57,9 @@ def image(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection):
+async def cluster(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> AsyncIterator[Cluster]:
     async with running_cluster(tmp_path / "state", nats_url, database_url, db, nodes(1)) as c:
         yield c
 

@@ -59,11 +59,13 @@ CLUSTER = ClusterView(
 async def ctx(
     nats_url: str, database_url: str, tmp_path: Path
 ) -> AsyncIterator[ServiceContext[FairShareSettings]]:
+    identity = identity_settings(tmp_path)  # requests are signed; root is an operator
     settings = FairShareSettings(
         nats_url=nats_url,
         database_url=database_url,
         service_name="fairshare",
-        **identity_settings(tmp_path),  # requests are signed; root is an operator
+        cluster_config=identity["cluster_config"],
+        user_keys_dir=identity["user_keys_dir"],
     )
     async with service_context(settings) as c:
         yield c
@@ -99,11 +101,11 @@ async def seed_job(db: asyncpg.Connection, user: str, account: str, gpus: int = 
 
 
 async def test_redelivered_repeated_and_late_ticks_charge_the_final_cumulative_once(
-    ctx: ServiceContext, db: asyncpg.Connection
+    ctx: ServiceContext[FairShareSettings], db: asyncpg.Connection
 ) -> None:
     fs = FairShare(ctx, FairShareConfig(), CLUSTER, clock=lambda: T0)
     first = tick(7, 10.0)
-    events = [
+    events: list[UsageTicked | JobRequeued | JobFinished] = [
         first,
         first,  # redelivered: the inbox drops it
         tick(7, 20.0),
@@ -124,11 +126,12 @@ async def test_redelivered_repeated_and_late_ticks_charge_the_final_cumulative_o
     rows = await db.fetch("SELECT attempt, charged, billed, settled FROM usage_charges ORDER BY 1")
     assert [tuple(r) for r in rows] == [(1, 30.0, 60.0, True), (2, 12.5, 25.0, True)]
     usage = await db.fetchrow("SELECT gpu_seconds, billed, decayed FROM usage")
+    assert usage is not None
     assert tuple(usage) == (42.5, 85.0, 85.0)
 
 
 async def test_decay_halves_usage_each_half_life_and_a_reset_period_clears_it(
-    ctx: ServiceContext, db: asyncpg.Connection
+    ctx: ServiceContext[FairShareSettings], db: asyncpg.Connection
 ) -> None:
     await db.execute("UPDATE fairshare_state SET decayed_at = to_timestamp($1)", T0)
     fs = FairShare(ctx, FairShareConfig(), CLUSTER)
@@ -146,7 +149,7 @@ async def test_decay_halves_usage_each_half_life_and_a_reset_period_clears_it(
 
 
 async def test_pending_jobs_of_the_account_under_its_share_rank_first(
-    ctx: ServiceContext, db: asyncpg.Connection
+    ctx: ServiceContext[FairShareSettings], db: asyncpg.Connection
 ) -> None:
     heavy = await seed_job(db, "alice", "research")
     light = await seed_job(db, "dave", "prod")
@@ -165,7 +168,7 @@ async def test_pending_jobs_of_the_account_under_its_share_rank_first(
 
 
 async def test_a_newcomer_outranks_everyone_in_the_same_pass(
-    ctx: ServiceContext, db: asyncpg.Connection
+    ctx: ServiceContext[FairShareSettings], db: asyncpg.Connection
 ) -> None:
     light = await seed_job(db, "dave", "prod")
     newcomer = await seed_job(db, "zoe", "startup")  # an account not configured, no usage
@@ -193,7 +196,7 @@ def cli(state: Path, url: str, *argv: str) -> str:
 
 
 async def test_share_and_acct_answer_over_nats_in_their_queue_group(
-    ctx: ServiceContext, db: asyncpg.Connection, nats_url: str, tmp_path: Path
+    ctx: ServiceContext[FairShareSettings], db: asyncpg.Connection, nats_url: str, tmp_path: Path
 ) -> None:
     job = await seed_job(db, "alice", "research")
     fs = FairShare(ctx, FairShareConfig(), CLUSTER)
@@ -287,10 +290,11 @@ async def test_a_killed_fairshare_service_charges_exactly_the_launchers_gpu_seco
                 " FROM usage_charges WHERE job_id = $1",
                 job_id,
             ),
-            lambda r: bool(r["settled"]),
+            lambda r: r is not None and bool(r["settled"]),
             30,
             "settlement charged",
         )
+        assert charged is not None
         launcher = await db.fetchval("SELECT gpu_seconds FROM job_runs WHERE job_id = $1", job_id)
         assert launcher > 2 * 9 * 0.9
         assert charged["charged"] == launcher  # exactly, not approximately

@@ -4,6 +4,7 @@ services, the fault flow, a killed placer, a poison message and bad input."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
@@ -35,7 +36,9 @@ sleep 0.5
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection):
+async def cluster(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> AsyncIterator[Cluster]:
     async with running_cluster(tmp_path / "state", nats_url, database_url, db, nodes(4)) as c:
         yield c
 
@@ -93,9 +96,10 @@ async def test_xid_79_shrinks_an_elastic_job_onto_the_survivors(
         lambda: db.fetchrow(
             "SELECT state, nodes, restart_count FROM job_runs WHERE job_id = $1", job_id
         ),
-        lambda r: r["restart_count"] == 1 and r["state"] == "RUNNING",
+        lambda r: r is not None and r["restart_count"] == 1 and r["state"] == "RUNNING",
         what="restart on survivors",
     )
+    assert row is not None
     assert victim not in row["nodes"] and len(row["nodes"]) == 2
     assert await db.fetchval("SELECT state FROM nodes WHERE name = $1", victim) == "FAILED"
     out = tmp_path / f"slurm-{job_id}.out"

@@ -10,8 +10,9 @@ import os
 import re
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import asyncpg
@@ -51,7 +52,9 @@ OUTAGE = {"MUSTER_HEARTBEAT_TIMEOUT_S": "2", "MUSTER_FENCE_S": "30", "MUSTER_DOW
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection):
+async def cluster(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> AsyncIterator[Cluster]:
     async with running_cluster(tmp_path / "state", nats_url, database_url, db, list(NODES)) as c:
         yield c
 
@@ -115,13 +118,15 @@ async def test_xid_79_takes_the_node_out_and_its_fixed_size_job_restarts_elsewhe
     await eventually(lambda: node_state(db, victim), lambda s: s == "FAILED", what="FAILED")
     row = await eventually(
         lambda: db.fetchrow("SELECT state, nodes FROM job_runs WHERE job_id = $1", job_id),
-        lambda r: r["state"] == "RUNNING" and victim not in r["nodes"],
+        lambda r: r is not None and r["state"] == "RUNNING" and victim not in r["nodes"],
         what="the job running again on another node",
     )
+    assert row is not None
     assert len(row["nodes"]) == 1
     gpu = await db.fetchrow(
         "SELECT healthy, last_xid FROM gpus WHERE node = $1 AND idx = 1", victim
     )
+    assert gpu is not None
     assert (gpu["healthy"], gpu["last_xid"]) == (False, 79)
     view = await call(cluster.nats_url, "nodes", QueueRequest(user="root"), NodesReply)
     [shown] = [n for n in view.nodes if n.name == victim]
@@ -170,7 +175,7 @@ async def test_a_killed_node_agent_is_down_within_the_timeout_and_its_job_moves(
     assert time.monotonic() - killed_at < DOWN_S + SUSPECT_S / 4 + 3.0  # + a busy machine
     await eventually(
         lambda: db.fetchrow("SELECT state, nodes FROM job_runs WHERE job_id = $1", job_id),
-        lambda r: r["state"] == "RUNNING" and victim not in r["nodes"],
+        lambda r: r is not None and r["state"] == "RUNNING" and victim not in r["nodes"],
         what="the job running again on another node",
     )
 
@@ -200,6 +205,7 @@ async def test_a_flapping_node_stays_out_until_an_operator_resumes_it(
         what="the check after the last reboot",
     )
     row = await db.fetchrow("SELECT state, held, reason FROM nodes WHERE name = $1", node)
+    assert row is not None
     assert row["held"] and row["state"] == "FAILED" and "flapping" in row["reason"]
     await asyncio.sleep(1.0)
     assert await node_state(db, node) == "FAILED"
@@ -229,7 +235,7 @@ async def test_a_gpu_reset_xid_drains_the_node_and_the_reset_brings_it_back(
         # The job moves away (its node is drained), the idle node is reset, checked, back.
         await eventually(
             lambda: db.fetchrow("SELECT state, nodes FROM job_runs WHERE job_id = $1", job_id),
-            lambda r: r["state"] == "RUNNING" and node not in r["nodes"],
+            lambda r: r is not None and r["state"] == "RUNNING" and node not in r["nodes"],
             30,
             "job moved",
         )
@@ -257,6 +263,7 @@ async def kinds_about(seen: list[Event], node: str) -> list[str]:
 
 async def attempt_on(db: asyncpg.Connection, job_id: int) -> tuple[str, int, list[str]]:
     r = await db.fetchrow("SELECT state, attempt, nodes FROM job_runs WHERE job_id = $1", job_id)
+    assert r is not None
     return r["state"], r["attempt"], list(r["nodes"])
 
 
@@ -287,7 +294,7 @@ async def test_an_agent_paused_for_less_than_down_after_returns_with_no_fault(
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> None:
     async with running_cluster(
-        tmp_path / "state", nats_url, database_url, db, list(NODES), **ROOMY
+        tmp_path / "state", nats_url, database_url, db, list(NODES), replicas=1, **ROOMY
     ) as cluster:
         job_id, victim = await running_job(db, cluster.nats_url, tmp_path)
         before = await attempt_on(db, job_id)
@@ -316,7 +323,7 @@ async def test_half_the_nodes_silent_at_once_are_not_declared_down(
             states = {n: await node_state(db, n) for n in silent}
             assert states == dict.fromkeys(silent, "SUSPECT")
         for name in silent:
-            await eventually(lambda n=name: node_state(db, n), lambda s: s == "UP", what="back")
+            await eventually(partial(node_state, db, name), lambda s: s == "UP", what="back")
         assert not await db.fetchval("SELECT count(*) FROM nodes WHERE state = 'DOWN'")
 
     log = (state / "logs" / "health.log").read_text()
@@ -365,7 +372,9 @@ async def test_a_nats_restart_longer_than_down_after_downs_no_node_and_moves_no_
     port = int(server.url.rsplit(":", 1)[1])
     state = tmp_path / "state"
     try:
-        async with running_cluster(state, server.url, database_url, db, nodes(4), **OUTAGE) as c:
+        async with running_cluster(
+            state, server.url, database_url, db, nodes(4), replicas=1, **OUTAGE
+        ) as c:
             jobs = [await running_job(db, c.nats_url, tmp_path) for _ in range(3)]
             before = {job_id: await attempt_on(db, job_id) for job_id, _ in jobs}
 
@@ -400,9 +409,10 @@ async def test_a_job_requeued_without_a_failed_node_takes_it_again_once_it_is_ba
     await inject(cluster.nats_url, victim, 79)
     row = await eventually(
         lambda: db.fetchrow("SELECT state, excluded_nodes FROM job_runs WHERE job_id = $1", job_id),
-        lambda r: r["state"] == "REQUEUED",
+        lambda r: r is not None and r["state"] == "REQUEUED",
         what="requeued without the failed node",
     )
+    assert row is not None
     assert row["excluded_nodes"] == [victim]
     await eventually(lambda: node_state(db, victim), lambda s: s == "FAILED", what="FAILED")
 
@@ -412,8 +422,9 @@ async def test_a_job_requeued_without_a_failed_node_takes_it_again_once_it_is_ba
         lambda: db.fetchrow(
             "SELECT state, nodes, restart_count FROM job_runs WHERE job_id = $1", job_id
         ),
-        lambda r: r["state"] == "RUNNING",
+        lambda r: r is not None and r["state"] == "RUNNING",
         60,
         "running again on every node",
     )
+    assert row is not None
     assert sorted(row["nodes"]) == sorted(n.name for n in NODES) and row["restart_count"] == 1

@@ -273,11 +273,13 @@ async def test_a_worker_that_exits_before_its_start_is_recorded_still_started_th
                 "SELECT started_at, ended_at, gpu_seconds FROM job_runs WHERE job_id = $1",
                 job_id,
             )
+            assert row is not None
             assert row["started_at"] is not None and row["started_at"] <= row["ended_at"]
             assert row["gpu_seconds"] > 0, dict(row)  # charged from the start it recorded
             attempt = await db.fetchrow(
                 "SELECT started_at, outcome FROM attempts WHERE job_id = $1", job_id
             )
+            assert attempt is not None
             assert attempt["started_at"] == row["started_at"], attempt
             assert attempt["outcome"].startswith("complete"), attempt
     finally:
@@ -406,10 +408,11 @@ async def test_a_fixed_size_job_gets_a_spare_near_its_nodes_after_an_xid_79(
             lambda: db.fetchrow(
                 "SELECT state, nodes, restart_count FROM job_runs WHERE job_id = $1", job_id
             ),
-            lambda r: r["restart_count"] == 1 and r["state"] == "RUNNING",
+            lambda r: r is not None and r["restart_count"] == 1 and r["state"] == "RUNNING",
             30,
             "restart on a spare",
         )
+        assert row is not None
         assert sorted(row["nodes"]) == ["node02", "node03"]  # node03: node01's leaf
         live = await db.fetch(
             "SELECT n.node FROM allocation_nodes n JOIN allocations a USING (alloc_id)"
@@ -454,10 +457,11 @@ async def test_an_elastic_job_grows_back_when_its_lost_node_returns(
             lambda: db.fetchrow(
                 "SELECT state, nodes, restart_count FROM job_runs WHERE job_id = $1", job_id
             ),
-            lambda r: len(r["nodes"]) == 3 and r["state"] == "RUNNING",
+            lambda r: r is not None and len(r["nodes"]) == 3 and r["state"] == "RUNNING",
             40,
             "grown back to 3",
         )
+        assert row is not None
         assert sorted(row["nodes"]) == ["node01", "node02", "node03"]
         assert row["restart_count"] == 2
         # RUNNING once the workers were spawned: their first line may come after

@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import asyncpg
@@ -93,7 +94,7 @@ async def test_two_launchers_share_the_shards_and_both_run_jobs(
     assert {key_of(h) for h in both} == {"launcher", "launcher-1"}
     reply = await submit(cluster.nats_url, QUICK, ("--array=1-8",), str(tmp_path))
     for job_id in reply.job_ids:
-        await eventually(lambda j=job_id: job_state(db, j), lambda s: s == "COMPLETED", 90, "done")
+        await eventually(partial(job_state, db, job_id), lambda s: s == "COMPLETED", 90, "done")
     owners = {await owner(db, j) for j in reply.job_ids}
     assert owners <= both and len(owners) == 2  # 8 consecutive ids span both halves
 
@@ -117,6 +118,7 @@ async def test_a_killed_owners_job_is_taken_over_and_times_out_on_time(
         " WHERE job_id = $1",
         job_id,
     )
+    assert row is not None
     assert 13.0 <= row["ran"] < 15.0 + 10.0  # the deadline from the table, not restarted
     await eventually(lambda: asyncio.to_thread(process_alive, pid), lambda a: not a, 30, "gone")
 
@@ -179,6 +181,7 @@ async def test_a_repeated_start_of_a_generation_that_ended_runs_nothing(
     job_id = (await submit(cluster.nats_url, script, (), str(tmp_path))).job_ids[0]
     await eventually(lambda: job_state(db, job_id), lambda s: s == "COMPLETED", 60, "done")
     row = await db.fetchrow("SELECT nodes, gpus FROM job_runs WHERE job_id = $1", job_id)
+    assert row is not None
     raw = await db.fetchval("SELECT spec FROM jobs WHERE job_id = $1", job_id)
     spec = msgspec.json.decode(raw, type=JobSpec)
     node = row["nodes"][0]
@@ -205,6 +208,7 @@ async def test_a_start_that_arrives_after_its_stop_runs_nothing(
     job_id = (await submit(cluster.nats_url, script, (), str(tmp_path))).job_ids[0]
     await eventually(lambda: job_state(db, job_id), lambda s: s == "COMPLETED", 60, "done")
     row = await db.fetchrow("SELECT nodes, gpus FROM job_runs WHERE job_id = $1", job_id)
+    assert row is not None
     raw = await db.fetchval("SELECT spec FROM jobs WHERE job_id = $1", job_id)
     spec = msgspec.json.decode(raw, type=JobSpec)
     node = row["nodes"][0]

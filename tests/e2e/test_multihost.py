@@ -101,7 +101,8 @@ async def test_a_gang_runs_in_its_nodes_namespaces_and_meets_at_the_first_nodes_
     tmp_path: Path, database_url: str, db: asyncpg.Connection
 ) -> None:
     async with multihost(tmp_path, database_url, db, nodes(3, gpus=1)) as mh:
-        registered = dict(await db.fetch("SELECT name, address FROM nodes"))
+        rows = await db.fetch("SELECT name, address FROM nodes")
+        registered = {r["name"]: r["address"] for r in rows}
         assert registered == {n: h.address for n, h in mh.bed.hosts.items()}
 
         script = '#!/bin/bash\necho "$MUSTER_NODE $(readlink /proc/self/ns/net) $MASTER_ADDR"\n'

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from pathlib import Path
 
 import asyncpg
@@ -139,7 +140,7 @@ async def test_postgresql_killed_and_restarted_mid_run_loses_no_job_and_no_servi
         jobs = [running, after] + ([during] if during is not None else [])
         for job_id in jobs:
             await eventually(
-                lambda j=job_id: pg.fetchval("SELECT state FROM job_runs WHERE job_id = $1", j),
+                partial(pg.fetchval, "SELECT state FROM job_runs WHERE job_id = $1", job_id),
                 lambda s: s == DONE,
                 timeout=120,
                 what=f"job {job_id} completes after the outage",
@@ -188,7 +189,7 @@ async def test_nats_killed_and_restarted_keeps_every_service_and_moves_no_job(
     marker = f"sleep {seconds}"
     try:
         async with running_cluster(
-            tmp_path / "state", bus_server.url, database_url, db, nodes(2), **NATS_ENV
+            tmp_path / "state", bus_server.url, database_url, db, nodes(2), replicas=1, **NATS_ENV
         ) as cluster:
             script = f"#!/bin/bash\n#SBATCH --nodes=2\n{marker}\n"
             job_id = (await submit(bus_server.url, script)).job_ids[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
@@ -23,7 +24,9 @@ LEASE_TTL_S = 2.0  # FAST in tests/support/cluster.py
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection):
+async def cluster(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> AsyncIterator[Cluster]:
     async with running_cluster(
         tmp_path / "state", nats_url, database_url, db, nodes(3), replicas={"placer": 2}
     ) as c:

@@ -9,6 +9,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import asyncpg
@@ -116,14 +117,14 @@ async def _wait_reason(db: asyncpg.Connection, job_id: int) -> str:
 
 
 async def test_a_partition_runs_only_on_its_nodes(cluster: Cluster, db: asyncpg.Connection) -> None:
-    ids = []
+    ids: list[int] = []
     for _ in range(2):
         reply = await submit(
             cluster.nats_url, SLEEP, ("-p", "small", "-q", "wide", "--gpus-per-node=2")
         )
         ids += reply.job_ids
     for job_id in ids:
-        await eventually(lambda j=job_id: job_state(db, j), lambda s: s == "RUNNING", 30, "running")
+        await eventually(partial(job_state, db, job_id), lambda s: s == "RUNNING", 30, "running")
     used = await db.fetch(
         "SELECT DISTINCT n.node FROM allocation_nodes n JOIN allocations a USING (alloc_id)"
         " WHERE a.job_id = ANY($1::bigint[])",
@@ -166,12 +167,12 @@ async def test_a_future_begin_and_a_live_namesake_hold_jobs_back_with_their_own_
 async def test_a_higher_tier_preempts_a_lower_one_after_its_grace_and_requeues_it(
     cluster: Cluster, db: asyncpg.Connection
 ) -> None:
-    low = []
+    low: list[int] = []
     for qos in ("normal", "wide"):  # two users' worth of GPUs: the cluster is full
         reply = await submit(cluster.nats_url, SLEEP, ("--gpus-per-node=4", "-q", qos))
         low += reply.job_ids
     for job_id in low:
-        await eventually(lambda j=job_id: job_state(db, j), lambda s: s == "RUNNING", 30, "low")
+        await eventually(partial(job_state, db, job_id), lambda s: s == "RUNNING", 30, "low")
     high = await submit(
         cluster.nats_url, SLEEP, ("-p", "inference", "-q", "wide", "--gpus-per-node=4")
     )
@@ -184,6 +185,7 @@ async def test_a_higher_tier_preempts_a_lower_one_after_its_grace_and_requeues_i
     assert len(victims) == 1
     victim = victims[0]["victim_job_id"]
     row = await db.fetchrow("SELECT state, restart_count FROM job_runs WHERE job_id = $1", victim)
+    assert row is not None
     assert row["state"] in ("REQUEUED", "STARTING", "RUNNING") and row["restart_count"] == 1
     history = await db.fetch(
         "SELECT outcome, extract(epoch FROM ended_at - started_at) AS ran FROM attempts"
@@ -229,7 +231,7 @@ async def test_gpus_kept_for_debug_stay_free_for_a_debug_job(
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> None:
     async with _cluster(CONFIG + DEBUG, tmp_path, nats_url, database_url, db, partitions=4) as c:
-        big = []
+        big: list[int] = []
         for _ in range(2):
             reply = await submit(c.nats_url, SLEEP, ("--gpus-per-node=4", "-q", "wide"))
             big += reply.job_ids
@@ -256,7 +258,7 @@ async def test_a_waiting_job_is_booked_on_the_predicted_end_of_the_job_before_it
     wide = ("-J", "quick", "-N", "2", "--gpus-per-node=4", "-q", "wide", "-t", "1:00:00")
     for _ in range(2):
         short = (await submit(cluster.nats_url, "#!/bin/bash\nsleep 1\n", wide)).job_ids[0]
-        await eventually(lambda j=short: job_state(db, j), lambda s: s == "COMPLETED", 120, "ran")
+        await eventually(partial(job_state, db, short), lambda s: s == "COMPLETED", 120, "ran")
     blocker = (await submit(cluster.nats_url, SLEEP, wide)).job_ids[0]
     await eventually(lambda: job_state(db, blocker), lambda s: s == "RUNNING", 30, "blocker")
     behind = await submit(cluster.nats_url, SLEEP, ("-N", "2", "--gpus-per-node=4", "-q", "wide"))

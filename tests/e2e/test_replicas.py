@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
@@ -44,7 +45,9 @@ POLICY = IDENTITY_CONFIG + (
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection):
+async def cluster(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> AsyncIterator[Cluster]:
     config = tmp_path / "cluster.toml"
     config.write_text(POLICY)
     async with running_cluster(

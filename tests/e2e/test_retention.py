@@ -6,6 +6,7 @@ log go and the node faults stay."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import asyncpg
@@ -38,14 +39,14 @@ async def test_a_cluster_trims_its_outbox_and_inbox_as_it_runs(
     )
     env = {"MUSTER_PRUNE_EVERY_S": "0.5", "MUSTER_OUTBOX_KEEP_S": "0"}
     async with running_cluster(
-        tmp_path / "state", nats_url, database_url, db, nodes(2), **env
+        tmp_path / "state", nats_url, database_url, db, nodes(2), replicas=1, **env
     ) as c:
-        ids = []
+        ids: list[int] = []
         for _ in range(3):
             reply = await submit(c.nats_url, "#!/bin/bash\nsleep 0.2\n", ("--gpus-per-node=2",))
             ids += reply.job_ids
         for job_id in ids:
-            await eventually(lambda j=job_id: job_state(db, j), lambda s: s == "COMPLETED")
+            await eventually(partial(job_state, db, job_id), lambda s: s == "COMPLETED")
         await eventually(
             lambda: outbox_left(db),
             lambda left: left == {"muster.node.fault": 1},

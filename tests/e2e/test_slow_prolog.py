@@ -12,6 +12,7 @@ import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import asyncpg
@@ -41,7 +42,7 @@ async def prolog_cluster(
     prolog.chmod(0o755)
     async with running_cluster(
         tmp_path / "state", nats_url, database_url, db, node_defs,
-        MUSTER_PROLOG=str(prolog), MUSTER_HOOK_TIMEOUT_S="30", **env,
+        replicas=1, MUSTER_PROLOG=str(prolog), MUSTER_HOOK_TIMEOUT_S="30", **env,
     ) as cluster:  # fmt: skip
         yield cluster
 
@@ -70,12 +71,12 @@ async def test_starts_wait_out_a_slow_prolog_and_each_job_runs_once(
         tmp_path, nats_url, database_url, db, "sleep 8\n", nodes(1)
     ) as cluster:
         script = f'#!/bin/bash\necho "run $SLURM_JOB_ID" >> {runs}\nsleep 600\n'
-        jobs = []
+        jobs: list[int] = []
         for _ in range(2):  # the second start waits behind the first one's prolog
             reply = await submit(cluster.nats_url, script, ("--gpus-per-node=1",), str(tmp_path))
             jobs += reply.job_ids
         for job_id in jobs:
-            await eventually(lambda j=job_id: job_state(db, j), lambda s: s == "RUNNING", 90)
+            await eventually(partial(job_state, db, job_id), lambda s: s == "RUNNING", 90)
             await assert_first_attempt(db, job_id)
             assert await db.fetchval("SELECT count(*) FROM attempts WHERE job_id = $1", job_id) == 1
         assert sorted(await lines_of(runs, 2)) == [f"run {j}" for j in sorted(jobs)]

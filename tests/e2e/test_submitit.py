@@ -7,12 +7,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import asyncpg
 import pytest
 
 from muster.cluster import Cluster
 from tests.support.cluster import eventually, job_state, nodes, running_cluster, submit
+
+if TYPE_CHECKING:  # at run time submitit comes from importorskip, below
+    from submitit import AutoExecutor
 
 submitit = pytest.importorskip("submitit", reason="the submitit extra (installed with dev)")
 jobs = pytest.importorskip("tests.support.submitit_jobs")
@@ -77,8 +81,8 @@ async def cluster(
         yield c
 
 
-def executor(folder: Path, **params: object) -> submitit.AutoExecutor:
-    ex = submitit.AutoExecutor(folder=folder, cluster="muster")
+def executor(folder: Path, **params: object) -> AutoExecutor:
+    ex: AutoExecutor = submitit.AutoExecutor(folder=folder, cluster="muster")
     ex.update_parameters(**{"timeout_min": 10, "gpus_per_node": 1, **params})
     return ex
 

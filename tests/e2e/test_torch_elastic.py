@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
@@ -28,7 +29,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_elastic.py"
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection):
+async def cluster(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> AsyncIterator[Cluster]:
     async with running_cluster(
         tmp_path / "state", nats_url, database_url, db, nodes(3, gpus=1)
     ) as c:
