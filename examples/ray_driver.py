@@ -24,7 +24,7 @@ def where() -> tuple[str, str]:
 
 def main() -> None:
     ray.init()  # RAY_ADDRESS, set by Muster
-    nodes = [n for n in ray.nodes() if n["Alive"]]
+    nodes = [n for n in ray.nodes() if n["Alive"]]  # type: ignore[no-untyped-call]  # ray: none
     pinned = [
         where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
         for n in nodes

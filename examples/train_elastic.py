@@ -123,7 +123,7 @@ def main(argv: list[str]) -> int:
         x, y = batch(args.seed, step, rank, args.batch)
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         average_gradients(model, world_size)
         opt.step()
         mean_loss = loss.detach().clone()
