@@ -106,9 +106,12 @@ def show_lines(reply: ShowJobReply) -> list[str]:
         )
     for st in reply.steps:  # srun's steps (docs/steps.md), as sacct lists JOB.STEP
         code = "-" if st.exit_code is None else str(st.exit_code)
+        held = ";".join(f"{n}:{','.join(map(str, g))}" for n, g in sorted(st.gpus.items()))
         lines.append(
             f"   Step {j.job_id}.{st.step_id}: {st.state} ExitCode={code}"
-            f" NumTasks={st.ntasks} NodeList={','.join(st.nodes)} Command={' '.join(st.argv)}"
+            f" NumTasks={st.ntasks} NodeList={','.join(st.nodes)}"
+            + (f" GPUs={held}" if held else "")
+            + f" Command={' '.join(st.argv)}"
         )
     return lines
 

@@ -349,6 +349,9 @@ class StepView(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None
     started_at: float
     ended_at: float | None
+    # the GPUs the step holds alone while it runs, by node (--gpus-per-task without
+    # --overlap; steps_core.layout); {} for a step that holds none
+    gpus: dict[str, tuple[int, ...]] = {}
 
 
 class StepTaskSpec(msgspec.Struct, frozen=True, kw_only=True):

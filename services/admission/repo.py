@@ -242,7 +242,7 @@ async def attempts(conn: Conn, job_id: int) -> list[asyncpg.Record]:
 async def steps(conn: Conn, job_id: int) -> list[asyncpg.Record]:
     """The job's srun steps (the launcher's `job_steps`), oldest first."""
     return await conn.fetch(
-        "SELECT step_id, argv, nodes, ntasks, state, exit_code,"
+        "SELECT step_id, argv, nodes, ntasks, state, exit_code, gpus::text AS gpus,"
         " extract(epoch FROM started_at)::float8 AS started,"
         " extract(epoch FROM ended_at)::float8 AS ended"
         " FROM job_steps WHERE job_id = $1 ORDER BY step_id",

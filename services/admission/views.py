@@ -6,6 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import msgspec
+
 from shared.api import GpuView, JobView, NodeView, StepView
 from shared.gpu_types import type_of
 from shared.states import LIVE_RUN, TERMINAL, JobState
@@ -163,4 +165,5 @@ def step_view(row: Any) -> StepView:
         exit_code=row["exit_code"],
         started_at=float(row["started"]),
         ended_at=None if row["ended"] is None else float(row["ended"]),
+        gpus=msgspec.json.decode(row["gpus"] or "{}", type=dict[str, tuple[int, ...]]),
     )

@@ -17,6 +17,7 @@ import asyncpg
 import pytest
 
 from muster.client import call
+from muster.render import show_lines
 from shared.api import ShowJobReply, ShowJobRequest
 from tests.support.cluster import eventually, nodes, running_cluster, submit
 
@@ -71,6 +72,8 @@ async def test_side_by_side_steps_get_gpus_of_their_own_and_a_busy_one_waits(
         assert f"srun: step created for job {job}" in said, said
         shown = await call(nats_url, "show", ShowJobRequest(user="root", job_id=job), ShowJobReply)
         assert [s.state for s in shown.steps] == ["COMPLETED"] * 4, shown.steps
+        listed = [line for line in show_lines(shown) if line.startswith(f"   Step {job}.")]
+        assert sum(" GPUs=node01:" in line for line in listed) == 3, listed  # not --overlap
         rows = await db.fetch(
             "SELECT step_id, gpus::text FROM job_steps WHERE job_id = $1 ORDER BY step_id", job
         )
