@@ -36,6 +36,7 @@ INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
 WAIT_S = 7 * 24 * 3600.0  # how long srun asks again while no replica answers
 ASK_S = 15.0  # one request's wait: the launcher answers RUNNING within 5 s (steps.ANSWER_S)
 RETRY_S = 1.0  # between asks when no replica answered
+KEYS_BATCH = 65536  # keys queued while the last went (a paste) are sent as one message
 AGAIN = frozenset({"unavailable", "unreachable"})  # no answer: ask again, the step lives
 VALUED = {
     "-N": "nodes",
@@ -327,10 +328,12 @@ async def _terminal(req: StepRequest) -> int:
     import signal
     import termios
     import tty
+    from collections import deque
 
     import nats
 
     from muster.client import connect_options
+    from muster.pty_keys import KeySender
     from shared import pty_size
     from shared.urls import nats_servers
 
@@ -366,15 +369,32 @@ async def _terminal(req: StepRequest) -> int:
             loop.remove_reader(fd)
         keys.put_nowait(data)
 
-    async def send() -> None:  # in the order typed
-        while (data := await keys.get()) != b"":
-            if isinstance(data, _Resized):
+    keys_out = KeySender(nc, req.pty + ".in")
+
+    async def send() -> None:  # in the order typed; keys queued meanwhile go as one
+        held: deque[bytes | _Resized] = deque()
+        while True:
+            if not held:
+                held.append(await keys.get())
+            while not keys.empty():
+                held.append(keys.get_nowait())
+            item = held.popleft()
+            if item == b"":
+                return
+            if isinstance(item, _Resized):
                 size = window_size(fd)
                 if size is not None:
                     header = {pty_size.WINDOW_HEADER: pty_size.encode(*size)}
-                    await nc.publish(req.pty + ".in", b"", headers=header)
-            else:
-                await nc.publish(req.pty + ".in", data)
+                    await keys_out.send(b"", header)
+                continue
+            batch = bytearray(item)
+            while held and len(batch) < KEYS_BATCH:
+                more = held[0]
+                if not isinstance(more, bytes) or not more:  # a size, or the end: its turn
+                    break
+                held.popleft()
+                batch += more
+            await keys_out.send(bytes(batch))
 
     try:
         loop.add_reader(fd, typed)

@@ -4,7 +4,9 @@ The task runs under its stepd, which holds the pty (pty_task.py) and serves it o
 unix socket in the task's folder. The agent connects and relays: what the task writes
 to the terminal is published on `<subject>.out`; what srun publishes on `<subject>.in`
 is typed into it, but for a message carrying srun's window size (shared/pty_size.py),
-which is set on the pty. The subject is srun's own random name; it is not a credential
+which is set on the pty. Each `.in` message srun sends is a request, answered once its
+keys are written to stepd's socket (muster/pty_keys.py: srun asks again while no relay
+listens, so keys typed while the agent restarts are not lost). The subject is srun's own random name; it is not a credential
 (see docs/steps.md). The relay ends when stepd closes the socket (the task ended and
 its last output was sent) or is gone; a restarted agent relays again from where the
 terminal is then, the output printed meanwhile first.
@@ -43,6 +45,10 @@ async def relay(bus: Bus, subject: str, socket: Path) -> None:
             writer.write(frame(WINDOW, headers[pty_size.WINDOW_HEADER].encode()))
         else:
             writer.write(frame(KEYS, getattr(msg, "data", b"")))
+        if reply := getattr(msg, "reply", ""):  # srun asks until a relay has them
+            with contextlib.suppress(Exception):  # stepd gone, or the bus: srun's
+                await writer.drain()  # answer then never comes, and it does not resend
+                await nc.publish(reply, b"")
 
     try:
         sub = await nc.subscribe(subject + ".in", cb=typed)

@@ -4,7 +4,8 @@ ptys and tasks: what the task prints reaches `<subject>.out`, what is published 
 is typed into it, a message carrying srun's window size (shared/pty_size.py) is set on
 the pty instead (a malformed one is ignored), and the pty starts at the size the launch
 gave. An agent that dies mid-step leaves the terminal with its stepd; the next agent's
-runner relays it again, the output printed meanwhile first, and answers the launcher's
+runner relays it again, the output printed meanwhile first, and the keys typed meanwhile
+(srun asks until a relay answers, muster/pty_keys.py); and it answers the launcher's
 `adopt` with the task's own exit, including for a task that ended while no agent ran."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
+from muster.pty_keys import ANSWER_S, KeySender
 from services.launcher.steps_agent import StepRunner
 from services.launcher.worker_table import (
     StepStarted,
@@ -53,6 +55,7 @@ class Screen:
     def __init__(self, client: Client, subject: str) -> None:
         self.client = client
         self.subject = subject
+        self.keys = KeySender(client, subject + ".in")  # as srun sends them
         self.shown = bytearray()
         self.seen = asyncio.Event()
 
@@ -74,7 +77,8 @@ class Screen:
                 await asyncio.wait_for(self.seen.wait(), left)
 
     async def type(self, keys: bytes) -> None:
-        await self.client.publish(self.subject + ".in", keys)
+        """As srun types: returns once a relay has them (asked again while none listens)."""
+        await self.keys.send(keys)
 
     async def resize(self, window: str) -> None:
         header = {pty_size.WINDOW_HEADER: window}
@@ -146,14 +150,18 @@ async def test_a_terminal_outlives_its_agent_and_the_next_one_relays_it(
     assert alive(task.worker), "the terminal's task outlives its agent"
     go.write_text("x")  # it prints while no agent relays it
     await asyncio.sleep(0.5)
-    await screen.resize("0 99999")  # nobody relays these: lost, harmlessly
+    await screen.resize("0 99999")  # published, nobody relays it: lost, harmlessly
+    typing = asyncio.create_task(screen.type(b"y\r"))  # typed while no agent runs
+    await asyncio.sleep(0.5)
+    assert not typing.done(), "no relay has the keys: srun asks again"
     again = StepRunner(executor)  # the next agent
     again.resume()
     asked = asyncio.create_task(again.outcome_of(launch(tmp_path, screen.subject, "", adopt=True)))
     await screen.printed(b"away-42")  # kept by stepd, relayed by the next agent
+    await asyncio.wait_for(typing, 15)
+    assert screen.keys.answers, "the relay answers each message of keys"
     await screen.resize("0 99999")  # malformed: ignored
-    await screen.type(b"y\r")
-    await screen.printed(b"got-y")
+    await screen.printed(b"got-y")  # the keys typed while no agent ran
     outcome = await asyncio.wait_for(asked, 30)
     assert (outcome.ok, outcome.exit_codes) == (True, (3,)), outcome
     assert screen.sizes()[:3] == [b"30 90", b"40 120", b"40 120"]
@@ -185,3 +193,30 @@ async def test_a_terminal_task_that_ended_while_no_agent_ran_gives_the_next_its_
     assert (outcome.ok, outcome.exit_codes) == (True, (7,)), outcome
     await screen.printed(b"away-42")
     assert not alive(task.stepd)
+
+
+async def test_keys_to_a_relay_that_never_answers_go_once_then_are_only_published(
+    nats_url: str,
+) -> None:
+    """An agent from before answers existed hears the keys and never answers: srun
+    sends them once (not again on the silence), then publishes as it used to."""
+    client = await nats.connect(nats_url)
+    try:
+        subject = f"muster.pty.test.{os.urandom(16).hex()}.in"
+        heard: list[bytes] = []
+
+        async def old_relay(msg: Any) -> None:
+            heard.append(msg.data)
+
+        await client.subscribe(subject, cb=old_relay)
+        keys = KeySender(client, subject)
+        await keys.send(b"a")  # after ANSWER_S of silence
+        started = time.monotonic()
+        await keys.send(b"b")
+        assert keys.answers is False and time.monotonic() - started < ANSWER_S
+        deadline = time.monotonic() + 5
+        while len(heard) < 2 and time.monotonic() < deadline:  # delivered to us meanwhile
+            await asyncio.sleep(0.01)
+        assert heard == [b"a", b"b"]
+    finally:
+        await client.close()
