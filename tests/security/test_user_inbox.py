@@ -219,19 +219,16 @@ async def test_a_users_terminal_is_hers_alone_and_srun_pty_works_on_a_secured_bu
             what=f"job {job} RUNNING",
             timeout=60,
         )
-        out = cli(
-            secured,
-            "root",
-            "srun",
-            "--jobid",
-            job,
-            "--pty",
-            "sh",
-            "-c",
-            "echo pty-$SLURM_PROCID-$SLURMD_NODENAME",
-            CWD=str(tmp_path),
-        )
-        assert "pty-0-node01" in out, out
+        # srun's stdin, a pipe, is sent at once, before the relay listens: srun asks
+        # again until the relay answers (muster/pty_keys.py), which its user may ask
+        typed = run_cli(
+            "srun", "--jobid", job, "--pty", "sh", "-c",
+            "read k; echo pty-$k-$SLURM_PROCID-$SLURMD_NODENAME",
+            env={"MUSTER_NATS_URL": secured.nats_url, "MUSTER_USER": "root", "CWD": str(tmp_path)},
+            stdin="early\n",
+        )  # fmt: skip
+        assert typed.returncode == 0, typed.stderr
+        assert "pty-early-0-node01" in typed.stdout, typed.stdout
     finally:
         cli(secured, "root", "cancel", job)
 

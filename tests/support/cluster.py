@@ -228,9 +228,12 @@ def kill9(cluster: Cluster, key: str) -> None:
         os.waitpid(pid, 0)
 
 
-def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str], stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "muster.lean", *args],  # as the installed `muster` runs
+        input=stdin,
         capture_output=True,
         text=True,
         env={**os.environ, **env},
