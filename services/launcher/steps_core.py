@@ -7,15 +7,16 @@ nodes get one more when they do not divide evenly); `--ntasks-per-node` caps eac
 `--gpus-per-task` binds each task its own GPUs of the node's share of the job, and
 those GPUs are the step's alone while it runs, as Slurm's steps are exclusive: steps
 started side by side (`srun -n1 --gpus-per-task=1 ... &`, a sweep inside one
-allocation) get different GPUs, and a step whose GPUs are all held by running steps is
-`Busy` (srun waits and asks again). `--overlap`, and a step that asks for no GPUs (it
+allocation) get different GPUs; a step on fewer nodes than the job has goes where its
+GPUs are free; a step whose GPUs are all held by running steps is `Busy` (srun waits
+and asks again). `--overlap`, and a step that asks for no GPUs (it
 sees all of the node's share), hold none and share what they see. A request the
 allocation cannot hold is refused with a message, never shrunk silently.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from enum import StrEnum
 
 import msgspec
@@ -118,11 +119,19 @@ def layout(
     counts = _counts(shape, len(nodes))
     if isinstance(counts, Refusal):
         return counts
-    used = nodes[: len(counts)]
-    tasks: list[Task] = []
     g = shape.gpus_per_task
     holds = bool(g) and not shape.overlap
-    for nodeid, (node, count) in enumerate(zip(used, counts, strict=True)):
+    placed = list(zip(nodes, counts, strict=False))  # the first nodes
+    if holds and len(counts) < len(nodes):  # a step on some nodes: where its GPUs are free
+
+        def free_there(node: str) -> int:
+            taken = set((busy or {}).get(node, ()))
+            return sum(1 for x in gpus.get(node, []) if x not in taken)
+
+        placed = _where_free(counts, nodes, g, free_there) or placed
+    used = tuple(node for node, _ in placed)
+    tasks: list[Task] = []
+    for nodeid, (node, count) in enumerate(placed):
         held = sorted(gpus.get(node, []))
         if g and count * g > len(held):
             return Refusal(
@@ -143,6 +152,24 @@ def layout(
                 Task(procid=len(tasks), localid=localid, nodeid=nodeid, node=node, gpus=bound)
             )
     return Layout(nodes=used, tasks=tuple(tasks), holds=holds)
+
+
+def _where_free(
+    counts: tuple[int, ...], nodes: tuple[str, ...], g: int, free: Callable[[str], int]
+) -> list[tuple[str, int]] | None:
+    """Nodes for a step that uses fewer than the allocation has, as Slurm places such
+    a step where its resources are free: each count (the larger first) on the first
+    node in rank order with `count * g` GPUs free; in rank order. None when they do
+    not all fit now (the first nodes then say why: held, or more than the job has)."""
+    left = list(nodes)
+    chosen: list[tuple[str, int]] = []
+    for count in counts:
+        node = next((n for n in left if count * g <= free(n)), None)
+        if node is None:
+            return None
+        left.remove(node)
+        chosen.append((node, count))
+    return sorted(chosen, key=lambda pair: nodes.index(pair[0]))
 
 
 def task_env(

@@ -1,6 +1,7 @@
 """Table tests: the GPUs a step holds alone while it runs (steps_core.layout's `busy`),
 as Slurm's steps are exclusive: side-by-side steps get different GPUs, a step whose
-GPUs are held waits (Busy), --overlap and a step asking no GPUs hold none."""
+GPUs are held waits (Busy) unless another node of the job has them free, --overlap and
+a step asking no GPUs hold none."""
 
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ def one(gpus: int = 1, **kw: bool) -> StepShape:
         (StepShape(nodes=1), {"n1": {0, 1, 2, 3}}, [(0, 1, 2, 3)], {}),
         # busy GPUs on another node do not matter
         (one(4), {"n2": {4, 5, 6, 7}}, [(0, 1, 2, 3)], {"n1": [0, 1, 2, 3]}),
+        # a step on fewer nodes than the job has goes where its GPUs are free, as
+        # Slurm places it: the sweep's ninth step on the second node
+        (one(), {"n1": {0, 1, 2, 3}}, [(4,)], {"n2": [4]}),
+        (one(2), {"n1": {0, 2, 3}, "n2": {4}}, [(5, 6)], {"n2": [5, 6]}),
     ],
 )
 def test_a_step_gets_gpus_no_running_step_holds(
@@ -51,15 +56,15 @@ def test_a_step_gets_gpus_no_running_step_holds(
 @pytest.mark.parametrize(
     ("shape", "busy", "message"),
     [
-        (
+        (  # every node full: the first says why
             one(),
-            {"n1": {0, 1, 2, 3}},
+            {"n1": {0, 1, 2, 3}, "n2": {4, 5, 6, 7}},
             "--gpus-per-task=1 x 1 task(s) needs 1 GPUs on n1; "
             "the job's running steps hold 4 of its 4 there",
         ),
         (
             one(2),
-            {"n1": {0, 3, 2}},
+            {"n1": {0, 3, 2}, "n2": {4, 5, 7}},
             "--gpus-per-task=2 x 1 task(s) needs 2 GPUs on n1; "
             "the job's running steps hold 3 of its 4 there",
         ),
