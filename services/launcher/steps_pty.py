@@ -6,10 +6,11 @@ to the terminal is published on `<subject>.out`; what srun publishes on `<subjec
 is typed into it, but for a message carrying srun's window size (shared/pty_size.py),
 which is set on the pty. Each `.in` message srun sends is a request, answered once its
 keys are written to stepd's socket (muster/pty_keys.py: srun asks again while no relay
-listens, so keys typed while the agent restarts are not lost). The subject is srun's own random name; it is not a credential
-(see docs/steps.md). The relay ends when stepd closes the socket (the task ended and
-its last output was sent) or is gone; a restarted agent relays again from where the
-terminal is then, the output printed meanwhile first.
+listens, so keys typed while the agent restarts are not lost). The subject is srun's
+own random name; it is not a credential (see docs/steps.md). The relay ends when stepd
+closes the socket (the task ended and its last output was sent) or is gone; a
+restarted agent relays again from where the terminal is then, the output printed
+meanwhile first.
 """
 
 from __future__ import annotations
