@@ -3,8 +3,8 @@
 `srun [options] CMD` with no job in its environment (no SLURM_JOB_ID, MUSTER_JOB_ID or
 `--jobid`) is `salloc [options] srun [step options] CMD`: the options are sbatch's (the
 allocation: `-N`, `--gpus-per-node`, `-t`, `-p`, `--exclusive`, ...), those that shape a
-step (`-N`, `-n`, `--ntasks-per-node`, `--gpus-per-task`) are the step's too, and
-srun's own flags (`-l`, `-u`, `--pty`) only the step's. The job is named after the
+step (`-N`, `-n`, `--ntasks-per-node`, `--gpus-per-task`, `-w`) are the step's too, and
+srun's own flags (`-l`, `-u`, `--pty`, `--overlap`) only the step's. The job is named after the
 command unless `-J` names it. srun waits for the allocation, runs the step on it, and
 releases it when the step ends: the job ends as the step did (COMPLETED, or FAILED
 with its status), and srun exits with the step's status.
@@ -21,7 +21,7 @@ from muster.srun_error import SrunError
 from shared.sbatch_options import tokenize
 
 STEP_FLAGS = frozenset({"-l", "--label", "-u", "--unbuffered", "--pty", "--overlap"})  # srun's
-STEP_SHAPE = frozenset({"nodes", "ntasks", "ntasks-per-node", "gpus-per-task"})  # in both
+STEP_SHAPE = frozenset({"nodes", "ntasks", "ntasks-per-node", "gpus-per-task", "nodelist"})
 IGNORED = ("--mpi",)  # srun's own, valued: accepted and ignored, as inside a job
 
 

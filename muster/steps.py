@@ -45,6 +45,8 @@ VALUED = {
     "--ntasks": "ntasks",
     "--ntasks-per-node": "ntasks_per_node",
     "--gpus-per-task": "gpus_per_task",
+    "-w": "nodelist",
+    "--nodelist": "nodelist",
     "--jobid": "jobid",
     "-J": "",
     "--job-name": "",
@@ -112,6 +114,21 @@ def _count(opts: dict[str, str], name: str) -> int:
     return value
 
 
+def _nodelist(opts: dict[str, str]) -> tuple[str, ...]:
+    """`-w node[01-02]`, expanded (Slurm's hostlist)."""
+    if "nodelist" not in opts:
+        return ()
+    from services.admission.hostlist import expand
+
+    try:
+        names = expand(opts["nodelist"])
+    except ValueError as err:
+        raise SrunError(f"-w: {err}") from None
+    if not names:
+        raise SrunError("-w names no node")
+    return names
+
+
 def step_request(argv: list[str], env: dict[str, str], cwd: str) -> StepRequest:
     opts, command = parse(argv)
     if not command:
@@ -131,6 +148,7 @@ def step_request(argv: list[str], env: dict[str, str], cwd: str) -> StepRequest:
         ntasks_per_node=_count(opts, "ntasks_per_node"),
         gpus_per_task=_count(opts, "gpus_per_task"),
         overlap="overlap" in opts,
+        nodelist=_nodelist(opts),
         workdir=cwd,
         environment=dict(env),
         output_dir=str(Path(cwd) / ".muster-steps" / token),

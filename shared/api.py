@@ -319,6 +319,7 @@ class StepRequest(Request, frozen=True, kw_only=True):
     # holds none (a step with --gpus-per-task holds its GPUs alone otherwise: another
     # step that needs them is refused "busy", and srun asks again)
     overlap: bool = False
+    nodelist: tuple[str, ...] = ()  # -w, expanded: exactly these nodes of the allocation
     workdir: str = ""
     environment: dict[str, str] = {}  # the caller's (the job's) environment
     output_dir: str = ""  # each task writes <output_dir>/<procid>.out and .err

@@ -183,6 +183,7 @@ class StepService:
             ntasks_per_node=req.ntasks_per_node,
             gpus_per_task=req.gpus_per_task,
             overlap=req.overlap,
+            nodelist=req.nodelist,
         )
         if req.pty:  # a terminal: one task, on the first node (Slurm's srun --pty)
             shape = msgspec.structs.replace(shape, nodes=1, ntasks=1, ntasks_per_node=0)

@@ -4,6 +4,7 @@
 tasks each runs, as Slurm does inside an allocation: one task per node on every node by
 default; `-N` takes the first N nodes; `-n` spreads that many tasks in blocks (the first
 nodes get one more when they do not divide evenly); `--ntasks-per-node` caps each node.
+`-w` names the nodes (of the allocation) the step runs on, all of them.
 `--gpus-per-task` binds each task its own GPUs of the node's share of the job, and
 those GPUs are the step's alone while it runs, as Slurm's steps are exclusive: steps
 started side by side (`srun -n1 --gpus-per-task=1 ... &`, a sweep inside one
@@ -39,6 +40,7 @@ class StepShape(msgspec.Struct, frozen=True, kw_only=True):
     ntasks_per_node: int = 0
     gpus_per_task: int = 0
     overlap: bool = False  # srun --overlap: binds GPUs other steps hold, holds none
+    nodelist: tuple[str, ...] = ()  # srun -w: exactly these nodes of the allocation
 
 
 class Task(msgspec.Struct, frozen=True, kw_only=True):
@@ -116,6 +118,11 @@ def layout(
     which the job's running steps hold `busy` (by node)."""
     if not nodes:
         return Refusal(message="the job holds no nodes")
+    if shape.nodelist:
+        named = _named(shape, nodes)
+        if isinstance(named, Refusal):
+            return named
+        nodes = named
     counts = _counts(shape, len(nodes))
     if isinstance(counts, Refusal):
         return counts
@@ -152,6 +159,23 @@ def layout(
                 Task(procid=len(tasks), localid=localid, nodeid=nodeid, node=node, gpus=bound)
             )
     return Layout(nodes=used, tasks=tuple(tasks), holds=holds)
+
+
+def _named(shape: StepShape, nodes: tuple[str, ...]) -> tuple[str, ...] | Refusal:
+    """`-w`: the allocation's nodes it names, in rank order, every one of them used."""
+    wanted = set(shape.nodelist)
+    unknown = [n for n in shape.nodelist if n not in nodes]
+    if unknown:
+        return Refusal(
+            message=f"-w {','.join(unknown)}: not in the job's allocation "
+            f"({compress_hostlist(nodes)})"
+        )
+    if shape.nodes and shape.nodes != len(wanted):
+        return Refusal(
+            message=f"-N {shape.nodes} with -w naming {len(wanted)} node(s): "
+            "give one or the other, or as many nodes in -w as -N says"
+        )
+    return tuple(n for n in nodes if n in wanted)
 
 
 def _where_free(

@@ -196,14 +196,14 @@ async def interactive(work: Path, db: asyncpg.Connection) -> None:
         )
         await term.expect(r"R0@node01 R1@node02", 120.0)
         assert await live_gpus(db, job) == 2
-        # srun --pty: a terminal on the first node, its keys and output through the agent
+        # srun -w node02 --pty: a terminal on the node named, keys and output via its agent
         # (the prompt is typed in two quoted halves: its echo must not pass for it)
         # (and this terminal's window size, then its change, as SIGWINCH tells srun)
         term.resize(33, 101)
-        term.send("PS1='rem''ote> ' srun --pty /bin/sh; echo pty_rc=$?\n")
+        term.send("PS1='rem''ote> ' srun -w node02 --pty /bin/sh; echo pty_rc=$?\n")
         await term.expect(r"remote> ", 60.0)
         term.send('echo "P=$SLURM_PROCID@$SLURMD_NODENAME:$SLURM_NTASKS"\n')
-        await term.expect(r"P=0@node01:1", 60.0)
+        await term.expect(r"P=0@node02:1", 60.0)  # the node -w named
         assert await term.remote_size() == "33 101"
         term.resize(44, 132)
         assert await term.remote_size("44 132") == "44 132"

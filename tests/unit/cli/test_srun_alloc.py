@@ -29,7 +29,11 @@ CASES = [
     ),
     (
         ["-w", "node01", "--gpus-per-task", "1", "-u", "a", "-l"],
-        (["-w", "node01", "--gpus-per-task", "1"], ["--gpus-per-task", "1", "-u"], ["a", "-l"]),
+        (  # -w names the allocation's node and the step's
+            ["-w", "node01", "--gpus-per-task", "1"],
+            ["-w", "node01", "--gpus-per-task", "1", "-u"],
+            ["a", "-l"],
+        ),
     ),
     (["--exclusive"], (["--exclusive"], [], [])),
 ]
