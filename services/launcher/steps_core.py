@@ -223,6 +223,11 @@ def task_env(
         "SLURMD_NODENAME": task.node,
         "MUSTER_NODE": task.node,
         "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in task.gpus),
+        "GPU_DEVICE_ORDINAL": ",".join(str(g) for g in task.gpus),
+        # the step's GPUs on this node, every task's there (Slurm's SLURM_STEP_GPUS)
+        "SLURM_STEP_GPUS": ",".join(
+            str(g) for g in sorted({g for t in lay.on(task.node) for g in t.gpus})
+        ),
     }
 
 

@@ -103,7 +103,16 @@ def test_task_env() -> None:
     assert env["SLURMD_NODENAME"] == "n1"
     assert env["SLURM_STEP_TASKS_PER_NODE"] == "2,1"
     assert env["SLURM_STEP_NODELIST"] == "n[0-1]"
-    assert env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    assert env["CUDA_VISIBLE_DEVICES"] == env["GPU_DEVICE_ORDINAL"] == "4,5,6,7"
+    assert env["SLURM_STEP_GPUS"] == "4,5,6,7"
+
+
+def test_a_steps_gpus_on_a_node_are_every_task_there() -> None:
+    lay = layout(StepShape(nodes=1, ntasks=2, gpus_per_task=1), NODES, GPUS, {"n0": {0}})
+    assert isinstance(lay, Layout)
+    envs = [task_env({}, lay, t, job_id=7, step_id=0) for t in lay.tasks]
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["1", "2"]
+    assert {e["SLURM_STEP_GPUS"] for e in envs} == {"1,2"}
 
 
 @pytest.mark.parametrize(
