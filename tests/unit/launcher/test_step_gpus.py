@@ -13,8 +13,8 @@ NODES = ("n1", "n2")
 GPUS = {"n1": [0, 1, 2, 3], "n2": [4, 5, 6, 7]}
 
 
-def one(gpus: int = 1, **kw: bool) -> StepShape:
-    return StepShape(nodes=1, ntasks=1, gpus_per_task=gpus, **kw)
+def one(gpus: int = 1, *, overlap: bool = False) -> StepShape:
+    return StepShape(nodes=1, ntasks=1, gpus_per_task=gpus, overlap=overlap)
 
 
 @pytest.mark.parametrize(
