@@ -20,7 +20,9 @@ from muster.client import ApiRefused
 from muster.srun_error import SrunError
 from shared.sbatch_options import tokenize
 
-STEP_FLAGS = frozenset({"-l", "--label", "-u", "--unbuffered", "--pty", "--overlap"})  # srun's
+STEP_FLAGS = frozenset(
+    {"-l", "--label", "-u", "--unbuffered", "--pty", "--overlap", "-K", "--kill-on-bad-exit"}
+)  # srun's own: the step's only
 STEP_SHAPE = frozenset({"nodes", "ntasks", "ntasks-per-node", "gpus-per-task", "nodelist"})
 IGNORED = ("--mpi",)  # srun's own, valued: accepted and ignored, as inside a job
 
@@ -36,7 +38,7 @@ def split(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
             return alloc, step, argv[i + 1 :]
         if not word.startswith("-") or word == "-":
             return alloc, step, argv[i:]
-        if word in STEP_FLAGS:
+        if word in STEP_FLAGS or word.startswith(("-K", "--kill-on-bad-exit=")):
             step.append(word)
             i += 1
             continue

@@ -71,6 +71,9 @@ FLAGS = {
 }
 
 
+OPTIONAL = {"-K": "kill_on_bad_exit", "--kill-on-bad-exit": "kill_on_bad_exit"}  # [=0|1]
+
+
 def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     """srun's options (name -> value; flags "1") and the command, as Slurm splits them:
     options until `--` or the first word that is not one."""
@@ -83,7 +86,17 @@ def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
         if not word.startswith("-") or word == "-":
             return opts, argv[i:]
         name, eq, value = word.partition("=")
+        if word[:2] == "-K" and len(word) > 2 and not eq:  # -K0, -K1
+            name, eq, value = "-K", "=", word[2:]
+        if name in OPTIONAL:  # -K, --kill-on-bad-exit[=0|1]
+            if eq and value not in ("0", "1"):
+                raise SrunError(f"invalid {name} value '{value}': 0 or 1")
+            opts[OPTIONAL[name]] = value if eq else "1"
+            i += 1
+            continue
         if name in FLAGS:
+            if eq:
+                raise SrunError(f"option '{name}' takes no value")
             if FLAGS[name]:
                 opts[FLAGS[name]] = "1"
             i += 1
@@ -149,6 +162,8 @@ def step_request(argv: list[str], env: dict[str, str], cwd: str) -> StepRequest:
         gpus_per_task=_count(opts, "gpus_per_task"),
         overlap="overlap" in opts,
         nodelist=_nodelist(opts),
+        # -K, else Slurm's variable for it (a site or a user sets it once for every srun)
+        kill_on_bad_exit=opts.get("kill_on_bad_exit", env.get("SLURM_KILL_BAD_EXIT", "0")) == "1",
         workdir=cwd,
         environment=dict(env),
         output_dir=str(Path(cwd) / ".muster-steps" / token),

@@ -320,6 +320,8 @@ class StepRequest(Request, frozen=True, kw_only=True):
     # step that needs them is refused "busy", and srun asks again)
     overlap: bool = False
     nodelist: tuple[str, ...] = ()  # -w, expanded: exactly these nodes of the allocation
+    # -K: a task that exits non-zero (or is killed by a signal) ends the step's others
+    kill_on_bad_exit: bool = False
     workdir: str = ""
     environment: dict[str, str] = {}  # the caller's (the job's) environment
     output_dir: str = ""  # each task writes <output_dir>/<procid>.out and .err
@@ -380,6 +382,7 @@ class StepLaunch(msgspec.Struct, frozen=True, kw_only=True):
     # another launcher replica took the step over: answer with its outcome once it ends
     # (at once if it has), never start it; a step the agent does not know is lost
     adopt: bool = False
+    kill_on_bad_exit: bool = False  # see StepRequest: this node's other tasks end too
 
 
 class StepCancelRequest(Request, frozen=True, kw_only=True):

@@ -53,6 +53,7 @@ class TaskNote(msgspec.Struct, frozen=True, kw_only=True):
     output_dir: str  # srun's output folder: what a stop (srun's Ctrl-C) names
     stepd: ProcessRef | None = None
     pty: str = ""  # `srun --pty`: the bus subject its terminal is relayed on
+    kill_on_bad_exit: bool = False  # srun -K: a bad exit here ends the step's others
 
     @property
     def key(self) -> StepKey:

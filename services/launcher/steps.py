@@ -38,6 +38,7 @@ import os
 import posixpath
 import secrets
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -207,7 +208,11 @@ class StepService:
         }
         timeout = max(remaining, 0.0) + MARGIN_S
         key = (req.job_id, step_id)
-        self._coordinating[key] = self._spawn(self._coordinate(key, launches, timeout))
+        stop = StepStop(
+            job_id=req.job_id, attempt=attempt, generation=generation, output_dir=req.output_dir
+        )
+        kill = stop if req.kill_on_bad_exit else None
+        self._coordinating[key] = self._spawn(self._coordinate(key, launches, timeout, kill))
         return await self._answer_when_ended(req.job_id, step_id)
 
     async def _answer_when_ended(self, job_id: int, step_id: int) -> StepReply:
@@ -237,18 +242,26 @@ class StepService:
                 await asyncio.sleep(min(POLL_S, left))
 
     async def _coordinate(
-        self, key: tuple[int, int], launches: dict[str, StepLaunch], timeout: float
+        self,
+        key: tuple[int, int],
+        launches: dict[str, StepLaunch],
+        timeout: float,
+        kill: StepStop | None = None,
     ) -> None:
         """Wait on every node's answer, renewing the step's lease, then record the end
-        (only while this replica still coordinates it)."""
+        (only while this replica still coordinates it). `kill` (srun -K): the first
+        node to answer with a bad end has the step's tasks on every node stopped."""
         job_id, step_id = key
         renewing = self._spawn(self._renew(job_id, step_id))
+        nodes = tuple(launches)
+        calls = [asyncio.ensure_future(self._call(n, b, timeout)) for n, b in launches.items()]
         try:
-            nodes = tuple(launches)
-            outcomes = await asyncio.gather(
-                *(self._call(n, b, timeout) for n, b in launches.items())
-            )
+            if kill is not None and len(calls) > 1:
+                await self._kill_on_bad_exit(kill, nodes, calls)
+            outcomes = await asyncio.gather(*calls)
         finally:
+            for call in calls:  # a coordinator cancelled (its replica stopping) asks no more
+                call.cancel()
             renewing.cancel()
             self._coordinating.pop(key, None)
         codes: list[int | None] = []
@@ -261,6 +274,9 @@ class StepService:
         if problems and not codes:  # nothing ran anywhere: the step failed to start
             state = StepState.FAILED
         exit_code = step_exit(codes, signals) if not problems or codes else 1
+        failed = [c for c in codes if c]
+        if kill is not None and failed:  # -K: the others were ended for this exit
+            state, exit_code = StepState.FAILED, max(failed)
         message = "; ".join(problems)
         sig = next((s for s in signals if s is not None), None)
         async with self.ctx.pool.acquire() as conn:
@@ -268,6 +284,43 @@ class StepService:
                 conn, job_id, step_id, self.holder, state, exit_code, sig, message
             )
         log.info("step ended", extra=kv(job=job_id, step=step_id, state=state, recorded=mine))
+
+    async def _kill_on_bad_exit(
+        self,
+        kill: StepStop,
+        nodes: tuple[str, ...],
+        calls: Sequence[asyncio.Future[StepOutcome]],
+    ) -> None:
+        """Until every node answered, or one answered with a bad end: then the step's
+        tasks are stopped on every node, as srun's Ctrl-C stops them."""
+        pending: set[asyncio.Future[StepOutcome]] = set(calls)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if any(_bad(c.result()) for c in done if not c.exception()):
+                log.info(
+                    "step task ended badly: ending the others (-K)",
+                    extra=kv(job=kill.job_id, nodes=len(pending)),
+                )
+                await self._stop_step(kill, nodes)
+                return
+
+    async def _stop_step(self, stop: StepStop, nodes: Any) -> None:
+        """Every node of `nodes` ends the step's tasks (those writing under its output
+        folder), signed by this launcher."""
+        signer = self.agents.signer
+        if signer is None:
+            raise Refused("the launcher has no signing key", "unavailable")
+
+        async def one(node: str) -> None:
+            body = msgspec.json.encode(signer.sign(stop, node, now=time.time()))
+            try:
+                await self.ctx.bus.request(f"{AGENT_PREFIX}{node}.step_stop", body, timeout=5.0)
+            except Exception as err:
+                if not is_transient(err):
+                    raise
+                log.warning("step stop not delivered", extra=kv(node=node, error=repr(err)))
+
+        await asyncio.gather(*(one(n) for n in nodes))
 
     async def _renew(self, job_id: int, step_id: int) -> None:
         while True:
@@ -314,7 +367,15 @@ class StepService:
         log.info("step adopted", extra=kv(job=key[0], step=key[1], by=self.holder))
         timeout = max(float(row["remaining_s"] or 0.0), 0.0) + MARGIN_S
         launches = {node: adopt for node in row["nodes"]}
-        self._coordinating[key] = self._spawn(self._coordinate(key, launches, timeout))
+        kill = None
+        if row["kill_on_bad_exit"]:  # -K holds for the replica that took the step over
+            kill = StepStop(
+                job_id=key[0],
+                attempt=adopt.attempt,
+                generation=adopt.generation,
+                output_dir=row["output_dir"],
+            )
+        self._coordinating[key] = self._spawn(self._coordinate(key, launches, timeout, kill))
 
     async def cancel(self, req: StepCancelRequest) -> Ok:
         """srun was interrupted: every node of the job ends that step's tasks; the
@@ -326,26 +387,13 @@ class StepService:
         row, spec = found
         if req.user != spec.user:
             raise Refused(f"job {req.job_id} belongs to {spec.user!r}", "forbidden")
-        signer = self.agents.signer
-        if signer is None:
-            raise Refused("the launcher has no signing key", "unavailable")
         stop = StepStop(
             job_id=req.job_id,
             attempt=int(row["attempt"]),
             generation=int(row["restart_count"]),
             output_dir=req.output_dir,
         )
-
-        async def one(node: str) -> None:
-            body = msgspec.json.encode(signer.sign(stop, node, now=time.time()))
-            try:
-                await self.ctx.bus.request(f"{AGENT_PREFIX}{node}.step_stop", body, timeout=5.0)
-            except Exception as err:
-                if not is_transient(err):
-                    raise
-                log.warning("step stop not delivered", extra=kv(node=node, error=repr(err)))
-
-        await asyncio.gather(*(one(n) for n in row["nodes"]))
+        await self._stop_step(stop, row["nodes"])
         return Ok(message="step ending")
 
     def _launch(
@@ -373,6 +421,7 @@ class StepService:
             run_as=None if spec.user == getpass.getuser() else spec.user,
             pty=req.pty,
             pty_window=req.pty_window,
+            kill_on_bad_exit=req.kill_on_bad_exit,
         )
 
     async def _call(self, node: str, launch: StepLaunch, timeout: float) -> StepOutcome:
@@ -412,3 +461,10 @@ class StepService:
                 raise
             return StepOutcome(ok=False, message=f"node {node} did not answer: {err!r}")
         return msgspec.json.decode(raw, type=StepOutcome)
+
+
+def _bad(outcome: StepOutcome) -> bool:
+    """A node's answer with a task that exited non-zero or by a signal (srun -K)."""
+    return any(c not in (0, None) for c in outcome.exit_codes) or any(
+        s is not None for s in outcome.signals
+    )

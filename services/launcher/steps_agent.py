@@ -254,6 +254,7 @@ class StepRunner:
             procid=task.procid,
             output_dir=posixpath.dirname(task.stdout),
             pty=launch.pty,
+            kill_on_bad_exit=launch.kill_on_bad_exit,
         )
         spec = StepSpec(
             argv=launch.argv,
@@ -285,6 +286,8 @@ class StepRunner:
         bus = self.executor.bus
         terminals = [relay(bus, t.note.pty, t.folder / SOCKET) for t in tasks if t.note.pty]
         await asyncio.gather(*terminals)
+        if len(tasks) > 1 and tasks[0].note.kill_on_bad_exit:
+            await _first_bad_ends_the_rest(tasks)
         ends = await asyncio.gather(*(t.ended() for t in tasks))
         self._forget(job_id, tasks)
         return StepOutcome(
@@ -352,6 +355,25 @@ class StepRunner:
                 self._spawn(_end(task, END_GRACE_S))
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=END_GRACE_S + 5.0)
+
+
+async def _first_bad_ends_the_rest(tasks: list[StepTask]) -> None:
+    """srun -K: once a task exits non-zero or by a signal, the others are stopped (their
+    stepds: SIGTERM, SIGKILL after the grace); returns at the first bad end, or once
+    every task ended well."""
+    waits = {asyncio.ensure_future(t.ended()): t for t in tasks}
+    pending = set(waits)
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if any(bad(w.result()) for w in done):
+            log.info("a task ended badly: stopping the step's others", extra=kv(left=len(pending)))
+            for w in pending:
+                waits[w].stop()
+            return
+
+
+def bad(end: StepExit) -> bool:
+    return end.signal is not None or end.exit_code not in (0, None)
 
 
 async def _end(task: StepTask, grace_s: float) -> None:

@@ -21,7 +21,7 @@ from shared.jobspec import JobSpec
 # What a coordinator (a fresh one or an adopting one) needs of a step and its job.
 STEP_COLUMNS = (
     "s.job_id, s.step_id, s.attempt, s.generation, s.argv, s.nodes, s.ntasks, s.state,"
-    " s.exit_code, s.signal, s.message, j.user_name,"
+    " s.exit_code, s.signal, s.message, j.user_name, s.output_dir, s.kill_on_bad_exit,"
     " j.time_limit_s - coalesce(extract(epoch FROM now() - r.started_at), 0) AS remaining_s"
 )
 STEP_FROM = (
@@ -88,9 +88,9 @@ async def insert_step(
     now; inside the caller's transaction, under `lock_job`."""
     step_id = await conn.fetchval(
         "INSERT INTO job_steps(job_id, step_id, attempt, generation, argv, nodes, ntasks,"
-        " state, output_dir, coordinator, lease_until, gpus)"
+        " state, output_dir, coordinator, lease_until, gpus, kill_on_bad_exit)"
         " SELECT $1, coalesce(max(step_id) + 1, 0), $2, $3, $4, $5, $6, $7, $8, $9,"
-        " now() + make_interval(secs => $10), $11::jsonb"
+        " now() + make_interval(secs => $10), $11::jsonb, $12"
         " FROM job_steps WHERE job_id = $1 RETURNING step_id",
         req.job_id,
         attempt,
@@ -103,6 +103,7 @@ async def insert_step(
         holder,
         lease_s,
         msgspec.json.encode(lay.held()).decode(),
+        req.kill_on_bad_exit,
     )
     return int(step_id)
 

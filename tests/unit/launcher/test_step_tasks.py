@@ -194,3 +194,38 @@ async def test_a_task_is_fenced_by_its_stepd_when_the_node_loses_the_control_pla
     got = await asyncio.wait_for(runner.outcome_of(launch(tmp_path, tmp_path / "go")), 30)
     assert got.ok and got.signals == (15, 15), got  # SIGTERM, never the `go` file
     assert folders(executor.table.state) == []
+
+
+@pytest.mark.parametrize("kill", [True, False])
+async def test_with_k_a_task_that_exits_badly_ends_the_others_on_its_node(
+    executor: Executor, tmp_path: Path, kill: bool
+) -> None:
+    """srun -K: task 0 exits 3 at once; task 1 would sleep a long while. With -K it is
+    stopped (SIGTERM) and the node answers at once; without, it runs until released."""
+    go = tmp_path / "go"
+    script = f'[ "$SLURM_PROCID" = 0 ] && exit 3; until [ -e {go} ]; do sleep 0.05; done'
+    tasks = tuple(
+        StepTaskSpec(
+            procid=i, env=dict(os.environ) | {"SLURM_PROCID": str(i)},
+            stdout=str(tmp_path / "out" / f"{i}.out"), stderr=str(tmp_path / "out" / f"{i}.err"),
+        )
+        for i in range(2)
+    )  # fmt: skip
+    body = StepLaunch(
+        job_id=1, attempt=0, generation=0, step_id=4, argv=("bash", "-c", script), tasks=tasks,
+        workdir=str(tmp_path), kill_on_bad_exit=kill,
+    )  # fmt: skip
+    waiting = asyncio.create_task(
+        StepRunner(executor).outcome_of(SIGNER.sign(body, "n0", now=time.time()))
+    )
+    done, _ = await asyncio.wait({waiting}, timeout=10 if kill else 2)
+    if kill:
+        assert done, "task 1 was not stopped"
+        got = waiting.result()
+        assert (got.exit_codes, got.signals) == ((3, None), (None, 15)), got
+    else:
+        assert not done, "without -K task 1 runs on"
+        go.write_text("x")
+        got = await asyncio.wait_for(waiting, 30)
+        assert (got.exit_codes, got.signals) == ((3, 0), (None, None)), got
+    assert folders(executor.table.state) == []

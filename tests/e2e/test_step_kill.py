@@ -1,0 +1,73 @@
+"""End to end on a local cluster: `srun -K` (--kill-on-bad-exit) on two nodes. The task
+on node02 exits 4 at once; node01's would sleep for an hour (a rank left waiting on a
+collective for a peer that died). With -K the launcher stops the step's tasks on every
+node once node02 answers: the step is FAILED with exit 4, srun exits 4, and `ps` shows
+no sleep left. Before, -K was refused as an unknown option, and such a step ran until
+the job's time limit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from tests.support.cluster import eventually, nodes, running_cluster, submit
+
+pytestmark = pytest.mark.slow
+
+PY = sys.executable
+TASK = '[ "$SLURMD_NODENAME" = node02 ] && exit 4; exec sleep 3201'
+
+
+def script(work: Path, keys: Path) -> str:
+    return f"""#!/bin/bash
+export MUSTER_KEY_DIR={keys}
+if [ "$SLURM_NODEID" = 0 ]; then
+  {PY} -m muster.cli srun -K bash -c '{TASK}'; echo "rc=$?" > {work}/rc
+  touch {work}/done
+else
+  while [ ! -f {work}/done ]; do sleep 0.2; done
+fi
+"""
+
+
+def sleeping() -> list[str]:
+    ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True, check=True)
+    return [line for line in ps.stdout.splitlines() if line.strip() == "sleep 3201"]
+
+
+async def test_a_bad_exit_on_one_node_ends_the_steps_tasks_on_every_node(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    async with running_cluster(tmp_path / "state", nats_url, database_url, db, nodes(2)):
+        keys = tmp_path / "state" / "keys"
+        argv = ("-N", "2", "--gpus-per-node=1", "-t", "5")
+        job = (await submit(nats_url, script(work, keys), argv, workdir=str(work))).job_ids[0]
+        step = await eventually(
+            lambda: db.fetchrow(
+                "SELECT state, exit_code, started_at FROM job_steps WHERE job_id = $1", job
+            ),
+            lambda r: r is not None and r["state"] != "RUNNING",
+            90.0,
+            "the step's end",
+        )
+        assert step is not None
+        assert (step["state"], step["exit_code"]) == ("FAILED", 4)
+        await eventually(
+            lambda: db.fetchval("SELECT state FROM job_runs WHERE job_id = $1", job),
+            lambda s: s == "COMPLETED",
+            60.0,
+            "the job's end",
+        )
+        assert (work / "rc").read_text().strip() == "rc=4"
+        assert not sleeping(), "node01's task was stopped"
+        ended = await db.fetchval(
+            "SELECT extract(epoch FROM ended_at - started_at) FROM job_steps WHERE job_id = $1",
+            job,
+        )
+        assert float(ended) < 60.0, ended  # for node02's exit, not the 5-minute time limit
