@@ -214,3 +214,34 @@ def test_a_step_grant_is_its_own_verb_and_checked_like_a_start() -> None:
     signed_stop = signer.sign(stop, "n0", now=time.time())
     assert signed_stop.token is not None and signed_stop.token.grant.verb == "step_stop"
     assert check(signed_stop, node="n0", trusted=trusted, now=time.time()) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "kill"),
+    [
+        (["-K", "x"], {}, True),
+        (["-K1", "x"], {}, True),
+        (["-K0", "x"], {"SLURM_KILL_BAD_EXIT": "1"}, False),  # the option wins
+        (["--kill-on-bad-exit", "x"], {}, True),
+        (["--kill-on-bad-exit=0", "x"], {}, False),
+        (["x"], {"SLURM_KILL_BAD_EXIT": "1"}, True),  # Slurm's variable for it
+        (["x"], {}, False),
+    ],
+)
+def test_srun_kill_on_bad_exit(argv: list[str], env: dict[str, str], kill: bool) -> None:
+    req = step_request(argv, {"SLURM_JOB_ID": "7"} | env, "/w")
+    assert (req.kill_on_bad_exit, req.argv) == (kill, ("x",))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-K2", "x"], "invalid -K value '2': 0 or 1"),
+        (["--kill-on-bad-exit=yes", "x"], "invalid --kill-on-bad-exit value 'yes': 0 or 1"),
+        (["--pty=1", "x"], "option '--pty' takes no value"),
+    ],
+)
+def test_srun_flag_values_refused(argv: list[str], message: str) -> None:
+    with pytest.raises(SrunError) as refused:
+        parse(argv)
+    assert str(refused.value) == message
