@@ -301,7 +301,10 @@ class StepService:
                     "step task ended badly: ending the others (-K)",
                     extra=kv(job=kill.job_id, nodes=len(pending)),
                 )
-                await self._stop_step(kill, nodes)
+                try:
+                    await self._stop_step(kill, nodes)
+                except Exception as err:  # the step's end is still waited for, recorded
+                    log.warning("-K stop failed", extra=kv(job=kill.job_id, error=repr(err)))
                 return
 
     async def _stop_step(self, stop: StepStop, nodes: Any) -> None:
