@@ -85,12 +85,13 @@ async def insert_step(
     holder: str, lease_s: float,
 ) -> int:  # fmt: skip
     """The job's next step id (0, 1, ...), coordinated by `holder` for `lease_s` from
-    now; inside the caller's transaction, under `lock_job`."""
+    now; inside the caller's transaction, under `lock_job`. Its start is the insert's
+    own clock, not the transaction's: after the end of any step whose GPUs it took."""
     step_id = await conn.fetchval(
         "INSERT INTO job_steps(job_id, step_id, attempt, generation, argv, nodes, ntasks,"
-        " state, output_dir, coordinator, lease_until, gpus, kill_on_bad_exit)"
+        " state, output_dir, coordinator, lease_until, gpus, kill_on_bad_exit, started_at)"
         " SELECT $1, coalesce(max(step_id) + 1, 0), $2, $3, $4, $5, $6, $7, $8, $9,"
-        " now() + make_interval(secs => $10), $11::jsonb, $12"
+        " now() + make_interval(secs => $10), $11::jsonb, $12, clock_timestamp()"
         " FROM job_steps WHERE job_id = $1 RETURNING step_id",
         req.job_id,
         attempt,

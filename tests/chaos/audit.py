@@ -7,9 +7,11 @@ invariant, so one run reports every violation it found, not only the first.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Iterable
+from datetime import datetime
 
 import asyncpg
 import nats
@@ -132,6 +134,43 @@ async def steps_settled(db: asyncpg.Connection) -> list[Violation]:
         )
         for r in rows
     ]
+
+
+# Steps that held GPUs, with when: the audit pairs those of one job and one start.
+HELD_STEPS = (
+    "SELECT job_id, step_id, attempt, generation, gpus::text AS gpus, started_at,"
+    " coalesce(ended_at, clock_timestamp()) AS ended_at FROM job_steps"
+    " WHERE gpus <> '{}'::jsonb ORDER BY job_id, step_id"
+)
+
+
+HeldStep = tuple[int, set[tuple[str, int]], datetime, datetime]  # step, GPUs, ran from, to
+
+
+async def step_gpus_held_once(db: asyncpg.Connection) -> list[Violation]:
+    """Invariant 1 within a job: no two of its steps (of one start) held one GPU at
+    once: from the GPUs each step held and when it ran (steps_core.layout)."""
+    steps: dict[
+        tuple[int, int, int], list[tuple[int, set[tuple[str, int]], datetime, datetime]]
+    ] = {}
+    for r in await db.fetch(HELD_STEPS):
+        held = {(node, g) for node, gs in json.loads(r["gpus"]).items() for g in gs}
+        key = (r["job_id"], r["attempt"], r["generation"])
+        steps.setdefault(key, []).append((r["step_id"], held, r["started_at"], r["ended_at"]))
+    found = []
+    for (job_id, _, _), ran in sorted(steps.items()):
+        for i, (one, gpus, began, ended) in enumerate(ran):
+            for other, others, began2, ended2 in ran[i + 1 :]:
+                shared = gpus & others
+                if shared and began < ended2 and began2 < ended:
+                    found.append(
+                        Violation(
+                            Invariant.GPU_ONCE,
+                            f"steps {job_id}.{one} and {job_id}.{other} both held "
+                            f"{sorted(shared)} at once",
+                        )
+                    )
+    return found
 
 
 async def _finished_events(db: asyncpg.Connection) -> Counter[int]:

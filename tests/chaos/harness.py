@@ -234,6 +234,7 @@ async def _audit(
         found += await audit.fences_in_place(conn)
         found += await _settled(conn, audit.usage_once)
         found += await _settled(conn, audit.steps_settled)
+        found += await audit.step_gpus_held_once(conn)
         rows = await conn.fetch("SELECT state, count(*) AS n FROM job_steps GROUP BY state")
         report.step_states = {r["state"]: r["n"] for r in rows}
     finally:

@@ -6,7 +6,8 @@ torchrun-style jobs (`--nodes=1:2`: they shrink when a node goes and read their 
 from MUSTER_NODELIST), preemption pairs (a low-tier job holding a whole node, then a
 high-tier one that needs it), and two-node jobs whose batch script runs its sleep as an
 srun step (a task on each node, each under a stepd of its own: they must end with
-their job, whatever agent or replica is killed meanwhile). Every job sleeps a drawn
+their job, whatever agent or replica is killed meanwhile), and one-node sweeps: three
+one-GPU steps side by side on two GPUs (steps hold their GPUs alone). Every job sleeps a drawn
 while and exits 0, in the run's own working folder (how tests/chaos/machine.py tells
 its workers, step tasks included, from other tests').
 Which job comes next is drawn from the run's seed too.
@@ -68,6 +69,13 @@ ELASTIC = (
 # srun signs its request as the submitter, with the bed's test keys (the launcher passes
 # no MUSTER_ variable of the submitter's); the interpreter is this one (its packages).
 STEPPED = "#!/bin/bash\nexport MUSTER_KEY_DIR={keys}\n{python} -m muster.cli srun sleep {seconds}\n"
+# A sweep inside one allocation: three one-GPU steps on two GPUs, the third waiting
+# ("busy") until one of the first two ends; no two may hold one GPU at once.
+SWEPT = (
+    "#!/bin/bash\nexport MUSTER_KEY_DIR={keys}\n"
+    + "{python} -m muster.cli srun -n1 --gpus-per-task=1 sleep {seconds} &\n" * 2
+    + "{python} -m muster.cli srun -n1 --gpus-per-task=1 sleep {seconds}\nwait\n"
+)
 KINDS: dict[str, tuple[tuple[str, ...], str]] = {
     "single": (("--gpus-per-node=1",), SLEEPER),
     "gang": (("--nodes=2", "--gpus-per-node=1"), SLEEPER),
@@ -76,6 +84,7 @@ KINDS: dict[str, tuple[tuple[str, ...], str]] = {
     "preemptible": (("--partition=low", "--gpus-per-node=2"), SLEEPER),
     "urgent": (("--partition=high", "--gpus-per-node=2"), SLEEPER),
     "stepped": (("--nodes=2", "--gpus-per-node=1"), STEPPED),
+    "swept": (("--gpus-per-node=2",), SWEPT),
 }
 # What the dead-letter stream must hold, and nothing else: undecodable on purpose.
 POISON = b"\x00chaos-poison: not an event\xff"
