@@ -128,6 +128,18 @@ def _selector(args: argparse.Namespace) -> JobSelector:
 
 def _job_action(verb: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
+        ended = 0  # 1 once a step named was refused
+        if verb == "cancel":  # JOB.STEP: the launcher ends the step (muster/step_refs.py)
+            from muster import step_refs
+
+            refs = [r for item in args.job_ids for r in item.split(",") if r]
+            steps, args.job_ids = step_refs.split(refs)
+            if steps and args.signal:
+                print("muster cancel: error: -s with JOB.STEP: signal its job", file=sys.stderr)
+                return 1
+            ended = step_refs.cancel(nats_url(args.state), steps, "muster cancel") if steps else 0
+            if steps and not (args.job_ids or args.name or args.owner):
+                return ended
         try:
             reply = request(nats_url(args.state), verb, _selector(args), Ok)
         except ApiRefused as err:
@@ -138,7 +150,7 @@ def _job_action(verb: str) -> Callable[[argparse.Namespace], int]:
         print(reply.message)
         for why in reply.skipped:
             print(f"  skipped: {why}")
-        return 0
+        return ended
 
     return run
 

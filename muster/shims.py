@@ -202,10 +202,18 @@ def scancel(argv: list[str]) -> int:
     owner = a.user or ((current_user() or os.environ.get("USER")) if a.me else None)
     if not (a.job_ids or a.name or owner):
         raise ShimError("no job specification given: name job ids, -n NAME or -u USER")
-    return _act(
+    from muster import step_refs  # JOB.STEP: the launcher ends the step
+
+    steps, refs = step_refs.split(_csv(a.job_ids))
+    if steps and a.signal:
+        raise ShimError("-s with JOB.STEP: a step takes no signal here; signal its job")
+    ended = step_refs.cancel(_url(), steps, "scancel") if steps else 0
+    if steps and not (refs or a.name or owner):
+        return ended
+    return ended | _act(
         "scancel",
         "cancel",
-        a.job_ids,
+        refs,
         name=a.name,
         owner=owner,
         states=states,

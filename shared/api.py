@@ -387,10 +387,12 @@ class StepLaunch(msgspec.Struct, frozen=True, kw_only=True):
 
 class StepCancelRequest(Request, frozen=True, kw_only=True):
     """srun interrupted (Ctrl-C) -> the launcher (`muster.api.step_cancel`): end the
-    step it started, named by the job and the step's output folder (srun's own)."""
+    step it started, named by the job and the step's output folder (srun's own); or
+    `scancel JOB.STEP`: the step named by its id (`output_dir` then "")."""
 
     job_id: int
-    output_dir: str
+    output_dir: str = ""
+    step_id: int | None = None
 
 
 class StepStop(msgspec.Struct, frozen=True, kw_only=True):

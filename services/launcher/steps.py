@@ -381,20 +381,35 @@ class StepService:
         self._coordinating[key] = self._spawn(self._coordinate(key, launches, timeout, kill))
 
     async def cancel(self, req: StepCancelRequest) -> Ok:
-        """srun was interrupted: every node of the job ends that step's tasks; the
-        request that started the step then answers (CANCELLED) and records it."""
+        """srun was interrupted, or `scancel JOB.STEP`: every node of the job ends that
+        step's tasks; its coordinator then records it CANCELLED (and answers srun)."""
+        if (req.step_id is None) == (not req.output_dir):
+            raise Refused("name the step by its id or by srun's output folder, one of them")
         async with self.ctx.pool.acquire() as conn:
             found = await repo.running_job(conn, req.job_id)
+            step = None
+            if req.step_id is not None:
+                step = await repo.step_row(conn, req.job_id, req.step_id)
+        name = f"step {req.job_id}.{req.step_id}"
+        if req.step_id is not None and step is None:
+            raise Refused(f"{name} does not exist", "not_found")
         if found is None:
             return Ok(message=f"job {req.job_id} is not running: no step to end")
         row, spec = found
         if req.user != spec.user:
             raise Refused(f"job {req.job_id} belongs to {spec.user!r}", "forbidden")
+        output_dir = req.output_dir
+        if step is not None:
+            if step["state"] != StepState.RUNNING:
+                return Ok(message=f"{name} has already ended ({step['state']})")
+            output_dir = step["output_dir"]
+            if not output_dir:  # its tasks are known to the agents by srun's folder alone
+                raise Refused(f"{name} was not started by srun: end it with its job")
         stop = StepStop(
             job_id=req.job_id,
             attempt=int(row["attempt"]),
             generation=int(row["restart_count"]),
-            output_dir=req.output_dir,
+            output_dir=output_dir,
         )
         await self._stop_step(stop, row["nodes"])
         return Ok(message="step ending")

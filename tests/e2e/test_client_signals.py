@@ -7,7 +7,9 @@ from `ps`: no task, command or allocation outlives them.
   salloc exits as srun did (143) and the job ends FAILED 143, as Slurm records it;
 - `salloc srun --pty sleep`, SIGTERM: the same for a terminal step;
 - salloc running its command, SIGHUP (a closed terminal): the command is hung up and
-  the allocation let go at once (CANCELLED), exit 129.
+  the allocation let go at once (CANCELLED), exit 129;
+- `scancel JOB.STEP` from elsewhere ends that step alone (CANCELLED): srun exits 143,
+  and salloc with it.
 Before, Python's default ended either client where it stood: the step ran on, and the
 allocation was held to its time limit."""
 
@@ -126,7 +128,11 @@ async def test_salloc_and_srun_told_to_end_let_go_of_what_they_hold(
                 assert await client.told(signal.SIGTERM) == 143, client.said
             finally:
                 client.close()
-            assert await db.fetchval(LAST_STEP, job) == "CANCELLED", step
+            # (srun --pty asks for the cancel and leaves: the step's end is recorded after)
+            last = await eventually(
+                partial(db.fetchval, LAST_STEP, job), lambda s: s != "RUNNING", 30.0, "its end"
+            )
+            assert last == "CANCELLED", step
             assert await ended(db, job) == ("FAILED", 143), step
             assert not running(f"sleep {marker}"), step
 
@@ -139,6 +145,28 @@ async def test_salloc_and_srun_told_to_end_let_go_of_what_they_hold(
             hung.close()
         assert await ended(db, job) == ("CANCELLED", None)
         await eventually(lambda: _async(running("sleep 3104")), lambda p: not p, 30.0, "hung up")
+
+        # scancel JOB.STEP ends that step alone: srun hears it, salloc exits as srun did
+        stepping = Client(["srun", "sleep", "3105"], work)
+        try:
+            job = int((await stepping.expect(r"Granted job allocation (\d+)")).group(1))
+            await eventually(
+                partial(db.fetchval, LAST_STEP, job), lambda s: s == "RUNNING", 60.0, "step"
+            )
+            scancel = await asyncio.to_thread(
+                subprocess.run,
+                [PY, "-m", "muster.shims", "scancel", f"{job}.0"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert scancel.returncode == 0, scancel.stderr
+            assert await asyncio.to_thread(stepping.proc.wait, 60) == 143, stepping.said
+        finally:
+            stepping.close()
+        assert await db.fetchval(LAST_STEP, job) == "CANCELLED"
+        assert await ended(db, job) == ("FAILED", 143)
+        assert not running("sleep 3105")
 
 
 async def _async(value: list[str]) -> list[str]:
