@@ -363,13 +363,17 @@ async def _first_bad_ends_the_rest(tasks: list[StepTask]) -> None:
     every task ended well."""
     waits = {asyncio.ensure_future(t.ended()): t for t in tasks}
     pending = set(waits)
-    while pending:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        if any(bad(w.result()) for w in done):
-            log.info("a task ended badly: stopping the step's others", extra=kv(left=len(pending)))
-            for w in pending:
-                waits[w].stop()
-            return
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if any(bad(w.result()) for w in done):
+                log.info("a task ended badly: stopping the others", extra=kv(left=len(pending)))
+                for w in pending:
+                    waits[w].stop()
+                return
+    finally:  # cut short (the agent stopping): each task's own wait is shielded, kept
+        for w in pending:
+            w.cancel()
 
 
 def bad(end: StepExit) -> bool:
