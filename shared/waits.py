@@ -6,6 +6,10 @@ timeout=period)` alone does not see `stop`: a service told to stop then sat out 
 rest of the period (fairshare's 5 s priority period held every test cluster's teardown
 for 5 s).
 
+`first_where`: the futures still pending once one of them completed with a result that
+passes a test (srun -K's first bad task, or node), or None once all completed and none
+did; a cancel of the caller leaves the futures as they are.
+
 `cancel_and_wait`: a task cancelled is gone before its canceller goes on. Python 3.11's
 `wait_for` loses a cancel that arrives as its inner future completes (nats.py's connect
 has one, and a refused connect completes at once); the task then runs on, retrying its
@@ -16,7 +20,10 @@ for its inner task to end, leaves that task behind.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 async def woken(wake: asyncio.Event, stop: asyncio.Event, timeout_s: float) -> bool:
@@ -46,3 +53,16 @@ async def cancel_and_wait(task: asyncio.Future[Any], every_s: float = 0.1) -> No
             held = True
     if held:
         raise asyncio.CancelledError
+
+
+async def first_where(
+    futures: Collection[asyncio.Future[T]], passes: Callable[[T], bool]
+) -> set[asyncio.Future[T]] | None:
+    """Wait until one of `futures` completes with a result that `passes` (one that
+    raised does not): the others, still pending; None when all completed, none passing."""
+    pending = set(futures)
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if any(passes(f.result()) for f in done if not f.cancelled() and not f.exception()):
+            return pending
+    return None

@@ -51,6 +51,7 @@ from services.launcher.steps_core import (
     Refusal,
     StepShape,
     StepState,
+    bad_end,
     layout,
     step_exit,
     step_state,
@@ -77,6 +78,7 @@ from shared.logs import kv
 from shared.runtime import ServiceContext
 from shared.settings import LauncherSettings
 from shared.transient import is_transient
+from shared.waits import first_where
 
 if TYPE_CHECKING:
     from nats.aio.msg import Msg
@@ -293,19 +295,14 @@ class StepService:
     ) -> None:
         """Until every node answered, or one answered with a bad end: then the step's
         tasks are stopped on every node, as srun's Ctrl-C stops them."""
-        pending: set[asyncio.Future[StepOutcome]] = set(calls)
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if any(_bad(c.result()) for c in done if not c.exception()):
-                log.info(
-                    "step task ended badly: ending the others (-K)",
-                    extra=kv(job=kill.job_id, nodes=len(pending)),
-                )
-                try:
-                    await self._stop_step(kill, nodes)
-                except Exception as err:  # the step's end is still waited for, recorded
-                    log.warning("-K stop failed", extra=kv(job=kill.job_id, error=repr(err)))
-                return
+        left = await first_where(calls, lambda o: bad_end(o.exit_codes, o.signals))
+        if left is None:
+            return
+        log.info("step task ended badly: ending the others (-K)", extra=kv(job=kill.job_id))
+        try:
+            await self._stop_step(kill, nodes)
+        except Exception as err:  # the step's end is still waited for, recorded
+            log.warning("-K stop failed", extra=kv(job=kill.job_id, error=repr(err)))
 
     async def _stop_step(self, stop: StepStop, nodes: Any) -> None:
         """Every node of `nodes` ends the step's tasks (those writing under its output
@@ -479,10 +476,3 @@ class StepService:
                 raise
             return StepOutcome(ok=False, message=f"node {node} did not answer: {err!r}")
         return msgspec.json.decode(raw, type=StepOutcome)
-
-
-def _bad(outcome: StepOutcome) -> bool:
-    """A node's answer with a task that exited non-zero or by a signal (srun -K)."""
-    return any(c not in (0, None) for c in outcome.exit_codes) or any(
-        s is not None for s in outcome.signals
-    )

@@ -45,6 +45,7 @@ from services.launcher.executor import LaunchError, RunAs, process_gone
 from services.launcher.pty_task import SOCKET
 from services.launcher.step_tasks import StepKey, StepTask, TaskFolders, TaskNote
 from services.launcher.stepd_client import Zygote, started_or_ended
+from services.launcher.steps_core import bad_end
 from services.launcher.steps_pty import relay
 from services.launcher.worker_table import (
     Ending,
@@ -60,6 +61,7 @@ from shared.agent_auth import TrustedKeys, check
 from shared.api import AGENT_PREFIX, StepLaunch, StepOutcome, StepStop, StepTaskSpec
 from shared.bus import Bus
 from shared.logs import kv
+from shared.waits import first_where
 
 if TYPE_CHECKING:
     from nats.aio.msg import Msg
@@ -361,23 +363,18 @@ async def _first_bad_ends_the_rest(tasks: list[StepTask]) -> None:
     """srun -K: once a task exits non-zero or by a signal, the others are stopped (their
     stepds: SIGTERM, SIGKILL after the grace); returns at the first bad end, or once
     every task ended well."""
-    waits = {asyncio.ensure_future(t.ended()): t for t in tasks}
-    pending = set(waits)
+    waits: dict[asyncio.Future[StepExit], StepTask] = {
+        asyncio.ensure_future(t.ended()): t for t in tasks
+    }
     try:
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if any(bad(w.result()) for w in done):
-                log.info("a task ended badly: stopping the others", extra=kv(left=len(pending)))
-                for w in pending:
-                    waits[w].stop()
-                return
-    finally:  # cut short (the agent stopping): each task's own wait is shielded, kept
-        for w in pending:
+        left = await first_where(waits, lambda end: bad_end([end.exit_code], [end.signal]))
+        if left is not None:
+            log.info("a task ended badly: stopping the others", extra=kv(left=len(left)))
+            for w in left:
+                waits[w].stop()
+    finally:  # done or cut short (the agent stopping): each task's own wait is shielded
+        for w in waits:
             w.cancel()
-
-
-def bad(end: StepExit) -> bool:
-    return end.signal is not None or end.exit_code not in (0, None)
 
 
 async def _end(task: StepTask, grace_s: float) -> None:

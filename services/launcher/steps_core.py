@@ -241,6 +241,11 @@ def step_state(exit_codes: list[int | None], signals: list[int | None], lost: bo
     return StepState.COMPLETED
 
 
+def bad_end(exit_codes: Collection[int | None], signals: Collection[int | None]) -> bool:
+    """srun -K's test: a task exited non-zero or by a signal."""
+    return any(c not in (0, None) for c in exit_codes) or any(s is not None for s in signals)
+
+
 def step_exit(exit_codes: list[int | None], signals: list[int | None]) -> int | None:
     """The step's exit code, srun's: the highest of its tasks' (128+N for a signal)."""
     codes = [c for c in exit_codes if c is not None] + [128 + s for s in signals if s is not None]

@@ -11,7 +11,7 @@ from typing import NoReturn
 import pytest
 
 from shared.bus import _connected
-from shared.waits import cancel_and_wait, woken
+from shared.waits import cancel_and_wait, first_where, woken
 
 CASES = {
     "woken during the wait": ("wake", True),
@@ -84,3 +84,20 @@ async def test_an_abandoned_connect_is_ended_not_left_retrying() -> None:
         with pytest.raises(TimeoutError if how == "timed out" else asyncio.CancelledError):
             await asyncio.wait_for(waiting, 10)
         assert connecting.done() and ran == ["ended"], how
+
+
+async def test_first_where_returns_the_others_once_one_passes_and_none_when_none_does() -> None:
+    loop = asyncio.get_running_loop()
+    good, bad, slow = (loop.create_future() for _ in range(3))
+    waiting = asyncio.ensure_future(first_where([good, bad, slow], lambda v: v != 0))
+    good.set_result(0)
+    await asyncio.sleep(0)
+    assert not waiting.done(), "a result that does not pass: still waiting"
+    bad.set_result(3)
+    assert await waiting == {slow}
+    failed: asyncio.Future[int] = loop.create_future()
+    failed.set_exception(OSError("gone"))  # one that raised does not pass
+    done_well: asyncio.Future[int] = loop.create_future()
+    done_well.set_result(0)
+    assert await first_where([failed, done_well], lambda v: v != 0) is None
+    slow.cancel()

@@ -16,6 +16,7 @@ from services.launcher.steps_core import (
     Refusal,
     StepShape,
     StepState,
+    bad_end,
     layout,
     step_exit,
     step_state,
@@ -245,3 +246,18 @@ def test_srun_flag_values_refused(argv: list[str], message: str) -> None:
     with pytest.raises(SrunError) as refused:
         parse(argv)
     assert str(refused.value) == message
+
+
+@pytest.mark.parametrize(
+    ("codes", "signals", "bad"),
+    [
+        ([0, 0], [None, None], False),
+        ([0, None], [None, None], False),  # not ended yet is not bad
+        ([0, 4], [None, None], True),
+        ([None], [11], True),
+    ],
+)
+def test_a_bad_end_is_a_nonzero_exit_or_a_signal(
+    codes: list[int | None], signals: list[int | None], bad: bool
+) -> None:
+    assert bad_end(codes, signals) is bad
