@@ -37,6 +37,11 @@ def end(signum: int) -> None:
     raise Ended(signum)
 
 
+def heard() -> list[signal.Signals]:
+    """SIGTERM and SIGHUP, but for one the process inherited as ignored (`nohup`)."""
+    return [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+
+
 @contextmanager
 def handled(handler: Callable[[int], None] = end) -> Iterator[None]:
     """`handler(signum)` for SIGTERM and SIGHUP while inside; the earlier handlers after.
@@ -48,10 +53,9 @@ def handled(handler: Callable[[int], None] = end) -> Iterator[None]:
     def on(signum: int, _frame: FrameType | None) -> None:
         handler(signum)
 
-    earlier = {s: signal.getsignal(s) for s in SIGNALS}
-    for s, was in earlier.items():
-        if was is not signal.SIG_IGN:
-            signal.signal(s, on)
+    earlier = {s: signal.getsignal(s) for s in heard()}
+    for s in earlier:
+        signal.signal(s, on)
     try:
         yield
     finally:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from muster.client import ApiRefused, nats_url, request
-from muster.ending import SIGNALS, Ended, handled
+from muster.ending import Ended, handled, heard
 from muster.srun_error import SrunError
 from shared.api import Ok, StepCancelRequest, StepReply, StepRequest
 from shared.bus_inbox import user_pty
@@ -437,13 +437,13 @@ async def _terminal(req: StepRequest) -> int:
         keys.put_nowait(b"")
     sender = asyncio.create_task(send())
     told: asyncio.Future[int] = loop.create_future()  # SIGTERM, SIGHUP: the step ends
-    heard = [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]  # nohup kept
+    listened = heard()  # an inherited ignore (nohup) kept
 
     def on_told(signum: int) -> None:
         if not told.done():
             told.set_result(signum)
 
-    for s in heard:
+    for s in listened:
         loop.add_signal_handler(s, on_told, s)
     # asked again while RUNNING, as a batch step is: any replica answers its end
     ending = asyncio.ensure_future(_ended_in_daemon(req))
@@ -455,7 +455,7 @@ async def _terminal(req: StepRequest) -> int:
             return Ended(told.result()).status
         reply = ending.result()
     finally:
-        for s in heard:
+        for s in listened:
             loop.remove_signal_handler(s)
         loop.remove_reader(fd)
         sender.cancel()
