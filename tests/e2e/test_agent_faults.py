@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
 
 import asyncpg
 import pytest
@@ -31,11 +30,10 @@ from services.launcher.worker_table import (
     node_state_folder,
     process_ref,
 )
-from tests.support.cluster import eventually, kill9, nodes, pid_from, running_cluster, submit
+from tests.support.cluster import eventually, kill9, nodes, pid_from, ready, running_cluster, submit
 
 pytestmark = pytest.mark.slow
 
-T = TypeVar("T")
 
 # Restart within the fence: the agent is back long before the node could be DOWN.
 RESTART_ENV = {
@@ -109,7 +107,7 @@ async def test_a_killed_agent_leaves_its_jobs_running_and_reports_what_ended_mea
             )
         before = {name: await run_row(db, j) for name, j in jobs.items()}
         found = await eventually(
-            lambda: _async(records(state, node.name)),
+            lambda: ready(records(state, node.name)),
             lambda rs: all(r.worker is not None for r in rs.values()) and len(rs) == 3,
             what="three worker records with pids",
         )
@@ -121,7 +119,7 @@ async def test_a_killed_agent_leaves_its_jobs_running_and_reports_what_ended_mea
         (work / "go-fails").write_text("3")
         t = table(state, node.name)
         await eventually(
-            lambda: _async([t.exit_of(found[jobs[n]]) for n in ("completes", "fails")]),
+            lambda: ready([t.exit_of(found[jobs[n]]) for n in ("completes", "fails")]),
             lambda ends: all(e is not None and e.ending is Ending.EXITED for e in ends),
             what="both exits recorded on disk while the agent is dead",
         )
@@ -135,7 +133,7 @@ async def test_a_killed_agent_leaves_its_jobs_running_and_reports_what_ended_mea
         assert before["stays"] is not None
         assert (row["attempt"], row["restart_count"]) == (before["stays"]["attempt"], 0)
         left = await eventually(
-            lambda: _async(set(records(state, node.name))),
+            lambda: ready(set(records(state, node.name))),
             lambda ids: ids == {jobs["stays"]},
             what="reported records removed",
         )
@@ -180,7 +178,7 @@ async def test_a_hung_agent_fences_its_job_before_the_job_runs_elsewhere(
 
         await up_only_when_clean(db, victim, group)
         await eventually(
-            lambda: _async(set(records(state, victim))),
+            lambda: ready(set(records(state, victim))),
             lambda ids: job_id not in ids,
             timeout=30,
             what="the fenced worker's exit reported and its record removed",
@@ -240,12 +238,12 @@ async def test_a_worker_left_without_its_stepd_is_killed_by_the_next_agent_and_r
         c.start_node(node, **RESTART_ENV)
 
         await eventually(
-            lambda: _async([p for p in group if alive_pid(p)]),
+            lambda: ready([p for p in group if alive_pid(p)]),
             lambda left: left == [],
             what="the orphaned worker group killed",
         )
         await eventually(
-            lambda: _async(set(records(state, node.name))),
+            lambda: ready(set(records(state, node.name))),
             lambda ids: job_id not in ids,
             what="its loss reported and the record removed",
         )
@@ -314,18 +312,18 @@ exec sleep 1000
         row = await eventually(lambda: _step(db, job_id, 0), lambda r: r["state"] != "RUNNING")
         assert (row["state"], row["exit_code"]) == ("FAILED", 7), dict(row)
         said = work / "srun1.txt"
-        await eventually(lambda: _async(said.read_text() if said.exists() else ""), bool)
+        await eventually(lambda: ready(said.read_text() if said.exists() else ""), bool)
         assert said.read_text().strip() == "rc=7"  # srun in the job hears the task's exit
 
         second = process_ref(await pid_from(work / "task2-1.pid", 60))
         kill9(c, f"node-{node.name}")
         (work / "go2").write_text("x")  # the task ends while no agent runs there
-        await eventually(lambda: _async(alive(second)), lambda up: not up, 30, "task 2 ended")
+        await eventually(lambda: ready(alive(second)), lambda up: not up, 30, "task 2 ended")
         c.start_node(node, **RESTART_ENV)
         row = await eventually(lambda: _step(db, job_id, 1), lambda r: r["state"] != "RUNNING")
         assert (row["state"], row["exit_code"]) == ("FAILED", 3), dict(row)
         said = work / "srun2.txt"
-        await eventually(lambda: _async(said.read_text() if said.exists() else ""), bool)
+        await eventually(lambda: ready(said.read_text() if said.exists() else ""), bool)
         assert said.read_text().strip() == "rc=3"
         assert alive(record.worker), "the job's worker is adopted, not ended"
         run = await run_row(db, job_id)
@@ -437,7 +435,7 @@ async def started_worker(state: Path, node: str, job_id: int) -> tuple[WorkerRec
     script's `sleep 1000` is in it: two members alone can be the prologue's `mkdir`,
     before the script ran its trap or forked what the test then expects to be killed."""
     record = await eventually(
-        lambda: _async(records(state, node).get(job_id)),
+        lambda: ready(records(state, node).get(job_id)),
         lambda r: r is not None and r.worker is not None and r.stepd is not None,
         what="the worker record with pids",
     )
@@ -445,7 +443,7 @@ async def started_worker(state: Path, node: str, job_id: int) -> tuple[WorkerRec
     worker = record.worker
     assert worker is not None
     group = await eventually(
-        lambda: _async(group_members(worker.pid)),
+        lambda: ready(group_members(worker.pid)),
         lambda g: any(_cmdline(p) == ["sleep", "1000"] for p in g),
         what="the script's sleep 1000 in the worker's group",
     )
@@ -491,7 +489,3 @@ def alive_pid(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-async def _async(value: T) -> T:
-    return value

@@ -28,7 +28,7 @@ import asyncpg
 import pytest
 
 from muster.shims import write_shims
-from tests.support.cluster import eventually, nodes, running_cluster
+from tests.support.cluster import eventually, job_end, nodes, processes, ready, running_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -81,21 +81,8 @@ class Client:
             self.proc.stderr.close()
 
 
-def running(command: str) -> list[str]:
-    """The processes whose command line is `command` exactly, from `ps` (the clients'
-    own command lines hold it too, with more around it)."""
-    ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True, check=True)
-    return [line for line in ps.stdout.splitlines() if line.strip() == command]
-
-
 async def ended(db: asyncpg.Connection, job: int) -> tuple[str, int | None]:
-    row = await eventually(
-        lambda: db.fetchrow("SELECT state, exit_code FROM job_runs WHERE job_id = $1", job),
-        lambda r: r is not None and r["state"] not in ("PENDING", "RUNNING", "COMPLETING"),
-        60.0,
-        f"job {job}'s end",
-    )
-    assert row is not None
+    row = await job_end(db, job)
     return row["state"], row["exit_code"]
 
 
@@ -124,7 +111,7 @@ async def test_salloc_and_srun_told_to_end_let_go_of_what_they_hold(
                 await eventually(
                     partial(db.fetchval, LAST_STEP, job), lambda s: s == "RUNNING", 60.0, "step"
                 )
-                assert running(f"sleep {marker}")
+                assert processes(f"sleep {marker}")
                 assert await client.told(signal.SIGTERM) == 143, client.said
             finally:
                 client.close()
@@ -134,17 +121,17 @@ async def test_salloc_and_srun_told_to_end_let_go_of_what_they_hold(
             )
             assert last == "CANCELLED", step
             assert await ended(db, job) == ("FAILED", 143), step
-            assert not running(f"sleep {marker}"), step
+            assert not processes(f"sleep {marker}"), step
 
         hung = Client(["sleep", "3104"], work)
         try:
             job = int((await hung.expect(r"Granted job allocation (\d+)")).group(1))
-            assert running("sleep 3104")
+            assert processes("sleep 3104")
             assert await hung.told(signal.SIGHUP) == 129
         finally:
             hung.close()
         assert await ended(db, job) == ("CANCELLED", None)
-        await eventually(lambda: _async(running("sleep 3104")), lambda p: not p, 30.0, "hung up")
+        await eventually(lambda: ready(processes("sleep 3104")), lambda p: not p, 30.0, "hung up")
 
         # scancel JOB.STEP ends that step alone: srun hears it, salloc exits as srun did
         stepping = Client(["srun", "sleep", "3105"], work)
@@ -166,8 +153,4 @@ async def test_salloc_and_srun_told_to_end_let_go_of_what_they_hold(
             stepping.close()
         assert await db.fetchval(LAST_STEP, job) == "CANCELLED"
         assert await ended(db, job) == ("FAILED", 143)
-        assert not running("sleep 3105")
-
-
-async def _async(value: list[str]) -> list[str]:
-    return value
+        assert not processes("sleep 3105")

@@ -21,7 +21,7 @@ import pytest
 from muster.client import call
 from services.launcher import cgroups
 from shared.api import JobSelector, Ok, ShowJobReply, ShowJobRequest
-from tests.support.cluster import eventually, job_state, nodes, running_cluster, submit
+from tests.support.cluster import eventually, job_state, nodes, ready, running_cluster, submit
 
 pytestmark = pytest.mark.slow
 
@@ -228,11 +228,7 @@ async def test_a_jobs_cgroup_holds_it_to_its_memory_pids_gpus_and_io_and_goes_wh
             assert (show.spec["io_weight"], show.spec["io_write_bps"]) == (50, 1048576)
 
             # Every worker's cgroup went with it.
-            assert await eventually(lambda: _async(_job_cgroups(root)), lambda x: x == [], 30) == []
-
-
-async def _async(value: object) -> object:
-    return value
+            assert await eventually(lambda: ready(_job_cgroups(root)), lambda x: x == [], 30) == []
 
 
 PROLOG = """#!/bin/sh
@@ -270,7 +266,7 @@ async def test_a_failing_prolog_drains_the_node_and_requeues_and_the_epilog_runs
             await call(url, "cancel", JobSelector(user="root", job_ids=(ok,)), Ok)
             await eventually(lambda: job_state(db, ok), lambda s: s == "CANCELLED", 30)
             ran = await eventually(
-                lambda: _async(log.read_text() if log.exists() else ""), lambda t: bool(t), 30
+                lambda: ready(log.read_text() if log.exists() else ""), lambda t: bool(t), 30
             )
             job, node_name, user, devices = str(ran).splitlines()[-1].split()
             assert (job, user, len(devices.split(","))) == (str(ok), "root", 2)
@@ -298,4 +294,4 @@ async def test_a_failing_prolog_drains_the_node_and_requeues_and_the_epilog_runs
             )
             assert requeued is not None  # the prolog's failure, or a start that timed out
             assert requeued["outcome"].startswith("requeue: could not start on node02")
-            assert await eventually(lambda: _async(_job_cgroups(root)), lambda x: x == [], 30) == []
+            assert await eventually(lambda: ready(_job_cgroups(root)), lambda x: x == [], 30) == []

@@ -19,7 +19,7 @@ import pytest
 from muster.client import call
 from muster.render import show_lines
 from shared.api import ShowJobReply, ShowJobRequest
-from tests.support.cluster import eventually, nodes, running_cluster, submit
+from tests.support.cluster import job_end, nodes, running_cluster, submit
 
 pytestmark = pytest.mark.slow
 
@@ -52,12 +52,7 @@ async def test_side_by_side_steps_get_gpus_of_their_own_and_a_busy_one_waits(
         script = sweep(work, tmp_path / "state" / "keys")
         argv = ("-N", "1", "--gpus-per-node=2", "-t", "5")
         job = (await submit(nats_url, script, argv, workdir=str(work))).job_ids[0]
-        state = await eventually(
-            lambda: db.fetchval("SELECT state FROM job_runs WHERE job_id = $1", job),
-            lambda s: s in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
-            120.0,
-            "the job's end",
-        )
+        state = (await job_end(db, job, 120.0))["state"]
         assert state == "COMPLETED", (work / "c.err").read_text()
         held = json.loads(
             await db.fetchval("SELECT gpus::text FROM job_runs WHERE job_id = $1", job)

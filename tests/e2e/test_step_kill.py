@@ -7,14 +7,13 @@ the job's time limit."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import asyncpg
 import pytest
 
-from tests.support.cluster import eventually, nodes, running_cluster, submit
+from tests.support.cluster import eventually, job_end, nodes, processes, running_cluster, submit
 
 pytestmark = pytest.mark.slow
 
@@ -32,11 +31,6 @@ else
   while [ ! -f {work}/done ]; do sleep 0.2; done
 fi
 """
-
-
-def sleeping() -> list[str]:
-    ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True, check=True)
-    return [line for line in ps.stdout.splitlines() if line.strip() == "sleep 3201"]
 
 
 async def test_a_bad_exit_on_one_node_ends_the_steps_tasks_on_every_node(
@@ -58,14 +52,9 @@ async def test_a_bad_exit_on_one_node_ends_the_steps_tasks_on_every_node(
         )
         assert step is not None
         assert (step["state"], step["exit_code"]) == ("FAILED", 4)
-        await eventually(
-            lambda: db.fetchval("SELECT state FROM job_runs WHERE job_id = $1", job),
-            lambda s: s == "COMPLETED",
-            60.0,
-            "the job's end",
-        )
+        assert (await job_end(db, job))["state"] == "COMPLETED"
         assert (work / "rc").read_text().strip() == "rc=4"
-        assert not sleeping(), "node01's task was stopped"
+        assert not processes("sleep 3201"), "node01's task was stopped"
         ended = await db.fetchval(
             "SELECT extract(epoch FROM ended_at - started_at) FROM job_steps WHERE job_id = $1",
             job,

@@ -32,7 +32,7 @@ from muster.render import show_lines
 from muster.shims import write_shims
 from services.launcher.worker_table import alive, process_ref
 from shared.api import JobSelector, Ok, ShowJobReply, ShowJobRequest
-from tests.support.cluster import eventually, nodes, pid_from, running_cluster, submit
+from tests.support.cluster import eventually, nodes, pid_from, ready, running_cluster, submit
 
 pytestmark = pytest.mark.slow
 
@@ -160,7 +160,7 @@ wait
         assert not alive(started), "the job ended while its step task still ran"
         srun = process_ref(await pid_from(work / "srun.pid", 5))
         try:  # it hears its step's end (CANCELLED) and leaves
-            await eventually(lambda: _async(alive(srun)), lambda up: not up, 60.0, "srun's end")
+            await eventually(lambda: ready(alive(srun)), lambda up: not up, 60.0, "srun's end")
         finally:
             if srun is not None and alive(srun):
                 os.kill(srun.pid, signal.SIGKILL)
@@ -267,10 +267,6 @@ async def outside_a_job(work: Path, db: asyncpg.Connection) -> None:
     assert step is not None and (step["state"], step["exit_code"]) == ("FAILED", 3)
     run = await db.fetchrow("SELECT state, exit_code FROM job_runs WHERE job_id = $1", job)
     assert run is not None and (run["state"], run["exit_code"]) == ("FAILED", 3)  # the step's
-
-
-async def _async(value: bool) -> bool:
-    return value
 
 
 def _controlling_tty() -> None:

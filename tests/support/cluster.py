@@ -21,6 +21,7 @@ from muster.cluster import Cluster, NodeDef
 from shared.api import InjectFault, QueueReply, QueueRequest, SubmitReply, SubmitRequest
 from shared.events import Event, encode, subject_of
 from shared.identity_files import provision_keys
+from shared.states import TERMINAL
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -210,6 +211,31 @@ async def submit(
 
 async def queue(url: str, all_states: bool = True) -> QueueReply:
     return await call(url, "queue", QueueRequest(user="root", all_states=all_states), QueueReply)
+
+
+async def ready(value: T) -> T:
+    """`value` as an awaitable, for `eventually` to probe what is read without I/O
+    (a file, /proc, ps)."""
+    return value
+
+
+def processes(command: str) -> list[str]:
+    """The processes whose command line is `command` exactly, from `ps` (a client's own
+    command line that holds it among other words does not count)."""
+    ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True, check=True)
+    return [line for line in ps.stdout.splitlines() if line.strip() == command]
+
+
+async def job_end(db: asyncpg.Connection, job_id: int, timeout: float = 60.0) -> asyncpg.Record:
+    """The job's run row (state, exit_code) once it has ended."""
+    row = await eventually(
+        lambda: db.fetchrow("SELECT state, exit_code FROM job_runs WHERE job_id = $1", job_id),
+        lambda r: r is not None and r["state"] in TERMINAL,
+        timeout,
+        f"job {job_id}'s end",
+    )
+    assert row is not None
+    return row
 
 
 async def job_state(db: asyncpg.Connection, job_id: int) -> str | None:
