@@ -17,6 +17,9 @@ from contextlib import contextmanager
 from types import FrameType
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# srun --pty's loop hears Ctrl-C as a signal too: its terminal is not raw while the step
+# waits for GPUs, and a piped stdin never makes it raw
+TOLD = (signal.SIGINT, *SIGNALS)
 
 
 class Ended(BaseException):
@@ -37,9 +40,10 @@ def end(signum: int) -> None:
     raise Ended(signum)
 
 
-def heard() -> list[signal.Signals]:
-    """SIGTERM and SIGHUP, but for one the process inherited as ignored (`nohup`)."""
-    return [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+def heard(signals: tuple[signal.Signals, ...] = SIGNALS) -> list[signal.Signals]:
+    """SIGTERM and SIGHUP (or `signals`), but for one the process inherited as ignored
+    (`nohup`; a shell script's `cmd &` for SIGINT)."""
+    return [s for s in signals if signal.getsignal(s) is not signal.SIG_IGN]
 
 
 @contextmanager

@@ -22,11 +22,12 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from muster.client import ApiRefused, nats_url, request
-from muster.ending import Ended, handled, heard
+from muster.ending import TOLD, Ended, handled, heard
 from muster.srun_error import SrunError
 from shared.api import Ok, StepCancelRequest, StepReply, StepRequest
 from shared.bus_inbox import user_pty
@@ -168,6 +169,7 @@ def step_request(argv: list[str], env: dict[str, str], cwd: str) -> StepRequest:
         environment=dict(env),
         output_dir=str(Path(cwd) / ".muster-steps" / token),
         pty=f"{user_pty(_acting_user(env))}.{os.urandom(16).hex()}" if "pty" in opts else "",
+        answer_made="pty" in opts,  # its terminal goes raw once the step exists
     )
 
 
@@ -309,11 +311,16 @@ def run(argv: list[str]) -> int:
     return outcome.exit_code if outcome.exit_code is not None else 1
 
 
-def _until_ended(req: StepRequest, stop: threading.Event | None = None) -> StepReply:
+def _until_ended(
+    req: StepRequest,
+    stop: threading.Event | None = None,
+    made: Callable[[], None] | None = None,
+) -> StepReply:
     """The step's reply once it ended: the same request again while the launcher says
     RUNNING, or while no replica answers (the one asked died), up to WAIT_S; and while
     the GPUs it needs are held by the job's running steps ("busy", said once, as
-    Slurm's srun waits), until `stop` is set."""
+    Slurm's srun waits), until `stop` is set. `made()` is called at each answer that
+    is not a refusal: the step exists."""
     deadline = time.monotonic() + WAIT_S
     waited = False
     while True:
@@ -338,6 +345,8 @@ def _until_ended(req: StepRequest, stop: threading.Event | None = None) -> StepR
                 raise
             time.sleep(RETRY_S)
             continue
+        if made is not None:
+            made()
         if waited:
             print(f"srun: step created for job {req.job_id}", file=sys.stderr, flush=True)
             waited = False
@@ -356,7 +365,9 @@ async def _terminal(req: StepRequest) -> int:
     """`srun --pty`: this terminal, raw, wired to the task's pty on the first node: its
     output arrives on `<pty>.out`, every key goes to `<pty>.in` (Ctrl-C included), and
     so does the terminal's size: once the relay listens (its first output) and at every
-    SIGWINCH."""
+    SIGWINCH. The terminal goes raw only once the step exists: while it waits for GPUs
+    the job's other steps hold, Ctrl-C (SIGINT) ends srun and makes no step, as it does
+    a batch srun's wait; so do SIGTERM and SIGHUP, at any time (the step is ended)."""
     import asyncio
     import signal
     import termios
@@ -377,9 +388,16 @@ async def _terminal(req: StepRequest) -> int:
     saved = termios.tcgetattr(fd) if os.isatty(fd) else None
     keys: asyncio.Queue[bytes | _Resized] = asyncio.Queue()
     shown_any = False
+    loop = asyncio.get_running_loop()
+    made: asyncio.Future[None] = loop.create_future()  # the step exists: keys may go
+
+    def is_made() -> None:
+        if not made.done():
+            made.set_result(None)
 
     async def shown(msg: Any) -> None:
         nonlocal shown_any
+        is_made()  # an older launcher answers only after its wait: the first output tells
         out.write(msg.data)
         out.flush()
         if not shown_any and saved is not None:  # the relay subscribed before it printed
@@ -388,10 +406,6 @@ async def _terminal(req: StepRequest) -> int:
 
     await nc.subscribe(req.pty + ".out", cb=shown)
     await nc.flush()  # subscribed before the task can print anything
-    loop = asyncio.get_running_loop()
-    if saved is not None:
-        tty.setraw(fd)
-        loop.add_signal_handler(signal.SIGWINCH, keys.put_nowait, RESIZED)
 
     def typed() -> None:
         try:
@@ -429,15 +443,22 @@ async def _terminal(req: StepRequest) -> int:
                 batch += more
             await keys_out.send(bytes(batch))
 
-    try:
-        loop.add_reader(fd, typed)
-    except PermissionError:  # a file or /dev/null: no reader to wait on; send what it holds
-        while data := os.read(fd, 65536):
-            keys.put_nowait(data)
-        keys.put_nowait(b"")
-    sender = asyncio.create_task(send())
-    told: asyncio.Future[int] = loop.create_future()  # SIGTERM, SIGHUP: the step ends
-    listened = heard()  # an inherited ignore (nohup) kept
+    def wire() -> asyncio.Task[None]:
+        """The step exists: this terminal raw (keys typed ahead kept), its keys and
+        size sent."""
+        if saved is not None:
+            tty.setraw(fd, termios.TCSANOW)
+            loop.add_signal_handler(signal.SIGWINCH, keys.put_nowait, RESIZED)
+        try:
+            loop.add_reader(fd, typed)
+        except PermissionError:  # a file or /dev/null: no reader to wait on; send it all
+            while data := os.read(fd, 65536):
+                keys.put_nowait(data)
+            keys.put_nowait(b"")
+        return asyncio.create_task(send())
+
+    told: asyncio.Future[int] = loop.create_future()  # a signal: srun (and its step) ends
+    listened = heard(TOLD)  # an inherited ignore (nohup, `cmd &` in a script) kept
 
     def on_told(signum: int) -> None:
         if not told.done():
@@ -445,11 +466,17 @@ async def _terminal(req: StepRequest) -> int:
 
     for s in listened:
         loop.add_signal_handler(s, on_told, s)
+    stop = threading.Event()  # told while the step waits for GPUs: none is made
     # asked again while RUNNING, as a batch step is: any replica answers its end
-    ending = asyncio.ensure_future(_ended_in_daemon(req))
+    ending = asyncio.ensure_future(_ended_in_daemon(req, stop, is_made))
+    sender: asyncio.Task[None] | None = None
     try:
-        await asyncio.wait((ending, told), return_when=asyncio.FIRST_COMPLETED)
-        if not ending.done():  # told to end (a closed terminal, a kill): so does the step
+        await asyncio.wait((made, ending, told), return_when=asyncio.FIRST_COMPLETED)
+        if made.done() and not ending.done() and not told.done():
+            sender = wire()
+            await asyncio.wait((ending, told), return_when=asyncio.FIRST_COMPLETED)
+        if not ending.done():  # told to end (Ctrl-C, a closed terminal, a kill)
+            stop.set()
             ending.cancel()
             await asyncio.to_thread(_cancel, req)
             return Ended(told.result()).status
@@ -457,10 +484,12 @@ async def _terminal(req: StepRequest) -> int:
     finally:
         for s in listened:
             loop.remove_signal_handler(s)
-        loop.remove_reader(fd)
-        sender.cancel()
+        if sender is not None:
+            loop.remove_reader(fd)
+            sender.cancel()
+            if saved is not None:
+                loop.remove_signal_handler(signal.SIGWINCH)
         if saved is not None:
-            loop.remove_signal_handler(signal.SIGWINCH)
             with contextlib.suppress(termios.error):  # a terminal hung up has no settings
                 termios.tcsetattr(fd, termios.TCSADRAIN, saved)
         await nc.flush()
@@ -468,10 +497,12 @@ async def _terminal(req: StepRequest) -> int:
     return reply.exit_code if reply.exit_code is not None else 1
 
 
-async def _ended_in_daemon(req: StepRequest) -> StepReply:
+async def _ended_in_daemon(
+    req: StepRequest, stop: threading.Event, made: Callable[[], None]
+) -> StepReply:
     """`_until_ended` in a daemon thread, as a batch srun asks: an srun interrupted
     meanwhile exits at once, not once the step ends (asyncio.to_thread's thread would be
-    waited for as the loop closes)."""
+    waited for as the loop closes). `made()` runs on the loop once the step exists."""
     import asyncio
 
     loop = asyncio.get_running_loop()
@@ -486,13 +517,16 @@ async def _ended_in_daemon(req: StepRequest) -> StepReply:
             assert reply is not None
             done.set_result(reply)
 
+    def on_loop(call: Callable[..., None], *args: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+            loop.call_soon_threadsafe(call, *args)
+
     def ask() -> None:
         try:
-            reply, err = _until_ended(req), None
+            reply, err = _until_ended(req, stop, lambda: on_loop(made)), None
         except Exception as exc:
             reply, err = None, exc
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
-            loop.call_soon_threadsafe(settle, reply, err)
+        on_loop(settle, reply, err)
 
     threading.Thread(target=ask, daemon=True).start()
     return await done

@@ -331,6 +331,10 @@ class StepRequest(Request, frozen=True, kw_only=True):
     # srun's terminal size as the step starts, "ROWS COLS" (shared/pty_size.py); ""
     # for none (its later changes travel on `<pty>.in`)
     pty_window: str = ""
+    # answer RUNNING as soon as the step is made, not after the launcher's usual wait:
+    # `srun --pty` keeps its terminal as it is (Ctrl-C ends srun) while the step waits
+    # for GPUs, and makes it raw once the step exists
+    answer_made: bool = False
 
 
 class StepReply(msgspec.Struct, frozen=True, kw_only=True):

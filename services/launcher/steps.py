@@ -215,6 +215,10 @@ class StepService:
         )
         kill = stop if req.kill_on_bad_exit else None
         self._coordinating[key] = self._spawn(self._coordinate(key, launches, timeout, kill))
+        if req.answer_made:  # srun --pty: its terminal goes raw now; it asks again
+            return StepReply(
+                step_id=step_id, state=StepState.RUNNING, nodes=lay.nodes, ntasks=len(lay.tasks)
+            )
         return await self._answer_when_ended(req.job_id, step_id)
 
     async def _answer_when_ended(self, job_id: int, step_id: int) -> StepReply:

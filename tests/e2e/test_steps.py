@@ -39,6 +39,8 @@ pytestmark = pytest.mark.slow
 NODES = nodes(2)
 PY = sys.executable
 LAST_STEP = "SELECT state FROM job_steps WHERE job_id = $1 ORDER BY step_id DESC LIMIT 1"
+STEPS = "SELECT count(*) FROM job_steps WHERE job_id = $1"
+HOLDING = STEPS + " AND state = 'RUNNING' AND gpus <> '{}'"  # steps holding GPUs
 ECHO = (
     'echo "task $SLURM_PROCID $SLURM_LOCALID $SLURM_STEP_ID $SLURM_NTASKS $SLURMD_NODENAME'
     ' G$CUDA_VISIBLE_DEVICES"'
@@ -209,6 +211,7 @@ async def interactive(work: Path, db: asyncpg.Connection) -> None:
         assert await term.remote_size("44 132") == "44 132"
         term.send("exit 4\n")
         await term.expect(r"pty_rc=4", 60.0)
+        await busy_terminal(term, job, db)
         # Ctrl-C in srun ends the step's tasks on every node, as Slurm's srun does
         term.send("srun sleep 300; echo rc=$?\n")
         await eventually(
@@ -240,6 +243,26 @@ async def interactive(work: Path, db: asyncpg.Connection) -> None:
     )
     assert ended is not None
     assert (ended["state"], ended["exit_code"]) == ("FAILED", 3)
+
+
+async def busy_terminal(term: Terminal, job: int, db: asyncpg.Connection) -> None:
+    """`srun --pty` whose GPU a running step holds waits with the terminal as it was:
+    Ctrl-C ends that srun and no step is made, as Slurm's srun leaves a step it could
+    not create. Before, the terminal went raw at once, Ctrl-C went on as a key for a
+    step not yet made, and srun waited on."""
+    term.send("srun -w node01 --gpus-per-task=1 sleep 300 &\n")
+    await eventually(
+        lambda: db.fetchval(HOLDING, job), lambda n: n == 1, 60.0, "a step holding the GPU"
+    )
+    made = await db.fetchval(STEPS, job)
+    term.send("srun -w node01 --gpus-per-task=1 --pty /bin/sh; echo busy_rc=$?\n")
+    await term.expect(r"step creation temporarily disabled", 60.0)
+    term.send("\x03")
+    await term.expect(r"busy_rc=130", 30.0)
+    assert await db.fetchval(STEPS, job) == made, "a step was made for the interrupted srun"
+    term.send("kill $!; wait $!; echo bg_rc=$?\n")  # SIGTERM: srun ends its step, and leaves
+    await term.expect(r"bg_rc=143", 60.0)
+    await eventually(lambda: db.fetchval(HOLDING, job), lambda n: n == 0, 60.0, "the GPU let go")
 
 
 async def outside_a_job(work: Path, db: asyncpg.Connection) -> None:
