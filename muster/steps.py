@@ -46,6 +46,10 @@ VALUED = {
     "--ntasks": "ntasks",
     "--ntasks-per-node": "ntasks_per_node",
     "--gpus-per-task": "gpus_per_task",
+    "--gpus-per-node": "gpus_per_node",
+    "--gres": "gres",
+    "-G": "gpus",
+    "--gpus": "gpus",
     "-w": "nodelist",
     "--nodelist": "nodelist",
     "--jobid": "jobid",
@@ -59,6 +63,9 @@ VALUED = {
     "-c": "",
     "--cpus-per-task": "",
     "--mem": "",
+    "--mem-per-cpu": "",  # the job's memory and CPUs hold its steps (its cgroup)
+    "--mem-per-gpu": "",
+    "--cpus-per-gpu": "",
     "--export": "",
 }
 FLAGS = {
@@ -128,6 +135,27 @@ def _count(opts: dict[str, str], name: str) -> int:
     return value
 
 
+def _per_node(opts: dict[str, str]) -> int:
+    """`--gpus-per-node=[type:]N` or `--gres=gpu[:type][:N]` (a type is the job's)."""
+    if "gres" not in opts:
+        return _count(opts, "gpus_per_node")
+    if "gpus_per_node" in opts:
+        raise SrunError("--gres=gpu and --gpus-per-node both count a node's GPUs: give one")
+    from services.admission.values import gres_gpus
+
+    try:
+        gpus, others = gres_gpus(opts["gres"])
+    except ValueError as err:
+        raise SrunError(str(err)) from None
+    if others:  # as sbatch says of them
+        print(
+            f"srun: warning: --gres {', '.join(others)} ignored: "
+            "Muster schedules GPUs only (gpu[:type]:N)",
+            file=sys.stderr,
+        )
+    return 0 if gpus is None else gpus[1]
+
+
 def _nodelist(opts: dict[str, str]) -> tuple[str, ...]:
     """`-w node[01-02]`, expanded (Slurm's hostlist)."""
     if "nodelist" not in opts:
@@ -161,6 +189,8 @@ def step_request(argv: list[str], env: dict[str, str], cwd: str) -> StepRequest:
         ntasks=_count(opts, "ntasks"),
         ntasks_per_node=_count(opts, "ntasks_per_node"),
         gpus_per_task=_count(opts, "gpus_per_task"),
+        gpus_per_node=_per_node(opts),
+        gpus=_count(opts, "gpus"),
         overlap="overlap" in opts,
         nodelist=_nodelist(opts),
         # -K, else Slurm's variable for it (a site or a user sets it once for every srun)

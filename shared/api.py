@@ -315,6 +315,8 @@ class StepRequest(Request, frozen=True, kw_only=True):
     ntasks: int = 0  # -n
     ntasks_per_node: int = 0  # --ntasks-per-node
     gpus_per_task: int = 0  # --gpus-per-task
+    gpus_per_node: int = 0  # --gpus-per-node, --gres=gpu:N (the node's tasks share them)
+    gpus: int = 0  # --gpus / -G: the step's total, split evenly over its nodes
     # --overlap: the tasks' GPUs may be ones the job's running steps hold, and this step
     # holds none (a step with --gpus-per-task holds its GPUs alone otherwise: another
     # step that needs them is refused "busy", and srun asks again)

@@ -185,6 +185,8 @@ class StepService:
             ntasks=req.ntasks,
             ntasks_per_node=req.ntasks_per_node,
             gpus_per_task=req.gpus_per_task,
+            gpus_per_node=req.gpus_per_node,
+            gpus=req.gpus,
             overlap=req.overlap,
             nodelist=req.nodelist,
         )

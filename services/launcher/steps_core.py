@@ -5,8 +5,10 @@ tasks each runs, as Slurm does inside an allocation: one task per node on every 
 default; `-N` takes the first N nodes; `-n` spreads that many tasks in blocks (the first
 nodes get one more when they do not divide evenly); `--ntasks-per-node` caps each node.
 `-w` names the nodes (of the allocation) the step runs on, all of them.
-`--gpus-per-task` binds each task its own GPUs of the node's share of the job, and
-those GPUs are the step's alone while it runs, as Slurm's steps are exclusive: steps
+`--gpus-per-task` binds each task its own GPUs of the node's share of the job;
+`--gpus-per-node` (and `--gres=gpu:N`) gives each of the step's nodes N GPUs, seen by
+every task there; `--gpus` is the step's total, split evenly over its nodes. Those
+GPUs are the step's alone while it runs, as Slurm's steps are exclusive: steps
 started side by side (`srun -n1 --gpus-per-task=1 ... &`, a sweep inside one
 allocation) get different GPUs; a step on fewer nodes than the job has goes where its
 GPUs are free; a step whose GPUs are all held by running steps is `Busy` (srun waits
@@ -39,6 +41,8 @@ class StepShape(msgspec.Struct, frozen=True, kw_only=True):
     ntasks: int = 0
     ntasks_per_node: int = 0
     gpus_per_task: int = 0
+    gpus_per_node: int = 0  # --gpus-per-node, --gres=gpu:N: each node's, its tasks share them
+    gpus: int = 0  # --gpus: the step's total, split evenly over its nodes
     overlap: bool = False  # srun --overlap: binds GPUs other steps hold, holds none
     nodelist: tuple[str, ...] = ()  # srun -w: exactly these nodes of the allocation
 
@@ -61,7 +65,7 @@ class Layout(msgspec.Struct, frozen=True, kw_only=True):
         out: dict[str, list[int]] = {}
         for t in self.tasks if self.holds else ():
             out.setdefault(t.node, []).extend(t.gpus)
-        return {node: sorted(g) for node, g in out.items()}
+        return {node: sorted(set(g)) for node, g in out.items()}  # shared by its tasks
 
     def on(self, node: str) -> tuple[Task, ...]:
         return tuple(t for t in self.tasks if t.node == node)
@@ -83,7 +87,7 @@ class Busy(msgspec.Struct, frozen=True, kw_only=True):
 def _counts(shape: StepShape, available: int) -> tuple[int, ...] | Refusal:
     """How many tasks each used node runs, in node order."""
     nodes, ntasks, per = shape.nodes, shape.ntasks, shape.ntasks_per_node
-    if min(nodes, ntasks, per, shape.gpus_per_task) < 0:
+    if min(nodes, ntasks, per, shape.gpus_per_task, shape.gpus_per_node, shape.gpus) < 0:
         return Refusal(message="counts must be positive")
     if nodes > available:
         return Refusal(
@@ -126,8 +130,11 @@ def layout(
     counts = _counts(shape, len(nodes))
     if isinstance(counts, Refusal):
         return counts
+    need = _gpu_need(shape, len(counts))
+    if isinstance(need, Refusal):
+        return need
     g = shape.gpus_per_task
-    holds = bool(g) and not shape.overlap
+    holds = need.asked and not shape.overlap
     placed = list(zip(nodes, counts, strict=False))  # the first nodes
     if holds and len(counts) < len(nodes):  # a step on some nodes: where its GPUs are free
 
@@ -135,30 +142,75 @@ def layout(
             taken = set((busy or {}).get(node, ()))
             return sum(1 for x in gpus.get(node, []) if x not in taken)
 
-        placed = _where_free(counts, nodes, g, free_there) or placed
+        placed = _where_free(counts, nodes, need.on, free_there) or placed
     used = tuple(node for node, _ in placed)
     tasks: list[Task] = []
     for nodeid, (node, count) in enumerate(placed):
         held = sorted(gpus.get(node, []))
-        if g and count * g > len(held):
+        wanted = need.on(count)
+        if wanted > len(held):
             return Refusal(
-                message=f"--gpus-per-task={g} x {count} task(s) needs {count * g} GPUs on "
-                f"{node}; the job holds {len(held)} there"
+                message=f"{need.said(count)} needs {wanted} GPUs on {node}; "
+                f"the job holds {len(held)} there"
             )
         taken = set((busy or {}).get(node, ())) if holds else set()
         free = [x for x in held if x not in taken]
-        if count * g > len(free):
+        if wanted > len(free):
             return Busy(
-                message=f"--gpus-per-task={g} x {count} task(s) needs {count * g} GPUs on "
-                f"{node}; the job's running steps hold {len(held) - len(free)} of its "
-                f"{len(held)} there"
+                message=f"{need.said(count)} needs {wanted} GPUs on {node}; the job's "
+                f"running steps hold {len(held) - len(free)} of its {len(held)} there"
             )
         for localid in range(count):
-            bound = tuple(free[localid * g : (localid + 1) * g]) if g else tuple(held)
+            if g:
+                bound = tuple(free[localid * g : (localid + 1) * g])
+            else:  # per node, shared by its tasks; or none asked: the node's whole share
+                bound = tuple(free[:wanted]) if need.asked else tuple(held)
             tasks.append(
                 Task(procid=len(tasks), localid=localid, nodeid=nodeid, node=node, gpus=bound)
             )
     return Layout(nodes=used, tasks=tuple(tasks), holds=holds)
+
+
+class _Need(msgspec.Struct, frozen=True):
+    """The GPUs a node of the step needs for its `count` tasks, and how srun said it."""
+
+    per_task: int = 0
+    per_node: int = 0
+    option: str = ""  # as the message names it: "--gpus-per-node=2", "--gpus=4 over 2 nodes"
+
+    @property
+    def asked(self) -> bool:
+        return bool(self.per_task or self.per_node)
+
+    def on(self, count: int) -> int:
+        return count * self.per_task if self.per_task else self.per_node
+
+    def said(self, count: int) -> str:
+        if self.per_task:
+            return f"--gpus-per-task={self.per_task} x {count} task(s)"
+        return self.option
+
+
+def _gpu_need(shape: StepShape, nodes: int) -> _Need | Refusal:
+    """One of --gpus-per-task, --gpus-per-node (--gres) and --gpus, as a node's need."""
+    given = [shape.gpus_per_task, shape.gpus_per_node, shape.gpus]
+    if sum(1 for n in given if n) > 1:
+        return Refusal(
+            message="give one of --gpus-per-task, --gpus-per-node (--gres=gpu:N) and --gpus"
+        )
+    if shape.gpus_per_task:
+        return _Need(per_task=shape.gpus_per_task)
+    if shape.gpus_per_node:
+        return _Need(per_node=shape.gpus_per_node, option=f"--gpus-per-node={shape.gpus_per_node}")
+    if shape.gpus:
+        per, left = divmod(shape.gpus, nodes)
+        if left or not per:
+            return Refusal(
+                message=f"--gpus={shape.gpus} does not split evenly over the step's {nodes} "
+                f"node(s): give a multiple of {nodes}, -N to use fewer nodes, or --gpus-per-node"
+            )
+        return _Need(per_node=per, option=f"--gpus={shape.gpus} over {nodes} node(s)")
+    return _Need()
 
 
 def _named(shape: StepShape, nodes: tuple[str, ...]) -> tuple[str, ...] | Refusal:
@@ -179,16 +231,19 @@ def _named(shape: StepShape, nodes: tuple[str, ...]) -> tuple[str, ...] | Refusa
 
 
 def _where_free(
-    counts: tuple[int, ...], nodes: tuple[str, ...], g: int, free: Callable[[str], int]
+    counts: tuple[int, ...],
+    nodes: tuple[str, ...],
+    need: Callable[[int], int],
+    free: Callable[[str], int],
 ) -> list[tuple[str, int]] | None:
     """Nodes for a step that uses fewer than the allocation has, as Slurm places such
     a step where its resources are free: each count (the larger first) on the first
-    node in rank order with `count * g` GPUs free; in rank order. None when they do
+    node in rank order with `need(count)` GPUs free; in rank order. None when they do
     not all fit now (the first nodes then say why: held, or more than the job has)."""
     left = list(nodes)
     chosen: list[tuple[str, int]] = []
     for count in counts:
-        node = next((n for n in left if count * g <= free(n)), None)
+        node = next((n for n in left if need(count) <= free(n)), None)
         if node is None:
             return None
         left.remove(node)

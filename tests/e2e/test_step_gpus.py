@@ -1,8 +1,9 @@
 """End to end on a local cluster: steps side by side in one allocation get GPUs of their
 own, as Slurm's steps do (docs/steps.md, steps_core.layout).
 
-A batch job holding two GPUs starts two `srun -n1 --gpus-per-task=1` steps in the
-background (a sweep inside one allocation): each sees a different GPU. While both run,
+A batch job holding two GPUs starts two one-GPU steps in the background (a sweep
+inside one allocation; one says `--gpus-per-task=1`, the other `--gres=gpu:1`, as older
+scripts do): each sees a different GPU. While both run,
 an `--overlap` step runs at once on a GPU they hold, and a third plain step waits
 ("step creation temporarily disabled") until one of them ends, then gets its GPU.
 Before, every such step saw the first GPU of the node, all at once."""
@@ -33,7 +34,7 @@ def sweep(work: Path, keys: Path) -> str:
 export MUSTER_KEY_DIR={keys}
 cd {work}
 {srun} -n1 --gpus-per-task=1 bash -c '{task.format("a")}' &
-{srun} -n1 --gpus-per-task=1 bash -c '{task.format("b")}' &
+{srun} -n1 --gres=gpu:1 bash -c '{task.format("b")}' &
 while [ ! -s a ] || [ ! -s b ]; do sleep 0.1; done
 {srun} --overlap -n1 --gpus-per-task=1 bash -c 'echo "$CUDA_VISIBLE_DEVICES" > o'
 {srun} --exclusive -n1 --gpus-per-task=1 bash -c 'echo "$CUDA_VISIBLE_DEVICES" > c' 2> c.err &

@@ -1,7 +1,8 @@
 """Table tests: the GPUs a step holds alone while it runs (steps_core.layout's `busy`),
 as Slurm's steps are exclusive: side-by-side steps get different GPUs, a step whose
 GPUs are held waits (Busy) unless another node of the job has them free, --overlap and
-a step asking no GPUs hold none."""
+a step asking no GPUs hold none. `--gpus-per-node` (`--gres=gpu:N`) gives each node's
+tasks the same GPUs, and `--gpus` splits the step's total evenly over its nodes."""
 
 from __future__ import annotations
 
@@ -87,3 +88,89 @@ def test_more_gpus_than_the_job_holds_is_refused_not_busy() -> None:
     lay = layout(one(5), NODES, GPUS, {"n1": {0}})
     assert isinstance(lay, Refusal)
     assert lay.message == "--gpus-per-task=5 x 1 task(s) needs 5 GPUs on n1; the job holds 4 there"
+
+
+@pytest.mark.parametrize(
+    ("shape", "busy", "bound", "held"),
+    [
+        # --gpus-per-node (--gres=gpu:2): the node's tasks share its two free GPUs
+        (
+            StepShape(nodes=1, ntasks=2, gpus_per_node=2),
+            {"n1": {0}},
+            [(1, 2), (1, 2)],
+            {"n1": [1, 2]},
+        ),
+        (
+            StepShape(gpus_per_node=1),
+            {"n2": {4}},
+            [(0,), (5,)],
+            {"n1": [0], "n2": [5]},
+        ),
+        # a one-node step goes where a node has them free
+        (StepShape(nodes=1, gpus_per_node=4), {"n1": {3}}, [(4, 5, 6, 7)], {"n2": [4, 5, 6, 7]}),
+        # --gpus: the step's total, split evenly over its nodes
+        (StepShape(gpus=4), {}, [(0, 1), (4, 5)], {"n1": [0, 1], "n2": [4, 5]}),
+        (StepShape(nodes=1, ntasks=3, gpus=2), {"n1": {0}}, [(1, 2)] * 3, {"n1": [1, 2]}),
+        # --overlap: the first of the node's share, held or not; holds none
+        (
+            StepShape(nodes=1, gpus_per_node=2, overlap=True),
+            {"n1": {0, 1, 2, 3}},
+            [(0, 1)],
+            {},
+        ),
+    ],
+)
+def test_a_nodes_gpus_are_shared_by_its_tasks(
+    shape: StepShape, busy: dict[str, set[int]], bound: list[tuple[int, ...]], held: object
+) -> None:
+    lay = layout(shape, NODES, GPUS, busy)
+    assert isinstance(lay, Layout), lay
+    assert [t.gpus for t in lay.tasks] == bound
+    assert lay.held() == held
+
+
+@pytest.mark.parametrize(
+    ("shape", "busy", "message"),
+    [
+        (
+            StepShape(gpus_per_node=2),
+            {"n2": {4, 6, 7}},
+            Busy(
+                message="--gpus-per-node=2 needs 2 GPUs on n2; "
+                "the job's running steps hold 3 of its 4 there"
+            ),
+        ),
+        (
+            StepShape(gpus=10),
+            {},
+            Refusal(message="--gpus=10 over 2 node(s) needs 5 GPUs on n1; the job holds 4 there"),
+        ),
+        (
+            StepShape(gpus=3),
+            {},
+            Refusal(
+                message="--gpus=3 does not split evenly over the step's 2 node(s): give a "
+                "multiple of 2, -N to use fewer nodes, or --gpus-per-node"
+            ),
+        ),
+        (
+            StepShape(gpus=1),
+            {},
+            Refusal(
+                message="--gpus=1 does not split evenly over the step's 2 node(s): give a "
+                "multiple of 2, -N to use fewer nodes, or --gpus-per-node"
+            ),
+        ),
+        (
+            StepShape(gpus_per_task=1, gpus_per_node=1),
+            {},
+            Refusal(
+                message="give one of --gpus-per-task, --gpus-per-node (--gres=gpu:N) and --gpus"
+            ),
+        ),
+    ],
+)
+def test_per_node_and_total_gpus_busy_or_refused(
+    shape: StepShape, busy: dict[str, set[int]], message: object
+) -> None:
+    assert layout(shape, NODES, GPUS, busy) == message

@@ -165,6 +165,30 @@ def test_srun_request() -> None:
     assert is_users_pty("alice", pty) and not is_users_pty("bob", pty)
 
 
+@pytest.mark.parametrize(
+    ("argv", "per_node", "total"),
+    [
+        (["--gres=gpu:2"], 2, 0),
+        (["--gres", "gpu:a100:2,nvme:1"], 2, 0),  # another gres: said, ignored
+        (["--gres=gpu"], 1, 0),
+        (["--gres=none"], 0, 0),
+        (["--gpus-per-node=h100:3"], 3, 0),
+        (["-G4"], 0, 4),
+        (["--gpus=2"], 0, 2),
+    ],
+)
+def test_srun_gpus_per_node_and_in_total(argv: list[str], per_node: int, total: int) -> None:
+    req = step_request([*argv, "true"], {"SLURM_JOB_ID": "3"}, "/w")
+    assert (req.gpus_per_node, req.gpus, req.gpus_per_task) == (per_node, total, 0)
+
+
+def test_srun_gres_and_gpus_per_node_together_are_refused() -> None:
+    with pytest.raises(SrunError, match="give one"):
+        step_request(["--gres=gpu:1", "--gpus-per-node=1", "true"], {"SLURM_JOB_ID": "3"}, "/w")
+    with pytest.raises(SrunError, match="invalid --gres 'gpu:a:b:c'"):
+        step_request(["--gres=gpu:a:b:c", "true"], {"SLURM_JOB_ID": "3"}, "/w")
+
+
 PTY_SUBJECTS = {
     "the user's own": ("alice", "muster.pty.alice." + "ab" * 16, True),
     "another user's": ("bob", "muster.pty.alice." + "ab" * 16, False),
