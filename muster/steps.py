@@ -29,6 +29,7 @@ from typing import Any
 from muster.client import ApiRefused, nats_url, request
 from muster.ending import TOLD, Ended, handled, heard
 from muster.srun_error import SrunError
+from muster.step_output import JobNames, Routes
 from shared.api import Ok, StepCancelRequest, StepReply, StepRequest
 from shared.bus_inbox import user_pty
 
@@ -60,6 +61,11 @@ VALUED = {
     "-p": "",
     "--partition": "",
     "--mpi": "",
+    "-o": "output",
+    "--output": "output",
+    "-e": "error",
+    "--error": "error",
+    "--open-mode": "open_mode",
     "-c": "",
     "--cpus-per-task": "",
     "--mem": "",
@@ -175,6 +181,10 @@ def step_request(argv: list[str], env: dict[str, str], cwd: str) -> StepRequest:
     opts, command = parse(argv)
     if not command:
         raise SrunError("no command to run: srun [options] CMD [ARGS]")
+    if "pty" in opts and {"output", "error"} & opts.keys():
+        raise SrunError("--pty: a terminal's output is the terminal; drop --output/--error")
+    if opts.get("open_mode", "truncate") not in ("truncate", "append"):
+        raise SrunError(f"invalid --open-mode '{opts['open_mode']}': append or truncate")
     job = opts.get("jobid") or env.get("MUSTER_JOB_ID") or env.get("SLURM_JOB_ID", "")
     if not job.isdigit():
         raise SrunError(
@@ -199,7 +209,8 @@ def step_request(argv: list[str], env: dict[str, str], cwd: str) -> StepRequest:
         environment=dict(env),
         output_dir=str(Path(cwd) / ".muster-steps" / token),
         pty=f"{user_pty(_acting_user(env))}.{os.urandom(16).hex()}" if "pty" in opts else "",
-        answer_made="pty" in opts,  # its terminal goes raw once the step exists
+        # --pty's terminal goes raw, --output's files open, once the step exists
+        answer_made=bool({"pty", "output", "error"} & opts.keys()),
     )
 
 
@@ -222,15 +233,19 @@ def _acting_user(env: dict[str, str]) -> str:
 
 
 class _Follower:
-    """Prints what the tasks' files add, stdout's to stdout and stderr's to stderr."""
+    """Prints what the tasks' files add, stdout's to stdout and stderr's to stderr, or
+    to the files of srun's --output/--error (`routes`, once the step is made)."""
 
-    def __init__(self, folder: Path, label: bool) -> None:
+    def __init__(self, folder: Path, label: bool, routes: Routes | None = None) -> None:
         self.folder = folder
         self.label = label
+        self.routes = routes or Routes()
         self.offsets: dict[str, int] = {}
         self.partial: dict[str, bytes] = {}
 
     def poll(self, final: bool = False) -> None:
+        if not self.routes.ready and not final:  # nowhere to write yet: the files keep it
+            return
         try:
             names = sorted(os.listdir(self.folder), key=_procid_order)
         except FileNotFoundError:
@@ -239,6 +254,7 @@ class _Follower:
             self._read(name, final)
         sys.stdout.flush()
         sys.stderr.flush()
+        self.routes.flush()
 
     def _read(self, name: str, final: bool) -> None:
         try:
@@ -250,7 +266,7 @@ class _Follower:
         if not data and not final:
             return
         self.offsets[name] = self.offsets.get(name, 0) + len(data)
-        out = sys.stdout.buffer if name.endswith(".out") else sys.stderr.buffer
+        out = self.routes.stream(name)
         if not self.label:
             out.write(data)
             return
@@ -290,15 +306,23 @@ def run(argv: list[str]) -> int:
         return asyncio.run(_terminal(req))
     folder = Path(req.output_dir)
     folder.mkdir(parents=True, mode=0o700, exist_ok=True)
-    follower = _Follower(folder, label="label" in parse(argv)[0])
+    opts = parse(argv)[0]
+    routes = Routes(
+        opts.get("output", ""), opts.get("error", ""), opts.get("open_mode") == "append"
+    )
+    names = JobNames.of(req.job_id, env, _acting_user(env))
+    follower = _Follower(folder, label="label" in opts, routes=routes)
     result: list[StepReply | ApiRefused] = []
 
     done = threading.Event()  # not Thread.join: a Ctrl-C inside join can lose the thread
     stop = threading.Event()  # interrupted: a step still waiting for GPUs is not made
 
+    def made(reply: StepReply) -> None:  # in the asking thread, as the step is made
+        routes.open(reply, names, req.workdir)
+
     def ask() -> None:
         try:
-            result.append(_until_ended(req, stop))
+            result.append(_until_ended(req, stop, made))
         except ApiRefused as err:
             result.append(err)
         finally:
@@ -322,6 +346,7 @@ def run(argv: list[str]) -> int:
                     _cancel(req)
         follower.poll(final=True)
     finally:
+        routes.close()
         shutil.rmtree(folder, ignore_errors=True)
         with contextlib.suppress(OSError):
             folder.parent.rmdir()  # only when no other step's files are there
@@ -344,7 +369,7 @@ def run(argv: list[str]) -> int:
 def _until_ended(
     req: StepRequest,
     stop: threading.Event | None = None,
-    made: Callable[[], None] | None = None,
+    made: Callable[[StepReply], None] | None = None,
 ) -> StepReply:
     """The step's reply once it ended: the same request again while the launcher says
     RUNNING, or while no replica answers (the one asked died), up to WAIT_S; and while
@@ -376,7 +401,7 @@ def _until_ended(
             time.sleep(RETRY_S)
             continue
         if made is not None:
-            made()
+            made(reply)
         if waited:
             print(f"srun: step created for job {req.job_id}", file=sys.stderr, flush=True)
             waited = False
@@ -553,7 +578,7 @@ async def _ended_in_daemon(
 
     def ask() -> None:
         try:
-            reply, err = _until_ended(req, stop, lambda: on_loop(made)), None
+            reply, err = _until_ended(req, stop, lambda _made: on_loop(made)), None
         except Exception as exc:
             reply, err = None, exc
         on_loop(settle, reply, err)

@@ -335,7 +335,7 @@ class StepRequest(Request, frozen=True, kw_only=True):
     pty_window: str = ""
     # answer RUNNING as soon as the step is made, not after the launcher's usual wait:
     # `srun --pty` keeps its terminal as it is (Ctrl-C ends srun) while the step waits
-    # for GPUs, and makes it raw once the step exists
+    # for GPUs, and makes it raw once the step exists; `srun --output` opens its files
     answer_made: bool = False
 
 
@@ -344,6 +344,9 @@ class StepReply(msgspec.Struct, frozen=True, kw_only=True):
     state: str  # StepState; RUNNING: not ended yet, ask again (the same request)
     nodes: tuple[str, ...] = ()
     ntasks: int = 0
+    # tasks on each of `nodes`, ranks in blocks (in the answer as the step is made:
+    # srun's --output names a task's node; () from an older launcher)
+    tasks_per_node: tuple[int, ...] = ()
     exit_code: int | None = None  # the highest of the tasks'
     signal: int | None = None
     message: str = ""

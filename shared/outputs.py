@@ -7,6 +7,11 @@ launcher both import it, so the path a job writes is the path the docs promise.
 Unknown escapes stay as written. Outside an array, `%A` is the job id and `%a` is
 4294967294, Slurm's NO_VAL. Without `--output`: `slurm-%j.out` (`slurm-%A_%a.out` for
 an array task); without `--error`, stderr goes where stdout goes.
+
+srun's `--output` / `--error` inside a job (`expand_step_pattern`) know a step and its
+tasks too, as Slurm's srun does: `%s` the step id, `%J` `jobid.stepid`, `%t` the task's
+rank (a file per task), `%n` its node's index in the step and `%N` that node (a file
+per node); a pattern with none of those is one file for every task.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from shared.jobspec import JobSpec
 
 NO_ARRAY_TASK = 4294967294
 _ESCAPE = re.compile(r"%(\d{0,2})([%AaJjNuxs])")
+_STEP_ESCAPE = re.compile(r"%(\d{0,2})([%AaJjNnstux])")
 
 
 def default_output(array: bool) -> str:
@@ -45,7 +51,41 @@ def expand_pattern(
         "a": array_task_id if array_task_id is not None else NO_ARRAY_TASK,
         "s": "batch",
     }
+    return _fill(_ESCAPE, pattern, values)
 
+
+def expand_step_pattern(
+    pattern: str,
+    *,
+    job_id: int,
+    step_id: int,
+    procid: int,
+    node: str,
+    nodeid: int,
+    name: str,
+    user: str,
+    array_job_id: int | None = None,
+    array_task_id: int | None = None,
+) -> str:
+    """srun's `pattern` for task `procid` of step `step_id`, on `node` (the step's
+    `nodeid`-th)."""
+    values: dict[str, str | int] = {
+        "%": "%",
+        "j": job_id,
+        "J": f"{job_id}.{step_id}",
+        "s": step_id,
+        "t": procid,
+        "n": nodeid,
+        "N": node,
+        "x": name,
+        "u": user,
+        "A": array_job_id if array_job_id is not None else job_id,
+        "a": array_task_id if array_task_id is not None else NO_ARRAY_TASK,
+    }
+    return _fill(_STEP_ESCAPE, pattern, values)
+
+
+def _fill(escape: re.Pattern[str], pattern: str, values: dict[str, str | int]) -> str:
     def one(m: re.Match[str]) -> str:
         width, letter = m.group(1), m.group(2)
         value = values[letter]
@@ -53,7 +93,7 @@ def expand_pattern(
             return str(value).zfill(int(width))
         return str(value)
 
-    return _ESCAPE.sub(one, pattern)
+    return escape.sub(one, pattern)
 
 
 def output_paths(spec: JobSpec, job_id: int, node: str) -> tuple[str, str]:

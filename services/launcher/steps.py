@@ -217,9 +217,13 @@ class StepService:
         )
         kill = stop if req.kill_on_bad_exit else None
         self._coordinating[key] = self._spawn(self._coordinate(key, launches, timeout, kill))
-        if req.answer_made:  # srun --pty: its terminal goes raw now; it asks again
+        if req.answer_made:  # srun --pty's terminal goes raw, --output's files open; it asks again
             return StepReply(
-                step_id=step_id, state=StepState.RUNNING, nodes=lay.nodes, ntasks=len(lay.tasks)
+                step_id=step_id,
+                state=StepState.RUNNING,
+                nodes=lay.nodes,
+                ntasks=len(lay.tasks),
+                tasks_per_node=lay.per_node(),
             )
         return await self._answer_when_ended(req.job_id, step_id)
 

@@ -46,6 +46,8 @@ ECHO = (
     ' G$CUDA_VISIBLE_DEVICES"'
 )
 
+BOTH = 'echo "O$SLURM_PROCID"; echo "E$SLURM_PROCID" >&2'
+
 
 def batch_script(work: Path, keys: Path) -> str:
     # Muster runs the script on every node; the first node drives the steps while the
@@ -56,6 +58,8 @@ if [ "$SLURM_NODEID" = 0 ]; then
   {PY} -m muster.shims srun -l bash -c '{ECHO}' > {work}/step0.txt
   {PY} -m muster.cli srun -N 1 -n 2 --gpus-per-task=1 bash -c '{ECHO}' > {work}/step1.txt
   {PY} -m muster.cli srun false 2> {work}/step2.err; echo "rc=$?" > {work}/step2.txt
+  {PY} -m muster.cli srun -o out-%j.%s-%t-%N.txt -e err-%t.txt bash -c '{BOTH}' > {work}/step3.txt
+  {PY} -m muster.cli srun -l --output=all.txt bash -c '{BOTH}' > {work}/step4.txt
   touch {work}/done
 else
   while [ ! -f {work}/done ]; do sleep 0.2; done
@@ -107,6 +111,14 @@ async def test_steps_in_a_batch_job_and_an_interactive_allocation(
         bound = [line.rsplit(" G", 1)[1] for line in step1]  # one GPU each, not the same
         assert len(set(bound)) == 2 and all(int(g) in held["node01"] for g in bound)
         assert (work / "step2.txt").read_text().strip() == "rc=1"
+        # srun -o/-e: the tasks' output in the files the patterns name, not srun's own
+        assert (work / "step3.txt").read_text() == ""
+        for rank, node in enumerate(("node01", "node02")):
+            assert (work / f"out-{job}.3-{rank}-{node}.txt").read_text() == f"O{rank}\n"
+            assert (work / f"err-{rank}.txt").read_text() == f"E{rank}\n"
+        assert (work / "step4.txt").read_text() == ""
+        everything = sorted((work / "all.txt").read_text().splitlines())  # -e too, labelled
+        assert everything == ["0: E0", "0: O0", "1: E1", "1: O1"]
         assert not (work / ".muster-steps").exists() or not any((work / ".muster-steps").iterdir())
 
         shown = await call(nats_url, "show", ShowJobRequest(user="root", job_id=job), ShowJobReply)
@@ -115,6 +127,8 @@ async def test_steps_in_a_batch_job_and_an_interactive_allocation(
             (0, "COMPLETED", 0, 2, ("node01", "node02")),
             (1, "COMPLETED", 0, 2, ("node01",)),
             (2, "FAILED", 1, 2, ("node01", "node02")),
+            (3, "COMPLETED", 0, 2, ("node01", "node02")),
+            (4, "COMPLETED", 0, 2, ("node01", "node02")),
         ]
         assert f"   Step {job}.2: FAILED ExitCode=1 NumTasks=2" in "\n".join(show_lines(shown))
 

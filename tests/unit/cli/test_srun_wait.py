@@ -30,7 +30,9 @@ def test_the_steps_end_comes_back_to_the_loop(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_a_refusal_comes_back_as_itself(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refused(req: StepRequest, stop: threading.Event, made: Callable[[], None]) -> StepReply:
+    def refused(
+        req: StepRequest, stop: threading.Event, made: Callable[[StepReply], None]
+    ) -> StepReply:
         raise ApiRefused("job 7 belongs to 'bob'", "forbidden", ())
 
     monkeypatch.setattr(steps, "_until_ended", refused)
@@ -43,7 +45,9 @@ def test_an_srun_that_stops_waiting_leaves_without_the_step_ending(
 ) -> None:
     step_ends = threading.Event()
 
-    def running(req: StepRequest, stop: threading.Event, made: Callable[[], None]) -> StepReply:
+    def running(
+        req: StepRequest, stop: threading.Event, made: Callable[[StepReply], None]
+    ) -> StepReply:
         step_ends.wait()  # the step runs for ever, as far as this test goes
         return StepReply(step_id=2, state="COMPLETED", exit_code=0)
 
@@ -64,8 +68,10 @@ def test_made_runs_on_the_loop_and_stop_reaches_the_asking_thread(
 ) -> None:
     seen: list[str] = []
 
-    def asking(req: StepRequest, stop: threading.Event, made: Callable[[], None]) -> StepReply:
-        made()  # an answer came: the step exists
+    def asking(
+        req: StepRequest, stop: threading.Event, made: Callable[[StepReply], None]
+    ) -> StepReply:
+        made(StepReply(step_id=0, state="RUNNING"))  # an answer came: the step exists
         assert stop.wait(5.0), "the stop never came"
         raise ApiRefused("interrupted", "busy", ())
 

@@ -182,6 +182,14 @@ def test_srun_gpus_per_node_and_in_total(argv: list[str], per_node: int, total: 
     assert (req.gpus_per_node, req.gpus, req.gpus_per_task) == (per_node, total, 0)
 
 
+def test_srun_output_asks_for_the_answer_as_the_step_is_made() -> None:
+    env = {"SLURM_JOB_ID": "3"}
+    assert parse(["-oout-%t", "-e", "e", "x"]) == ({"output": "out-%t", "error": "e"}, ["x"])
+    assert step_request(["--output=o", "x"], env, "/w").answer_made
+    assert step_request(["--pty", "sh"], env, "/w").answer_made
+    assert not step_request(["x"], env, "/w").answer_made  # answered when it ends, or in 5 s
+
+
 def test_srun_gres_and_gpus_per_node_together_are_refused() -> None:
     with pytest.raises(SrunError, match="give one"):
         step_request(["--gres=gpu:1", "--gpus-per-node=1", "true"], {"SLURM_JOB_ID": "3"}, "/w")
@@ -214,6 +222,8 @@ def test_a_terminal_subject_is_the_users_own(user: str, subject: str, ok: bool) 
         (["--bogus", "x"], {"SLURM_JOB_ID": "1"}, "unrecognized option '--bogus'"),
         (["-N"], {"SLURM_JOB_ID": "1"}, "requires an argument"),
         (["-N", "two", "x"], {"SLURM_JOB_ID": "1"}, "invalid --nodes value 'two'"),
+        (["--pty", "-o", "x.out", "sh"], {"SLURM_JOB_ID": "1"}, "a terminal's output"),
+        (["--open-mode=keep", "x"], {"SLURM_JOB_ID": "1"}, "append or truncate"),
     ],
 )
 def test_srun_refusals(argv: list[str], env: dict[str, str], message: str) -> None:
