@@ -4,10 +4,11 @@
 `--jobid`) is `salloc [options] srun [step options] CMD`: the options are sbatch's (the
 allocation: `-N`, `--gpus-per-node`, `-t`, `-p`, `--exclusive`, ...), those that shape a
 step (`-N`, `-n`, `--ntasks-per-node`, `--gpus-per-task`, `-w`) are the step's too, and
-srun's own flags (`-l`, `-u`, `--pty`, `--overlap`) only the step's. The job is named after the
-command unless `-J` names it. srun waits for the allocation, runs the step on it, and
-releases it when the step ends: the job ends as the step did (COMPLETED, or FAILED
-with its status), and srun exits with the step's status.
+srun's own flags (`-l`, `-u`, `--pty`, `--overlap`) and its output files (`-o`, `-e`,
+`--open-mode`: the step's tasks', as Slurm's srun writes them) only the step's. The job
+is named after the command unless `-J` names it. srun waits for the allocation, runs
+the step on it, and releases it when the step ends: the job ends as the step did
+(COMPLETED, or FAILED with its status), and srun exits with the step's status.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ STEP_FLAGS = frozenset(
     {"-l", "--label", "-u", "--unbuffered", "--pty", "--overlap", "-K", "--kill-on-bad-exit"}
 )  # srun's own: the step's only
 STEP_SHAPE = frozenset({"nodes", "ntasks", "ntasks-per-node", "gpus-per-task", "nodelist"})
+STEP_ONLY = frozenset({"output", "error", "open-mode"})  # valued, the step's files alone
 IGNORED = ("--mpi",)  # srun's own, valued: accepted and ignored, as inside a job
 
 
@@ -52,6 +54,10 @@ def split(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
             tokens = tokenize(taken)
         if tokens.problems:
             raise SrunError(tokens.problems[0].message)
+        if any(g.name in STEP_ONLY for g in tokens.given):
+            step += taken
+            i += len(taken)
+            continue
         alloc += taken
         if any(g.name in STEP_SHAPE for g in tokens.given):
             step += taken

@@ -36,6 +36,10 @@ CASES = [
         ),
     ),
     (["--exclusive"], (["--exclusive"], [], [])),
+    (  # the tasks' output files are the step's alone
+        ["-N2", "-o", "out-%t", "--error=e-%N", "--open-mode=append", "a"],
+        (["-N2"], ["-N2", "-o", "out-%t", "--error=e-%N", "--open-mode=append"], ["a"]),
+    ),
 ]
 
 
