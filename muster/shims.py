@@ -274,28 +274,41 @@ def sacct(argv: list[str]) -> int:
     p.add_argument("-A", "--accounts", action="append")
     p.add_argument("-s", "--state", action="append")
     p.add_argument("-X", "--allocations", action="store_true")
+    p.add_argument("-D", "--duplicates", action="store_true")
     p.add_argument("-n", "--noheader", action="store_true")
     p.add_argument("-P", "--parsable2", action="store_true")
     p.add_argument("-p", "--parsable", action="store_true")
     p.add_argument("-a", "--allusers", action="store_true")
     a = p.parse_args(argv)
     try:
-        ids = tuple(int(j.split("_")[0].split(".")[0]) for j in _csv(a.jobs))
+        refs = [_job_step(j) for j in _csv(a.jobs)]
     except ValueError as err:
         raise ShimError(f"bad job id in -j {','.join(a.jobs)}: {err}") from err
     req = AcctRequest(
         user=current_user(),
-        job_ids=ids,
+        job_ids=tuple(dict.fromkeys(job for job, _ in refs)),
         users=_csv(a.user),
         accounts=_csv(a.accounts),
         states=tuple(s.upper() for s in _csv(a.state)),
-        attempts=not a.allocations,
+        attempts=a.duplicates,  # requeued runs, as sacct -D lists them
+        steps=not a.allocations,  # JOB.STEP records, as sacct lists srun's steps
     )
     rows = request(_url(), ACCT_VERB, req, AcctReply).rows
+    named = {job: {s for j, s in refs if j == job} for job, _ in refs}
+    if any(None not in steps for steps in named.values()):  # -j 12.3: that step alone
+        rows = tuple(
+            r for r in rows if None in named.get(r.job_id, {None}) or r.step in named[r.job_id]
+        )
     delimiter = "|" if a.parsable or a.parsable2 else None
     lines = fmt.sacct_lines(rows, a.format, header=not a.noheader, delimiter=delimiter)
     _print([f"{line}|" for line in lines] if a.parsable else lines)
     return 0
+
+
+def _job_step(text: str) -> tuple[int, int | None]:
+    """`-j` words: `12`, `12_3` (an array task: its job), `12.3` (a step), `12.batch`."""
+    job, _, step = text.split("_")[0].partition(".")
+    return int(job), int(step) if step.isdigit() else None
 
 
 def sshare(argv: list[str]) -> int:

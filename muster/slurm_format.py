@@ -308,8 +308,9 @@ SINFO_DEFAULT = "%9P %.6D %.6t %N"
 # --- sacct ----------------------------------------------------------------------------
 
 ACCT_COLUMNS: dict[str, Column] = {
-    "jobid": ("JobID", lambda r: str(r.job_id) + ("" if r.attempt is None else f".{r.attempt}")),
-    "jobidraw": ("JobIDRaw", lambda r: str(r.job_id)),
+    # JOB.STEP for an srun step; a requeued attempt (-D) is the job's id, as Slurm's are
+    "jobid": ("JobID", lambda r: str(r.job_id) + ("" if r.step is None else f".{r.step}")),
+    "jobidraw": ("JobIDRaw", lambda r: str(r.job_id) + ("" if r.step is None else f".{r.step}")),
     "jobname": ("JobName", lambda r: r.name),
     "user": ("User", lambda r: r.user),
     "account": ("Account", lambda r: r.account),

@@ -1,10 +1,13 @@
 """Pure core: `muster acct` records (sacct-like) from the rows the shell reads.
 
 One record per job (its latest state, first start, end, and every attempt's charge
-summed) and, on request, one per attempt (`12.2` is attempt 2 of job 12): an attempt
-that is not the job's current one ended REQUEUED. GPU-seconds are what fairshare
-charged, so they agree with `muster share`. Other users' records and share rows are
-left out where the configuration makes usage private (`visible_*`).
+summed) and, on request, one per attempt (`12.2` is attempt 2 of job 12 in `muster
+acct`): an attempt that is not the job's current one ended REQUEUED; and one per srun
+step (`sacct`'s `12.0`, `12.1`: docs/steps.md), its command's name, state, exit code,
+times, nodes and the GPUs it held alone (charges are the job's, not the step's).
+GPU-seconds are what fairshare charged, so they agree with `muster share`. Other users'
+records and share rows are left out where the configuration makes usage private
+(`visible_*`).
 """
 
 from __future__ import annotations
@@ -42,8 +45,13 @@ def acct_rows(
     *,
     per_attempt: bool = False,
     states: Sequence[str] = (),
+    steps: Iterable[Row] = (),
 ) -> list[AcctRow]:
-    """Job records in the order given, each followed by its attempts if asked."""
+    """Job records in the order given, each followed by its attempts if asked, then
+    by its steps (`steps`, the rows read for it)."""
+    steps_of: dict[int, list[Row]] = {}
+    for s in sorted(steps, key=lambda s: (s["job_id"], s["step_id"])):
+        steps_of.setdefault(s["job_id"], []).append(s)
     by_job: dict[int, list[Row]] = {}
     for a in sorted(attempts, key=lambda a: (a["job_id"], a["attempt"])):
         by_job.setdefault(a["job_id"], []).append(a)
@@ -77,7 +85,28 @@ def acct_rows(
         out.append(base)
         if per_attempt:
             out.extend(_attempt_row(base, job, a, charged) for a in mine)
+        out.extend(_step_row(base, s) for s in steps_of.get(job["job_id"], ()))
     return out
+
+
+def _step_row(base: AcctRow, step: Row) -> AcctRow:
+    held = msgspec.json.decode(step["gpus"] or "{}", type=dict[str, list[int]])
+    argv = step["argv"] or ()
+    return AcctRow(
+        job_id=base.job_id,
+        step=step["step_id"],
+        name=argv[0].rsplit("/", 1)[-1] if argv else "",  # sacct: the command's name
+        user=base.user,
+        account=base.account,
+        partition=base.partition,
+        state=str(step["state"]),
+        gpus=sum(len(g) for g in held.values()),
+        gpu_model=base.gpu_model,
+        start=step["started"],
+        end=step["ended"],
+        exit_code=step["exit_code"],
+        nodes=tuple(step["nodes"] or ()),
+    )
 
 
 def _attempt_row(

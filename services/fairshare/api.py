@@ -39,6 +39,7 @@ class AcctRequest(Request, frozen=True, kw_only=True):
     since: float | None = None  # epoch seconds: jobs still running or ended after this
     until: float | None = None  # epoch seconds: jobs submitted before this
     attempts: bool = True  # one record per attempt after each job's record
+    steps: bool = False  # one record per srun step (JOB.STEP) after those, as sacct lists
     limit: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1000
 
 

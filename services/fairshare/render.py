@@ -50,6 +50,7 @@ class AcctRow(msgspec.Struct, frozen=True, kw_only=True):
 
     job_id: int
     attempt: int | None = None
+    step: int | None = None  # an srun step of the job (JOB.STEP), not the job's record
     name: str = ""
     user: str
     account: str

@@ -184,6 +184,13 @@ SELECT a.job_id, a.attempt,
 FROM allocations a WHERE a.job_id = ANY($1::bigint[])
 """
 
+_STEPS = """
+SELECT job_id, step_id, argv, nodes, ntasks, state, exit_code, gpus::text AS gpus,
+       extract(epoch FROM started_at)::float8 AS started,
+       extract(epoch FROM ended_at)::float8 AS ended
+FROM job_steps WHERE job_id = ANY($1::bigint[])
+"""
+
 _CHARGES = """
 SELECT job_id, attempt, charged, billed, gpu_model FROM usage_charges
 WHERE job_id = ANY($1::bigint[])
@@ -212,3 +219,8 @@ async def acct_records(
     attempts = await conn.fetch(_ATTEMPTS, ids)
     charges = await conn.fetch(_CHARGES, ids)
     return [dict(r) for r in jobs], [dict(r) for r in attempts], [dict(r) for r in charges]
+
+
+async def acct_steps(conn: Conn, job_ids: Sequence[int]) -> list[dict[str, object]]:
+    """The srun steps of these jobs (the launcher's `job_steps`), for sacct's JOB.STEP."""
+    return [dict(r) for r in await conn.fetch(_STEPS, list(job_ids))]

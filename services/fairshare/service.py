@@ -227,7 +227,11 @@ class FairShare:
                 until=req.until,
                 limit=req.limit,
             )
-        rows = acct_rows(jobs, attempts, charges, per_attempt=req.attempts, states=req.states)
+            ids = [int(str(j["job_id"])) for j in jobs]
+            steps = await repo.acct_steps(conn, ids) if req.steps else []
+        rows = acct_rows(
+            jobs, attempts, charges, per_attempt=req.attempts, states=req.states, steps=steps
+        )
         return AcctReply(rows=tuple(visible_acct_rows(rows, req.user, self.identity.directory())))
 
 

@@ -131,6 +131,14 @@ async def test_steps_in_a_batch_job_and_an_interactive_allocation(
             (4, "COMPLETED", 0, 2, ("node01", "node02")),
         ]
         assert f"   Step {job}.2: FAILED ExitCode=1 NumTasks=2" in "\n".join(show_lines(shown))
+        # sacct lists the steps as JOB.STEP after the job, as Slurm's does; -j JOB.STEP one
+        keys = str(tmp_path / "state" / "keys")
+        listed = await sacct(keys, "-j", str(job), "-o", "JobID,State,ExitCode")
+        ends = ["COMPLETED|0:0", "COMPLETED|0:0", "FAILED|1:0", "COMPLETED|0:0", "COMPLETED|0:0"]
+        assert listed == [f"{job}|COMPLETED|0:0", *(f"{job}.{n}|{e}" for n, e in enumerate(ends))]
+        assert await sacct(keys, "-j", f"{job}.2", "-o", "JobID,JobName,State") == [
+            f"{job}.2|false|FAILED"
+        ]
 
         await interactive(work, db)
         await outside_a_job(work, db)
@@ -257,6 +265,20 @@ async def interactive(work: Path, db: asyncpg.Connection) -> None:
     )
     assert ended is not None
     assert (ended["state"], ended["exit_code"]) == ("FAILED", 3)
+
+
+async def sacct(keys: str, *words: str) -> list[str]:
+    """The sacct shim's records, parsable, no header, as a user's shell runs it."""
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [PY, "-m", "muster.shims", "sacct", "-n", "-P", *words],
+        env={**os.environ, "MUSTER_KEY_DIR": keys},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
 
 
 async def busy_terminal(term: Terminal, job: int, db: asyncpg.Connection) -> None:

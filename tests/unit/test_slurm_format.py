@@ -54,6 +54,7 @@ class Acct(msgspec.Struct, frozen=True, kw_only=True):
 
     job_id: int
     attempt: int | None = None
+    step: int | None = None
     name: str = "train"
     user: str = "alice"
     account: str = "ml"
@@ -243,12 +244,20 @@ SACCT = {
             "7          train      gpu        ml         COMPLETED  0:0",
         ],
     ),
-    "-j 7 -o JobID,State%12,Elapsed -n: attempts as steps": (
-        [Acct(job_id=7), Acct(job_id=7, attempt=1, state="NODE_FAIL")],
+    "-j 7 -o JobID,State%12,Elapsed -n -D: srun steps as JOB.STEP, a requeued run as JOB": (
+        [
+            Acct(job_id=7),
+            Acct(job_id=7, attempt=1, state="NODE_FAIL"),
+            Acct(job_id=7, step=0, state="FAILED"),
+        ],
         "JobID,State%12,Elapsed",
         False,
         None,
-        ["7          COMPLETED    01:01:01", "7.1        NODE_FAIL    01:01:01"],
+        [
+            "7          COMPLETED    01:01:01",
+            "7          NODE_FAIL    01:01:01",
+            "7.0        FAILED       01:01:01",
+        ],
     ),
     "--parsable2: fields joined by |, no padding": (
         [Acct(job_id=7, exit_code=3, state="FAILED")],

@@ -91,6 +91,32 @@ def test_acct_gives_the_job_then_each_attempt_an_earlier_one_requeued() -> None:
     ]
 
 
+def test_acct_lists_each_srun_step_after_the_job_as_sacct_does() -> None:
+    steps = [  # as read from job_steps, in any order
+        {"job_id": 12, "step_id": 1, "argv": ["false"], "nodes": ["n2"], "ntasks": 1,
+         "state": "FAILED", "exit_code": 1, "gpus": "{}", "started": 300.0, "ended": 301.0},
+        {"job_id": 12, "step_id": 0, "argv": ["/usr/bin/python3", "train.py"],
+         "nodes": ["n2"], "ntasks": 2, "state": "COMPLETED", "exit_code": 0,
+         "gpus": '{"n2": [0, 1]}', "started": 220.0, "ended": 290.0},
+        {"job_id": 99, "step_id": 0, "argv": ["x"], "nodes": [], "ntasks": 1,
+         "state": "COMPLETED", "exit_code": 0, "gpus": "{}", "started": 1.0, "ended": 2.0},
+    ]  # fmt: skip
+    job, first, second = acct_rows([JOB], ATTEMPTS, CHARGES, steps=steps)
+    assert (job.step, job.attempt, job.state) == (None, None, "COMPLETED")
+    assert first == AcctRow(
+        job_id=12, step=0, name="python3", user="ada", account="physics", partition="gpu",
+        state="COMPLETED", gpus=2, gpu_model="H100", start=220.0, end=290.0, exit_code=0,
+        nodes=("n2",),
+    )  # fmt: skip
+    assert (second.step, second.name, second.state, second.exit_code, second.gpus) == (
+        1,
+        "false",
+        "FAILED",
+        1,
+        0,
+    )
+
+
 def test_acct_of_a_job_never_run_is_pending_with_its_requested_gpus() -> None:
     job = {**JOB, "state": None, "current_attempt": None, "exit_code": None,
            "run_nodes": None, "run_start": None, "run_end": None}  # fmt: skip
