@@ -9,7 +9,9 @@ allocation. When CMD exits the allocation is released and the job ends as CMD di
 job); if salloc ends otherwise (interrupted before CMD ran) the job is cancelled. The
 job's time limit still applies: when the job ends first (its limit, a cancel), CMD gets
 SIGHUP, as Slurm's salloc does. salloc's own SIGTERM and SIGHUP are taken as Slurm's
-salloc takes them (`run`'s `told`, docs/steps.md).
+salloc takes them (`run`'s `told`, docs/steps.md). `-I[N]` / `--immediate[=N]` gives
+the request up when the allocation is not granted within N seconds (1 without N): the
+job is cancelled and salloc exits 1, as Slurm's does.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from shared.api import (
     SubmitReply,
     SubmitRequest,
 )
-from shared.sbatch_options import split_command_line
+from shared.sbatch_options import Arg, Given, Spec, split_own
 
 HOLD_SCRIPT = (
     "#!/bin/sh\n"
@@ -41,6 +43,8 @@ HOLD_SCRIPT = (
 POLL_S = 0.5
 WATCH_S = 2.0
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"}
+SALLOC_OWN = (Spec("immediate", "I", Arg.OPTIONAL),)  # salloc's, not sbatch's
+IMMEDIATE_S = 1.0  # -I without a value: granted at once (within the start's own time)
 
 
 class Voice:
@@ -73,9 +77,11 @@ class SallocError(Exception):
 
 def submit_request(
     argv: list[str], cwd: str, env: dict[str, str]
-) -> tuple[SubmitRequest, list[str]]:
-    """The holding job's request and the command to run once it runs."""
-    line = split_command_line(argv)
+) -> tuple[SubmitRequest, list[str], float | None]:
+    """The holding job's request, the command to run once it runs, and how long to wait
+    for the allocation (None: as long as it takes; `--immediate`)."""
+    split = split_own(argv, SALLOC_OWN)
+    line = split.line
     command = [] if line.script is None else [line.script, *line.args]
     req = SubmitRequest(
         user=current_user(),
@@ -87,7 +93,18 @@ def submit_request(
         workdir=cwd,
         environment=env,
     )
-    return req, command
+    return req, command, _immediate(split.own)
+
+
+def _immediate(own: tuple[Given, ...]) -> float | None:
+    for given in own:  # the last one given wins, as with any option
+        value = given.value
+        if value is None:
+            return IMMEDIATE_S
+        if not value.isdigit():
+            raise SallocError(f"invalid --immediate value '{value}': a number of seconds")
+        return float(value) or IMMEDIATE_S
+    return None
 
 
 def _named(options: tuple[str, ...]) -> bool:
@@ -116,14 +133,21 @@ def _show(url: str, job_id: int) -> ShowJobReply:
     return request(url, "show", ShowJobRequest(user=current_user(), job_id=job_id), ShowJobReply)
 
 
-def _wait_running(url: str, job_id: int, prog: str) -> ShowJobReply:
+def _wait_running(url: str, job_id: int, prog: str, within_s: float | None = None) -> ShowJobReply:
     said = False
+    deadline = None if within_s is None else time.monotonic() + within_s
     while True:
         reply = _show(url, job_id)
         if reply.job.state == "RUNNING":
             return reply
         if reply.job.state in ENDED:
             raise SallocError(f"job {job_id} ended before it ran: {reply.job.state}")
+        if deadline is not None and time.monotonic() >= deadline:
+            why = f" ({reply.job.reason})" if reply.job.reason else ""
+            raise SallocError(
+                f"job {job_id} not allocated within {within_s:g} s (--immediate){why}: "
+                "request given up"
+            )
         if not said:
             print(f"{prog}: job {job_id} queued and waiting for resources", file=sys.stderr)
             said = True
@@ -160,7 +184,7 @@ def _watch(
 
 def run(argv: list[str], voice: Voice = SALLOC) -> int:
     env = dict(os.environ)
-    req, command = submit_request(argv, os.getcwd(), env)
+    req, command, within_s = submit_request(argv, os.getcwd(), env)
     url = nats_url()
     reply = request(url, "submit", req, SubmitReply)
     for warning in reply.warnings:
@@ -182,7 +206,7 @@ def run(argv: list[str], voice: Voice = SALLOC) -> int:
 
     try:
         with handled(told):
-            shown = _wait_running(url, job_id, voice.prog)
+            shown = _wait_running(url, job_id, voice.prog, within_s)
             voice.say(voice.granted, job_id)
             argv_run = command or [env.get("SHELL") or "/bin/sh"]
             session.append(subprocess.Popen(argv_run, env=session_env(env, shown)))

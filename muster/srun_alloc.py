@@ -5,7 +5,8 @@
 allocation: `-N`, `--gpus-per-node`, `-t`, `-p`, `--exclusive`, ...), those that shape a
 step (`-N`, `-n`, `--ntasks-per-node`, `--gpus-per-task`, `-w`) are the step's too, and
 srun's own flags (`-l`, `-u`, `--pty`, `--overlap`) and its output files (`-o`, `-e`,
-`--open-mode`: the step's tasks', as Slurm's srun writes them) only the step's. The job
+`--open-mode`: the step's tasks', as Slurm's srun writes them) only the step's; `-I[N]`
+(`--immediate`) only the allocation's, which is then given up after N seconds. The job
 is named after the command unless `-J` names it. srun waits for the allocation, runs
 the step on it, and releases it when the step ends: the job ends as the step did
 (COMPLETED, or FAILED with its status), and srun exits with the step's status.
@@ -42,6 +43,10 @@ def split(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
             return alloc, step, argv[i:]
         if word in STEP_FLAGS or word.startswith(("-K", "--kill-on-bad-exit=")):
             step.append(word)
+            i += 1
+            continue
+        if word in ("-I", "--immediate") or word.startswith(("-I", "--immediate=")):
+            alloc.append(word)  # salloc's: how long to wait for the allocation
             i += 1
             continue
         if word.partition("=")[0] in IGNORED:

@@ -85,7 +85,13 @@ FLAGS = {
 }
 
 
-OPTIONAL = {"-K": "kill_on_bad_exit", "--kill-on-bad-exit": "kill_on_bad_exit"}  # [=0|1]
+OPTIONAL = {  # -K[=0|1]; -I[=seconds]: how long a step may wait for the GPUs it needs
+    "-K": "kill_on_bad_exit",
+    "--kill-on-bad-exit": "kill_on_bad_exit",
+    "-I": "immediate",
+    "--immediate": "immediate",
+}
+IMMEDIATE_S = 1.0  # -I without a value
 
 
 def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -100,12 +106,15 @@ def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
         if not word.startswith("-") or word == "-":
             return opts, argv[i:]
         name, eq, value = word.partition("=")
-        if word[:2] == "-K" and len(word) > 2 and not eq:  # -K0, -K1
-            name, eq, value = "-K", "=", word[2:]
-        if name in OPTIONAL:  # -K, --kill-on-bad-exit[=0|1]
-            if eq and value not in ("0", "1"):
+        if word[:2] in ("-K", "-I") and len(word) > 2 and not eq:  # -K0, -K1, -I5
+            name, eq, value = word[:2], "=", word[2:]
+        if name in OPTIONAL:  # -K, --kill-on-bad-exit[=0|1]; -I, --immediate[=N]
+            key = OPTIONAL[name]
+            if eq and key == "kill_on_bad_exit" and value not in ("0", "1"):
                 raise SrunError(f"invalid {name} value '{value}': 0 or 1")
-            opts[OPTIONAL[name]] = value if eq else "1"
+            if eq and key == "immediate" and not value.isdigit():
+                raise SrunError(f"invalid {name} value '{value}': a number of seconds")
+            opts[key] = value if eq else "1" if key == "kill_on_bad_exit" else ""
             i += 1
             continue
         if name in FLAGS:
@@ -139,6 +148,15 @@ def _count(opts: dict[str, str], name: str) -> int:
     if value < 0:
         raise SrunError(f"invalid --{name.replace('_', '-')} value '{opts[name]}'")
     return value
+
+
+def immediate(argv: list[str]) -> float | None:
+    """`-I[N]`: how long a step may wait for GPUs the job's running steps hold (None:
+    as long as it takes, as without -I)."""
+    value = parse(argv)[0].get("immediate")
+    if value is None:
+        return None
+    return float(value) if value and int(value) else IMMEDIATE_S
 
 
 def _per_node(opts: dict[str, str]) -> int:
@@ -303,10 +321,11 @@ def run(argv: list[str]) -> int:
         size = window_size(sys.stdin.fileno())
         if size is not None:  # the task's terminal starts at this one's size
             req = msgspec.structs.replace(req, pty_window=pty_size.encode(*size))
-        return asyncio.run(_terminal(req))
+        return asyncio.run(_terminal(req, immediate(argv)))
     folder = Path(req.output_dir)
     folder.mkdir(parents=True, mode=0o700, exist_ok=True)
     opts = parse(argv)[0]
+    patience = immediate(argv)
     routes = Routes(
         opts.get("output", ""), opts.get("error", ""), opts.get("open_mode") == "append"
     )
@@ -322,7 +341,7 @@ def run(argv: list[str]) -> int:
 
     def ask() -> None:
         try:
-            result.append(_until_ended(req, stop, made))
+            result.append(_until_ended(req, stop, made, patience))
         except ApiRefused as err:
             result.append(err)
         finally:
@@ -370,19 +389,28 @@ def _until_ended(
     req: StepRequest,
     stop: threading.Event | None = None,
     made: Callable[[StepReply], None] | None = None,
+    patience: float | None = None,
 ) -> StepReply:
     """The step's reply once it ended: the same request again while the launcher says
     RUNNING, or while no replica answers (the one asked died), up to WAIT_S; and while
     the GPUs it needs are held by the job's running steps ("busy", said once, as
-    Slurm's srun waits), until `stop` is set. `made()` is called at each answer that
-    is not a refusal: the step exists."""
-    deadline = time.monotonic() + WAIT_S
+    Slurm's srun waits), until `stop` is set or for `patience` seconds (`-I`), after
+    which the refusal stands. `made()` is called at each answer that is not a refusal:
+    the step exists."""
+    began = time.monotonic()
+    deadline = began + WAIT_S
     waited = False
     while True:
         try:
             reply = request(nats_url(), "step", req, StepReply, timeout=ASK_S)
         except ApiRefused as err:
             if err.code == "busy":
+                if patience is not None and time.monotonic() - began >= patience:
+                    raise ApiRefused(
+                        f"step not created within {patience:g} s (--immediate): {err}",
+                        err.code,
+                        err.details,
+                    ) from None
                 if not waited:
                     print(
                         f"srun: job {req.job_id}: step creation temporarily disabled, "
@@ -416,7 +444,7 @@ class _Resized:
 RESIZED = _Resized()
 
 
-async def _terminal(req: StepRequest) -> int:
+async def _terminal(req: StepRequest, patience: float | None = None) -> int:
     """`srun --pty`: this terminal, raw, wired to the task's pty on the first node: its
     output arrives on `<pty>.out`, every key goes to `<pty>.in` (Ctrl-C included), and
     so does the terminal's size: once the relay listens (its first output) and at every
@@ -523,7 +551,7 @@ async def _terminal(req: StepRequest) -> int:
         loop.add_signal_handler(s, on_told, s)
     stop = threading.Event()  # told while the step waits for GPUs: none is made
     # asked again while RUNNING, as a batch step is: any replica answers its end
-    ending = asyncio.ensure_future(_ended_in_daemon(req, stop, is_made))
+    ending = asyncio.ensure_future(_ended_in_daemon(req, stop, is_made, patience))
     sender: asyncio.Task[None] | None = None
     try:
         await asyncio.wait((made, ending, told), return_when=asyncio.FIRST_COMPLETED)
@@ -553,7 +581,10 @@ async def _terminal(req: StepRequest) -> int:
 
 
 async def _ended_in_daemon(
-    req: StepRequest, stop: threading.Event, made: Callable[[], None]
+    req: StepRequest,
+    stop: threading.Event,
+    made: Callable[[], None],
+    patience: float | None = None,
 ) -> StepReply:
     """`_until_ended` in a daemon thread, as a batch srun asks: an srun interrupted
     meanwhile exits at once, not once the step ends (asyncio.to_thread's thread would be
@@ -578,7 +609,7 @@ async def _ended_in_daemon(
 
     def ask() -> None:
         try:
-            reply, err = _until_ended(req, stop, lambda _made: on_loop(made)), None
+            reply, err = _until_ended(req, stop, lambda _made: on_loop(made), patience), None
         except Exception as exc:
             reply, err = None, exc
         on_loop(settle, reply, err)
@@ -613,7 +644,7 @@ def _cancel(req: StepRequest) -> None:
 def main(argv: list[str]) -> int:
     try:
         return run(argv)
-    except SrunError as err:
+    except (SrunError, ApiRefused) as err:  # a --pty step's refusal comes as itself
         print(f"srun: error: {err}", file=sys.stderr)
         return 1
     except Ended as told:  # told twice: srun leaves while its step ends

@@ -376,11 +376,13 @@ class OwnLine(_Record):
 
 
 def split_own(argv: Sequence[str], own: Sequence[Spec]) -> OwnLine:
-    """Like `split_command_line`, but the long options in `own` (flags, e.g. the CLI's
-    `--json`) are taken out of the options. Only words before the script are options:
-    the script's own arguments are never looked at, whatever they look like."""
+    """Like `split_command_line`, but the options in `own` (flags, e.g. the CLI's
+    `--json`; salloc's `-I[N]`) are taken out of the options: long ones in any form,
+    short ones as a word of their own (`-W`, `-I5`). Only words before the script are
+    options: the script's own arguments are never looked at, whatever they look like."""
     table = (*TABLE, *own)
     names = {s.long for s in own}
+    shorts = {s.short: s for s in own if s.short}
     kept: list[Given] = []
     words: list[str] = []
     i = 0
@@ -397,6 +399,14 @@ def split_own(argv: Sequence[str], own: Sequence[Spec]) -> OwnLine:
                 i += 1
                 continue
         else:
+            mine = shorts.get(arg[1])
+            if mine is not None and (len(arg) == 2 or mine.arg != Arg.NONE):
+                value = arg[2:] or None
+                if value is None and mine.arg == Arg.REQUIRED and i + 1 < len(argv):
+                    value, i = argv[i + 1], i + 1
+                kept.append(Given(mine.long, value, arg))
+                i += 1
+                continue
             _, used = _short(arg, argv[i + 1 :])
         words.extend(argv[i : i + 1 + used])
         i += 1 + used

@@ -104,6 +104,16 @@ async def test_salloc_and_srun_told_to_end_let_go_of_what_they_hold(
             waiting.close()
         assert await ended(db, job) == ("CANCELLED", None)
 
+        # salloc -I2: not granted within 2 s, the request is given up (exit 1), as Slurm's
+        hurried = Client(["-H", "-I2", "sleep", "3105"], work)
+        try:
+            job = int((await hurried.expect(r"Pending job allocation (\d+)")).group(1))
+            await hurried.expect(r"not allocated within 2 s \(--immediate\)")
+            assert await asyncio.to_thread(hurried.proc.wait, 60) == 1
+        finally:
+            hurried.close()
+        assert await ended(db, job) == ("CANCELLED", None)
+
         for marker, step in (("3102", ["srun"]), ("3103", ["srun", "--pty"])):
             client = Client([*step, "sleep", marker], work)
             try:

@@ -3,9 +3,10 @@ own, as Slurm's steps do (docs/steps.md, steps_core.layout).
 
 A batch job holding two GPUs starts two one-GPU steps in the background (a sweep
 inside one allocation; one says `--gpus-per-task=1`, the other `--gres=gpu:1`, as older
-scripts do): each sees a different GPU. While both run,
-an `--overlap` step runs at once on a GPU they hold, and a third plain step waits
-("step creation temporarily disabled") until one of them ends, then gets its GPU.
+scripts do): each sees a different GPU. While both run, an `--overlap` step runs at once
+on a GPU they hold, an `-I1` step gives up after a second (exit 1), and a third plain
+step waits ("step creation temporarily disabled") until one of them ends, then gets
+its GPU.
 Before, every such step saw the first GPU of the node, all at once."""
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ cd {work}
 {srun} -n1 --gres=gpu:1 bash -c '{task.format("b")}' &
 while [ ! -s a ] || [ ! -s b ]; do sleep 0.1; done
 {srun} --overlap -n1 --gpus-per-task=1 bash -c 'echo "$CUDA_VISIBLE_DEVICES" > o'
+{srun} -I1 -n1 --gpus-per-task=1 true 2> i.err; echo "rc=$?" > i
 {srun} --exclusive -n1 --gpus-per-task=1 bash -c 'echo "$CUDA_VISIBLE_DEVICES" > c' 2> c.err &
 while ! grep -q "temporarily disabled" c.err; do sleep 0.1; done
 touch go
@@ -58,6 +60,9 @@ async def test_side_by_side_steps_get_gpus_of_their_own_and_a_busy_one_waits(
         held = json.loads(
             await db.fetchval("SELECT gpus::text FROM job_runs WHERE job_id = $1", job)
         )["node01"]
+        # -I1: the step could not be made within a second; srun gave up, said why
+        assert (work / "i").read_text().strip() == "rc=1"
+        assert "not created within 1 s (--immediate)" in (work / "i.err").read_text()
         seen = {name: (work / name).read_text().strip() for name in ("a", "b", "o", "c")}
         assert sorted([seen["a"], seen["b"]]) == sorted(str(g) for g in held), seen
         assert seen["o"] == str(min(held)), seen  # --overlap: the first, held or not

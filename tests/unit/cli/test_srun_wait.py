@@ -25,13 +25,16 @@ def nothing() -> None:
 
 def test_the_steps_end_comes_back_to_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     ended = StepReply(step_id=2, state="COMPLETED", exit_code=0)
-    monkeypatch.setattr(steps, "_until_ended", lambda req, stop, made: ended)
+    monkeypatch.setattr(steps, "_until_ended", lambda req, stop, made, patience: ended)
     assert asyncio.run(steps._ended_in_daemon(REQ, threading.Event(), nothing)) == ended
 
 
 def test_a_refusal_comes_back_as_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     def refused(
-        req: StepRequest, stop: threading.Event, made: Callable[[StepReply], None]
+        req: StepRequest,
+        stop: threading.Event,
+        made: Callable[[StepReply], None],
+        patience: float | None,
     ) -> StepReply:
         raise ApiRefused("job 7 belongs to 'bob'", "forbidden", ())
 
@@ -46,7 +49,10 @@ def test_an_srun_that_stops_waiting_leaves_without_the_step_ending(
     step_ends = threading.Event()
 
     def running(
-        req: StepRequest, stop: threading.Event, made: Callable[[StepReply], None]
+        req: StepRequest,
+        stop: threading.Event,
+        made: Callable[[StepReply], None],
+        patience: float | None,
     ) -> StepReply:
         step_ends.wait()  # the step runs for ever, as far as this test goes
         return StepReply(step_id=2, state="COMPLETED", exit_code=0)
@@ -69,7 +75,10 @@ def test_made_runs_on_the_loop_and_stop_reaches_the_asking_thread(
     seen: list[str] = []
 
     def asking(
-        req: StepRequest, stop: threading.Event, made: Callable[[StepReply], None]
+        req: StepRequest,
+        stop: threading.Event,
+        made: Callable[[StepReply], None],
+        patience: float | None,
     ) -> StepReply:
         made(StepReply(step_id=0, state="RUNNING"))  # an answer came: the step exists
         assert stop.wait(5.0), "the stop never came"
