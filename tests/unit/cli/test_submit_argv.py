@@ -140,3 +140,15 @@ def test_other_commands_are_not_taken_for_submit() -> None:
     parsed = parse(["queue", "-n", "submit"])
     assert parsed.command == "queue"
     assert parsed.name == ["submit"]
+
+
+def test_own_options_are_taken_out_long_and_short_before_the_script_only() -> None:
+    from shared.sbatch_options import SBATCH_OWN, split_own
+
+    split = split_own(["-W", "-N2", "--parsable", "-t", "5", "job.sh", "-W"], SBATCH_OWN)
+    assert [(g.name, g.value) for g in split.own] == [("wait", None), ("parsable", None)]
+    assert (split.line.options, split.line.script, split.line.args) == (
+        ("-N2", "-t", "5"),
+        "job.sh",
+        ("-W",),
+    )
