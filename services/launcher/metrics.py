@@ -1,14 +1,15 @@
 """Shell: the launcher's metric sources (`shared/metrics.py`).
 
 Fault-to-restart seconds (from a `node.fault` naming a job to that job's next attempt
-segment starting), restarts, and shard ownership changes, all from the tables, so they
-survive restarts.
+segment starting), restarts, shard ownership changes, and srun steps (running now, and
+ended by state), all from the tables, so they survive restarts.
 """
 
 from __future__ import annotations
 
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from services.launcher.steps_core import StepState
 from shared.db import Conn
 from shared.metrics import cumulate, histogram
 
@@ -32,6 +33,9 @@ SELECT width_bucket(s, $1::float8[]) AS bucket, count(*) AS n, sum(s) AS total
 """
 
 
+STEPS = "SELECT state, count(*) AS n FROM job_steps GROUP BY state"
+
+
 class LauncherSource:
     name = "launcher"
 
@@ -49,6 +53,15 @@ class LauncherSource:
         owners.add_metric(
             [], float(await conn.fetchval("SELECT coalesce(sum(epoch), 0) FROM launcher_shards"))
         )
+        steps = {r["state"]: int(r["n"]) for r in await conn.fetch(STEPS)}
+        running = GaugeMetricFamily("muster_job_steps_running", "srun steps running now")
+        running.add_metric([], float(steps.get(StepState.RUNNING, 0)))
+        ended = CounterMetricFamily(
+            "muster_job_steps_ended", "srun steps ended, by state", labels=["state"]
+        )
+        for state in StepState:
+            if state is not StepState.RUNNING:  # every final state, zeros included
+                ended.add_metric([state.value], float(steps.get(state, 0)))
         return [
             histogram(
                 "muster_fault_to_restart_seconds",
@@ -59,6 +72,8 @@ class LauncherSource:
             ),
             restarts,
             owners,
+            running,
+            ended,
         ]
 
 

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,11 @@ accounts = ["research"]
 [roles]
 operators = ["root", "admin"]
 """
-SHORT = "#!/bin/bash\nsleep 0.5\n"
+# two srun steps each, one ending FAILED: the job itself COMPLETES (its script exits 0)
+SHORT = (
+    "#!/bin/bash\nexport MUSTER_KEY_DIR={keys}\n"
+    "{py} -m muster.cli srun true\n{py} -m muster.cli srun false\nexit 0\n"
+)
 SLEEPER = "#!/bin/bash\nsleep 600\n"
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -125,8 +130,9 @@ async def test_every_endpoint_reports_the_workload_and_the_injected_xid(
             30,
             "the placement policy",
         )
+        short_script = SHORT.format(keys=state / "keys", py=sys.executable)
         short = [
-            (await submit(nats_url, SHORT, ("--gpus-per-node=1",), str(tmp_path))).job_ids[0]
+            (await submit(nats_url, short_script, ("--gpus-per-node=1",), str(tmp_path))).job_ids[0]
             for _ in range(2)
         ]
         for done in short:
@@ -184,6 +190,10 @@ async def test_every_endpoint_reports_the_workload_and_the_injected_xid(
         launcher = await scrape(endpoints["launcher"])
         assert total(launcher, "muster_fault_to_restart_seconds_count") == 1
         assert total(launcher, "muster_ownership_changes_total") >= 1
+        assert total(launcher, "muster_job_steps_running") == 0
+        assert total(launcher, "muster_job_steps_ended_total", state="COMPLETED") == 2
+        assert total(launcher, "muster_job_steps_ended_total", state="FAILED") == 2
+        assert total(launcher, "muster_job_steps_ended_total", state="CANCELLED") == 0
 
         placer = await scrape(endpoints["placer"])
         assert total(placer, "muster_leader_changes_total", role="placer") >= 1
