@@ -423,3 +423,6 @@ class StepOutcome(msgspec.Struct, frozen=True, kw_only=True):
     message: str = ""
     exit_codes: tuple[int | None, ...] = ()  # per task, in `tasks` order
     signals: tuple[int | None, ...] = ()
+    # per task: ended by a stop (srun's Ctrl-C, scancel JOB.STEP, -K for another task's
+    # end, the node fenced), not by itself; () from an older agent, which did not say
+    stopped: tuple[bool, ...] = ()

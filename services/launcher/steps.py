@@ -49,12 +49,12 @@ from services.launcher.steps_core import (
     Busy,
     Layout,
     Refusal,
+    StepEnd,
     StepShape,
     StepState,
     bad_end,
     layout,
-    step_exit,
-    step_state,
+    step_end,
     task_env,
 )
 from shared.api import (
@@ -278,22 +278,21 @@ class StepService:
             self._coordinating.pop(key, None)
         codes: list[int | None] = []
         signals: list[int | None] = []
+        stopped: list[bool | None] = []
         problems = [f"{n}: {o.message}" for n, o in zip(nodes, outcomes, strict=True) if not o.ok]
         for o in outcomes:
             codes.extend(o.exit_codes)
             signals.extend(o.signals)
-        state = step_state(codes, signals, lost=bool(problems))
+            said = len(o.stopped) == len(o.exit_codes)  # an older agent says nothing
+            stopped.extend(o.stopped if said else [None] * len(o.exit_codes))
+        end = step_end(codes, signals, stopped, lost=bool(problems))
         if problems and not codes:  # nothing ran anywhere: the step failed to start
-            state = StepState.FAILED
-        exit_code = step_exit(codes, signals) if not problems or codes else 1
-        failed = [c for c in codes if c]
-        if kill is not None and failed:  # -K: the others were ended for this exit
-            state, exit_code = StepState.FAILED, max(failed)
+            end = StepEnd(state=StepState.FAILED, exit_code=1)
+        state = end.state
         message = "; ".join(problems)
-        sig = next((s for s in signals if s is not None), None)
         async with self.ctx.pool.acquire() as conn:
             mine = await repo.end_step(
-                conn, job_id, step_id, self.holder, state, exit_code, sig, message
+                conn, job_id, step_id, self.holder, state, end.exit_code, end.signal, message
             )
         log.info("step ended", extra=kv(job=job_id, step=step_id, state=state, recorded=mine))
 

@@ -296,6 +296,7 @@ class StepRunner:
             ok=True,
             exit_codes=tuple(e.exit_code for e in ends),
             signals=tuple(e.signal for e in ends),
+            stopped=tuple(e.ending in (Ending.STOPPED, Ending.FENCED) for e in ends),
         )
 
     def resume(self) -> None:

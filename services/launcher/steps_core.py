@@ -19,7 +19,8 @@ allocation cannot hold is refused with a message, never shrunk silently.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+import signal
+from collections.abc import Callable, Collection, Mapping, Sequence
 from enum import StrEnum
 
 import msgspec
@@ -286,14 +287,55 @@ def task_env(
     }
 
 
-def step_state(exit_codes: list[int | None], signals: list[int | None], lost: bool) -> StepState:
-    """A step's end from its tasks': any lost node or signal -> CANCELLED, any nonzero
-    exit -> FAILED, else COMPLETED."""
-    if lost or any(s is not None for s in signals):
-        return StepState.CANCELLED
-    if any(c != 0 for c in exit_codes):
-        return StepState.FAILED
-    return StepState.COMPLETED
+# signals a task dies of by its own fault, not because someone ended it
+CRASHES = frozenset(
+    {
+        signal.SIGSEGV,
+        signal.SIGBUS,
+        signal.SIGILL,
+        signal.SIGFPE,
+        signal.SIGABRT,
+        signal.SIGSYS,
+        signal.SIGTRAP,
+    }
+)
+
+
+class StepEnd(msgspec.Struct, frozen=True, kw_only=True):
+    state: StepState
+    exit_code: int | None
+    signal: int | None = None  # the one the row records: a failing task's first
+
+
+def step_end(
+    exit_codes: Sequence[int | None],
+    signals: Sequence[int | None],
+    stopped: Sequence[bool | None],
+    lost: bool,
+) -> StepEnd:
+    """A step's end from its tasks'. A task that failed by itself, a non-zero exit or a
+    crash (SIGSEGV, SIGABRT, ...: `CRASHES`), FAILS the step with the highest such
+    status (128+N for signal N), whatever happened to the others: with srun -K they
+    were stopped *for* it, so the cause is what srun and sacct report, not the stop's
+    SIGTERM. Otherwise a task stopped (srun's Ctrl-C, scancel JOB.STEP, -K, the node
+    fenced: `stopped`, whatever its status then), one killed from outside (SIGTERM,
+    SIGKILL: its job ended, a kill), or a lost node CANCELS it, with the highest
+    status; else it COMPLETED. `stopped[i]` None: an older agent did not say."""
+    bad: list[tuple[int, int | None]] = []  # (status, signal) of the tasks that failed
+    any_stopped = False
+    for code, sig, stop in zip(exit_codes, signals, stopped, strict=True):
+        if stop or (sig is not None and sig not in CRASHES):
+            any_stopped = True
+        elif sig is not None:
+            bad.append((128 + sig, sig))
+        elif code not in (0, None):
+            bad.append((code, None))
+    if bad:
+        first = next((sig for _, sig in bad if sig is not None), None)
+        return StepEnd(state=StepState.FAILED, exit_code=max(s for s, _ in bad), signal=first)
+    state = StepState.CANCELLED if lost or any_stopped else StepState.COMPLETED
+    sig = next((s for s in signals if s is not None), None)
+    return StepEnd(state=state, exit_code=step_exit(exit_codes, signals), signal=sig)
 
 
 def bad_end(exit_codes: Collection[int | None], signals: Collection[int | None]) -> bool:
@@ -301,7 +343,7 @@ def bad_end(exit_codes: Collection[int | None], signals: Collection[int | None])
     return any(c not in (0, None) for c in exit_codes) or any(s is not None for s in signals)
 
 
-def step_exit(exit_codes: list[int | None], signals: list[int | None]) -> int | None:
+def step_exit(exit_codes: Sequence[int | None], signals: Sequence[int | None]) -> int | None:
     """The step's exit code, srun's: the highest of its tasks' (128+N for a signal)."""
     codes = [c for c in exit_codes if c is not None] + [128 + s for s in signals if s is not None]
     return max(codes) if codes else None

@@ -3,7 +3,9 @@ on node02 exits 4 at once; node01's would sleep for an hour (a rank left waiting
 collective for a peer that died). With -K the launcher stops the step's tasks on every
 node once node02 answers: the step is FAILED with exit 4, srun exits 4, and `ps` shows
 no sleep left. Before, -K was refused as an unknown option, and such a step ran until
-the job's time limit."""
+the job's time limit. A second step's node02 task segfaults: the step is FAILED with
+139 (signal 11), the crash, not CANCELLED with the SIGTERM -K sent node01's task (143),
+as it was recorded before tasks' ends said whether a stop ended them."""
 
 from __future__ import annotations
 
@@ -13,12 +15,13 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from tests.support.cluster import eventually, job_end, nodes, processes, running_cluster, submit
+from tests.support.cluster import job_end, nodes, processes, running_cluster, submit
 
 pytestmark = pytest.mark.slow
 
 PY = sys.executable
 TASK = '[ "$SLURMD_NODENAME" = node02 ] && exit 4; exec sleep 3201'
+CRASH = '[ "$SLURMD_NODENAME" = node02 ] && kill -SEGV $$; exec sleep 3202'
 
 
 def script(work: Path, keys: Path) -> str:
@@ -26,6 +29,7 @@ def script(work: Path, keys: Path) -> str:
 export MUSTER_KEY_DIR={keys}
 if [ "$SLURM_NODEID" = 0 ]; then
   {PY} -m muster.cli srun -K bash -c '{TASK}'; echo "rc=$?" > {work}/rc
+  {PY} -m muster.cli srun -K bash -c '{CRASH}'; echo "rc=$?" > {work}/rc2
   touch {work}/done
 else
   while [ ! -f {work}/done ]; do sleep 0.2; done
@@ -42,21 +46,17 @@ async def test_a_bad_exit_on_one_node_ends_the_steps_tasks_on_every_node(
         keys = tmp_path / "state" / "keys"
         argv = ("-N", "2", "--gpus-per-node=1", "-t", "5")
         job = (await submit(nats_url, script(work, keys), argv, workdir=str(work))).job_ids[0]
-        step = await eventually(
-            lambda: db.fetchrow(
-                "SELECT state, exit_code, started_at FROM job_steps WHERE job_id = $1", job
-            ),
-            lambda r: r is not None and r["state"] != "RUNNING",
-            90.0,
-            "the step's end",
-        )
-        assert step is not None
-        assert (step["state"], step["exit_code"]) == ("FAILED", 4)
-        assert (await job_end(db, job))["state"] == "COMPLETED"
-        assert (work / "rc").read_text().strip() == "rc=4"
-        assert not processes("sleep 3201"), "node01's task was stopped"
-        ended = await db.fetchval(
-            "SELECT extract(epoch FROM ended_at - started_at) FROM job_steps WHERE job_id = $1",
+        assert (await job_end(db, job, 120.0))["state"] == "COMPLETED"
+        steps = await db.fetch(
+            "SELECT state, exit_code, signal, extract(epoch FROM ended_at - started_at) AS s"
+            " FROM job_steps WHERE job_id = $1 ORDER BY step_id",
             job,
         )
-        assert float(ended) < 60.0, ended  # for node02's exit, not the 5-minute time limit
+        ends = [(r["state"], r["exit_code"], r["signal"]) for r in steps]
+        assert ends == [("FAILED", 4, None), ("FAILED", 139, 11)]
+        assert (work / "rc").read_text().strip() == "rc=4"
+        assert (work / "rc2").read_text().strip() == "rc=139"
+        assert not processes("sleep 3201"), "node01's task was stopped"
+        assert not processes("sleep 3202"), "node01's task was stopped"
+        # for node02's end, not the 5-minute time limit
+        assert all(float(r["s"]) < 60.0 for r in steps), steps

@@ -15,11 +15,9 @@ from services.launcher.steps_core import (
     Layout,
     Refusal,
     StepShape,
-    StepState,
     bad_end,
     layout,
-    step_exit,
-    step_state,
+    step_end,
     task_env,
 )
 from shared.agent_auth import GrantSigner, check
@@ -116,25 +114,57 @@ def test_a_steps_gpus_on_a_node_are_every_task_there() -> None:
     assert {e["SLURM_STEP_GPUS"] for e in envs} == {"1,2"}
 
 
+OK, TERM, SEGV = (0, None), (None, 15), (None, 11)
+STEP_ENDS = {
+    "every task exited 0": ([OK, OK], [False, False], False, ("COMPLETED", 0, None)),
+    "one exited 3": ([OK, (3, None)], [False, False], False, ("FAILED", 3, None)),
+    "srun's Ctrl-C: every task stopped": (
+        [TERM, TERM],
+        [True, True],
+        False,
+        ("CANCELLED", 143, 15),
+    ),
+    "a stop that found a task already ended 0": (
+        [OK, TERM],
+        [False, True],
+        False,
+        ("CANCELLED", 143, 15),
+    ),
+    "a lost node": ([OK], [False], True, ("CANCELLED", 0, None)),
+    "nothing heard": ([], [], False, ("COMPLETED", None, None)),
+    # a task that died by itself by a signal failed: the step is not "cancelled"
+    "a segfault": ([OK, SEGV], [False, False], False, ("FAILED", 139, 11)),
+    # srun -K: the others were stopped for the first bad end, which is what is reported
+    "-K after an exit 4": (
+        [(4, None), TERM, TERM],
+        [False, True, True],
+        False,
+        ("FAILED", 4, None),
+    ),
+    "-K after a segfault": ([SEGV, TERM], [False, True], False, ("FAILED", 139, 11)),
+    # a task killed from outside, not stopped by the step (its job ended, a kill)
+    "killed from outside": ([OK, (None, 9)], [False, False], False, ("CANCELLED", 137, 9)),
+    # a task that handles the stop's SIGTERM and exits 1 was still stopped
+    "a stopped task's own exit": ([(1, None), TERM], [True, True], False, ("CANCELLED", 143, 15)),
+    # an older agent says nothing: SIGTERM is a stop, a crash a failure
+    "an older agent, a signal": ([TERM, OK], [None, None], False, ("CANCELLED", 143, 15)),
+    "an older agent, a crash": ([SEGV, OK], [None, None], False, ("FAILED", 139, 11)),
+    "an older agent, -K": ([(4, None), TERM], [None, None], False, ("FAILED", 4, None)),
+}
+
+
 @pytest.mark.parametrize(
-    ("codes", "signals", "lost", "state", "exit_code"),
-    [
-        ([0, 0], [None, None], False, StepState.COMPLETED, 0),
-        ([0, 3], [None, None], False, StepState.FAILED, 3),
-        ([None, 0], [15, None], False, StepState.CANCELLED, 143),
-        ([0], [None], True, StepState.CANCELLED, 0),
-        ([], [], False, StepState.COMPLETED, None),
-    ],
+    ("tasks", "stopped", "lost", "end"), STEP_ENDS.values(), ids=STEP_ENDS.keys()
 )
 def test_step_ending(
-    codes: list[int | None],
-    signals: list[int | None],
+    tasks: list[tuple[int | None, int | None]],
+    stopped: list[bool | None],
     lost: bool,
-    state: StepState,
-    exit_code: int | None,
+    end: tuple[str, int | None, int | None],
 ) -> None:
-    assert step_state(codes, signals, lost) is state
-    assert step_exit(codes, signals) == exit_code
+    codes, signals = [c for c, _ in tasks], [s for _, s in tasks]
+    got = step_end(codes, signals, stopped, lost)
+    assert (got.state, got.exit_code, got.signal) == end
 
 
 @pytest.mark.parametrize(
