@@ -141,6 +141,7 @@ def squeue(argv: list[str]) -> int:
     p.add_argument("-A", "--account", action="append")
     p.add_argument("-n", "--name", action="append")
     p.add_argument("-a", "--all", action="store_true", help="accepted: every partition is shown")
+    p.add_argument("-s", "--steps", action="store_true")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     states, all_states = _states(a.states)
@@ -154,8 +155,15 @@ def squeue(argv: list[str]) -> int:
         job_refs=_csv(a.jobs),
         accounts=_csv(a.account),
         names=_csv(a.name),
+        steps=a.steps,
     )
-    jobs = request(_url(), "queue", req, QueueReply).jobs
+    reply = request(_url(), "queue", req, QueueReply)
+    jobs = reply.jobs
+    if a.steps:  # a line per running srun step, as Slurm's squeue -s
+        if a.long_format or a.json:
+            raise ShimError("-s takes -o FORMAT (%i %j %P %u %M %A %N), not -O or --json")
+        _print(fmt.step_lines(reply.steps, jobs, a.format, not a.noheader, time.time()))
+        return 0
     if a.json:
         return _print_json({"jobs": [_job_json(j) for j in jobs]})
     _print(fmt.squeue_lines(jobs, a.format, a.long_format, header=not a.noheader))

@@ -233,6 +233,41 @@ SQUEUE_NAMES = {"user": "username", "st": "statecompact", "jobarrayid": "jobid"}
 SQUEUE_DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 
 
+class StepLine:
+    """One running step as `squeue -s` shows it: the step, with its job's partition and
+    user, and how long it has run at `now`."""
+
+    __slots__ = ("argv", "job_id", "nodes", "ntasks", "partition", "seconds", "step_id", "user")
+
+    def __init__(self, step: Any, job: Any, now: float) -> None:
+        self.job_id, self.step_id, self.argv = step.job_id, step.step_id, step.argv
+        self.nodes, self.ntasks = step.nodes, step.ntasks
+        self.partition, self.user = job.partition, job.user
+        self.seconds = now - step.started_at
+
+
+# squeue -s: a line per running srun step
+STEP_COLUMNS: dict[str, Column] = {
+    "stepid": ("STEPID", lambda s: f"{s.job_id}.{s.step_id}"),
+    "stepname": ("NAME", lambda s: s.argv[0].rsplit("/", 1)[-1] if s.argv else ""),
+    "partition": ("PARTITION", lambda s: s.partition),
+    "user": ("USER", lambda s: s.user),
+    "timeused": ("TIME", lambda s: duration(s.seconds)),
+    "numtasks": ("TASKS", lambda s: str(s.ntasks)),
+    "nodelist": ("NODELIST", lambda s: compress(s.nodes)),
+}
+STEP_LETTERS = {
+    "i": "stepid",
+    "j": "stepname",
+    "P": "partition",
+    "u": "user",
+    "M": "timeused",
+    "A": "numtasks",
+    "N": "nodelist",
+}
+STEP_DEFAULT = "%.15i %.8j %.9P %.8u %.9M %N"  # Slurm's squeue -s
+
+
 def _or_na(value: int | None) -> str:
     return "N/A" if value is None else str(value)
 
@@ -472,6 +507,17 @@ def squeue_lines(
     else:
         parts = parse_percent(fmt or SQUEUE_DEFAULT, SQUEUE_LETTERS)
     return render(parts, jobs, JOB_COLUMNS, header=header)
+
+
+def step_lines(
+    steps: Iterable[Any], jobs: Iterable[JobView], fmt: str | None, header: bool, now: float
+) -> list[str]:
+    """`squeue -s [-o FORMAT]`: the running steps of `jobs`, Slurm's step letters."""
+    by_id = {j.job_id: j for j in jobs}
+    rows = [StepLine(s, by_id[s.job_id], now) for s in steps if s.job_id in by_id]
+    return render(
+        parse_percent(fmt or STEP_DEFAULT, STEP_LETTERS), rows, STEP_COLUMNS, header=header
+    )
 
 
 def _partition(n: NodeView) -> str:

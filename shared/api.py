@@ -73,6 +73,7 @@ class QueueRequest(Request, frozen=True, kw_only=True):
     job_refs: tuple[str, ...] = ()  # as in JobSelector: 123, 123_4, 123_[1-3]
     accounts: tuple[str, ...] = ()
     names: tuple[str, ...] = ()
+    steps: bool = False  # the selected jobs' running srun steps too (`squeue -s`)
     # A page of the selection (the gateway's dashboard at 10,000 jobs: the whole list
     # would not fit one NATS message): `limit` jobs from `offset`; 0: every job.
     offset: Annotated[int, msgspec.Meta(ge=0)] = 0
@@ -112,6 +113,7 @@ class QueueReply(msgspec.Struct, frozen=True, kw_only=True):
     total: int = 0
     by_state: dict[str, int] = {}
     by_reason: dict[str, int] = {}
+    steps: tuple[StepView, ...] = ()  # with `steps`: the jobs' RUNNING steps, by job and id
 
 
 class ShowJobRequest(Request, frozen=True, kw_only=True):
@@ -353,6 +355,7 @@ class StepReply(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class StepView(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: int = 0  # in a queue's reply (a job's own `show` lists only its steps: 0)
     step_id: int
     argv: tuple[str, ...]
     nodes: tuple[str, ...]

@@ -257,6 +257,10 @@ class JobCommands:
             views = [v for v in views if v.state in wanted]
         elif not req.all_states and not (req.job_ids or req.job_refs):
             views = [v for v in views if v.state in ACTIVE]
+        if req.steps:  # squeue -s: the running steps of the jobs shown
+            async with self.ctx.pool.acquire() as conn:
+                found = await repo.running_steps(conn, [v.job_id for v in views])
+            return QueueReply(jobs=tuple(views), steps=tuple(step_view(r) for r in found))
         if not req.limit:
             return QueueReply(jobs=tuple(views))
         return QueueReply(

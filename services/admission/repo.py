@@ -250,6 +250,18 @@ async def steps(conn: Conn, job_id: int) -> list[asyncpg.Record]:
     )
 
 
+async def running_steps(conn: Conn, job_ids: list[int]) -> list[asyncpg.Record]:
+    """These jobs' RUNNING srun steps, by job and step (`squeue -s`)."""
+    return await conn.fetch(
+        "SELECT job_id, step_id, argv, nodes, ntasks, state, exit_code, gpus::text AS gpus,"
+        " extract(epoch FROM started_at)::float8 AS started,"
+        " extract(epoch FROM ended_at)::float8 AS ended"
+        " FROM job_steps WHERE job_id = ANY($1::bigint[]) AND state = 'RUNNING'"
+        " ORDER BY job_id, step_id",
+        job_ids,
+    )
+
+
 async def nodes_view(conn: Conn) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:
     nodes = await conn.fetch(
         "SELECT name, state, reason, topology, extract(epoch FROM last_heartbeat)::float8 AS hb,"

@@ -157,6 +157,7 @@ def node_views(nodes: Sequence[Row], gpus: Sequence[Row]) -> list[NodeView]:
 def step_view(row: Any) -> StepView:
     """One `job_steps` row (the launcher's; docs/steps.md) as `muster show job` lists it."""
     return StepView(
+        job_id=row.get("job_id", 0),  # queued with its job, not in a job's own show
         step_id=row["step_id"],
         argv=tuple(row["argv"]),
         nodes=tuple(row["nodes"]),

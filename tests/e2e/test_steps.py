@@ -291,6 +291,8 @@ async def busy_terminal(term: Terminal, job: int, db: asyncpg.Connection) -> Non
         lambda: db.fetchval(HOLDING, job), lambda n: n == 1, 60.0, "a step holding the GPU"
     )
     made = await db.fetchval(STEPS, job)
+    term.send("squeue -s -h -o '%i|%j|%u|%N'\n")  # the running step, as Slurm's squeue -s
+    await term.expect(rf"{job}\.{made - 1}\|sleep\|\w+\|node01", 30.0)
     term.send("srun -w node01 --gpus-per-task=1 --pty /bin/sh; echo busy_rc=$?\n")
     await term.expect(r"step creation temporarily disabled", 60.0)
     term.send("\x03")

@@ -305,3 +305,21 @@ DURATION = {
 @pytest.mark.parametrize(("seconds", "want"), DURATION.values(), ids=DURATION.keys())
 def test_duration(seconds: float, want: str) -> None:
     assert duration(seconds) == want
+
+
+def test_squeue_steps() -> None:
+    from types import SimpleNamespace
+
+    from muster.slurm_format import step_lines
+
+    jobs = [job(job_id=12, partition="gpu", user="ada")]
+    steps = [
+        SimpleNamespace(job_id=12, step_id=0, argv=("/usr/bin/python3", "t.py"), nodes=("n1", "n2"),
+                        ntasks=16, started_at=1000.0),
+        SimpleNamespace(job_id=99, step_id=0, argv=("x",), nodes=(), ntasks=1, started_at=0.0),
+    ]  # fmt: skip
+    assert step_lines(steps, jobs, None, True, now=1075.0) == [
+        "         STEPID     NAME PARTITION     USER      TIME NODELIST",
+        "           12.0  python3       gpu      ada      1:15 n[1-2]",
+    ]
+    assert step_lines(steps, jobs, "%i %A", False, now=1075.0) == ["12.0 16"]
