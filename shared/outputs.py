@@ -40,17 +40,7 @@ def expand_pattern(
     array_task_id: int | None = None,
 ) -> str:
     """`pattern` with every escape filled in."""
-    values: dict[str, str | int] = {
-        "%": "%",
-        "j": job_id,
-        "J": job_id,
-        "x": name,
-        "u": user,
-        "N": node,
-        "A": array_job_id if array_job_id is not None else job_id,
-        "a": array_task_id if array_task_id is not None else NO_ARRAY_TASK,
-        "s": "batch",
-    }
+    values = _job_values(job_id, name, user, node, array_job_id, array_task_id)
     return _fill(_ESCAPE, pattern, values)
 
 
@@ -69,20 +59,35 @@ def expand_step_pattern(
 ) -> str:
     """srun's `pattern` for task `procid` of step `step_id`, on `node` (the step's
     `nodeid`-th)."""
-    values: dict[str, str | int] = {
-        "%": "%",
-        "j": job_id,
+    values = _job_values(job_id, name, user, node, array_job_id, array_task_id) | {
         "J": f"{job_id}.{step_id}",
         "s": step_id,
         "t": procid,
         "n": nodeid,
-        "N": node,
-        "x": name,
-        "u": user,
-        "A": array_job_id if array_job_id is not None else job_id,
-        "a": array_task_id if array_task_id is not None else NO_ARRAY_TASK,
     }
     return _fill(_STEP_ESCAPE, pattern, values)
+
+
+def _job_values(
+    job_id: int,
+    name: str,
+    user: str,
+    node: str,
+    array_job_id: int | None,
+    array_task_id: int | None,
+) -> dict[str, str | int]:
+    """The escapes a batch script's pattern fills (a step's adds its own over them)."""
+    return {
+        "%": "%",
+        "j": job_id,
+        "J": job_id,
+        "x": name,
+        "u": user,
+        "N": node,
+        "A": array_job_id if array_job_id is not None else job_id,
+        "a": array_task_id if array_task_id is not None else NO_ARRAY_TASK,
+        "s": "batch",
+    }
 
 
 def _fill(escape: re.Pattern[str], pattern: str, values: dict[str, str | int]) -> str:

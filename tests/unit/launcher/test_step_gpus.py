@@ -43,6 +43,31 @@ def one(gpus: int = 1, *, overlap: bool = False) -> StepShape:
         # Slurm places it: the sweep's ninth step on the second node
         (one(), {"n1": {0, 1, 2, 3}}, [(4,)], {"n2": [4]}),
         (one(2), {"n1": {0, 2, 3}, "n2": {4}}, [(5, 6)], {"n2": [5, 6]}),
+        # --gpus-per-node (--gres=gpu:2): the node's tasks share its two free GPUs
+        (
+            StepShape(nodes=1, ntasks=2, gpus_per_node=2),
+            {"n1": {0}},
+            [(1, 2), (1, 2)],
+            {"n1": [1, 2]},
+        ),
+        (
+            StepShape(gpus_per_node=1),
+            {"n2": {4}},
+            [(0,), (5,)],
+            {"n1": [0], "n2": [5]},
+        ),
+        # a one-node step goes where a node has them free
+        (StepShape(nodes=1, gpus_per_node=4), {"n1": {3}}, [(4, 5, 6, 7)], {"n2": [4, 5, 6, 7]}),
+        # --gpus: the step's total, split evenly over its nodes
+        (StepShape(gpus=4), {}, [(0, 1), (4, 5)], {"n1": [0, 1], "n2": [4, 5]}),
+        (StepShape(nodes=1, ntasks=3, gpus=2), {"n1": {0}}, [(1, 2)] * 3, {"n1": [1, 2]}),
+        # --overlap: the first of the node's share, held or not; holds none
+        (
+            StepShape(nodes=1, gpus_per_node=2, overlap=True),
+            {"n1": {0, 1, 2, 3}},
+            [(0, 1)],
+            {},
+        ),
     ],
 )
 def test_a_step_gets_gpus_no_running_step_holds(
@@ -88,45 +113,6 @@ def test_more_gpus_than_the_job_holds_is_refused_not_busy() -> None:
     lay = layout(one(5), NODES, GPUS, {"n1": {0}})
     assert isinstance(lay, Refusal)
     assert lay.message == "--gpus-per-task=5 x 1 task(s) needs 5 GPUs on n1; the job holds 4 there"
-
-
-@pytest.mark.parametrize(
-    ("shape", "busy", "bound", "held"),
-    [
-        # --gpus-per-node (--gres=gpu:2): the node's tasks share its two free GPUs
-        (
-            StepShape(nodes=1, ntasks=2, gpus_per_node=2),
-            {"n1": {0}},
-            [(1, 2), (1, 2)],
-            {"n1": [1, 2]},
-        ),
-        (
-            StepShape(gpus_per_node=1),
-            {"n2": {4}},
-            [(0,), (5,)],
-            {"n1": [0], "n2": [5]},
-        ),
-        # a one-node step goes where a node has them free
-        (StepShape(nodes=1, gpus_per_node=4), {"n1": {3}}, [(4, 5, 6, 7)], {"n2": [4, 5, 6, 7]}),
-        # --gpus: the step's total, split evenly over its nodes
-        (StepShape(gpus=4), {}, [(0, 1), (4, 5)], {"n1": [0, 1], "n2": [4, 5]}),
-        (StepShape(nodes=1, ntasks=3, gpus=2), {"n1": {0}}, [(1, 2)] * 3, {"n1": [1, 2]}),
-        # --overlap: the first of the node's share, held or not; holds none
-        (
-            StepShape(nodes=1, gpus_per_node=2, overlap=True),
-            {"n1": {0, 1, 2, 3}},
-            [(0, 1)],
-            {},
-        ),
-    ],
-)
-def test_a_nodes_gpus_are_shared_by_its_tasks(
-    shape: StepShape, busy: dict[str, set[int]], bound: list[tuple[int, ...]], held: object
-) -> None:
-    lay = layout(shape, NODES, GPUS, busy)
-    assert isinstance(lay, Layout), lay
-    assert [t.gpus for t in lay.tasks] == bound
-    assert lay.held() == held
 
 
 @pytest.mark.parametrize(
