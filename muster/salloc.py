@@ -97,7 +97,7 @@ def submit_request(
 
 
 def _immediate(own: tuple[Given, ...]) -> float | None:
-    for given in own:  # the last one given wins, as with any option
+    for given in reversed(own):  # the last one given wins, as with any option
         value = given.value
         if value is None:
             return IMMEDIATE_S

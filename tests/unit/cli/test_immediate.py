@@ -18,6 +18,7 @@ SALLOC = {
     "-I5": (["-N1", "-I5", "bash"], 5.0, ["bash"]),
     "--immediate=30": (["--immediate=30", "bash", "-I"], 30.0, ["bash", "-I"]),
     "--immediate, no command": (["-t", "5", "--immediate"], 1.0, []),
+    "the last one wins": (["-I9", "--immediate=4", "bash"], 4.0, ["bash"]),
 }
 
 
