@@ -93,9 +93,7 @@ async def test_a_killed_agent_leaves_its_jobs_running_and_reports_what_ended_mea
     state, work = tmp_path / "state", tmp_path / "work"
     work.mkdir()
     [node] = nodes(1)
-    async with running_cluster(
-        state, nats_url, database_url, db, [node], replicas=1, **RESTART_ENV
-    ) as c:
+    async with running_cluster(state, nats_url, database_url, db, [node], env=RESTART_ENV) as c:
         jobs = {}
         for name in ("stays", "completes", "fails"):
             script = WAITER.format(dir=work, name=name)
@@ -151,7 +149,7 @@ async def test_a_hung_agent_fences_its_job_before_the_job_runs_elsewhere(
 ) -> None:
     state = tmp_path / "state"
     two = nodes(2)
-    async with running_cluster(state, nats_url, database_url, db, two, replicas=1, **HANG_ENV) as c:
+    async with running_cluster(state, nats_url, database_url, db, two, env=HANG_ENV) as c:
         reply = await submit(nats_url, STUBBORN, ("--nodes=1", "--gpus-per-node=4"))
         job_id = reply.job_ids[0]
         first = await eventually(
@@ -194,9 +192,7 @@ async def test_a_node_frozen_whole_comes_back_only_once_its_old_job_is_gone(
     frozen; once thawed, the node must not be UP while the moved job's old processes
     run."""
     state = tmp_path / "state"
-    async with running_cluster(
-        state, nats_url, database_url, db, nodes(2), replicas=1, **HANG_ENV
-    ) as c:
+    async with running_cluster(state, nats_url, database_url, db, nodes(2), env=HANG_ENV) as c:
         reply = await submit(nats_url, STUBBORN, ("--nodes=1", "--gpus-per-node=4"))
         job_id = reply.job_ids[0]
         first = await eventually(lambda: run_row(db, job_id), running)
@@ -223,9 +219,7 @@ async def test_a_worker_left_without_its_stepd_is_killed_by_the_next_agent_and_r
     end, so the next agent kills it and reports it lost; it must not run on unseen."""
     state = tmp_path / "state"
     [node] = nodes(1)
-    async with running_cluster(
-        state, nats_url, database_url, db, [node], replicas=1, **RESTART_ENV
-    ) as c:
+    async with running_cluster(state, nats_url, database_url, db, [node], env=RESTART_ENV) as c:
         reply = await submit(nats_url, STUBBORN, ONE_GPU)
         job_id = reply.job_ids[0]
         first = await eventually(lambda: run_row(db, job_id), running)
@@ -287,9 +281,7 @@ if [ "$SLURM_NODEID" = 0 ]; then
 fi
 exec sleep 1000
 """
-    async with running_cluster(
-        state, nats_url, database_url, db, defs, replicas=1, **RESTART_ENV
-    ) as c:
+    async with running_cluster(state, nats_url, database_url, db, defs, env=RESTART_ENV) as c:
         spread = ("--nodes=2", "--gpus-per-node=1")
         job_id = (await submit(nats_url, script, spread, workdir=str(work))).job_ids[0]
         first = process_ref(await pid_from(work / "task1-1.pid", 90))
@@ -343,9 +335,7 @@ async def test_an_srun_pty_terminal_outlives_a_killed_agent(
     state, work = tmp_path / "state", tmp_path / "work"
     work.mkdir()
     defs = nodes(1)
-    async with running_cluster(
-        state, nats_url, database_url, db, defs, replicas=1, **RESTART_ENV
-    ) as c:
+    async with running_cluster(state, nats_url, database_url, db, defs, env=RESTART_ENV) as c:
         job_id = (await submit(nats_url, "#!/bin/bash\nexec sleep 1000\n", ())).job_ids[0]
         await eventually(lambda: run_row(db, job_id), running, 60, "the job running")
         env = {**os.environ, "SLURM_JOB_ID": str(job_id), "PS1": "remote> "}

@@ -294,7 +294,7 @@ async def test_an_agent_paused_for_less_than_down_after_returns_with_no_fault(
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> None:
     async with running_cluster(
-        tmp_path / "state", nats_url, database_url, db, list(NODES), replicas=1, **ROOMY
+        tmp_path / "state", nats_url, database_url, db, list(NODES), env=ROOMY
     ) as cluster:
         job_id, victim = await running_job(db, cluster.nats_url, tmp_path)
         before = await attempt_on(db, job_id)
@@ -372,9 +372,7 @@ async def test_a_nats_restart_longer_than_down_after_downs_no_node_and_moves_no_
     port = int(server.url.rsplit(":", 1)[1])
     state = tmp_path / "state"
     try:
-        async with running_cluster(
-            state, server.url, database_url, db, nodes(4), replicas=1, **OUTAGE
-        ) as c:
+        async with running_cluster(state, server.url, database_url, db, nodes(4), env=OUTAGE) as c:
             jobs = [await running_job(db, c.nats_url, tmp_path) for _ in range(3)]
             before = {job_id: await attempt_on(db, job_id) for job_id, _ in jobs}
 

@@ -185,11 +185,20 @@ async def test_a_jobs_cgroup_holds_it_to_its_memory_pids_gpus_and_io_and_goes_wh
     work.mkdir()
     with cgroup_root() as root:
         async with running_cluster(
-            tmp_path / "state", nats_url, database_url, db, nodes(2),
-            MUSTER_CLUSTER_CONFIG=str(config), MUSTER_CGROUP_ROOT=root,
-            MUSTER_CGROUPS="required", MUSTER_JOB_PIDS_MAX="40",
-            MUSTER_GPU_DEVICE_TEMPLATE=str(gpus / "nvidia{index}"), MUSTER_IO_DEVICES="/dev/loop0",
-        ) as cluster:  # fmt: skip
+            tmp_path / "state",
+            nats_url,
+            database_url,
+            db,
+            nodes(2),
+            env={
+                "MUSTER_CLUSTER_CONFIG": str(config),
+                "MUSTER_CGROUP_ROOT": root,
+                "MUSTER_CGROUPS": "required",
+                "MUSTER_JOB_PIDS_MAX": "40",
+                "MUSTER_GPU_DEVICE_TEMPLATE": str(gpus / "nvidia{index}"),
+                "MUSTER_IO_DEVICES": "/dev/loop0",
+            },
+        ) as cluster:
             url, wd = cluster.nats_url, str(work)
             hog = (await submit(url, HOG, ("--mem=100M",), workdir=wd)).job_ids[0]
             forks = (await submit(url, FORKS, (), workdir=wd)).job_ids[0]
@@ -252,10 +261,18 @@ async def test_a_failing_prolog_drains_the_node_and_requeues_and_the_epilog_runs
         hook.chmod(0o755)
     with cgroup_root() as root:
         async with running_cluster(
-            tmp_path / "state", nats_url, database_url, db, nodes(2),
-            MUSTER_CGROUP_ROOT=root, MUSTER_PROLOG=str(prolog), MUSTER_EPILOG=str(epilog),
-            MUSTER_HOOK_TIMEOUT_S="20",
-        ) as cluster:  # fmt: skip
+            tmp_path / "state",
+            nats_url,
+            database_url,
+            db,
+            nodes(2),
+            env={
+                "MUSTER_CGROUP_ROOT": root,
+                "MUSTER_PROLOG": str(prolog),
+                "MUSTER_EPILOG": str(epilog),
+                "MUSTER_HOOK_TIMEOUT_S": "20",
+            },
+        ) as cluster:
             url = cluster.nats_url
             # The epilog after a cancel (first: a start that times out under load can
             # still requeue this job to the other node, before any node is drained).

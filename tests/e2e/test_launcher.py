@@ -436,7 +436,7 @@ async def test_an_elastic_job_grows_back_when_its_lost_node_returns(
     nats_url: str, database_url: str, db: asyncpg.Connection, tmp_path: Path
 ) -> None:
     async with running_cluster(
-        tmp_path / "state", nats_url, database_url, db, nodes(3), MUSTER_GROW_BACK="true"
+        tmp_path / "state", nats_url, database_url, db, nodes(3), env={"MUSTER_GROW_BACK": "true"}
     ):
         script = '#!/bin/bash\necho "gen=$MUSTER_RESTART_COUNT world=$WORLD_SIZE"\nsleep 60\n'
         reply = await submit(

@@ -121,8 +121,10 @@ async def test_every_endpoint_reports_the_workload_and_the_injected_xid(
         database_url,
         db,
         list(NODES),
-        MUSTER_CLUSTER_CONFIG=str(config),
-        MUSTER_OTEL_EXPORTER="console",  # spans as JSON in each process's log
+        env={
+            "MUSTER_CLUSTER_CONFIG": str(config),
+            "MUSTER_OTEL_EXPORTER": "console",  # spans as JSON in each process's log
+        },
     ) as cluster:
         await eventually(
             lambda: db.fetchval("SELECT count(*) FROM partition_policy"),

@@ -189,7 +189,7 @@ async def test_nats_killed_and_restarted_keeps_every_service_and_moves_no_job(
     marker = f"sleep {seconds}"
     try:
         async with running_cluster(
-            tmp_path / "state", bus_server.url, database_url, db, nodes(2), replicas=1, **NATS_ENV
+            tmp_path / "state", bus_server.url, database_url, db, nodes(2), env=NATS_ENV
         ) as cluster:
             script = f"#!/bin/bash\n#SBATCH --nodes=2\n{marker}\n"
             job_id = (await submit(bus_server.url, script)).job_ids[0]

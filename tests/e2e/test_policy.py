@@ -94,9 +94,13 @@ async def _cluster(
     config = tmp_path / "cluster.toml"
     config.write_text(text)
     async with running_cluster(
-        tmp_path / "state", nats_url, database_url, db, nodes(2),
-        MUSTER_CLUSTER_CONFIG=str(config),
-    ) as c:  # fmt: skip
+        tmp_path / "state",
+        nats_url,
+        database_url,
+        db,
+        nodes(2),
+        env={"MUSTER_CLUSTER_CONFIG": str(config)},
+    ) as c:
         await eventually(
             lambda: db.fetchval("SELECT count(*) FROM partition_policy"),
             lambda n: n == partitions,

@@ -57,7 +57,7 @@ async def cluster(
         db,
         nodes(3),
         replicas=TWO,
-        MUSTER_CLUSTER_CONFIG=str(config),
+        env={"MUSTER_CLUSTER_CONFIG": str(config)},
     ) as c:
         yield c
 

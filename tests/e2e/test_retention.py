@@ -39,7 +39,7 @@ async def test_a_cluster_trims_its_outbox_and_inbox_as_it_runs(
     )
     env = {"MUSTER_PRUNE_EVERY_S": "0.5", "MUSTER_OUTBOX_KEEP_S": "0"}
     async with running_cluster(
-        tmp_path / "state", nats_url, database_url, db, nodes(2), replicas=1, **env
+        tmp_path / "state", nats_url, database_url, db, nodes(2), env=env
     ) as c:
         ids: list[int] = []
         for _ in range(3):

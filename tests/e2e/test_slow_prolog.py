@@ -41,9 +41,13 @@ async def prolog_cluster(
     prolog.write_text("#!/bin/sh\n" + prolog_body)
     prolog.chmod(0o755)
     async with running_cluster(
-        tmp_path / "state", nats_url, database_url, db, node_defs,
-        replicas=1, MUSTER_PROLOG=str(prolog), MUSTER_HOOK_TIMEOUT_S="30", **env,
-    ) as cluster:  # fmt: skip
+        tmp_path / "state",
+        nats_url,
+        database_url,
+        db,
+        node_defs,
+        env={"MUSTER_PROLOG": str(prolog), "MUSTER_HOOK_TIMEOUT_S": "30", **env},
+    ) as cluster:
         yield cluster
 
 

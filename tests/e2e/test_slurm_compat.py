@@ -54,7 +54,12 @@ async def cluster(
     config = tmp_path / "cluster.toml"
     config.write_text(CONFIG)
     async with running_cluster(
-        tmp_path / "state", nats_url, database_url, db, NODES, MUSTER_CLUSTER_CONFIG=str(config)
+        tmp_path / "state",
+        nats_url,
+        database_url,
+        db,
+        NODES,
+        env={"MUSTER_CLUSTER_CONFIG": str(config)},
     ) as c:
         await eventually(
             lambda: db.fetchval("SELECT count(*) FROM node_policy"), lambda n: n == 1, 30, "policy"

@@ -51,9 +51,14 @@ async def cluster(
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> AsyncIterator[Cluster]:
     async with running_cluster(
-        tmp_path / "state", nats_url, database_url, db, nodes(1),
-        replicas={"launcher": 2}, MUSTER_LAUNCHER_LEASE_S="1",
-    ) as c:  # fmt: skip
+        tmp_path / "state",
+        nats_url,
+        database_url,
+        db,
+        nodes(1),
+        replicas={"launcher": 2},
+        env={"MUSTER_LAUNCHER_LEASE_S": "1"},
+    ) as c:
         yield c
 
 

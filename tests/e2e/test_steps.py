@@ -165,9 +165,7 @@ wait
 """
     # no job cgroup: with one, the script's end kills every process in it, tasks too
     no_cgroup = {"MUSTER_CGROUPS": "off"}
-    async with running_cluster(
-        state, nats_url, database_url, db, list(nodes(1)), replicas=1, **no_cgroup
-    ):
+    async with running_cluster(state, nats_url, database_url, db, list(nodes(1)), env=no_cgroup):
         argv = ("--gpus-per-node=1", "-t", "5")
         job = (await submit(nats_url, script, argv, workdir=str(work))).job_ids[0]
         pid = await pid_from(pidfile, 60)

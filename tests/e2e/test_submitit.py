@@ -66,9 +66,13 @@ async def cluster(
     config = tmp_path / "cluster.toml"
     config.write_text(CONFIG)
     async with running_cluster(
-        tmp_path / "state", nats_url, database_url, db, nodes(1),
-        MUSTER_CLUSTER_CONFIG=str(config),
-    ) as c:  # fmt: skip
+        tmp_path / "state",
+        nats_url,
+        database_url,
+        db,
+        nodes(1),
+        env={"MUSTER_CLUSTER_CONFIG": str(config)},
+    ) as c:
         await eventually(
             lambda: db.fetchval("SELECT count(*) FROM partition_policy"),
             lambda n: n == 2,

@@ -48,7 +48,12 @@ async def cluster(
     await asyncio.to_thread(os.chmod, state, 0o755)
     try:
         async with running_cluster(
-            state, nats_url, database_url, db, nodes(2), MUSTERTEST_DAEMON_ONLY_SECRET="leaked"
+            state,
+            nats_url,
+            database_url,
+            db,
+            nodes(2),
+            env={"MUSTERTEST_DAEMON_ONLY_SECRET": "leaked"},
         ) as c:
             yield c
     finally:

@@ -81,7 +81,12 @@ async def secure(
         configured(limits="submit_burst = 4\nsubmit_rate = 0.05\nmax_script_bytes = 2000")
     )
     async with running_cluster(
-        tmp_path / "state", nats_url, database_url, db, nodes(2), MUSTER_CLUSTER_CONFIG=str(config)
+        tmp_path / "state",
+        nats_url,
+        database_url,
+        db,
+        nodes(2),
+        env={"MUSTER_CLUSTER_CONFIG": str(config)},
     ) as c:
         # running_cluster waits for the nodes; a signed call waits for admission too
         await call(c.nats_url, "queue", QueueRequest(user="root"), QueueReply)

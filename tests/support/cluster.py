@@ -91,11 +91,12 @@ async def running_cluster(
     node_defs: list[NodeDef],
     *,
     replicas: int | Mapping[str, int] = 1,
-    **env: str,
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Cluster]:
     """Every service (`replicas` of each, see `Cluster.plan_services`) and `node_defs`
-    as real processes, with `env` set for them; all stopped on the way out, a failing
-    start included."""
+    as real processes, with `env` (MUSTER_* settings) set for them; all stopped on the
+    way out, a failing start included."""
+    env = env or {}
     saved = {k: os.environ.get(k) for k in env}
     try:
         c = make_cluster(state, nats_url, database_url)

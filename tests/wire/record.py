@@ -230,7 +230,7 @@ async def record(folder: Path) -> Recorder:
                     database_url,
                     db,
                     list(NODES),
-                    **ENV,  # type: ignore[arg-type]
+                    env=ENV,
                 ) as c:
                     await rec.wait("node.registered")
                     await admission_ready(nats_url)
