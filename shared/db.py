@@ -64,6 +64,18 @@ async def create_pool(settings: Settings, *, min_size: int = 0, max_size: int = 
     return pool
 
 
+async def idle_at_most(conn: Conn, seconds: float) -> None:
+    """For the rest of this transaction, the server ends the session if it sits idle
+    between statements longer than `seconds` (the pool's default is long). A transaction
+    left open by a paused (SIGSTOPped) process holds its rows, and every replica that
+    needs them waits, until then: callers whose work between statements is always short
+    (no network, no long computing) keep that wait short."""
+    await conn.execute(
+        "SELECT set_config('idle_in_transaction_session_timeout', $1, true)",
+        f"{max(1, round(seconds * 1000))}ms",
+    )
+
+
 def _ms(seconds: float) -> str:
     return str(round(seconds * 1000))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from shared.db import Conn
+from shared.db import Conn, idle_at_most
 
 # The lease tables; a name is spliced into SQL, so only these are accepted.
 LeaseTable = Literal["placer_lease", "health_lease"]
@@ -66,10 +66,7 @@ async def lock(
     timeout); `idle_s` shortens that for this transaction, for callers whose work
     between statements is always short."""
     if idle_s is not None:
-        await conn.execute(
-            "SELECT set_config('idle_in_transaction_session_timeout', $1, true)",
-            f"{max(1, round(idle_s * 1000))}ms",
-        )
+        await idle_at_most(conn, idle_s)
     row = await conn.fetchval(
         f"SELECT true FROM {table} WHERE id = 1 AND holder = $1 AND epoch = $2"
         " AND expires_at > now() FOR UPDATE",

@@ -65,7 +65,7 @@ from services.health.monitor_model import (
     WorkersFound,
 )
 from shared.api import AGENT_PREFIX, HEARTBEAT_PREFIX, AgentReply, InjectFault
-from shared.db import Conn, inbox_first_time, outbox_add
+from shared.db import Conn, idle_at_most, inbox_first_time, outbox_add
 from shared.events import (
     AnyEvent,
     Event,
@@ -162,6 +162,11 @@ class Monitor:
 
     async def handle(self, event: AnyEvent) -> None:
         async with self.ctx.pool.acquire() as conn, conn.transaction():
+            # Short, as the judge's pass: a replica paused (SIGSTOP) in here holds the
+            # event's inbox row and the nodes it touched, and with them the judging of
+            # every node (the lease holder's pass waits on those rows), until the
+            # server ends its session. Nothing here waits on anything but the database.
+            await idle_at_most(conn, self.lease.ttl_s)
             if not await inbox_first_time(conn, CONSUMER, event.event_id):
                 return
             match event:
