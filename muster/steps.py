@@ -150,10 +150,10 @@ def _count(opts: dict[str, str], name: str) -> int:
     return value
 
 
-def immediate(argv: list[str]) -> float | None:
-    """`-I[N]`: how long a step may wait for GPUs the job's running steps hold (None:
-    as long as it takes, as without -I)."""
-    value = parse(argv)[0].get("immediate")
+def immediate(opts: dict[str, str]) -> float | None:
+    """`-I[N]` (in srun's parsed options): how long a step may wait for GPUs the job's
+    running steps hold (None: as long as it takes, as without -I)."""
+    value = opts.get("immediate")
     if value is None:
         return None
     return float(value) if value and int(value) else IMMEDIATE_S
@@ -311,6 +311,8 @@ def run(argv: list[str]) -> int:
 
         return srun_alloc.run(argv)
     req = step_request(argv, env, os.getcwd())
+    opts = parse(argv)[0]  # what the request does not carry: srun's own side
+    patience = immediate(opts)
     if req.pty:
         import asyncio
 
@@ -321,11 +323,9 @@ def run(argv: list[str]) -> int:
         size = window_size(sys.stdin.fileno())
         if size is not None:  # the task's terminal starts at this one's size
             req = msgspec.structs.replace(req, pty_window=pty_size.encode(*size))
-        return asyncio.run(_terminal(req, immediate(argv)))
+        return asyncio.run(_terminal(req, patience))
     folder = Path(req.output_dir)
     folder.mkdir(parents=True, mode=0o700, exist_ok=True)
-    opts = parse(argv)[0]
-    patience = immediate(argv)
     routes = Routes(
         opts.get("output", ""), opts.get("error", ""), opts.get("open_mode") == "append"
     )

@@ -54,7 +54,7 @@ def test_srun_outside_a_job_gives_immediate_to_the_allocation() -> None:
     ],
 )
 def test_srun_immediate_inside_a_job(argv: list[str], patience: float | None) -> None:
-    assert immediate(argv) == patience
+    assert immediate(parse(argv)[0]) == patience
     assert parse(argv)[1] == ["true"]
 
 
