@@ -16,6 +16,13 @@ the step over and sends it with `adopt`) waits on the step already running, or g
 its outcome at once; it never starts the step twice. An `adopt` of a step this agent
 does not know answers that the step is lost.
 
+A stop (srun's Ctrl-C) is kept, by job and folder, for `KEEP_S` too: an srun
+interrupted while its request was in flight sends its stop before the launcher made
+the step, or before the launch reached this node, or while its tasks were being
+started. Such a launch starts nothing and is answered as stopped (the step is
+CANCELLED), and a task started after the stop is ended at once: a step never runs on
+for an srun that is gone.
+
 Each task runs under a stepd of its own (step_tasks.py), as a worker does, so it
 outlives the agent: a restarted agent finds its job's tasks (`resume`) and waits on
 them again. Such a step is not listed in `status` until a launcher asks for it: the
@@ -96,6 +103,8 @@ class StepRunner:
         self._tasks: set[asyncio.Task[None]] = set()
         self.live: dict[StepKey, asyncio.Future[StepOutcome]] = {}  # steps running here
         self.ended: dict[StepKey, tuple[float, StepOutcome]] = {}  # (monotonic end, outcome)
+        # srun's stops, by (job, folder): a launch or task that comes later is stopped
+        self.stops: dict[tuple[int, str], tuple[float, float]] = {}  # -> (monotonic, grace)
         # steps resumed from an earlier agent's tasks that no launcher asked for since
         # (not in `status`: their launcher then asks again, with `adopt`)
         self.unclaimed: set[StepKey] = set()
@@ -123,6 +132,10 @@ class StepRunner:
         refusal = check(stop, node=ex.node, trusted=ex.trusted_keys.current(), now=time.time())
         if refusal is not None:
             return msgspec.json.encode(StepOutcome(ok=False, message=refusal.message))
+        now = time.monotonic()
+        for old in [k for k, (at, _) in self.stops.items() if now - at > KEEP_S]:
+            del self.stops[old]
+        self.stops[(stop.job_id, stop.output_dir)] = (now, stop.grace_s)
         ending = [
             w for w in self.workers.get(stop.job_id, ()) if self.folders.get(w) == stop.output_dir
         ]
@@ -219,6 +232,17 @@ class StepRunner:
         record = ex.running[launch.job_id].record
         started: list[StepTask] = []
         tasks = launch.tasks[:1] if launch.pty else launch.tasks  # a terminal: one task
+        folder = posixpath.dirname(tasks[0].stdout) if tasks else ""
+        if self._stop_for(launch.job_id, folder) is not None:
+            log.info("step stopped before it started", extra=kv(job=launch.job_id))
+            none = (None,) * len(tasks)
+            return StepOutcome(
+                ok=True,
+                message=f"srun stopped the step before it started on {ex.node}",
+                exit_codes=none,
+                signals=none,
+                stopped=(True,) * len(tasks),
+            )
         try:
             run_as = job_account(launch.run_as, ex.accounts)
             for task in tasks:  # forked one by one, then started side by side
@@ -333,6 +357,14 @@ class StepRunner:
     def _hold(self, job_id: int, task: StepTask) -> None:
         self.workers.setdefault(job_id, set()).add(task)
         self.folders[task] = task.note.output_dir
+        grace = self._stop_for(job_id, task.note.output_dir)
+        if grace is not None:  # the stop came while the step's tasks were being started
+            self._spawn(_end(task, grace))
+
+    def _stop_for(self, job_id: int, folder: str) -> float | None:
+        """The grace of a stop kept for the job's step writing under `folder`."""
+        kept = self.stops.get((job_id, folder))
+        return None if kept is None else kept[1]
 
     def _forget(self, job_id: int, tasks: list[StepTask]) -> None:
         mine = self.workers.get(job_id, set())

@@ -12,10 +12,14 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
+from services.launcher.step_tasks import StepTask
 from services.launcher.steps_agent import StepRunner
+from services.launcher.steps_core import StepState, step_end
 from services.launcher.worker_table import (
     StepExit,
     StepStarted,
@@ -23,7 +27,7 @@ from services.launcher.worker_table import (
     read_struct,
     stop_recorded_workers,
 )
-from shared.api import StepLaunch, StepTaskSpec
+from shared.api import StepLaunch, StepOutcome, StepStop, StepTaskSpec
 from tests.support.step_runner import SIGNER, Executor
 
 KEY = (1, 0, 0, 4)  # job, attempt, generation, step
@@ -228,4 +232,52 @@ async def test_with_k_a_task_that_exits_badly_ends_the_others_on_its_node(
         go.write_text("x")
         got = await asyncio.wait_for(waiting, 30)
         assert (got.exit_codes, got.signals) == ((3, 0), (None, None)), got
+    assert folders(executor.table.state) == []
+
+
+def stop(tmp_path: Path) -> bytes:
+    """srun's Ctrl-C for the step writing under tmp_path/out, as the launcher signs it."""
+    body = StepStop(job_id=1, attempt=0, generation=0, output_dir=str(tmp_path / "out"))
+    return msgspec.json.encode(SIGNER.sign(body, "n0", now=time.time()))
+
+
+async def test_a_stop_that_came_before_its_launch_starts_nothing(
+    executor: Executor, tmp_path: Path
+) -> None:
+    """srun interrupted while its request was in flight: its stop reached the node before
+    the step's launch. The launch starts no task and is answered as stopped, which the
+    launcher records CANCELLED; before, the step ran on for an srun that was gone."""
+    runner = StepRunner(executor)
+    said = msgspec.json.decode(await runner._on_stop(stop(tmp_path), ""), type=StepOutcome)
+    assert said.ok, said
+    got = await asyncio.wait_for(runner.outcome_of(launch(tmp_path, tmp_path / "go")), 10)
+    assert (got.ok, got.exit_codes, got.stopped) == (True, (None, None), (True, True)), got
+    assert folders(executor.table.state) == [], "no task was started"
+    end = step_end(got.exit_codes, got.signals, got.stopped, lost=False)
+    assert end.state is StepState.CANCELLED
+
+
+class StopMidStart(StepRunner):
+    """srun's stop arrives as the second of the step's two tasks is being started."""
+
+    def __init__(self, executor: Executor, stop: bytes) -> None:
+        super().__init__(executor)
+        self.stop = stop
+
+    async def _fork_task(self, launch: StepLaunch, task: StepTaskSpec, *args: Any) -> StepTask:
+        if task.procid == 1:
+            await self._on_stop(self.stop, "")
+        return await super()._fork_task(launch, task, *args)
+
+
+async def test_a_stop_while_the_tasks_are_being_started_ends_every_one(
+    executor: Executor, tmp_path: Path
+) -> None:
+    """Task 1 is forked after the stop ended task 0: it is ended too, not left running
+    until `go` (which never comes)."""
+    runner = StopMidStart(executor, stop(tmp_path))
+    waiting = runner.outcome_of(launch(tmp_path, tmp_path / "go"))
+    got = await asyncio.wait_for(waiting, 30)
+    assert (got.ok, got.stopped) == (True, (True, True)), got
+    assert got.signals == (15, 15), got
     assert folders(executor.table.state) == []
