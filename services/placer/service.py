@@ -128,6 +128,11 @@ class Placer:
             remember_job_trace(event)  # its allocation continues the job's trace
         self.wake()
 
+    @property
+    def _idle_s(self) -> float:
+        """How long a cycle's transaction may sit between statements (`lock_lease`)."""
+        return 2 * self.ctx.settings.lease_ttl_s
+
     def wake(self) -> None:
         if self._woken_at is None:
             self._woken_at = time.perf_counter()
@@ -141,7 +146,7 @@ class Placer:
         async with self.ctx.pool.acquire() as conn, conn.transaction():
             if not await inbox_first_time(conn, "placer", ask.event_id):
                 return
-            if not await repo.lock_lease(conn, self.holder, epoch):
+            if not await repo.lock_lease(conn, self.holder, epoch, self._idle_s):
                 raise NotLeading("lost the lease while granting spares")
             alloc = await repo.live_allocation(conn, ask.job_id)
             if alloc is not None and alloc.attempt == ask.attempt:
@@ -200,7 +205,7 @@ class Placer:
         woken, self._woken_at = self._woken_at, None
         with tracer.start_as_current_span("placer.cycle") as span:
             async with self.ctx.pool.acquire() as conn, conn.transaction():
-                if not await repo.lock_lease(conn, self.holder, epoch):
+                if not await repo.lock_lease(conn, self.holder, epoch, self._idle_s):
                     # Deposed (paused or cut off past the lease): this cycle writes nothing.
                     log.warning("lost the placer lease", extra=kv(epoch=epoch, at="cycle"))
                     self.epoch = None

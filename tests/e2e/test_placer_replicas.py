@@ -1,5 +1,6 @@
 """End to end: two live placer replicas (real processes on real NATS and PostgreSQL).
-One leads; killed, the other takes over within the lease; paused (SIGSTOP) and resumed
+One leads; killed, the other takes over within the lease; paused (SIGSTOP) inside its
+cycle, within seconds (the cycle's idle limit); paused and resumed
 after the other took over, it writes nothing (the fencing epoch), and the database
 refuses its epoch. No GPU is ever held by two allocations at once."""
 
@@ -155,3 +156,52 @@ async def test_a_stopped_leader_hands_its_lease_over_at_once(
     )
     assert second is not None and key_of(second[0]) != key
     await placed(db, cluster.nats_url, "a job placed by the new leader")
+
+
+# A cycle's transaction between two statements, holding the lease row (FOR UPDATE)
+HOLDING_LEASE = (
+    "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+    " WHERE l.relation = 'placer_lease'::regclass AND l.granted"
+    " AND a.state = 'idle in transaction')"
+)
+
+
+async def stop_mid_cycle(db: asyncpg.Connection, pid: int, within_s: float = 60.0) -> int:
+    """SIGSTOP the placer `pid` while its cycle's transaction holds the lease row; tried
+    again (SIGCONT) until the stop lands inside one. Returns the tries it took."""
+    deadline = asyncio.get_running_loop().time() + within_s
+    tries = 0
+    while True:
+        if await db.fetchval(HOLDING_LEASE):
+            tries += 1
+            os.kill(pid, signal.SIGSTOP)
+            await asyncio.sleep(0.3)
+            if await db.fetchval(HOLDING_LEASE):
+                return tries
+            os.kill(pid, signal.SIGCONT)
+        assert asyncio.get_running_loop().time() < deadline, f"no cycle caught in {tries} tries"
+
+
+async def test_a_leader_paused_inside_its_cycle_is_replaced_within_seconds(
+    cluster: Cluster, db: asyncpg.Connection
+) -> None:
+    """The paused leader's transaction holds the lease row, so no standby can take the
+    lease until PostgreSQL ends that session: the cycle's idle limit (twice the lease),
+    not the pool's minute. Before, the takeover waited 60 s."""
+    first = await eventually(lambda: lease(db), lambda r: r is not None, 30, "a leader")
+    assert first is not None
+    old_key = key_of(first[0])
+    await placed(db, cluster.nats_url, "a job placed by the first leader")
+    await stop_mid_cycle(db, cluster.pids[old_key])
+    took = asyncio.get_running_loop().time()
+    try:
+        second = await eventually(
+            lambda: lease(db), lambda r: r is not None and r[1] > first[1], 90, "a takeover"
+        )
+        handover = asyncio.get_running_loop().time() - took
+        assert second is not None and key_of(second[0]) != old_key
+        await placed(db, cluster.nats_url, "a job placed while the old leader sleeps")
+    finally:
+        os.kill(cluster.pids[old_key], signal.SIGCONT)
+    assert handover < 30, f"the takeover took {handover:.1f} s"
+    assert await gpus_held_twice(db) == []

@@ -22,10 +22,13 @@ async def renew_lease(conn: Conn, holder: str, epoch: int, ttl_s: float) -> bool
     return await lease.renew(conn, "placer_lease", holder, epoch, ttl_s)
 
 
-async def lock_lease(conn: Conn, holder: str, epoch: int) -> bool:
-    """Serialise cycles and check we still lead, for the rest of this transaction. No
-    short idle limit: the core's pass between the snapshot and the writes may be long."""
-    return await lease.lock(conn, "placer_lease", holder, epoch)
+async def lock_lease(conn: Conn, holder: str, epoch: int, idle_s: float) -> bool:
+    """Serialise cycles and check we still lead, for the rest of this transaction. A
+    leader paused inside it holds the lease row, and so every takeover, until the
+    server ends its session after `idle_s` between two statements (twice the lease:
+    a pass that long between its reads and its writes has let the lease run out anyway,
+    as its renewal waits on the row it holds)."""
+    return await lease.lock(conn, "placer_lease", holder, epoch, idle_s=idle_s)
 
 
 async def release_lease(conn: Conn, holder: str, epoch: int) -> bool:
