@@ -55,6 +55,8 @@ async def create_pool(settings: Settings, *, min_size: int = 0, max_size: int = 
         command_timeout=settings.db_command_timeout_s,
         ssl=pg_ssl(settings.db_tls_ca),  # None: as the URL says
         server_settings={
+            # who holds a session, in pg_stat_activity (an operator's first question)
+            "application_name": f"muster-{settings.service_name}-{settings.instance}"[:63],
             "statement_timeout": _ms(settings.db_statement_timeout_s),
             "lock_timeout": _ms(settings.db_lock_timeout_s),
             "idle_in_transaction_session_timeout": _ms(settings.db_idle_in_transaction_timeout_s),

@@ -68,11 +68,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Every query has a deadline, so an outage or a stuck lock delays a loop instead of
     # hanging it: the server cancels a statement or a lock wait (both transient errors,
     # retried), asyncpg gives up a little later if the server is gone, and a transaction
-    # left idle by a hung process is ended by the server.
+    # left idle by a hung process is ended by the server. Every transaction here is
+    # database work and short computing between its statements; one left idle by a
+    # paused (SIGSTOPped) replica keeps the rows it locked, and every replica and
+    # service that needs them waits, until the server ends it (10 s, not a minute).
     db_statement_timeout_s: float = 30.0
     db_lock_timeout_s: float = 10.0
     db_command_timeout_s: float = 40.0
-    db_idle_in_transaction_timeout_s: float = 60.0
+    db_idle_in_transaction_timeout_s: float = 10.0
     db_connect_timeout_s: float = 5.0
 
     @classmethod

@@ -58,7 +58,7 @@ class Owners:
         # The fence's settings (the trigger checks writes against them) and the shard
         # row held, in one round trip: this opens every transaction on a job. A
         # transaction left idle by a paused replica holds the shard row, and so any
-        # takeover, until the server ends it: a few ttls, not the pool's minute.
+        # takeover, until the server ends it: two ttls.
         found = await conn.fetchval(
             "SELECT s.found FROM (SELECT set_config('muster.launcher_holder', $1, true),"
             " set_config('muster.launcher_epoch', $2, true),"

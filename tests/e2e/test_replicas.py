@@ -2,11 +2,15 @@
 on real NATS and PostgreSQL). One health replica judges liveness at a time (a lease
 with a fencing epoch); killed, the other goes on judging: a silenced node still goes
 DOWN, a live one never does. Replicas that start together all keep running (their
-policy publishes are serialised), and usage is charged once by two fairshares."""
+policy publishes are serialised), and usage is charged once by two fairshares. An
+admission replica paused inside a command's transaction lets the rows it locked go
+within seconds (the pool's idle-in-transaction limit)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -16,11 +20,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
+import nats.errors
 import pytest
 
+from muster.client import ApiRefused, call
 from muster.cluster import Cluster
 from services.admission import repo as admission_repo
 from services.admission.config import load_config
+from shared.api import JobSelector, Ok
 from shared.bus import STREAM, Bus
 from tests.e2e.test_supervision import TOPOLOGY, cli, pids, processes_of, submitted
 from tests.support.cluster import (
@@ -253,3 +260,73 @@ def completed(state: Path, database_url: str) -> None:
             await db.close()
 
     asyncio.run(wait())
+
+
+# The admission replica (by its pool's application_name) whose transaction sits between
+# two statements with a job's row locked
+LOCKING_JOBS = (
+    "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+    " WHERE l.relation = 'jobs'::regclass AND l.granted AND a.state = 'idle in transaction'"
+    " AND a.application_name LIKE 'muster-admission-%' LIMIT 1"
+)
+
+
+async def toggle_hold(url: str, job_id: int) -> None:
+    """Hold and release `job_id` again and again: each locks its row in a transaction."""
+    for verb in itertools.cycle(("hold", "release")):
+        with contextlib.suppress(ApiRefused, TimeoutError, nats.errors.Error):
+            await call(url, verb, JobSelector(user="root", job_ids=(job_id,)), Ok, timeout=2)
+
+
+async def row_free_after(db: asyncpg.Connection, job_id: int, within_s: float = 90) -> float:
+    """Seconds until `job_id`'s row can be locked at once (NOWAIT)."""
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    while True:
+        try:
+            async with db.transaction():
+                await db.execute("SELECT 1 FROM jobs WHERE job_id = $1 FOR UPDATE NOWAIT", job_id)
+            return loop.time() - began
+        except asyncpg.LockNotAvailableError:
+            assert loop.time() - began < within_s, "the row stayed locked"
+            await asyncio.sleep(0.2)
+
+
+async def test_an_admission_replica_paused_mid_command_lets_its_rows_go_within_seconds(
+    cluster: Cluster, db: asyncpg.Connection
+) -> None:
+    """A replica SIGSTOPped between two statements of a hold keeps the job's row locked,
+    and the placer, the launcher and the other replica wait on it, until PostgreSQL
+    ends its idle transaction: 10 s now, a minute before."""
+    job = (await submit(cluster.nats_url, "#!/bin/bash\nsleep 600\n")).job_ids[0]
+    toggling = asyncio.create_task(toggle_hold(cluster.nats_url, job))
+    key = ""
+    try:
+        deadline = asyncio.get_running_loop().time() + 120
+        while not key:
+            assert asyncio.get_running_loop().time() < deadline, "no command caught"
+            name = await db.fetchval(LOCKING_JOBS)
+            if name is None:
+                continue
+            instance = name.rsplit("-", 1)[1]
+            candidate = "admission" if instance == "0" else f"admission-{instance}"
+            os.kill(cluster.pids[candidate], signal.SIGSTOP)
+            await asyncio.sleep(0.3)
+            if await db.fetchval(LOCKING_JOBS) == name:
+                key = candidate
+            else:
+                os.kill(cluster.pids[candidate], signal.SIGCONT)
+        toggling.cancel()
+        held_s = await row_free_after(db, job)
+    finally:
+        toggling.cancel()
+        if key:
+            os.kill(cluster.pids[key], signal.SIGCONT)
+    assert held_s < 30, f"the paused replica held the job's row {held_s:.1f} s"
+    await call(cluster.nats_url, "cancel", JobSelector(user="root", job_ids=(job,)), Ok)
+    await eventually(
+        lambda: job_state(db, job),
+        lambda s: s == "CANCELLED",
+        60,
+        "the job cancelled once the replica resumed",
+    )

@@ -72,6 +72,7 @@ async def test_every_query_carries_the_configured_timeouts(
     try:
         async with pool.acquire() as conn:
             shown = [await conn.fetchval(f"SHOW {name}") for name in _TIMEOUTS]
+            named = await conn.fetchval("SHOW application_name")
             await db.execute("CREATE TABLE held(id int PRIMARY KEY); INSERT INTO held VALUES (1)")
             async with db.transaction():
                 await db.execute("SELECT * FROM held FOR UPDATE")
@@ -80,7 +81,8 @@ async def test_every_query_carries_the_configured_timeouts(
     finally:
         await pool.close()
 
-    assert shown == ["30s", "200ms", "1min"]
+    assert shown == ["30s", "200ms", "10s"]
+    assert named == "muster-muster-0"  # the service and its instance, in pg_stat_activity
     assert is_transient(waited.value)
 
 
