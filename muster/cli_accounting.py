@@ -73,6 +73,7 @@ def cmd_acct(args: argparse.Namespace) -> int:
         since=args.starttime,
         until=args.endtime,
         attempts=not args.allocations,
+        steps=not args.allocations,
         limit=args.limit,
     )
     reply = _request(ACCT_VERB, req, AcctReply, args.state)
@@ -100,7 +101,9 @@ def register(sub: Any) -> None:
     s.add_argument("-s", "--state", dest="state_filter", action="append", help="states")
     s.add_argument("-S", "--starttime", type=parse_when, help="running or ended since")
     s.add_argument("-E", "--endtime", type=parse_when, help="submitted before")
-    s.add_argument("-X", "--allocations", action="store_true", help="one line per job, no attempts")
+    s.add_argument(
+        "-X", "--allocations", action="store_true", help="jobs alone: no attempts, no steps"
+    )
     s.add_argument("--limit", type=int, default=1000)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_acct)

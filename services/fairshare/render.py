@@ -28,6 +28,7 @@ SHARE_COLUMNS = (
 
 ACCT_COLUMNS = (
     "JobID",
+    "Attempt",
     "JobName",
     "User",
     "Account",
@@ -46,7 +47,7 @@ ACCT_COLUMNS = (
 
 
 class AcctRow(msgspec.Struct, frozen=True, kw_only=True):
-    """One job (or one attempt) as `muster acct` shows it; times are epoch seconds."""
+    """One job, attempt or step as `muster acct` shows it; times are epoch seconds."""
 
     job_id: int
     attempt: int | None = None
@@ -129,7 +130,9 @@ def render_share_table(rows: Sequence[ShareRow]) -> str:
 
 
 def render_acct(rows: Sequence[AcctRow]) -> str:
-    """sacct-like: one line per job or attempt (`12.1` is attempt 1 of job 12)."""
+    """sacct-like: one line per job, attempt or step. A step is `12.3` (step 3 of job
+    12), as sacct and srun name it; an attempt is its job's id with its number in
+    `Attempt` (`12.1` would read as a step)."""
     body = []
     for r in rows:
         elapsed = None
@@ -138,7 +141,8 @@ def render_acct(rows: Sequence[AcctRow]) -> str:
         gpus = f"{r.gpus}" + (f"({r.gpu_model})" if r.gpu_model else "")
         body.append(
             [
-                str(r.job_id) if r.attempt is None else f"{r.job_id}.{r.attempt}",
+                str(r.job_id) if r.step is None else f"{r.job_id}.{r.step}",
+                "" if r.attempt is None else str(r.attempt),
                 r.name,
                 r.user,
                 r.account,
@@ -155,4 +159,4 @@ def render_acct(rows: Sequence[AcctRow]) -> str:
                 ",".join(r.nodes),
             ]
         )
-    return table(ACCT_COLUMNS, body, left=6)
+    return table(ACCT_COLUMNS, body, left=7)

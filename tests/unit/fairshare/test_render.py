@@ -55,10 +55,11 @@ def test_share_rows_round_trip_as_json_with_infinite_level_fs_as_null() -> None:
 
 
 ACCT_TABLE = """\
-JobID JobName User Account Partition State         GPUs              Submit               Start                 End    Elapsed GPUSeconds  Billed ExitCode    NodeList
------ ------- ---- ------- --------- --------- -------- ------------------- ------------------- ------------------- ---------- ---------- ------- -------- -----------
-12.1  train   ada  physics gpu       COMPLETED 16(H100) 2027-01-15T08:00:00 2027-01-15T08:01:00 2027-01-16T09:01:01 1-01:00:01    1440016 2880032        0 gpu01,gpu02
-13            bob  bio               PENDING          0             Unknown             Unknown             Unknown                     0       0"""  # noqa: E501
+JobID Attempt JobName User Account Partition State         GPUs              Submit               Start                 End    Elapsed GPUSeconds  Billed ExitCode    NodeList
+----- ------- ------- ---- ------- --------- --------- -------- ------------------- ------------------- ------------------- ---------- ---------- ------- -------- -----------
+12    1       train   ada  physics gpu       COMPLETED 16(H100) 2027-01-15T08:00:00 2027-01-15T08:01:00 2027-01-16T09:01:01 1-01:00:01    1440016 2880032        0 gpu01,gpu02
+12.3          python  ada  physics gpu       FAILED           8             Unknown 2027-01-15T08:01:40 2027-01-15T08:02:40   00:01:00          0       0      139       gpu02
+13                    bob  bio               PENDING          0             Unknown             Unknown             Unknown                     0       0"""  # noqa: E501
 
 
 def test_acct_table_reads_like_sacct() -> None:
@@ -80,6 +81,20 @@ def test_acct_table_reads_like_sacct() -> None:
             billed=2_880_032.0,
             exit_code=0,
             nodes=("gpu01", "gpu02"),
+        ),
+        AcctRow(
+            job_id=12,
+            step=3,
+            name="python",
+            user="ada",
+            account="physics",
+            partition="gpu",
+            state="FAILED",
+            gpus=8,
+            start=1_800_000_100,
+            end=1_800_000_160,
+            exit_code=139,
+            nodes=("gpu02",),
         ),
         AcctRow(job_id=13, user="bob", account="bio", state="PENDING"),
     ]
