@@ -31,7 +31,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     ),
     "nodes": ("nodes", "drain", "resume", "inject-fault"),
     "sim": ("sim",),
-    "accounting": ("share", "acct"),
+    "accounting": ("share", "acct", "report"),
     "users": ("keygen", "whoami", "user"),
     "shims": ("shims",),
     "steps": ("srun", "salloc"),

@@ -1,5 +1,6 @@
-"""Shell: `muster share` (like sshare) and `muster acct` (like sacct), answered by the
-fairshare service over NATS. `muster.cli` calls `register(subparsers)`."""
+"""Shell: `muster share` (like sshare), `muster acct` (like sacct) and `muster report`
+(like sreport), answered by the fairshare service over NATS. `muster.cli` calls
+`register(subparsers)`."""
 
 from __future__ import annotations
 
@@ -86,8 +87,30 @@ def cmd_acct(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from services.fairshare.api import REPORT_VERB, ReportReply, ReportRequest
+    from services.fairshare.report import TimeUnit, render_report
+
+    req = ReportRequest(
+        user=current_user(),
+        since=args.starttime,
+        until=args.endtime,
+        accounts=_names(args.account),
+        users=_names(args.user),
+        by_user=not args.accounts_only,
+    )
+    reply = _request(REPORT_VERB, req, ReportReply, args.state)
+    if reply is None:
+        return 1
+    if args.json:
+        print(msgspec.json.format(msgspec.json.encode(reply).decode(), indent=2))
+        return 0
+    print(render_report(reply.rows, reply.since, reply.until, TimeUnit(args.time_unit)))
+    return 0
+
+
 def register(sub: Any) -> None:
-    """Add `share` and `acct` to the `muster` parser's subcommands."""
+    """Add `share`, `acct` and `report` to the `muster` parser's subcommands."""
     s = sub.add_parser("share", help="fair share per account and user (like sshare -l)")
     s.add_argument("-A", "--account", action="append", help="only these accounts (a,b)")
     s.add_argument("-u", "--user", action="append", help="only these users (a,b)")
@@ -107,3 +130,13 @@ def register(sub: Any) -> None:
     s.add_argument("--limit", type=int, default=1000)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_acct)
+
+    s = sub.add_parser("report", help="GPU time used per account and user (like sreport)")
+    s.add_argument("-S", "--starttime", type=parse_when, help="from (default: yesterday)")
+    s.add_argument("-E", "--endtime", type=parse_when, help="until (default: today 00:00)")
+    s.add_argument("-A", "--account", action="append", help="only these accounts (a,b)")
+    s.add_argument("-u", "--user", action="append", help="only these users (a,b)")
+    s.add_argument("--accounts-only", action="store_true", help="no user rows")
+    s.add_argument("-t", "--time-unit", choices=("seconds", "minutes", "hours"), default="hours")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_report)

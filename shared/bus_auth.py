@@ -84,7 +84,7 @@ SERVICE_AGENT_VERBS: dict[str, tuple[str, ...]] = {
 # What a service serves or listens to on core NATS.
 SERVICE_LISTENS: dict[str, tuple[str, ...]] = {
     "admission": (API_PREFIX + "*",),
-    "fairshare": (API_PREFIX + "share", API_PREFIX + "acct"),
+    "fairshare": (API_PREFIX + "share", API_PREFIX + "acct", API_PREFIX + "report"),
     "launcher": (API_PREFIX + "step", API_PREFIX + "step_cancel"),  # srun (docs/steps.md)
     "health": (HEARTBEAT_PREFIX + "*",),
 }

@@ -43,7 +43,7 @@ OWNED: dict[str, tuple[str, ...]] = {
         "job_steps",
     ),
     "health": ("nodes", "gpus", "health_lease"),
-    "fairshare": ("usage", "usage_charges", "fairshare_state", "job_priorities"),
+    "fairshare": ("usage", "usage_charges", "usage_hours", "fairshare_state", "job_priorities"),
 }
 
 

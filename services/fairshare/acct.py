@@ -19,6 +19,7 @@ import msgspec
 
 from services.fairshare.core import ShareRow
 from services.fairshare.render import AcctRow
+from services.fairshare.report import ReportRow
 from shared.identity import Directory
 from shared.jobspec import JobSpec
 from shared.privacy import PrivateData, may_see
@@ -138,6 +139,18 @@ def visible_share_rows(
     rows: Iterable[ShareRow], actor: str, directory: Directory
 ) -> tuple[ShareRow, ...]:
     """Account rows (aggregates) for everyone; a user's row for whoever may see it."""
+    return tuple(
+        r
+        for r in rows
+        if r.user is None or may_see(actor, r.user, r.account, PrivateData.USAGE, directory)
+    )
+
+
+def visible_report_rows(
+    rows: Iterable[ReportRow], actor: str, directory: Directory
+) -> tuple[ReportRow, ...]:
+    """Account rows (aggregates) for everyone, as share's; a user's for whoever may see
+    that user's usage."""
     return tuple(
         r
         for r in rows

@@ -1,5 +1,6 @@
 """Contracts: the accounting API the fairshare service answers itself, request-reply on
-NATS in queue group `fairshare` (`muster.api.share`, `muster.api.acct`).
+NATS in queue group `fairshare` (`muster.api.share`, `muster.api.acct`,
+`muster.api.report`).
 
 Replies travel in the same `shared.api.Envelope` as admission's; field names of the
 replies are the `--json` contract.
@@ -13,11 +14,13 @@ import msgspec
 
 from services.fairshare.core import FairShareAlgorithm, ShareRow
 from services.fairshare.render import AcctRow
+from services.fairshare.report import ReportRow
 from shared.api import Request
 
 QUEUE_GROUP = "fairshare"
 SHARE_VERB = "share"
 ACCT_VERB = "acct"
+REPORT_VERB = "report"
 
 
 class ShareRequest(Request, frozen=True, kw_only=True):
@@ -45,3 +48,17 @@ class AcctRequest(Request, frozen=True, kw_only=True):
 
 class AcctReply(msgspec.Struct, frozen=True, kw_only=True):
     rows: tuple[AcctRow, ...]
+
+
+class ReportRequest(Request, frozen=True, kw_only=True):
+    since: float | None = None  # epoch seconds, rounded down to the hour; None: yesterday
+    until: float | None = None  # epoch seconds, rounded up to the hour; None: today 00:00
+    accounts: tuple[str, ...] = ()  # only these accounts
+    users: tuple[str, ...] = ()  # only these users
+    by_user: bool = True  # each account's users under it
+
+
+class ReportReply(msgspec.Struct, frozen=True, kw_only=True):
+    since: float  # the whole hours reported
+    until: float
+    rows: tuple[ReportRow, ...]

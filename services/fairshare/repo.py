@@ -1,7 +1,7 @@
 """Fairshare SQL. Every function takes a connection already inside a transaction.
 
-The fairshare service writes `usage`, `usage_charges`, `fairshare_state` and
-`job_priorities`; it reads `jobs`, `job_runs`, `attempts`, `allocations*` and `gpus`
+The fairshare service writes `usage`, `usage_hours`, `usage_charges`, `fairshare_state`
+and `job_priorities`; it reads `jobs`, `job_runs`, `attempts`, `allocations*` and `gpus`
 to rank pending jobs and to answer `muster acct`.
 """
 
@@ -15,6 +15,7 @@ import msgspec
 from services.fairshare.accounting import AttemptCharge, Charge
 from services.fairshare.priority import PriorityBreakdown
 from services.fairshare.ranking import PendingJob
+from services.fairshare.report import HourlyUsage
 from services.fairshare.tree import Assoc
 from shared.db import Conn
 from shared.jobspec import JobSpec
@@ -67,9 +68,14 @@ async def save_charge(conn: Conn, state: AttemptCharge) -> None:
 
 
 async def add_usage(conn: Conn, charge: Charge) -> None:
-    """Add a charge to the user association (raw, billed, and decayed-billed usage)."""
+    """Add a charge to the user association (raw, billed, and decayed-billed usage) and
+    to the hour its tick ended in (`usage_hours`), in one statement."""
     await conn.execute(
-        "INSERT INTO usage(user_name, account, gpu_seconds, billed, decayed)"
+        "WITH hourly AS (INSERT INTO usage_hours(hour, account, user_name, gpu_seconds, billed)"
+        " VALUES (date_trunc('hour', to_timestamp($5)), $2, $1, $3, $4)"
+        " ON CONFLICT (hour, account, user_name) DO UPDATE SET"
+        " gpu_seconds = usage_hours.gpu_seconds + $3, billed = usage_hours.billed + $4)"
+        " INSERT INTO usage(user_name, account, gpu_seconds, billed, decayed)"
         " VALUES ($1, $2, $3, $4, $4) ON CONFLICT (user_name, account) DO UPDATE SET"
         " gpu_seconds = usage.gpu_seconds + $3, billed = usage.billed + $4,"
         " decayed = usage.decayed + $4, updated_at = now()",
@@ -77,7 +83,36 @@ async def add_usage(conn: Conn, charge: Charge) -> None:
         charge.account,
         charge.gpu_seconds,
         charge.billed,
+        charge.at,
     )
+
+
+async def usage_by_hour(
+    conn: Conn, since: float, until: float, accounts: Sequence[str], users: Sequence[str]
+) -> list[HourlyUsage]:
+    """Usage per user association over the whole hours from `since`'s to before `until`
+    (both epoch seconds): `since` is rounded down to its hour, `until` up."""
+    rows = await conn.fetch(
+        "SELECT account, user_name, sum(gpu_seconds) AS gpu_seconds, sum(billed) AS billed"
+        " FROM usage_hours WHERE hour >= date_trunc('hour', to_timestamp($1))"
+        " AND hour < to_timestamp($2)"
+        " AND (cardinality($3::text[]) = 0 OR account = ANY($3))"
+        " AND (cardinality($4::text[]) = 0 OR user_name = ANY($4))"
+        " GROUP BY account, user_name",
+        since,
+        until,
+        list(accounts),
+        list(users),
+    )
+    return [
+        HourlyUsage(
+            account=r["account"],
+            user=r["user_name"],
+            gpu_seconds=float(r["gpu_seconds"]),
+            billed=float(r["billed"]),
+        )
+        for r in rows
+    ]
 
 
 async def load_usage(conn: Conn) -> dict[Assoc, float]:

@@ -29,13 +29,21 @@ import msgspec
 
 from services.fairshare import repo
 from services.fairshare.accounting import charge, tick_from_event
-from services.fairshare.acct import acct_rows, visible_acct_rows, visible_share_rows
+from services.fairshare.acct import (
+    acct_rows,
+    visible_acct_rows,
+    visible_report_rows,
+    visible_share_rows,
+)
 from services.fairshare.api import (
     ACCT_VERB,
     QUEUE_GROUP,
+    REPORT_VERB,
     SHARE_VERB,
     AcctReply,
     AcctRequest,
+    ReportReply,
+    ReportRequest,
     ShareReply,
     ShareRequest,
 )
@@ -46,8 +54,9 @@ from services.fairshare.core import ShareRow
 from services.fairshare.decay import decay_factor, period_start, reset_due
 from services.fairshare.priority import PriorityBreakdown, PriorityWeights
 from services.fairshare.ranking import RankPolicy, rank
+from services.fairshare.report import report_rows, window
 from shared.api import API_PREFIX
-from shared.apiserve import Route, enveloped
+from shared.apiserve import Refused, Route, enveloped
 from shared.db import Conn, inbox_first_time
 from shared.events import AnyEvent, JobFinished, JobRequeued, UsageTicked
 from shared.identity import R, Verifier, authenticated
@@ -188,6 +197,7 @@ class FairShare:
         routes: dict[str, Callable[[bytes], Awaitable[msgspec.Struct]]] = {
             SHARE_VERB: self._signed(SHARE_VERB, ShareRequest, self.share),
             ACCT_VERB: self._signed(ACCT_VERB, AcctRequest, self.acct),
+            REPORT_VERB: self._signed(REPORT_VERB, ReportRequest, self.report),
         }
         for verb, route in routes.items():
             await self.ctx.bus.serve(API_PREFIX + verb, QUEUE_GROUP, enveloped(route))
@@ -233,6 +243,19 @@ class FairShare:
             jobs, attempts, charges, per_attempt=req.attempts, states=req.states, steps=steps
         )
         return AcctReply(rows=tuple(visible_acct_rows(rows, req.user, self.identity.directory())))
+
+    async def report(self, req: ReportRequest) -> ReportReply:
+        """Usage over whole hours (report.py). Account rows are everyone's to see, as
+        share's are; a user's row only for whoever may see that user's usage."""
+        try:
+            since, until = window(req.since, req.until, self.clock())
+        except ValueError as err:
+            raise Refused(str(err), "invalid") from err
+        async with self.ctx.pool.acquire() as conn, conn.transaction(readonly=True):
+            usage = await repo.usage_by_hour(conn, since, until, req.accounts, req.users)
+        rows = report_rows(usage, by_user=req.by_user)
+        visible = visible_report_rows(rows, req.user, self.identity.directory())
+        return ReportReply(since=since, until=until, rows=visible)
 
 
 async def _decay_state(conn: Conn) -> tuple[float, float | None]:

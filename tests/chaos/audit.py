@@ -287,8 +287,8 @@ async def fences_in_place(db: asyncpg.Connection) -> list[Violation]:
 
 async def usage_once(db: asyncpg.Connection) -> list[Violation]:
     """Invariant 6: what fairshare charged each attempt equals the GPU-seconds the
-    launcher said it used when it ended it (job.requeued or job.finished), and the
-    usage totals equal the charges."""
+    launcher said it used when it ended it (job.requeued or job.finished), the usage
+    totals equal the charges, and the hourly usage (`muster report`) the totals."""
     used: dict[tuple[int, int], float] = {}
     for r in await db.fetch(ENDINGS):
         event = decode(bytes(r["payload"]))
@@ -310,6 +310,14 @@ async def usage_once(db: asyncpg.Connection) -> list[Violation]:
             Violation(
                 Invariant.USAGE_ONCE,
                 f"usage holds {total:.3f} GPU-s, the charges {sum(charged.values()):.3f}",
+            )
+        )
+    hourly = await db.fetchval("SELECT coalesce(sum(gpu_seconds), 0) FROM usage_hours")
+    if not _same(hourly, total):  # what `muster report` sums
+        found.append(
+            Violation(
+                Invariant.USAGE_ONCE,
+                f"usage by the hour holds {hourly:.3f} GPU-s, usage {total:.3f}",
             )
         )
     return found

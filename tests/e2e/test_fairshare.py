@@ -1,5 +1,5 @@
 """Fair share on real NATS and PostgreSQL: usage charged exactly once whatever is
-redelivered or killed, decay, priorities for the placer, and the share/acct API."""
+redelivered or killed, decay, priorities for the placer, and the share/acct/report API."""
 
 from __future__ import annotations
 
@@ -8,22 +8,31 @@ import asyncio
 import contextlib
 import io
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 import asyncpg
 import msgspec
 import pytest
 
 from muster.cli_accounting import register
-from muster.client import call
+from muster.client import ApiRefused, call
 from muster.cluster import Cluster
-from services.fairshare.api import AcctReply, AcctRequest, ShareReply, ShareRequest
+from services.fairshare.api import (
+    AcctReply,
+    AcctRequest,
+    ReportReply,
+    ReportRequest,
+    ShareReply,
+    ShareRequest,
+)
 from services.fairshare.cluster import ClusterView
 from services.fairshare.config import FairShareConfig
 from services.fairshare.decay import HALF_LIFE_DEFAULT_S, ResetPeriod
 from services.fairshare.render import SHARE_COLUMNS
+from services.fairshare.report import ReportRow
 from services.fairshare.service import FairShare
 from services.fairshare.tree import Account, AccountTree, UserAssoc
 from shared.events import JobFinished, JobRequeued, UsageTicked
@@ -41,6 +50,7 @@ from tests.support.cluster import (
     submit,
 )
 
+T = TypeVar("T")
 T0 = datetime(2027, 1, 13, 12, 0, tzinfo=UTC).timestamp()  # a Wednesday, noon UTC
 
 CLUSTER = ClusterView(
@@ -242,9 +252,7 @@ async def test_share_and_acct_answer_over_nats_in_their_queue_group(
         await asyncio.wait_for(task, 20)
 
 
-async def _call(
-    url: str, verb: str, req: msgspec.Struct, kind: type[ShareReply]
-) -> ShareReply | None:
+async def _call(url: str, verb: str, req: msgspec.Struct, kind: type[T]) -> T | None:
     with contextlib.suppress(Exception):  # not subscribed yet: no responders
         return await call(url, verb, req, kind, timeout=2)
     return None
@@ -302,3 +310,75 @@ async def test_a_killed_fairshare_service_charges_exactly_the_launchers_gpu_seco
         assert used == pytest.approx(launcher, abs=1e-6)  # the sum of the differences
     finally:
         cluster.stop_all(timeout=10)
+
+
+def at(offset_s: float) -> datetime:
+    return datetime.fromtimestamp(T0 + offset_s, UTC)
+
+
+async def test_report_sums_the_hours_of_a_window_per_account_and_user(
+    ctx: ServiceContext[FairShareSettings], db: asyncpg.Connection, nats_url: str, tmp_path: Path
+) -> None:
+    """alice's job is charged an hour in the noon hour and another in the next; dave's
+    half an hour at noon. Each charge lands in its tick's hour (`usage_hours`), so a
+    window counts the hours it covers; alice sees every account's total and her own
+    row, never dave's (usage is private by default); root sees all."""
+    fs = FairShare(ctx, FairShareConfig(), CLUSTER, clock=lambda: T0 + 3 * 3600)
+    await fs.handle(tick(801, 3600.0, occurred_at=at(600)))
+    await fs.handle(tick(801, 7200.0, occurred_at=at(4200)))
+    await fs.handle(tick(802, 1800.0, user="dave", occurred_at=at(1200)))
+    assert await db.fetchval("SELECT count(*) FROM usage_hours") == 3
+    stop = asyncio.Event()
+    task = asyncio.create_task(fs.run(stop))
+
+    def ask(user: str, since: float, until: float) -> Awaitable[ReportReply | None]:
+        return _call(
+            nats_url, "report", ReportRequest(user=user, since=since, until=until), ReportReply
+        )
+
+    def rows(reply: ReportReply | None) -> list[tuple[str, str | None, float, float]]:
+        assert reply is not None
+        return [(r.account, r.user, r.gpu_seconds, r.billed) for r in reply.rows]
+
+    try:
+        both = await eventually(
+            lambda: ask("root", T0, T0 + 7200), lambda r: r is not None, what="a report"
+        )
+        assert rows(both) == [
+            ("prod", None, 1800.0, 3600.0),  # H100: billed twice
+            ("prod", "dave", 1800.0, 3600.0),
+            ("research", None, 7200.0, 14400.0),
+            ("research", "alice", 7200.0, 14400.0),
+        ]
+        assert both is not None and (both.since, both.until) == (T0, T0 + 7200)
+        second = await ask("root", T0 + 3600, T0 + 5400)  # rounded up to 14:00
+        assert rows(second) == [
+            ("research", None, 3600.0, 7200.0),
+            ("research", "alice", 3600.0, 7200.0),
+        ]
+        assert [r.user for r in rows_of(await ask("alice", T0, T0 + 7200))] == [
+            None,
+            None,
+            "alice",
+        ]
+        with pytest.raises(ApiRefused, match="give an end"):
+            await call(
+                nats_url, "report", ReportRequest(user="root", since=T0, until=T0 - 7200),
+                ReportReply,
+            )  # fmt: skip
+        text = await asyncio.to_thread(
+            cli, tmp_path, nats_url, "report", "-S", str(T0), "-E", str(T0 + 7200),
+            "-t", "minutes", "--accounts-only",
+        )  # fmt: skip
+        assert text.splitlines()[3:] == [
+            "prod                30.00          60.00 20.00%",
+            "research           120.00         240.00 80.00%",
+        ]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
+def rows_of(reply: ReportReply | None) -> tuple[ReportRow, ...]:
+    assert reply is not None
+    return reply.rows
