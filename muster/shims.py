@@ -1,6 +1,6 @@
 """Shell: Slurm's command names over Muster's API — `sbatch`, `squeue`, `scancel`,
-`sinfo`, `sacct`, `scontrol`, `sshare`; `srun` (job steps, muster/steps.py) and
-`salloc` (interactive allocations, muster/salloc.py).
+`sinfo`, `sacct`, `scontrol`, `sshare`, `sreport` (muster/sreport.py); `srun` (job
+steps, muster/steps.py) and `salloc` (interactive allocations, muster/salloc.py).
 
 `muster shims DIR` writes one small wrapper per name into DIR, each running
 `muster.shims.main` with NAME ARGS (as `python -S`: muster/shim_script.py); nothing is
@@ -38,7 +38,10 @@ from shared.api import (
 if TYPE_CHECKING:  # only write_shims takes a Path: a shim starts without site, or pathlib
     from pathlib import Path
 
-NAMES = ("sbatch", "squeue", "scancel", "sinfo", "sacct", "scontrol", "sshare", "srun", "salloc")
+NAMES = (
+    "sbatch", "squeue", "scancel", "sinfo", "sacct", "scontrol", "sshare", "sreport", "srun",
+    "salloc",
+)  # fmt: skip
 NO_STEPS = (
     "job steps and interactive allocations are not supported by Muster yet; submit a batch "
     "script with sbatch (its script already runs once on every node of the job)"
@@ -334,6 +337,32 @@ def sshare(argv: list[str]) -> int:
     return 0
 
 
+def sreport(argv: list[str]) -> int:
+    from muster import sreport as report
+    from services.fairshare.api import REPORT_VERB, ReportReply, ReportRequest
+
+    try:
+        a = report.parse(argv, _when)
+    except report.SreportError as err:
+        raise ShimError(str(err)) from err
+    req = ReportRequest(
+        user=current_user(), since=a.since, until=a.until, accounts=a.accounts, users=a.users
+    )
+    reply = request(_url(), REPORT_VERB, req, ReportReply)
+    _print(report.lines(a, reply.cluster, reply.since, reply.until, reply.rows))
+    return 0
+
+
+def _when(text: str) -> float:
+    """sreport's start=/end=: a date, a date and time (UTC) or epoch seconds."""
+    from muster.cli_accounting import parse_when
+
+    try:
+        return parse_when(text)
+    except argparse.ArgumentTypeError as err:
+        raise ValueError(str(err)) from err
+
+
 # --- scontrol -------------------------------------------------------------------------
 
 
@@ -411,6 +440,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "sacct": sacct,
     "scontrol": scontrol,
     "sshare": sshare,
+    "sreport": sreport,
     "srun": srun,
     "salloc": salloc,
 }

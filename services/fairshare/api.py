@@ -59,6 +59,7 @@ class ReportRequest(Request, frozen=True, kw_only=True):
 
 
 class ReportReply(msgspec.Struct, frozen=True, kw_only=True):
+    cluster: str = "muster"  # `[cluster] name`
     since: float  # the whole hours reported
     until: float
     rows: tuple[ReportRow, ...]

@@ -18,6 +18,7 @@ from services.fairshare.tree import ROOT, Account, AccountTree, UserAssoc
 
 
 class ClusterView(msgspec.Struct, frozen=True, kw_only=True):
+    name: str = "muster"  # `[cluster] name`: sreport's Cluster column
     tree: AccountTree = AccountTree()
     billing_weights: dict[str, float] = {}
     qos_priorities: dict[str, int] = {}
@@ -53,7 +54,10 @@ def read_cluster(text: str) -> ClusterView:
     )
     billing = doc.get("billing", {})
     weights = billing.get("gpu_weights", {}) if isinstance(billing, dict) else {}
+    cluster = doc.get("cluster", {})
+    name = cluster.get("name", "muster") if isinstance(cluster, dict) else "muster"
     return ClusterView(
+        name=str(name),
         tree=AccountTree(accounts=accounts, users=users),
         billing_weights={str(k): float(v) for k, v in weights.items()},
         qos_priorities={

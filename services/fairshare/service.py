@@ -255,7 +255,7 @@ class FairShare:
             usage = await repo.usage_by_hour(conn, since, until, req.accounts, req.users)
         rows = report_rows(usage, by_user=req.by_user)
         visible = visible_report_rows(rows, req.user, self.identity.directory())
-        return ReportReply(since=since, until=until, rows=visible)
+        return ReportReply(cluster=self.cluster.name, since=since, until=until, rows=visible)
 
 
 async def _decay_state(conn: Conn) -> tuple[float, float | None]:

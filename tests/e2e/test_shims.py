@@ -2,8 +2,8 @@
 against a local cluster — a script submitted with `sbatch --parsable`, found with
 `squeue -h -o "%i %T"`, the nodes listed by `sinfo -N` (with their partition), put back
 in the queue with `scontrol requeue` (it runs again, same id, restart count 1),
-cancelled with `scancel`, its accounting read with `sacct`, and `sbatch --wait`
-returning the job's exit code."""
+cancelled with `scancel`, its accounting read with `sacct`, its GPU time with `sreport`,
+and `sbatch --wait` returning the job's exit code."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -102,6 +103,18 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
         what="sacct records the cancel",
     )
     assert acct.returncode == 0
+    # the GPU time the job used, charged by the hour, in sreport's chargeback report
+    window = (f"start={time.time() - 3600:.0f}", f"end={time.time() + 3600:.0f}")
+    report = await eventually(
+        lambda: shell("sreport", "-P", "-n", "-t", "seconds", "cluster",
+                      "AccountUtilizationByUser", *window),
+        lambda out: out.returncode == 0 and int(out.stdout.split("|")[4]) > 0,
+        timeout=60,
+        what="sreport has the job's GPU time",
+    )  # fmt: skip
+    rows = [line.split("|") for line in report.stdout.splitlines()]
+    assert rows[0][:3] == ["muster", "root", ""], rows  # the whole window first
+    assert any(r[2] == "root" for r in rows), rows  # the submitter's own row
 
     waited = await shell("sbatch", "--wait", "fails.sh")
     assert waited.returncode == 3, (waited.stdout, waited.stderr)

@@ -1,0 +1,98 @@
+"""The sreport shim's core (muster/sreport.py): Slurm's words and options read, its
+`cluster AccountUtilizationByUser` report printed as Slurm lays it out (fixed columns,
+-P/-p parsable, -n without headers), anything else refused with what to write."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from muster.sreport import SreportArgs, SreportError, lines, parse
+from services.fairshare.report import ReportRow
+
+
+def when(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+JAN14 = when("2027-01-14")
+JAN15 = when("2027-01-15")
+
+
+@pytest.mark.parametrize(
+    ("argv", "want"),
+    [
+        (["cluster", "AccountUtilizationByUser"], SreportArgs()),
+        (["-P", "-n", "-t", "hours", "cluster", "accountutilizationbyuser",
+          "start=2027-01-14", "end=2027-01-15"],
+         SreportArgs(unit="hours", delimiter="|", header=False, since=JAN14, until=JAN15)),
+        (["-p", "-tseconds", "cluster", "AccountUtilizationByUser", "accounts=a,b", "users=u",
+          "tree"],
+         SreportArgs(unit="seconds", delimiter="|", trailing=True, accounts=("a", "b"),
+                     users=("u",))),
+        (["--time-format=Minutes", "--parsable2", "cluster", "AccountUtilizationByUser"],
+         SreportArgs(delimiter="|")),
+    ],
+)  # fmt: skip
+def test_slurms_words_and_options(argv: list[str], want: SreportArgs) -> None:
+    assert parse(argv, when) == want
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["user", "TopUsage"], "the one report is 'cluster AccountUtilizationByUser'"),
+        ([], "report (none) is not kept"),
+        (["-t", "percent", "cluster", "AccountUtilizationByUser"], "-t percent: one of"),
+        (["-x", "cluster", "AccountUtilizationByUser"], "unknown option -x"),
+        (["cluster", "AccountUtilizationByUser", "format=Used"], "format=Used: start="),
+        (["cluster", "AccountUtilizationByUser", "start=soon"], "start=soon:"),
+    ],
+)
+def test_what_is_not_kept_is_refused_with_what_to_write(argv: list[str], says: str) -> None:
+    with pytest.raises(SreportError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        parse(argv, when)
+
+
+ROWS = (
+    ReportRow(account="prod", gpu_seconds=1800.0, billed=1800.0, share=0.2),
+    ReportRow(account="prod", user="dave", gpu_seconds=1800.0, billed=1800.0, share=0.2),
+    ReportRow(account="research", gpu_seconds=7200.0, billed=14400.0, share=0.8),
+    ReportRow(account="research", user="alice", gpu_seconds=7200.0, billed=14400.0, share=0.8),
+)
+
+
+def test_the_report_as_slurm_lays_it_out() -> None:
+    assert lines(SreportArgs(), "gpu-east", JAN14, JAN15, ROWS) == [
+        "-" * 80,
+        "Cluster/Account/User Utilization 2027-01-14T00:00:00 - 2027-01-14T23:59:59 (86400 secs)",
+        "Usage reported in GPU Minutes",
+        "-" * 80,
+        "  Cluster         Account     Login     Proper Name     Used   Energy",
+        "--------- --------------- --------- --------------- -------- --------",
+        " gpu-east            root                                150        0",
+        " gpu-east            prod                                 30        0",
+        " gpu-east            prod      dave                       30        0",
+        " gpu-east        research                                120        0",
+        " gpu-east        research     alice                      120        0",
+    ]
+
+
+def test_parsable_without_headers_is_what_scripts_read() -> None:
+    args = SreportArgs(unit="hours", delimiter="|", header=False)
+    assert lines(args, "a-very-long-cluster", JAN14, JAN15, ROWS) == [
+        "a-very-long-cluster|root|||2|0",
+        "a-very-long-cluster|prod|||0|0",
+        "a-very-long-cluster|prod|dave||0|0",
+        "a-very-long-cluster|research|||2|0",
+        "a-very-long-cluster|research|alice||2|0",
+    ]
+    trailing = lines(SreportArgs(delimiter="|", trailing=True), "c", JAN14, JAN15, ROWS[:1])
+    assert trailing[4:] == [
+        "Cluster|Account|Login|Proper Name|Used|Energy|",
+        "c|root|||30|0|",
+        "c|prod|||30|0|",
+    ]
+    cut = lines(SreportArgs(header=False), "a-very-long-cluster", JAN14, JAN15, ())
+    assert cut == ["a-very-l+            root                                  0        0"]
