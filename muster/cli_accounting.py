@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,12 +38,21 @@ def parse_when(text: str) -> float:
     return when.timestamp()
 
 
-def _request(verb: str, req: msgspec.Struct, kind: type[Any], state: str | None) -> Any:
+def _answer(
+    verb: str, req: msgspec.Struct, kind: type[Any], args: argparse.Namespace,
+    render: Callable[[Any], str],
+) -> int:  # fmt: skip
+    """Ask fairshare; print its reply as JSON (`--json`) or as `render` writes it."""
     try:
-        return request(nats_url(state), verb, req, kind)
+        reply = request(nats_url(args.state), verb, req, kind)
     except ApiRefused as err:  # unreachable, no fairshare service, a refusal: one line
         print(f"muster {verb}: {err}", file=sys.stderr)
-        return None
+        return 1
+    if args.json:
+        print(msgspec.json.format(msgspec.json.encode(reply).decode(), indent=2))
+    else:
+        print(render(reply))
+    return 0
 
 
 def cmd_share(args: argparse.Namespace) -> int:
@@ -51,14 +61,7 @@ def cmd_share(args: argparse.Namespace) -> int:
     from services.fairshare.render import render_share_table
 
     req = ShareRequest(user=current_user(), accounts=_names(args.account), users=_names(args.user))
-    reply = _request(SHARE_VERB, req, ShareReply, args.state)
-    if reply is None:
-        return 1
-    if args.json:
-        print(msgspec.json.format(msgspec.json.encode(reply).decode(), indent=2))
-        return 0
-    print(render_share_table(reply.rows))
-    return 0
+    return _answer(SHARE_VERB, req, ShareReply, args, lambda r: render_share_table(r.rows))
 
 
 def cmd_acct(args: argparse.Namespace) -> int:
@@ -77,14 +80,7 @@ def cmd_acct(args: argparse.Namespace) -> int:
         steps=not args.allocations,
         limit=args.limit,
     )
-    reply = _request(ACCT_VERB, req, AcctReply, args.state)
-    if reply is None:
-        return 1
-    if args.json:
-        print(msgspec.json.format(msgspec.json.encode(reply).decode(), indent=2))
-        return 0
-    print(render_acct(reply.rows))
-    return 0
+    return _answer(ACCT_VERB, req, AcctReply, args, lambda r: render_acct(r.rows))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -99,14 +95,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         users=_names(args.user),
         by_user=not args.accounts_only,
     )
-    reply = _request(REPORT_VERB, req, ReportReply, args.state)
-    if reply is None:
-        return 1
-    if args.json:
-        print(msgspec.json.format(msgspec.json.encode(reply).decode(), indent=2))
-        return 0
-    print(render_report(reply.rows, reply.since, reply.until, TimeUnit(args.time_unit)))
-    return 0
+    unit = TimeUnit(args.time_unit)
+    return _answer(
+        REPORT_VERB, req, ReportReply, args, lambda r: render_report(r.rows, r.since, r.until, unit)
+    )
 
 
 def register(sub: Any) -> None:
