@@ -74,8 +74,7 @@ async def ctx(
         nats_url=nats_url,
         database_url=database_url,
         service_name="fairshare",
-        cluster_config=identity["cluster_config"],
-        user_keys_dir=identity["user_keys_dir"],
+        **identity,
     )
     async with service_context(settings) as c:
         yield c

@@ -41,8 +41,7 @@ async def test_a_request_replayed_to_every_replica_is_refused_and_stores_one_job
                         database_url=database_url,
                         service_name="admission",
                         instance=str(i),
-                        cluster_config=identity["cluster_config"],
-                        user_keys_dir=identity["user_keys_dir"],
+                        **identity,
                     )
                 )
             )

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import TypedDict, TypeVar
 
 import asyncpg
 import nats
@@ -65,13 +65,20 @@ def make_cluster(state: Path, nats_url: str, database_url: str) -> Cluster:
     return Cluster(state, nats_url, database_url)
 
 
-def identity_settings(folder: Path) -> dict[str, str]:
+class Identity(TypedDict):
+    """The Settings fields that name who the test users are (`identity_settings`)."""
+
+    cluster_config: str
+    user_keys_dir: str
+
+
+def identity_settings(folder: Path) -> Identity:
     """The Settings fields of an in-process service that answers the test users (their
     keys, operators root and admin), this process signing as them."""
     keys = use_test_keys(folder / "keys")
     config = folder / "identity.toml"
     config.write_text(IDENTITY_CONFIG)
-    return {"cluster_config": str(config), "user_keys_dir": str(keys)}
+    return Identity(cluster_config=str(config), user_keys_dir=str(keys))
 
 
 def use_test_keys(folder: Path) -> Path:
