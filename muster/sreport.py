@@ -2,8 +2,9 @@
 `sreport cluster AccountUtilizationByUser`, from `muster.api.report`
 (services/fairshare/report.py), as scripts parse it.
 
-    sreport [-t hours|minutes|seconds] [-P|-p] [-n] cluster AccountUtilizationByUser
-            [start=2027-01-01] [end=2027-02-01] [accounts=a,b] [users=u,v]
+    sreport [-t hours|minutes|seconds] [-T gres/gpu] [-P|-p] [-n]
+            cluster AccountUtilizationByUser [start=2027-01-01] [end=2027-02-01]
+            [accounts=a,b] [users=u,v]
 
 Words and options as Slurm's (report names in any case); GPU time, not CPU time, is
 what a row's `Used` counts, and the title says so. Rows: `root` (the whole window),
@@ -60,8 +61,12 @@ def parse(argv: Sequence[str], when: Callable[[str], float]) -> SreportArgs:
             if unit not in UNITS:
                 raise SreportError(f"-t {unit}: one of {', '.join(UNITS)} (percent is not kept)")
             opts["unit"] = unit
+        elif word in ("-T", "--tres") or word.startswith("--tres="):
+            tres = rest.pop(0) if word in ("-T", "--tres") and rest else word
+            if tres.removeprefix("--tres=").lower() not in ("gres/gpu", "gpu"):
+                raise SreportError(f"-T {tres}: GPU time is what is kept; give -T gres/gpu")
         elif word.startswith("-"):
-            raise SreportError(f"unknown option {word}: -t, -P, -p and -n are understood")
+            raise SreportError(f"unknown option {word}: -t, -T, -P, -p and -n are understood")
         else:
             words.append(word)
     report = tuple(w.lower() for w in words[:2])

@@ -13,13 +13,11 @@ records and share rows are left out where the configuration makes usage private
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
-from services.fairshare.core import ShareRow
 from services.fairshare.render import AcctRow
-from services.fairshare.report import ReportRow
 from shared.identity import Directory
 from shared.jobspec import JobSpec
 from shared.privacy import PrivateData, may_see
@@ -135,22 +133,22 @@ def visible_acct_rows(rows: Iterable[AcctRow], actor: str, directory: Directory)
     return [r for r in rows if may_see(actor, r.user, r.account, PrivateData.USAGE, directory)]
 
 
-def visible_share_rows(
-    rows: Iterable[ShareRow], actor: str, directory: Directory
-) -> tuple[ShareRow, ...]:
-    """Account rows (aggregates) for everyone; a user's row for whoever may see it."""
-    return tuple(
-        r
-        for r in rows
-        if r.user is None or may_see(actor, r.user, r.account, PrivateData.USAGE, directory)
-    )
+class UsageRow(Protocol):
+    """A row of usage: an account's (`user` None) or a user's in it (share, report)."""
+
+    @property
+    def account(self) -> str: ...
+
+    @property
+    def user(self) -> str | None: ...
 
 
-def visible_report_rows(
-    rows: Iterable[ReportRow], actor: str, directory: Directory
-) -> tuple[ReportRow, ...]:
-    """Account rows (aggregates) for everyone, as share's; a user's for whoever may see
-    that user's usage."""
+RowT = TypeVar("RowT", bound=UsageRow)
+
+
+def visible_usage_rows(rows: Iterable[RowT], actor: str, directory: Directory) -> tuple[RowT, ...]:
+    """Account rows (aggregates) for everyone; a user's row for whoever may see that
+    user's usage (`share` and `report` alike)."""
     return tuple(
         r
         for r in rows

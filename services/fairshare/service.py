@@ -32,8 +32,7 @@ from services.fairshare.accounting import charge, tick_from_event
 from services.fairshare.acct import (
     acct_rows,
     visible_acct_rows,
-    visible_report_rows,
-    visible_share_rows,
+    visible_usage_rows,
 )
 from services.fairshare.api import (
     ACCT_VERB,
@@ -219,7 +218,7 @@ class FairShare:
         return ShareReply(
             algorithm=self.config.algorithm,
             half_life_s=self.config.half_life_s,
-            rows=visible_share_rows(
+            rows=visible_usage_rows(
                 filter_share_rows(calc.rows, req.accounts, req.users),
                 req.user,
                 self.identity.directory(),
@@ -254,7 +253,7 @@ class FairShare:
         async with self.ctx.pool.acquire() as conn, conn.transaction(readonly=True):
             usage = await repo.usage_by_hour(conn, since, until, req.accounts, req.users)
         rows = report_rows(usage, by_user=req.by_user)
-        visible = visible_report_rows(rows, req.user, self.identity.directory())
+        visible = visible_usage_rows(rows, req.user, self.identity.directory())
         return ReportReply(cluster=self.cluster.name, since=since, until=until, rows=visible)
 
 

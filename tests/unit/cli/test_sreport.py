@@ -31,7 +31,8 @@ JAN15 = when("2027-01-15")
           "tree"],
          SreportArgs(unit="seconds", delimiter="|", trailing=True, accounts=("a", "b"),
                      users=("u",))),
-        (["--time-format=Minutes", "--parsable2", "cluster", "AccountUtilizationByUser"],
+        (["--time-format=Minutes", "--parsable2", "-T", "gres/gpu", "cluster",
+          "AccountUtilizationByUser"],
          SreportArgs(delimiter="|")),
     ],
 )  # fmt: skip
@@ -46,6 +47,7 @@ def test_slurms_words_and_options(argv: list[str], want: SreportArgs) -> None:
         ([], "report (none) is not kept"),
         (["-t", "percent", "cluster", "AccountUtilizationByUser"], "-t percent: one of"),
         (["-x", "cluster", "AccountUtilizationByUser"], "unknown option -x"),
+        (["-T", "cpu", "cluster", "AccountUtilizationByUser"], "-T cpu: GPU time is what"),
         (["cluster", "AccountUtilizationByUser", "format=Used"], "format=Used: start="),
         (["cluster", "AccountUtilizationByUser", "start=soon"], "start=soon:"),
     ],

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from services.fairshare.acct import visible_report_rows
+from services.fairshare.acct import visible_usage_rows
 from services.fairshare.report import (
     HourlyUsage,
     ReportRow,
@@ -102,13 +102,13 @@ def test_the_table_gives_the_window_and_gpu_time_in_the_unit_asked() -> None:
 def test_others_user_rows_are_left_out_when_usage_is_private() -> None:
     rows = report_rows(USAGE)
     private = Directory(private=frozenset({PrivateData.USAGE}), operators=frozenset({"root"}))
-    mine = visible_report_rows(rows, "bob", private)
+    mine = visible_usage_rows(rows, "bob", private)
     assert [(r.account, r.user) for r in mine] == [
         ("prod", None),
         ("research", None),
         ("research", "bob"),
     ]  # every account's total, and bob's own row
-    assert visible_report_rows(rows, "root", private) == rows
+    assert visible_usage_rows(rows, "root", private) == rows
     public = Directory(private=frozenset(), operators=frozenset())
-    assert visible_report_rows(rows, "bob", public) == rows
+    assert visible_usage_rows(rows, "bob", public) == rows
     assert isinstance(rows[0], ReportRow)
