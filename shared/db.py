@@ -73,9 +73,13 @@ async def idle_at_most(conn: Conn, seconds: float) -> None:
     needs them waits, until then: callers whose work between statements is always short
     (no network, no long computing) keep that wait short."""
     await conn.execute(
-        "SELECT set_config('idle_in_transaction_session_timeout', $1, true)",
-        f"{max(1, round(seconds * 1000))}ms",
+        "SELECT set_config('idle_in_transaction_session_timeout', $1, true)", idle_ms(seconds)
     )
+
+
+def idle_ms(seconds: float) -> str:
+    """`idle_in_transaction_session_timeout`'s value for `seconds` (at least 1 ms)."""
+    return f"{max(1, round(seconds * 1000))}ms"
 
 
 def _ms(seconds: float) -> str:

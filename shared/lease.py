@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from shared.db import Conn, idle_at_most
+from shared.db import Conn, idle_ms
 
 # The lease tables; a name is spliced into SQL, so only these are accepted.
 LeaseTable = Literal["placer_lease", "health_lease"]
@@ -64,14 +64,20 @@ async def lock(
     A transaction left idle by a paused (SIGSTOPped) process holds the row, and with it
     every takeover, until the server ends the session (the pool's idle-in-transaction
     timeout); `idle_s` shortens that for this transaction, for callers whose work
-    between statements is always short."""
-    if idle_s is not None:
-        await idle_at_most(conn, idle_s)
+    between statements is always short. One round trip either way: the limit is set
+    in the statement that takes the row."""
+    held = (
+        f"SELECT true AS held FROM {table} WHERE id = 1 AND holder = $1 AND epoch = $2"
+        " AND expires_at > now() FOR UPDATE"
+    )
+    if idle_s is None:
+        return bool(await conn.fetchval(held, holder, epoch))
     row = await conn.fetchval(
-        f"SELECT true FROM {table} WHERE id = 1 AND holder = $1 AND epoch = $2"
-        " AND expires_at > now() FOR UPDATE",
+        "SELECT s.held FROM (SELECT set_config('idle_in_transaction_session_timeout', $3,"
+        f" true)) idle, LATERAL ({held}) s",
         holder,
         epoch,
+        idle_ms(idle_s),
     )
     return bool(row)
 

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from services.launcher.owners_core import SHARDS, plan_shards, shard_of
-from shared.db import Conn
+from shared.db import Conn, idle_ms
 from shared.logs import kv
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class Owners:
             " AND holder = $1 AND epoch = $5 AND expires_at > now() FOR SHARE) s",
             self.holder,
             str(self._held[shard]),
-            f"{max(1, round(self.ttl_s * 2000))}ms",
+            idle_ms(2 * self.ttl_s),
             shard,
             self._held[shard],
         )
