@@ -125,7 +125,9 @@ def register(sub: Any) -> None:
 
     s = sub.add_parser("report", help="GPU time used per account and user (like sreport)")
     s.add_argument("-S", "--starttime", type=parse_when, help="from (default: yesterday)")
-    s.add_argument("-E", "--endtime", type=parse_when, help="until (default: today 00:00)")
+    s.add_argument(
+        "-E", "--endtime", type=parse_when, help="until (default: now, or today 00:00 without -S)"
+    )
     s.add_argument("-A", "--account", action="append", help="only these accounts (a,b)")
     s.add_argument("-u", "--user", action="append", help="only these users (a,b)")
     s.add_argument("--accounts-only", action="store_true", help="no user rows")

@@ -52,7 +52,7 @@ class AcctReply(msgspec.Struct, frozen=True, kw_only=True):
 
 class ReportRequest(Request, frozen=True, kw_only=True):
     since: float | None = None  # epoch seconds, rounded down to the hour; None: yesterday
-    until: float | None = None  # epoch seconds, rounded up to the hour; None: today 00:00
+    until: float | None = None  # epoch seconds, rounded up; None: now (today 00:00 if no since)
     accounts: tuple[str, ...] = ()  # only these accounts
     users: tuple[str, ...] = ()  # only these users
     by_user: bool = True  # each account's users under it

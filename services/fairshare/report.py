@@ -57,11 +57,12 @@ class ReportRow(msgspec.Struct, frozen=True, kw_only=True):
 
 def window(since: float | None, until: float | None, now: float) -> tuple[float, float]:
     """The whole hours a report covers: from `since` rounded down to until `until`
-    rounded up. sreport's default: yesterday, midnight to midnight (UTC). A window
-    that ends before it starts raises ValueError, saying what to change."""
+    rounded up. Neither given: sreport's default, yesterday, midnight to midnight
+    (UTC); `since` alone: until now. A window that ends before it starts raises
+    ValueError, saying what to change."""
     today = now // DAY_S * DAY_S
     start = today - DAY_S if since is None else since
-    end = today if until is None else until
+    end = until if until is not None else (today if since is None else now)
     start = start // HOUR_S * HOUR_S
     end = -(-end // HOUR_S) * HOUR_S
     if end <= start:
