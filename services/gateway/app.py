@@ -235,6 +235,17 @@ class Gateway:
         }
         return json(await self.upstream.raw("acct", req))
 
+    async def report(self, request: Request) -> Response:
+        req: dict[str, Any] = {
+            "user": self.upstream.user,
+            "since": number(request, "since"),
+            "until": number(request, "until"),
+            "accounts": names(request, "account"),
+            "users": names(request, "user"),
+            "by_user": not flag(request, "accounts_only"),
+        }
+        return json(await self.upstream.raw("report", req))
+
     async def utilisation(self, request: Request) -> Response:
         hours = number(request, "hours") or 6.0
         bucket_s = number(request, "bucket_s") or max(60.0, hours * 3600 / 72)
@@ -308,6 +319,7 @@ def make_app(gw: Gateway) -> Starlette:
         Route("/api/gpumap", api(gw.gpumap)),
         Route("/api/share", api(gw.share)),
         Route("/api/acct", api(gw.acct)),
+        Route("/api/report", api(gw.report)),
         Route("/api/utilisation", api(gw.utilisation)),
         Route("/api/submit", api(gw.submit), methods=["POST"]),
         Route("/api/cancel", api(gw.cancel), methods=["POST"]),

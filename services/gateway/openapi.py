@@ -121,6 +121,17 @@ def document() -> dict[str, Any]:
             ANY_JSON,
             _query(("account", "string", LISTS), ("user", "string", LISTS)),
         ),
+        "/api/report": _get(
+            "GPU time used per account and user over whole hours (muster report)",
+            ANY_JSON,
+            _query(
+                ("since", "number", "epoch seconds; default yesterday 00:00 UTC"),
+                ("until", "number", "epoch seconds; default now (today 00:00 without since)"),
+                ("account", "string", LISTS),
+                ("user", "string", LISTS),
+                ("accounts_only", "boolean", "no user rows"),
+            ),
+        ),
         "/api/acct": _get(
             "accounting records (muster acct)",
             ANY_JSON,

@@ -74,6 +74,7 @@ async def test_every_endpoint_answers_as_the_gateway_user(
             "/api/gpumap",
             "/api/share",
             "/api/acct",
+            "/api/report",
             "/api/utilisation",
         } <= set(doc["paths"])
         assert "SubmitRequest" in doc["components"]["schemas"]
@@ -121,6 +122,8 @@ async def test_every_endpoint_answers_as_the_gateway_user(
         assert "rows" in share and "algorithm" in share
         acct = await json_of(http, "/api/acct", job=str(job_id))
         assert {r["job_id"] for r in acct["rows"]} == {job_id}
+        report = await json_of(http, "/api/report", since=0, accounts_only=1)
+        assert report["since"] == 0 and all(r["user"] is None for r in report["rows"])
         util = await json_of(http, "/api/utilisation", hours=1)
         assert util["total_gpus"] == 8 and util["busy"][-1] > 0
 
@@ -191,6 +194,9 @@ async def test_every_refusal_is_a_4xx_with_the_clis_message_and_nothing_is_kept(
         await refused(await http.get("/api/queue", params={"job": "12_[x"}), 400, "invalid")
         await refused(await http.get("/api/acct", params={"limit": "0"}), 400, "malformed")
         await refused(await http.get("/api/acct", params={"since": "soon"}), 400, "invalid")
+        later = {"since": "7200", "until": "3600"}
+        said = await refused(await http.get("/api/report", params=later), 400, "invalid")
+        assert "give an end (-E) after the start (-S)" in said
         await refused(await http.get("/api/utilisation", params={"hours": "-1"}), 400, "invalid")
         await refused(await http.get("/api/gpumap", params={"page": "one"}), 400, "invalid")
 
