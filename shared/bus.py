@@ -106,7 +106,7 @@ class Bus:
         nc: Client,
         *,
         max_deliver: int = 5,
-        ack_wait_s: float = 30.0,
+        ack_wait_s: float = 10.0,
         stream_replicas: int = 1,
     ) -> None:
         self.nc = nc
@@ -127,7 +127,7 @@ class Bus:
         *,
         name: str,
         max_deliver: int = 5,
-        ack_wait_s: float = 30.0,
+        ack_wait_s: float = 10.0,
         stream_replicas: int = 1,
         creds: str = "",
         tls_ca: str = "",

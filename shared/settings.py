@@ -57,7 +57,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     metrics_host: str = "127.0.0.1"
     log_level: str = "INFO"
     max_deliver: int = 5
-    ack_wait_s: float = 30.0
+    # A message not acked (nor marked in progress) this long goes to another replica:
+    # what a paused (SIGSTOPped) or hung replica had pulled waits this long. Handlers'
+    # messages in hand are marked in progress every third of it (shared/bus.py).
+    ack_wait_s: float = 10.0
     drain_timeout_s: float = 10.0
     # The outbox and the inbox are trimmed every `prune_every_s` (shared/retention.py):
     # events published this long ago go, the node faults excepted; the inbox keeps at
