@@ -82,29 +82,22 @@ def report_rows(usage: Iterable[HourlyUsage], *, by_user: bool = True) -> tuple[
     def share(gpu_seconds: float) -> float:
         return gpu_seconds / total if total > 0 else 0.0
 
+    def row(account: str, user: str | None, of: Sequence[HourlyUsage]) -> ReportRow:
+        gpu_s = sum(u.gpu_seconds for u in of)
+        billed = sum(u.billed for u in of)
+        return ReportRow(
+            account=account, user=user, gpu_seconds=gpu_s, billed=billed, share=share(gpu_s)
+        )
+
     rows: list[ReportRow] = []
     for account in sorted({u.account for u in used}):
         mine = [u for u in used if u.account == account]
-        gpu_s = sum(u.gpu_seconds for u in mine)
-        rows.append(
-            ReportRow(
-                account=account,
-                gpu_seconds=gpu_s,
-                billed=sum(u.billed for u in mine),
-                share=share(gpu_s),
-            )
-        )
+        rows.append(row(account, None, mine))
         if by_user:
-            for u in sorted(mine, key=lambda u: (-u.gpu_seconds, u.user)):
-                rows.append(
-                    ReportRow(
-                        account=account,
-                        user=u.user,
-                        gpu_seconds=u.gpu_seconds,
-                        billed=u.billed,
-                        share=share(u.gpu_seconds),
-                    )
-                )
+            rows += [
+                row(account, u.user, [u])
+                for u in sorted(mine, key=lambda u: (-u.gpu_seconds, u.user))
+            ]
     return tuple(rows)
 
 
