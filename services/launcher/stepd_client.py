@@ -211,13 +211,16 @@ async def started_or_ended(
     began = loop.time()
     deadline = began + timeout_s
     while True:
+        # whether it runs, asked before its files are read: a stepd that writes its exit
+        # and ends between the two looks is not taken for one that ended without a word
+        running = stepd.running()
         started = read_struct(folder / "started.json", StepStarted)
         if started is not None:
             return started
         ending = read_struct(folder / "exit.json", StepExit)
         if ending is not None:
             return ending
-        if not stepd.running():
+        if not running:
             raise LaunchError(f"stepd ended without a word: see {folder}/stepd.log")
         if loop.time() > deadline:
             raise LaunchError(f"stepd did not start the worker in {timeout_s:.0f} s")

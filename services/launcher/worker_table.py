@@ -312,11 +312,15 @@ class WorkerTable:
         )
 
     def facts(self, record: WorkerRecord, boot_id: str) -> Facts:
+        # the processes are looked at before the exit file: a stepd that records its
+        # exit and ends between the looks is then reported, never taken for lost
+        stepd_alive = alive(record.stepd)
+        worker_alive = alive(record.worker) or bool(record.cgroup and procs(record.cgroup))
         return Facts(
             exit_recorded=self.exit_of(record) is not None,
             same_boot=record.boot_id == boot_id,
-            stepd_alive=alive(record.stepd),
-            worker_alive=alive(record.worker) or bool(record.cgroup and procs(record.cgroup)),
+            stepd_alive=stepd_alive,
+            worker_alive=worker_alive,
         )
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from services.health.probe import kernel_boot_id
 from services.launcher.executor import group_members
-from services.launcher.stepd_client import Stepd, Zygote
+from services.launcher.stepd_client import Stepd, Zygote, started_or_ended
 from services.launcher.stepd_client import start_stepd as cold_stepd
 from services.launcher.worker_table import (
     Ending,
@@ -137,6 +137,43 @@ def test_records_drop_folders_without_a_record_and_take_pids_from_stepd(tmp_path
     assert sorted(p.name for p in table.root.iterdir()) == ["7-1-0"]
     table.remove(rec)
     assert table.records() == []
+
+
+class EndsAsLookedAt(Stepd):
+    """A stepd that records its exit and ends just as it is asked whether it runs: the
+    moment a look at its files, then at the process, would take it for mute."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(os.getpid())
+        self.folder = folder
+
+    def running(self) -> bool:
+        write_struct(self.folder / "exit.json", EXITED_3)
+        return False
+
+
+EXITED_3 = StepExit(ending=Ending.SPAWN_FAILED, spawn_failed="prolog exited 3", prolog_failed=True)
+
+
+async def test_a_start_whose_stepd_ends_between_two_looks_is_told_how_it_ended(
+    tmp_path: Path,
+) -> None:
+    assert await started_or_ended(tmp_path, EndsAsLookedAt(tmp_path), 5.0) == EXITED_3
+
+
+def test_a_restarted_agent_reports_an_exit_recorded_as_its_stepd_was_looked_at(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = WorkerTable(tmp_path)
+    rec = record(table, 4)
+
+    def ended_as_looked_at(ref: ProcessRef | None) -> bool:  # stepd writes its exit, ends
+        write_struct(Path(rec.folder) / "exit.json", EXITED_3)
+        return False
+
+    monkeypatch.setattr("services.launcher.worker_table.alive", ended_as_looked_at)
+    assert judge(table.facts(rec, kernel_boot_id())) is Verdict.REPORT
+    assert table.exit_of(rec) == EXITED_3
 
 
 def record(table: WorkerTable, job_id: int) -> WorkerRecord:
