@@ -38,6 +38,7 @@ from services.launcher.executor import (
 )
 from services.launcher.hooks import PrologFailed
 from services.launcher.isolation import NodeIsolation, for_worker
+from services.launcher.kept import KeptKeys
 from services.launcher.spool import Spool
 from services.launcher.stepd_client import START_TIMEOUT_S, Stepd, Zygote, started_or_ended
 from services.launcher.steps_agent import StepRunner, end_left_tasks
@@ -112,14 +113,15 @@ class NodeExecutor:
         self.fence_s = fence_s
         self.grace_s = grace_s
         self.running: dict[int, _Running] = {}
-        # (job, attempt, generation) of workers that ended since this agent started: a
-        # repeated start of one (a new launcher owner resuming a start it cannot know
-        # finished) must not run the generation twice.
-        self._ended: dict[tuple[int, int, int], None] = {}
+        # (job, attempt, generation) of workers that ended here: a repeated start of one
+        # (a new launcher owner resuming a start it cannot know finished) must not run
+        # the generation twice. Kept on disk, as the next two (kept.py): an agent
+        # SIGKILLed and restarted still knows them.
+        self._ended = KeptKeys(self.table.state / "kept" / "ended", _ENDED_KEPT)
         # Generations stopped by the launcher, whether or not they ran here: a start that
         # arrives after its stop (delayed on the bus, or still in flight when the run
         # ended) must not run them (invariant 7; chaos seed 308).
-        self._stopped: dict[tuple[int, int, int], None] = {}
+        self._stopped = KeptKeys(self.table.state / "kept" / "stopped", _ENDED_KEPT)
         # Starts asked and not answered yet, run one at a time (`_start_lock`); `status`
         # lists them, so the launcher waits out a slow prolog (and the starts queued
         # behind it) instead of taking a start it has not heard back from for lost.
@@ -164,6 +166,7 @@ class NodeExecutor:
             if verdict is Verdict.ADOPT:
                 self._track(_Running(record, proc=None))
                 continue
+            self._ended.add((record.job_id, record.attempt, record.generation))  # ran
             ending = self.table.exit_of(record) if verdict is Verdict.REPORT else None
             if verdict is Verdict.KILL_ORPHAN:  # sent now, before any start is served
                 kill_group(record.worker, _signal.SIGKILL, record.cgroup)
@@ -397,9 +400,7 @@ class NodeExecutor:
         run.ended.set()
         await self.steps.end_job(record.job_id)  # a step never outlives its job, nor holds
         # its GPUs past the exit reported (the launcher then frees them for another job)
-        self._ended[(record.job_id, record.attempt, record.generation)] = None
-        if len(self._ended) > _ENDED_KEPT:  # the oldest first (insertion order)
-            del self._ended[next(iter(self._ended))]
+        self._ended.add((record.job_id, record.attempt, record.generation))
         current = self.running.get(record.job_id)
         if current is run:
             del self.running[record.job_id]
@@ -485,9 +486,7 @@ class NodeExecutor:
         if (refused := self.refused(req)) is not None:
             return msgspec.json.encode(refused)
         if req.wait and req.attempt is not None and req.generation is not None:
-            self._stopped[(req.job_id, req.attempt, req.generation)] = None
-            if len(self._stopped) > _ENDED_KEPT:
-                del self._stopped[next(iter(self._stopped))]
+            self._stopped.add((req.job_id, req.attempt, req.generation))
         current = self.running.get(req.job_id)
         if current is None and req.wait and (launching := self._launching) is not None:
             record, stepd = launching

@@ -16,7 +16,8 @@ the step over and sends it with `adopt`) waits on the step already running, or g
 its outcome at once; it never starts the step twice. An `adopt` of a step this agent
 does not know answers that the step is lost.
 
-A stop (srun's Ctrl-C) is kept, by job and folder, for `KEEP_S` too: an srun
+A stop (srun's Ctrl-C) is kept, by job and folder, for `KEEP_S` too, on disk (kept.py:
+the next agent knows it after a kill -9): an srun
 interrupted while its request was in flight sends its stop before the launcher made
 the step, or before the launch reached this node, or while its tasks were being
 started. Such a launch starts nothing and is answered as stopped (the step is
@@ -49,6 +50,7 @@ import msgspec
 
 from services.launcher.accounts import AccountPolicy, job_account
 from services.launcher.executor import LaunchError, RunAs, process_gone
+from services.launcher.kept import KeptStops
 from services.launcher.pty_task import SOCKET
 from services.launcher.step_tasks import StepKey, StepTask, TaskFolders, TaskNote
 from services.launcher.stepd_client import Zygote, started_or_ended
@@ -103,8 +105,9 @@ class StepRunner:
         self._tasks: set[asyncio.Task[None]] = set()
         self.live: dict[StepKey, asyncio.Future[StepOutcome]] = {}  # steps running here
         self.ended: dict[StepKey, tuple[float, StepOutcome]] = {}  # (monotonic end, outcome)
-        # srun's stops, by (job, folder): a launch or task that comes later is stopped
-        self.stops: dict[tuple[int, str], tuple[float, float]] = {}  # -> (monotonic, grace)
+        # srun's stops, by (job, folder): a launch or task that comes later is stopped,
+        # by this agent or the next (kept on disk, kept.py)
+        self.stops = KeptStops(executor.table.state / "kept" / "step_stops", KEEP_S)
         # steps resumed from an earlier agent's tasks that no launcher asked for since
         # (not in `status`: their launcher then asks again, with `adopt`)
         self.unclaimed: set[StepKey] = set()
@@ -132,10 +135,7 @@ class StepRunner:
         refusal = check(stop, node=ex.node, trusted=ex.trusted_keys.current(), now=time.time())
         if refusal is not None:
             return msgspec.json.encode(StepOutcome(ok=False, message=refusal.message))
-        now = time.monotonic()
-        for old in [k for k, (at, _) in self.stops.items() if now - at > KEEP_S]:
-            del self.stops[old]
-        self.stops[(stop.job_id, stop.output_dir)] = (now, stop.grace_s)
+        self.stops.add(stop.job_id, stop.output_dir, stop.grace_s)
         ending = [
             w for w in self.workers.get(stop.job_id, ()) if self.folders.get(w) == stop.output_dir
         ]
@@ -363,8 +363,7 @@ class StepRunner:
 
     def _stop_for(self, job_id: int, folder: str) -> float | None:
         """The grace of a stop kept for the job's step writing under `folder`."""
-        kept = self.stops.get((job_id, folder))
-        return None if kept is None else kept[1]
+        return self.stops.grace(job_id, folder)
 
     def _forget(self, job_id: int, tasks: list[StepTask]) -> None:
         mine = self.workers.get(job_id, set())

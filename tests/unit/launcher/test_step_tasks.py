@@ -257,6 +257,22 @@ async def test_a_stop_that_came_before_its_launch_starts_nothing(
     assert end.state is StepState.CANCELLED
 
 
+async def test_a_stop_before_its_launch_holds_for_the_next_agent(
+    executor: Executor, tmp_path: Path
+) -> None:
+    """The agent that took srun's stop was killed and restarted before the launch came:
+    the next agent's runner still starts nothing (kept on disk, kept.py)."""
+    said = msgspec.json.decode(
+        await StepRunner(executor)._on_stop(stop(tmp_path), ""), type=StepOutcome
+    )
+    assert said.ok, said
+    again = StepRunner(executor)
+    again.resume()
+    got = await asyncio.wait_for(again.outcome_of(launch(tmp_path, tmp_path / "go")), 10)
+    assert (got.ok, got.stopped) == (True, (True, True)), got
+    assert folders(executor.table.state) == [], "no task was started"
+
+
 class StopMidStart(StepRunner):
     """srun's stop arrives as the second of the step's two tasks is being started."""
 
