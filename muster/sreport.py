@@ -8,7 +8,8 @@
 
 Words and options as Slurm's (report names in any case); GPU time, not CPU time, is
 what a row's `Used` counts, and the title says so. Rows: `root` (the whole window),
-then each account, each followed by its users, as Slurm's tree. Anything else is
+then each account, each followed by its users and its sub-accounts (whose usage its
+own row counts), as Slurm's tree. Anything else is
 refused with what to write instead.
 """
 
@@ -98,7 +99,15 @@ def lines(
     """The report's lines: the title, the column names, root, then the rows (`ReportRow`:
     an account's has user None)."""
     per = UNITS[args.unit]
-    table = [(cluster, "root", "", "", sum(r.gpu_seconds for r in rows if r.user is None))]
+    table = [
+        (
+            cluster,
+            "root",
+            "",
+            "",
+            sum(r.gpu_seconds for r in rows if r.user is None and r.depth == 1),
+        )
+    ]
     table += [(cluster, r.account, r.user or "", "", r.gpu_seconds) for r in rows]
     cells = [[*row[:4], str(round(row[4] / per)), "0"] for row in table]
     out: list[str] = []

@@ -10,7 +10,7 @@ remembers of it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 
 import msgspec
@@ -45,14 +45,16 @@ class HourlyUsage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ReportRow(msgspec.Struct, frozen=True, kw_only=True):
-    """An account (`user` None) or a user in it: GPU-seconds used in the window, billed
-    GPU-seconds, and its share of every GPU-second used in the window (0 to 1)."""
+    """An account (`user` None; its sub-accounts' usage included) or a user in it:
+    GPU-seconds used in the window, billed GPU-seconds, and its share of every
+    GPU-second used in the window (0 to 1)."""
 
     account: str
     user: str | None = None
     gpu_seconds: float
     billed: float
     share: float
+    depth: int = 1  # 1 under the root, 2 under such an account, ...
 
 
 def window(since: float | None, until: float | None, now: float) -> tuple[float, float]:
@@ -73,32 +75,92 @@ def window(since: float | None, until: float | None, now: float) -> tuple[float,
     return start, end
 
 
-def report_rows(usage: Iterable[HourlyUsage], *, by_user: bool = True) -> tuple[ReportRow, ...]:
-    """A row per account (by name), each followed by its users' (most used first, then
-    by name) when `by_user`; associations that used nothing are left out."""
+def below(accounts: Iterable[str], parents: Mapping[str, str | None]) -> tuple[str, ...]:
+    """The named accounts and every account under them in the tree (`parents`: account
+    -> its parent, None under the root), by name: what a report for them counts."""
+    children: dict[str, list[str]] = {}
+    for name, parent in parents.items():
+        if parent is not None:
+            children.setdefault(parent, []).append(name)
+    found: set[str] = set()
+    todo = list(accounts)
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found.add(name)
+            todo += children.get(name, ())
+    return tuple(sorted(found))
+
+
+def report_rows(
+    usage: Iterable[HourlyUsage],
+    *,
+    by_user: bool = True,
+    parents: Mapping[str, str | None] | None = None,
+) -> tuple[ReportRow, ...]:
+    """The account tree as sreport lists it: each account (by name among its siblings),
+    its users (most used first, then by name) when `by_user`, then its sub-accounts.
+    An account's row counts its sub-accounts' usage too. `parents` gives the tree
+    (account -> parent, None under the root); an account missing from it, or whose
+    parent is, is shown under the root. Accounts and users that used nothing in the
+    window are left out."""
     used = [u for u in usage if u.gpu_seconds != 0 or u.billed != 0]
     total = sum(u.gpu_seconds for u in used)
+    tree = dict(parents or {})
+    for u in used:
+        tree.setdefault(u.account, None)
+    children: dict[str | None, list[str]] = {}
+    for name in tree:
+        children.setdefault(_shown_parent(name, tree), []).append(name)
+    own: dict[str, list[HourlyUsage]] = {}
+    for u in used:
+        own.setdefault(u.account, []).append(u)
 
-    def share(gpu_seconds: float) -> float:
-        return gpu_seconds / total if total > 0 else 0.0
-
-    def row(account: str, user: str | None, of: Sequence[HourlyUsage]) -> ReportRow:
+    def row(account: str, user: str | None, of: Sequence[HourlyUsage], depth: int) -> ReportRow:
         gpu_s = sum(u.gpu_seconds for u in of)
-        billed = sum(u.billed for u in of)
         return ReportRow(
-            account=account, user=user, gpu_seconds=gpu_s, billed=billed, share=share(gpu_s)
+            account=account,
+            user=user,
+            gpu_seconds=gpu_s,
+            billed=sum(u.billed for u in of),
+            share=gpu_s / total if total > 0 else 0.0,
+            depth=depth,
         )
 
+    def subtree(account: str) -> list[HourlyUsage]:  # the tree has no cycle left
+        return own.get(account, []) + [u for c in children.get(account, ()) for u in subtree(c)]
+
     rows: list[ReportRow] = []
-    for account in sorted({u.account for u in used}):
-        mine = [u for u in used if u.account == account]
-        rows.append(row(account, None, mine))
+
+    def walk(account: str, depth: int) -> None:
+        counted = subtree(account)
+        if not counted:
+            return
+        rows.append(row(account, None, counted, depth))
         if by_user:
-            rows += [
-                row(account, u.user, [u])
-                for u in sorted(mine, key=lambda u: (-u.gpu_seconds, u.user))
-            ]
+            mine = sorted(own.get(account, ()), key=lambda u: (-u.gpu_seconds, u.user))
+            rows.extend(row(account, u.user, [u], depth) for u in mine)
+        for child in sorted(children.get(account, ())):
+            walk(child, depth + 1)
+
+    for top in sorted(children.get(None, ())):
+        walk(top, 1)
     return tuple(rows)
+
+
+def _shown_parent(name: str, tree: Mapping[str, str | None]) -> str | None:
+    """`name`'s parent in the report: None when it is not shown, or when the parents
+    above `name` come back to it (a cycle, a configuration error: each is then shown
+    under the root, and nothing is counted twice)."""
+    parent = tree.get(name)
+    met = {name}
+    up = parent
+    while up is not None and up in tree:
+        if up in met:
+            return None
+        met.add(up)
+        up = tree[up]
+    return parent if parent in tree else None
 
 
 def render_report(
@@ -109,7 +171,7 @@ def render_report(
     header = [c.format(unit=unit.value) for c in REPORT_COLUMNS]
     body = [
         [
-            r.account,
+            " " * (r.depth - 1) + r.account,  # a sub-account indented, as sshare's
             r.user or "",
             f"{r.gpu_seconds / unit.seconds:.{digits}f}",
             f"{r.billed / unit.seconds:.{digits}f}",

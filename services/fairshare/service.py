@@ -53,7 +53,7 @@ from services.fairshare.core import ShareRow
 from services.fairshare.decay import decay_factor, period_start, reset_due
 from services.fairshare.priority import PriorityBreakdown, PriorityWeights
 from services.fairshare.ranking import RankPolicy, rank
-from services.fairshare.report import report_rows, window
+from services.fairshare.report import below, report_rows, window
 from shared.api import API_PREFIX
 from shared.apiserve import Refused, Route, enveloped
 from shared.db import Conn, inbox_first_time
@@ -250,9 +250,12 @@ class FairShare:
             since, until = window(req.since, req.until, self.clock())
         except ValueError as err:
             raise Refused(str(err), "invalid") from err
+        tree = {a.name: a.parent for a in self.cluster.tree.accounts}
+        accounts = below(req.accounts, tree)  # a named account counts its sub-accounts
         async with self.ctx.pool.acquire() as conn, conn.transaction(readonly=True):
-            usage = await repo.usage_by_hour(conn, since, until, req.accounts, req.users)
-        rows = report_rows(usage, by_user=req.by_user)
+            usage = await repo.usage_by_hour(conn, since, until, accounts, req.users)
+        shown = {a: p for a, p in tree.items() if not accounts or a in accounts}
+        rows = report_rows(usage, by_user=req.by_user, parents=shown)
         visible = visible_usage_rows(rows, req.user, self.identity.directory())
         return ReportReply(cluster=self.cluster.name, since=since, until=until, rows=visible)
 

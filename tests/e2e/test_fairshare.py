@@ -81,9 +81,14 @@ async def ctx(
 
 
 def tick(
-    job: int, total: float, attempt: int = 1, user: str = "alice", **kw: object
+    job: int,
+    total: float,
+    attempt: int = 1,
+    user: str = "alice",
+    account: str = "",
+    **kw: object,
 ) -> UsageTicked:
-    account = "research" if user == "alice" else "prod"
+    account = account or ("research" if user == "alice" else "prod")
     return UsageTicked(
         job_id=job,
         attempt=attempt,
@@ -373,6 +378,58 @@ async def test_report_sums_the_hours_of_a_window_per_account_and_user(
             "prod                30.00          60.00 20.00%",
             "research           120.00         240.00 80.00%",
         ]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
+NESTED = ClusterView(
+    tree=AccountTree(
+        accounts=(
+            Account(name="research", shares=70),
+            Account(name="nlp", parent="research", shares=1),
+            Account(name="prod", shares=30),
+        ),
+        users=(
+            UserAssoc(user="alice", account="research"),
+            UserAssoc(user="erin", account="nlp"),
+            UserAssoc(user="dave", account="prod"),
+        ),
+    ),
+)
+
+
+async def test_a_report_counts_sub_accounts_in_their_parents_row(
+    ctx: ServiceContext[FairShareSettings], db: asyncpg.Connection, nats_url: str
+) -> None:
+    """research's row takes in its sub-account nlp, listed after research's users; a
+    report for research (`-A research`) takes nlp in too; one for nlp shows nlp alone."""
+    fs = FairShare(ctx, FairShareConfig(), NESTED, clock=lambda: T0 + 3 * 3600)
+    await fs.handle(tick(811, 3600.0, occurred_at=at(600)))
+    await fs.handle(tick(812, 1800.0, user="erin", account="nlp", occurred_at=at(900)))
+    await fs.handle(tick(813, 900.0, user="dave", occurred_at=at(1200)))
+    stop = asyncio.Event()
+    task = asyncio.create_task(fs.run(stop))
+
+    def ask(*accounts: str) -> Awaitable[ReportReply | None]:
+        req = ReportRequest(user="root", since=T0, until=T0 + 3600, accounts=accounts)
+        return _call(nats_url, "report", req, ReportReply)
+
+    def rows(reply: ReportReply | None) -> list[tuple[int, str, str | None, float]]:
+        return [(r.depth, r.account, r.user, r.gpu_seconds) for r in rows_of(reply)]
+
+    try:
+        whole = await eventually(ask, lambda r: r is not None, what="a report")
+        assert rows(whole) == [
+            (1, "prod", None, 900.0),
+            (1, "prod", "dave", 900.0),
+            (1, "research", None, 5400.0),  # alice's hour and erin's half hour in nlp
+            (1, "research", "alice", 3600.0),
+            (2, "nlp", None, 1800.0),
+            (2, "nlp", "erin", 1800.0),
+        ]
+        assert rows(await ask("research")) == rows(whole)[2:]
+        assert rows(await ask("nlp")) == [(1, "nlp", None, 1800.0), (1, "nlp", "erin", 1800.0)]
     finally:
         stop.set()
         await asyncio.wait_for(task, 20)

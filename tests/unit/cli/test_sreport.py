@@ -98,3 +98,22 @@ def test_parsable_without_headers_is_what_scripts_read() -> None:
     ]
     cut = lines(SreportArgs(header=False), "a-very-long-cluster", JAN14, JAN15, ())
     assert cut == ["a-very-l+            root                                  0        0"]
+
+
+def test_root_counts_a_sub_accounts_usage_once() -> None:
+    rows = (
+        ReportRow(account="ml", gpu_seconds=5400.0, billed=5400.0, share=1.0),
+        ReportRow(account="ml", user="alice", gpu_seconds=1800.0, billed=1800.0, share=1 / 3),
+        ReportRow(account="ml-nlp", gpu_seconds=3600.0, billed=3600.0, share=2 / 3, depth=2),
+        ReportRow(
+            account="ml-nlp", user="bob", gpu_seconds=3600.0, billed=3600.0, share=2 / 3, depth=2
+        ),
+    )
+    args = SreportArgs(unit="minutes", delimiter="|", header=False)
+    assert lines(args, "c", JAN14, JAN15, rows) == [
+        "c|root|||90|0",  # ml's 90 minutes take in ml-nlp's 60
+        "c|ml|||90|0",
+        "c|ml|alice||30|0",
+        "c|ml-nlp|||60|0",
+        "c|ml-nlp|bob||60|0",
+    ]

@@ -13,6 +13,7 @@ from services.fairshare.report import (
     HourlyUsage,
     ReportRow,
     TimeUnit,
+    below,
     render_report,
     report_rows,
     window,
@@ -76,6 +77,57 @@ def test_accounts_by_name_each_followed_by_its_users_most_used_first() -> None:
     assert report_rows([]) == ()
 
 
+TREE = {"ml": None, "ml-vision": "ml", "ml-nlp": "ml", "ml-idle": "ml", "ops": None}
+TREE_USAGE = [
+    HourlyUsage(account="ml-vision", user="bob", gpu_seconds=7200.0, billed=7200.0),
+    HourlyUsage(account="ml", user="alice", gpu_seconds=3600.0, billed=3600.0),
+    HourlyUsage(account="ml-nlp", user="carol", gpu_seconds=1800.0, billed=3600.0),
+    HourlyUsage(account="ops", user="dave", gpu_seconds=1800.0, billed=1800.0),
+    HourlyUsage(account="gone", user="erin", gpu_seconds=1800.0, billed=1800.0),
+]
+
+
+def test_an_account_counts_its_sub_accounts_which_follow_its_users() -> None:
+    rows = report_rows(TREE_USAGE, parents=TREE)
+    assert [(r.depth, r.account, r.user, r.gpu_seconds, r.billed) for r in rows] == [
+        (1, "gone", None, 1800.0, 1800.0),  # no longer in the tree: under the root
+        (1, "gone", "erin", 1800.0, 1800.0),
+        (1, "ml", None, 12600.0, 14400.0),  # alice's, and both sub-accounts'
+        (1, "ml", "alice", 3600.0, 3600.0),
+        (2, "ml-nlp", None, 1800.0, 3600.0),
+        (2, "ml-nlp", "carol", 1800.0, 3600.0),
+        (2, "ml-vision", None, 7200.0, 7200.0),
+        (2, "ml-vision", "bob", 7200.0, 7200.0),
+        (1, "ops", None, 1800.0, 1800.0),
+        (1, "ops", "dave", 1800.0, 1800.0),
+    ]  # ml-idle used nothing: left out
+    assert round(rows[2].share, 4) == round(12600 / 16200, 4)
+    assert sum(r.gpu_seconds for r in rows if r.user is None and r.depth == 1) == 16200.0
+    flat = report_rows(TREE_USAGE, parents=TREE, by_user=False)
+    assert [(r.depth, r.account) for r in flat] == [
+        (1, "gone"), (1, "ml"), (2, "ml-nlp"), (2, "ml-vision"), (1, "ops"),
+    ]  # fmt: skip
+
+
+def test_a_report_for_an_account_takes_in_the_accounts_below_it() -> None:
+    assert below(["ml"], TREE) == ("ml", "ml-idle", "ml-nlp", "ml-vision")
+    assert below(["ml-nlp", "ops"], TREE) == ("ml-nlp", "ops")
+    assert below([], TREE) == ()
+    # only a sub-account asked for: it is shown under the root, its parent not at all
+    shown = report_rows(TREE_USAGE[:1], parents={"ml-vision": "ml"})
+    assert [(r.depth, r.account, r.user) for r in shown] == [
+        (1, "ml-vision", None), (1, "ml-vision", "bob"),
+    ]  # fmt: skip
+
+
+def test_accounts_in_a_cycle_of_parents_are_still_reported() -> None:
+    usage = [HourlyUsage(account="a", user="u", gpu_seconds=60.0, billed=60.0)]
+    rows = report_rows(usage, parents={"a": "b", "b": "a"})
+    assert [(r.depth, r.account, r.user, r.gpu_seconds) for r in rows] == [
+        (1, "a", None, 60.0), (1, "a", "u", 60.0),
+    ]  # fmt: skip
+
+
 def test_the_table_gives_the_window_and_gpu_time_in_the_unit_asked() -> None:
     text = render_report(
         report_rows(USAGE), at("2027-01-14T00:00:00"), at("2027-01-15T00:00:00"), TimeUnit.HOURS
@@ -97,6 +149,12 @@ def test_the_table_gives_the_window_and_gpu_time_in_the_unit_asked() -> None:
     ]
     seconds = render_report(report_rows(USAGE[1:2]), 0.0, 3600.0, TimeUnit.SECONDS)
     assert seconds.splitlines()[-1] == "prod    dave        1800           1800 100.00%"
+    tree = render_report(report_rows(TREE_USAGE[:3], parents=TREE, by_user=False), 0.0, 3600.0)
+    assert tree.splitlines()[3:] == [
+        "ml                   3.50         4.00 100.00%",
+        " ml-nlp              0.50         1.00  14.29%",
+        " ml-vision           2.00         2.00  57.14%",
+    ]  # a sub-account indented under its parent
 
 
 def test_others_user_rows_are_left_out_when_usage_is_private() -> None:
