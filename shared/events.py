@@ -265,6 +265,9 @@ class WorkerExited(Event, frozen=True, tag="worker.exited"):
     generation: int = 0
     spawn_failed: str = ""
     mem_peak_bytes: int | None = None  # the job cgroup's memory peak on this node
+    # its stepd ended without recording the exit (the node crashed or rebooted, or stepd
+    # was killed): the node failed the worker, not the job itself
+    lost: bool = False
 
 
 AnyEvent = (

@@ -44,6 +44,7 @@ from services.launcher.stepd_client import START_TIMEOUT_S, Stepd, Zygote, start
 from services.launcher.steps_agent import StepRunner, end_left_tasks
 from services.launcher.torchrun import fill_on_node
 from services.launcher.worker_table import (
+    Ending,
     StepExit,
     StepSpec,
     StepStarted,
@@ -431,6 +432,7 @@ class NodeExecutor:
             generation=record.generation,
             spawn_failed=ending.spawn_failed,
             mem_peak_bytes=ending.mem_peak_bytes,
+            lost=ending.ending is Ending.LOST,
         )
         msg_id = f"exit-{record.job_id}-{record.attempt}-{record.generation}-{self.node}"
         while True:

@@ -198,6 +198,11 @@ class _Decider:
             return self.ignore()
         others = tuple(n for n in self.live if n != obs.node)
         who = f"worker on {obs.node}"
+        if obs.lost:  # the node crashed or rebooted under it: restarted as for a node
+            # fault; not excluded, as its agent is back (it reported this) and passed its
+            # health check (the restart limit bounds a node that keeps crashing)
+            why = f"its worker was lost ({status.describe()}, no exit recorded)"
+            return self.node_lost(obs.node, why, reachable=True, exclude=False)
         if obs.spawn_failed:
             reason = f"{who} did not start: {obs.spawn_failed}"
             return self.finish(Verdict.FAIL, JobState.FAILED, reason, stop=others)
@@ -264,7 +269,7 @@ class _Decider:
         stopping = _stop(self.live, self.config.restart_grace_s)
         return Decision(verdict=Verdict.REQUEUE, run=new, actions=(*stopping, requeue))
 
-    def node_lost(self, node: str, why: str, *, reachable: bool) -> Decision:
+    def node_lost(self, node: str, why: str, *, reachable: bool, exclude: bool = True) -> Decision:
         run, config = self.run, self.config
         if run.phase is Phase.AWAITING_SPARE and node in run.spare_keep:
             keep = tuple(n for n in run.spare_keep if n != node)
@@ -274,9 +279,10 @@ class _Decider:
         reason = f"node {node} lost: {why}"
         survivors = tuple(n for n in run.nodes if n != node)
         stop = self.live if reachable else tuple(n for n in self.live if n != node)
-        self.run = run = msgspec.structs.replace(
-            run, excluded_nodes=_excluding(run.excluded_nodes, node)
-        )
+        if exclude:
+            self.run = run = msgspec.structs.replace(
+                run, excluded_nodes=_excluding(run.excluded_nodes, node)
+            )
         if run.fault_restarts >= config.max_restarts:
             reason = f"{reason}; restart limit of {config.max_restarts} reached"
             return self.finish(Verdict.FAIL, JobState.NODE_FAIL, reason, stop=stop)

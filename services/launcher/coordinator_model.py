@@ -126,6 +126,7 @@ class WorkerExited(Observation, frozen=True, tag="worker_exited"):
     generation: int
     status: ExitStatus
     spawn_failed: str = ""
+    lost: bool = False  # see shared.events.WorkerExited: a node failure, not the job's
 
 
 class SignalDue(Observation, frozen=True, tag="signal_due"):

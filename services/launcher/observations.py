@@ -31,7 +31,11 @@ def exited(ev: WorkerExited) -> core.AnyObservation:
         mem_peak_bytes=ev.mem_peak_bytes,
     )
     return core.WorkerExited(
-        node=ev.node, generation=ev.generation, status=status, spawn_failed=ev.spawn_failed
+        node=ev.node,
+        generation=ev.generation,
+        status=status,
+        spawn_failed=ev.spawn_failed,
+        lost=ev.lost,
     )
 
 

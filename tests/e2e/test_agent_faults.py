@@ -216,7 +216,9 @@ async def test_a_worker_left_without_its_stepd_is_killed_by_the_next_agent_and_r
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> None:
     """Agent and stepd both SIGKILLed: nothing supervises the worker or could record its
-    end, so the next agent kills it and reports it lost; it must not run on unseen."""
+    end, so the next agent kills it and reports it lost; it must not run on unseen. The
+    job did nothing wrong: it is restarted, as after a node fault (before, the SIGKILL
+    failed it), and may run on the same node again, whose agent is back."""
     state = tmp_path / "state"
     [node] = nodes(1)
     async with running_cluster(state, nats_url, database_url, db, [node], env=RESTART_ENV) as c:
@@ -237,17 +239,25 @@ async def test_a_worker_left_without_its_stepd_is_killed_by_the_next_agent_and_r
             what="the orphaned worker group killed",
         )
         await eventually(
-            lambda: ready(set(records(state, node.name))),
-            lambda ids: job_id not in ids,
+            lambda: ready(records(state, node.name).get(job_id)),
+            lambda rec: rec is None or rec.attempt != record.attempt,
             what="its loss reported and the record removed",
         )
+        # The node lost the worker, the job did nothing wrong: it is requeued (not
+        # FAILED by the SIGKILL), and runs again once the node is back.
         row = await eventually(
             lambda: run_row(db, job_id),
-            lambda r: r is not None and (r["state"], r["attempt"]) != ("RUNNING", first["attempt"]),
-            what="the launcher ending or restarting the lost attempt",
+            lambda r: r is not None and r["state"] == "RUNNING" and r["attempt"] > first["attempt"],
+            60,
+            what="the lost attempt requeued and the job running again",
         )
-        assert row is not None
-        assert row["state"] != "RUNNING" or row["restart_count"] > first["restart_count"]
+        assert row is not None and row["restart_count"] == first["restart_count"] + 1
+        outcome = await db.fetchval(
+            "SELECT outcome FROM attempts WHERE job_id = $1 AND attempt = $2",
+            job_id,
+            first["attempt"],
+        )
+        assert "its worker was lost" in str(outcome), outcome
 
 
 async def test_srun_steps_outlive_a_killed_agent_and_report_their_own_exits(

@@ -96,9 +96,11 @@ def ended(run: JobRun, verdict: Verdict, state: JobState, reason: str, *stop: An
                 **kw)  # fmt: skip
 
 
-def exited(node: str, code: int | None = 0, sig: int | None = None, **kw: Any) -> WorkerExited:
+def exited(
+    node: str, code: int | None = 0, sig: int | None = None, *, lost: bool = False, **kw: Any
+) -> WorkerExited:
     status = ExitStatus(exit_code=code if sig is None else None, signal=sig, **kw)
-    return WorkerExited(node=node, generation=0, status=status)
+    return WorkerExited(node=node, generation=0, status=status, lost=lost)
 
 
 R = running()
@@ -110,6 +112,7 @@ R_SIGNAL = running(job(signal="USR1", signal_before_s=120))
 R_SPARE = decide(R, NodeFault(node="b", reason="xid 79"), CFG, T0 + 10).run
 LOST_B = "node b lost: xid 79"
 EXIT_1 = "worker on b ended with exit 1"
+LOST_WORKER_B = "node b lost: its worker was lost (signal SIGKILL, no exit recorded)"
 NO_START_B = "could not start on b: no responders"
 GONE = "allocation released by the placer"
 ASK_B = StopWorkers(nodes=("b",), grace_s=GRACE, best_effort=True)
@@ -146,6 +149,19 @@ WORKER_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decisio
         CFG,
         ended(R, Verdict.FAIL, JobState.FAILED, "worker on c did not start: no user bob",
               StopWorkers(nodes=("a", "b"), grace_s=KILL)),
+    ),
+    "a worker lost with its node (crashed, rebooted) restarts the job as a node fault": (
+        R, exited("b", sig=9, lost=True), NO_SPARES,
+        then(R, Verdict.REQUEUE, StopWorkers(nodes=ABC, grace_s=GRACE),
+             Requeue(restart_count=1, excluded_nodes=(), delay_s=0.0, reason=LOST_WORKER_B),
+             closed=LOST_WORKER_B, phase=Phase.ENDED, restart_count=1, fault_restarts=1),
+    ),  # not excluded: its agent is back (it said so) and passed its health check
+    "an elastic job that lost a worker with its node shrinks at once": (
+        R_ELASTIC, exited("b", sig=9, lost=True), CFG,
+        then(R_ELASTIC, Verdict.SHRINK, StopWorkers(nodes=ABC, grace_s=GRACE),
+             StartGeneration(generation=1, nodes=("a", "c"), restart_count=1, delay_s=0.0),
+             closed=LOST_WORKER_B, generation=1, nodes=("a", "c"), started_at=NOW,
+             restart_count=1, fault_restarts=1),
     ),
     "a failed worker first waits a moment for a node fault that would explain it": (
         R, exited("b", 1), CFG,
