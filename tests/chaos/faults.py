@@ -1,7 +1,8 @@
 """Shell: carries out one scheduled fault on a running chaos bed and undoes it.
 
 Each kind is one function: SIGKILL and restart, SIGSTOP and SIGCONT (of a service
-replica or a node agent), kill -9 and restart of PostgreSQL or a NATS server on the
+replica or a node agent), a node's crash (every process of it killed at once, its
+agent started again), kill -9 and restart of PostgreSQL or a NATS server on the
 same port and folder, a partition healed, an XID injected (a node-failing one resumed
 by an operator after the hold). The undo runs in `finally`, so a cancelled run never
 leaves a process stopped or a node cut off. Each fault is recorded with when it began
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from muster.client import call
 from shared.api import NodeAction, Ok
+from tests.chaos.machine import node_processes
 from tests.chaos.schedule import Fault, Kind
 from tests.chaos.workload import SUBMIT_ERRORS
 from tests.support.cluster import inject, kill9
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
 
 APP_XID = 13  # a user's bug: fails the job on that GPU, never the node
 NODE_XID = 79  # fallen off the bus: the node is FAILED until an operator resumes it
+CRASH_LOOKS = 5  # passes over /proc that a node's crash takes at most
 
 
 @dataclass
@@ -83,6 +87,13 @@ async def _held(bed: ChaosBed, fault: Fault) -> AsyncIterator[None]:
 
 @contextlib.asynccontextmanager
 async def _node_fault(bed: ChaosBed, fault: Fault) -> AsyncIterator[None]:
+    if fault.kind is Kind.CRASH_NODE:
+        await asyncio.to_thread(crash, bed, fault.target)
+        try:
+            yield
+        finally:
+            bed.cluster.respawn(f"node-{fault.target}")
+        return
     if fault.kind is Kind.PARTITION:
         await asyncio.to_thread(bed.partition, fault.target)
         try:
@@ -104,3 +115,21 @@ async def resume(url: str, node: str) -> None:
     """An operator returns a node to service (refused if it is not out: that is fine)."""
     with contextlib.suppress(*SUBMIT_ERRORS):
         await call(url, "resume", NodeAction(user="root", node=node, reason="chaos"), Ok)
+
+
+def crash(bed: ChaosBed, node: str) -> None:
+    """The node dies whole, as on a power loss or a kernel panic: its agent, stepds and
+    workers at one instant, none told, nothing written on the way out. Each is stopped
+    first (SIGSTOP: none sees another end), then killed; a process forked meanwhile is
+    found by the next look."""
+    key = f"node-{node}"
+    workdir = bed.folder / "work"
+    for _ in range(CRASH_LOOKS):
+        pids = node_processes(node, bed.cluster.state_dir, workdir)
+        if not pids:
+            break
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+    kill9(bed.cluster, key)  # reaped: the bed restarts it

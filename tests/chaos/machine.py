@@ -105,3 +105,24 @@ def still_alive(proc: WorkerProc) -> bool:
     """Whether this very process (pid and start tick) still runs."""
     stat = _stat(proc.pid)
     return stat is not None and stat[0] not in ("Z", "X") and stat[1] == proc.start
+
+
+def node_processes(node: str, state_dir: Path, workdir: Path) -> list[int]:
+    """Every live process of one node of the run: its agent, the agent's stepd zygote
+    and stepds (they carry the agent's `MUSTER_NODE` and `MUSTER_STATE_DIR`), and the
+    workers and step tasks on that node (`workers`). What a crash of the node ends."""
+    state, folder = str(state_dir), str(workdir.resolve())
+    found = []
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        env = environ(int(entry.name))
+        if env.get("MUSTER_NODE") != node:
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if env.get("MUSTER_STATE_DIR") == state or cwd == folder:
+            found.append(int(entry.name))
+    return found

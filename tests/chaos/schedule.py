@@ -31,6 +31,7 @@ class Kind(StrEnum):
     PARTITION = "partition"  # take a node's link down, bring it up again
     XID_APP = "xid_app"  # an application XID on a node's GPU: the job fails, not the node
     XID_NODE = "xid_node"  # a node-failing XID; an operator resumes the node after the hold
+    CRASH_NODE = "crash_node"  # kill -9 a node whole (agent, stepds, workers), start its agent
 
 
 ALL_KINDS: tuple[Kind, ...] = tuple(Kind)
@@ -48,6 +49,7 @@ HOLD_S: dict[Kind, tuple[float, float]] = {
     Kind.PARTITION: (1.0, 7.0),
     Kind.XID_APP: (0.0, 0.0),
     Kind.XID_NODE: (1.0, 3.0),
+    Kind.CRASH_NODE: (0.5, 6.0),
 }
 GAP_S = 1.0  # at least this long between one fault's end and the next one's start
 
