@@ -5,13 +5,16 @@ a start queued behind a slow prolog, or delayed on the bus) or that already ran 
 new launcher owner resuming a start it cannot know finished); and srun's stops are kept
 so that a step launched after its srun was interrupted starts nothing (steps_agent.py).
 Kept in memory only, all three were lost when the agent was SIGKILLed and restarted in
-between, and the generation or the step then ran anyway.
+between, and the generation or the step then ran anyway. So was how a step ended, when
+the agent was killed between reading its tasks' exits and its answer reaching the
+launcher: the launcher's `adopt` then found the step "lost".
 
 Each entry is a file of its own under the agent's state folder (`kept/<kind>/`),
 written before the agent answers the request that made it; a restarted agent reads the
 folder back. `KeptKeys` holds at most `limit` generations (the oldest go first);
-`KeptStops` holds srun's stops for `keep_s`. A write that fails (a full or read-only
-disk) is logged and the entry is kept in memory: the agent answers as before.
+`KeptStops` holds srun's stops, and `KeptOutcomes` how steps ended, for `keep_s`. A
+write that fails (a full or read-only disk) is logged and the entry is kept in memory:
+the agent answers as before.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 import msgspec
 
 from services.launcher.worker_table import read_struct, write_struct
+from shared.api import StepOutcome
 from shared.logs import kv
 
 log = logging.getLogger(__name__)
@@ -132,6 +136,53 @@ class KeptStops:
     def _path(self, stop: KeptStop) -> Path:
         digest = hashlib.sha256(stop.output_dir.encode()).hexdigest()[:16]
         return self.folder / f"{stop.job_id}-{digest}.json"
+
+
+StepKey = tuple[int, int, int, int]  # job, attempt, generation, step id
+
+
+class KeptOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    key: StepKey
+    at: float  # wall-clock time the step's tasks here had all ended
+    outcome: StepOutcome
+
+
+class KeptOutcomes:
+    """How each step's tasks here ended, by step, each kept for `keep_s`: written before
+    the tasks' folders go, so an agent killed before its answer reached the launcher
+    leaves the next agent the answer to the launcher's `adopt`, not "lost"."""
+
+    def __init__(self, folder: Path, keep_s: float) -> None:
+        self.folder = folder
+        self.keep_s = keep_s
+        self._kept: dict[StepKey, KeptOutcome] = {}
+        now = time.time()
+        with contextlib.suppress(FileNotFoundError):
+            for path in sorted(folder.glob("*.json")):
+                kept = read_struct(path, KeptOutcome)
+                if kept is None or now - kept.at > keep_s:
+                    _remove(path)
+                    continue
+                self._kept[kept.key] = kept
+
+    def add(self, key: StepKey, outcome: StepOutcome) -> None:
+        now = time.time()
+        for old in [k for k, o in self._kept.items() if now - o.at > self.keep_s]:
+            _remove(self._path(self._kept.pop(old).key))
+        kept = KeptOutcome(key=key, at=now, outcome=outcome)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_struct(self._path(key), kept)
+        except OSError as err:
+            log.warning("cannot keep on disk", extra=kv(folder=str(self.folder), error=str(err)))
+        self._kept[key] = kept
+
+    def get(self, key: StepKey) -> StepOutcome | None:
+        kept = self._kept.get(key)
+        return None if kept is None else kept.outcome
+
+    def _path(self, key: StepKey) -> Path:
+        return self.folder / ("-".join(str(part) for part in key) + ".json")
 
 
 def _remove(path: Path) -> None:

@@ -50,7 +50,7 @@ import msgspec
 
 from services.launcher.accounts import AccountPolicy, job_account
 from services.launcher.executor import LaunchError, RunAs, process_gone
-from services.launcher.kept import KeptStops
+from services.launcher.kept import KeptOutcomes, KeptStops
 from services.launcher.pty_task import SOCKET
 from services.launcher.step_tasks import StepKey, StepTask, TaskFolders, TaskNote
 from services.launcher.stepd_client import Zygote, started_or_ended
@@ -105,6 +105,8 @@ class StepRunner:
         self._tasks: set[asyncio.Task[None]] = set()
         self.live: dict[StepKey, asyncio.Future[StepOutcome]] = {}  # steps running here
         self.ended: dict[StepKey, tuple[float, StepOutcome]] = {}  # (monotonic end, outcome)
+        # how the steps' tasks here ended, also on disk for the next agent (kept.py)
+        self.finished = KeptOutcomes(executor.table.state / "kept" / "step_outcomes", KEEP_S)
         # srun's stops, by (job, folder): a launch or task that comes later is stopped,
         # by this agent or the next (kept on disk, kept.py)
         self.stops = KeptStops(executor.table.state / "kept" / "step_stops", KEEP_S)
@@ -170,6 +172,8 @@ class StepRunner:
         self.unclaimed.discard(key)
         if key in self.ended:
             return self.ended[key][1]
+        if (finished := self.finished.get(key)) is not None:  # told by the agent before
+            return finished
         if key in self.live:
             return await asyncio.shield(self.live[key])
         if launch.adopt:
@@ -315,13 +319,16 @@ class StepRunner:
         if len(tasks) > 1 and tasks[0].note.kill_on_bad_exit:
             await _first_bad_ends_the_rest(tasks)
         ends = await asyncio.gather(*(t.ended() for t in tasks))
-        self._forget(job_id, tasks)
-        return StepOutcome(
+        outcome = StepOutcome(
             ok=True,
             exit_codes=tuple(e.exit_code for e in ends),
             signals=tuple(e.signal for e in ends),
             stopped=tuple(e.ending in (Ending.STOPPED, Ending.FENCED) for e in ends),
         )
+        if tasks:  # on disk before the folders go: the next agent can still answer
+            self.finished.add(tasks[0].note.key, outcome)
+        self._forget(job_id, tasks)
+        return outcome
 
     def resume(self) -> None:
         """At the agent's start, once its workers are adopted: wait again on the batch

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from services.launcher.kept import KeptKeys, KeptStops
+from services.launcher.kept import KeptKeys, KeptOutcomes, KeptStops
+from shared.api import StepOutcome
 
 
 def test_kept_generations_are_known_to_the_next_agent(tmp_path: Path) -> None:
@@ -68,3 +69,16 @@ def test_srun_stops_are_known_to_the_next_agent_until_they_expire(
     expired = KeptStops(tmp_path / "stops", keep_s=600)
     assert expired.grace(5, "/home/u/out") is None
     assert list((tmp_path / "stops").iterdir()) == [], "an expired stop's file goes"
+
+
+def test_step_outcomes_are_known_to_the_next_agent_until_they_expire(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = StepOutcome(ok=True, exit_codes=(0, 3), signals=(None, None), stopped=(False, False))
+    KeptOutcomes(tmp_path / "o", keep_s=600).add((9, 1, 0, 2), done)
+    again = KeptOutcomes(tmp_path / "o", keep_s=600)
+    assert again.get((9, 1, 0, 2)) == done and again.get((9, 1, 0, 3)) is None
+    later = time.time() + 601
+    monkeypatch.setattr("services.launcher.kept.time.time", lambda: later)
+    assert KeptOutcomes(tmp_path / "o", keep_s=600).get((9, 1, 0, 2)) is None
+    assert list((tmp_path / "o").iterdir()) == []

@@ -128,6 +128,22 @@ async def test_a_step_that_ended_while_no_agent_ran_is_answered_at_once(
     assert (got.ok, got.exit_codes) == (True, (5, 6)), got
 
 
+async def test_a_step_that_ended_before_its_agent_died_is_answered_by_the_next_one(
+    executor: Executor, tmp_path: Path
+) -> None:
+    """The agent read the tasks' exits, removed their folders and was killed before its
+    answer reached the launcher: the launcher's `adopt` to the next agent gets the
+    step's real outcome (kept on disk, kept.py), where it was answered "lost"."""
+    go = tmp_path / "go"
+    go.touch()
+    got = await asyncio.wait_for(StepRunner(executor).outcome_of(launch(tmp_path, go)), 30)
+    assert (got.ok, got.exit_codes) == (True, (5, 6)), got
+    assert folders(executor.table.state) == []
+    again = StepRunner(executor)
+    again.resume()
+    assert await again.outcome_of(launch(tmp_path, go, adopt=True)) == got
+
+
 async def test_tasks_of_a_job_that_no_longer_runs_here_are_stopped(
     executor: Executor, tmp_path: Path
 ) -> None:
