@@ -268,6 +268,9 @@ class WorkerExited(Event, frozen=True, tag="worker.exited"):
     # its stepd ended without recording the exit (the node crashed or rebooted, or stepd
     # was killed): the node failed the worker, not the job itself
     lost: bool = False
+    # stopped by its node's fence (the node lost the control plane past fence_s): also
+    # the node's failure, not the job's
+    fenced: bool = False
 
 
 AnyEvent = (

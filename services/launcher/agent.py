@@ -433,6 +433,7 @@ class NodeExecutor:
             spawn_failed=ending.spawn_failed,
             mem_peak_bytes=ending.mem_peak_bytes,
             lost=ending.ending is Ending.LOST,
+            fenced=ending.ending is Ending.FENCED,
         )
         msg_id = f"exit-{record.job_id}-{record.attempt}-{record.generation}-{self.node}"
         while True:

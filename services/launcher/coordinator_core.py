@@ -198,10 +198,14 @@ class _Decider:
             return self.ignore()
         others = tuple(n for n in self.live if n != obs.node)
         who = f"worker on {obs.node}"
-        if obs.lost:  # the node crashed or rebooted under it: restarted as for a node
-            # fault; not excluded, as its agent is back (it reported this) and passed its
-            # health check (the restart limit bounds a node that keeps crashing)
-            why = f"its worker was lost ({status.describe()}, no exit recorded)"
+        if obs.lost or obs.fenced:  # the node crashed, rebooted or was cut off under
+            # it: restarted as for a node fault; not excluded, as its agent is back (it
+            # reported this) (the restart limit bounds a node that keeps failing)
+            why = (
+                f"its worker was lost ({status.describe()}, no exit recorded)"
+                if obs.lost
+                else "its worker was fenced (the node lost the control plane)"
+            )
             return self.node_lost(obs.node, why, reachable=True, exclude=False)
         if obs.spawn_failed:
             reason = f"{who} did not start: {obs.spawn_failed}"

@@ -127,6 +127,7 @@ class WorkerExited(Observation, frozen=True, tag="worker_exited"):
     status: ExitStatus
     spawn_failed: str = ""
     lost: bool = False  # see shared.events.WorkerExited: a node failure, not the job's
+    fenced: bool = False  # the same: the node fenced it, cut off from the control plane
 
 
 class SignalDue(Observation, frozen=True, tag="signal_due"):

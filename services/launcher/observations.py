@@ -36,6 +36,7 @@ def exited(ev: WorkerExited) -> core.AnyObservation:
         status=status,
         spawn_failed=ev.spawn_failed,
         lost=ev.lost,
+        fenced=ev.fenced,
     )
 
 

@@ -185,6 +185,60 @@ async def test_a_hung_agent_fences_its_job_before_the_job_runs_elsewhere(
         assert row is not None and row["state"] == "RUNNING" and victim not in row["nodes"]
 
 
+# A hang past the fence but well short of DOWN: the node comes back before the job moves.
+FENCE_ONLY_ENV = {
+    "MUSTER_HEARTBEAT_TIMEOUT_S": "5",
+    "MUSTER_DOWN_AFTER_S": "60",
+    "MUSTER_FENCE_S": "3",
+}
+
+
+async def test_a_job_its_node_fenced_is_restarted_not_failed(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    """The agent hangs past the fence, so stepd stops the worker (`fenced`), and comes
+    back long before the node could be DOWN. The node cut the job off, the job did
+    nothing wrong: it is restarted, on the same node (before, the fence's SIGTERM
+    failed it)."""
+    state = tmp_path / "state"
+    [node] = nodes(1)
+    async with running_cluster(state, nats_url, database_url, db, [node], env=FENCE_ONLY_ENV) as c:
+        job_id = (await submit(nats_url, STUBBORN, ONE_GPU)).job_ids[0]
+        first = await eventually(lambda: run_row(db, job_id), running)
+        assert first is not None
+        record, group = await started_worker(state, node.name, job_id)
+        agent_pid = c.pids[f"node-{node.name}"]
+        os.kill(agent_pid, signal.SIGSTOP)
+        try:
+            ending = await eventually(
+                lambda: ready(table(state, node.name).exit_of(record)),
+                lambda e: e is not None,
+                30,
+                "stepd fencing the worker",
+            )
+            assert ending is not None and ending.ending is Ending.FENCED
+            assert [p for p in group if alive_pid(p)] == []
+        finally:
+            os.kill(agent_pid, signal.SIGCONT)
+        row = await eventually(
+            lambda: run_row(db, job_id),
+            lambda r: (
+                r is not None
+                and r["state"] == "RUNNING"
+                and (r["attempt"], r["restart_count"]) != (first["attempt"], first["restart_count"])
+            ),
+            60,
+            "the fenced job running again",
+        )
+        assert row is not None and row["nodes"] == [node.name]
+        outcome = await db.fetchval(
+            "SELECT outcome FROM attempts WHERE job_id = $1 AND attempt = $2 AND seq = 0",
+            job_id,
+            first["attempt"],
+        )
+        assert "its worker was fenced" in str(outcome), outcome
+
+
 async def test_a_node_frozen_whole_comes_back_only_once_its_old_job_is_gone(
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> None:

@@ -97,10 +97,16 @@ def ended(run: JobRun, verdict: Verdict, state: JobState, reason: str, *stop: An
 
 
 def exited(
-    node: str, code: int | None = 0, sig: int | None = None, *, lost: bool = False, **kw: Any
+    node: str,
+    code: int | None = 0,
+    sig: int | None = None,
+    *,
+    lost: bool = False,
+    fenced: bool = False,
+    **kw: Any,
 ) -> WorkerExited:
     status = ExitStatus(exit_code=code if sig is None else None, signal=sig, **kw)
-    return WorkerExited(node=node, generation=0, status=status, lost=lost)
+    return WorkerExited(node=node, generation=0, status=status, lost=lost, fenced=fenced)
 
 
 R = running()
@@ -113,6 +119,7 @@ R_SPARE = decide(R, NodeFault(node="b", reason="xid 79"), CFG, T0 + 10).run
 LOST_B = "node b lost: xid 79"
 EXIT_1 = "worker on b ended with exit 1"
 LOST_WORKER_B = "node b lost: its worker was lost (signal SIGKILL, no exit recorded)"
+FENCED_B = "node b lost: its worker was fenced (the node lost the control plane)"
 NO_START_B = "could not start on b: no responders"
 GONE = "allocation released by the placer"
 ASK_B = StopWorkers(nodes=("b",), grace_s=GRACE, best_effort=True)
@@ -161,6 +168,13 @@ WORKER_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decisio
         then(R_ELASTIC, Verdict.SHRINK, StopWorkers(nodes=ABC, grace_s=GRACE),
              StartGeneration(generation=1, nodes=("a", "c"), restart_count=1, delay_s=0.0),
              closed=LOST_WORKER_B, generation=1, nodes=("a", "c"), started_at=NOW,
+             restart_count=1, fault_restarts=1),
+    ),
+    "a worker its node fenced (cut off from the control plane) restarts the job": (
+        R_ELASTIC, exited("b", sig=15, fenced=True), CFG,
+        then(R_ELASTIC, Verdict.SHRINK, StopWorkers(nodes=ABC, grace_s=GRACE),
+             StartGeneration(generation=1, nodes=("a", "c"), restart_count=1, delay_s=0.0),
+             closed=FENCED_B, generation=1, nodes=("a", "c"), started_at=NOW,
              restart_count=1, fault_restarts=1),
     ),
     "a failed worker first waits a moment for a node fault that would explain it": (
