@@ -2,10 +2,11 @@
 
 Each kind is one function: SIGKILL and restart, SIGSTOP and SIGCONT (of a service
 replica or a node agent), a node's crash (every process of it killed at once, its
-agent started again), kill -9 and restart of PostgreSQL or a NATS server on the
-same port and folder, a partition healed, an XID injected (a node-failing one resumed
-by an operator after the hold). The undo runs in `finally`, so a cancelled run never
-leaves a process stopped or a node cut off. Each fault is recorded with when it began
+agent started again) or freeze (every process of it stopped, then continued), kill -9
+and restart of PostgreSQL or a NATS server on the same port and folder, a partition
+healed, an XID injected (a node-failing one resumed by an operator after the hold). The
+undo runs in `finally`, so a cancelled run never leaves a process stopped or a node cut
+off. Each fault is recorded with when it began
 and was undone (wall clock, the same clock the database reports on this machine).
 """
 
@@ -94,6 +95,15 @@ async def _node_fault(bed: ChaosBed, fault: Fault) -> AsyncIterator[None]:
         finally:
             bed.cluster.respawn(f"node-{fault.target}")
         return
+    if fault.kind is Kind.FREEZE_NODE:
+        frozen = await asyncio.to_thread(freeze, bed, fault.target)
+        try:
+            yield
+        finally:
+            for pid in frozen:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+        return
     if fault.kind is Kind.PARTITION:
         await asyncio.to_thread(bed.partition, fault.target)
         try:
@@ -115,6 +125,23 @@ async def resume(url: str, node: str) -> None:
     """An operator returns a node to service (refused if it is not out: that is fine)."""
     with contextlib.suppress(*SUBMIT_ERRORS):
         await call(url, "resume", NodeAction(user="root", node=node, reason="chaos"), Ok)
+
+
+def freeze(bed: ChaosBed, node: str) -> list[int]:
+    """The node stops whole, as a paused VM or a machine stalled on its disk: its agent,
+    stepds and workers SIGSTOPped (a process forked meanwhile is found by the next
+    look); what was stopped, to SIGCONT together."""
+    workdir = bed.folder / "work"
+    frozen: list[int] = []
+    for _ in range(CRASH_LOOKS):
+        new = [p for p in node_processes(node, bed.cluster.state_dir, workdir) if p not in frozen]
+        if not new:
+            break
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        frozen += new
+    return frozen
 
 
 def crash(bed: ChaosBed, node: str) -> None:

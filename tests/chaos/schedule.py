@@ -32,6 +32,7 @@ class Kind(StrEnum):
     XID_APP = "xid_app"  # an application XID on a node's GPU: the job fails, not the node
     XID_NODE = "xid_node"  # a node-failing XID; an operator resumes the node after the hold
     CRASH_NODE = "crash_node"  # kill -9 a node whole (agent, stepds, workers), start its agent
+    FREEZE_NODE = "freeze_node"  # SIGSTOP a node whole (agent, stepds, workers), SIGCONT it
 
 
 ALL_KINDS: tuple[Kind, ...] = tuple(Kind)
@@ -50,6 +51,7 @@ HOLD_S: dict[Kind, tuple[float, float]] = {
     Kind.XID_APP: (0.0, 0.0),
     Kind.XID_NODE: (1.0, 3.0),
     Kind.CRASH_NODE: (0.5, 6.0),
+    Kind.FREEZE_NODE: (0.5, 8.0),
 }
 GAP_S = 1.0  # at least this long between one fault's end and the next one's start
 
