@@ -1,15 +1,17 @@
-"""Pure core of the `sreport` shim (muster/shims.py): Slurm's chargeback report,
-`sreport cluster AccountUtilizationByUser`, from `muster.api.report`
-(services/fairshare/report.py), as scripts parse it.
+"""Pure core of the `sreport` shim (muster/shims.py): Slurm's usage reports, from
+`muster.api.report` (services/fairshare/report.py), as scripts parse them.
 
     sreport [-t hours|minutes|seconds] [-T gres/gpu] [-P|-p] [-n]
-            cluster AccountUtilizationByUser [start=2027-01-01] [end=2027-02-01]
-            [accounts=a,b] [users=u,v]
+            cluster AccountUtilizationByUser | cluster UserUtilizationByAccount |
+            user TopUsage [TopCount=10] [group]
+            [start=2027-01-01] [end=2027-02-01] [accounts=a,b] [users=u,v]
 
 Words and options as Slurm's (report names in any case); GPU time, not CPU time, is
-what a row's `Used` counts, and the title says so. Rows: `root` (the whole window),
-then each account, each followed by its users and its sub-accounts (whose usage its
-own row counts), as Slurm's tree. Anything else is
+what a row's `Used` counts, and the title says so. AccountUtilizationByUser: `root`
+(the whole window), then each account, each followed by its users and its
+sub-accounts (whose usage its own row counts), as Slurm's tree. UserUtilizationByAccount:
+each user in each account, most used first. TopUsage: the same, the first `TopCount`;
+with `group`, one line a user, their accounts named together. Anything else is
 refused with what to write instead.
 """
 
@@ -17,15 +19,37 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 import msgspec
 
 UNITS = {"seconds": 1.0, "minutes": 60.0, "hours": 3600.0}
-REPORT = ("cluster", "accountutilizationbyuser")
-COLUMNS = (("Cluster", 9), ("Account", 15), ("Login", 9), ("Proper Name", 15), ("Used", 8),
-           ("Energy", 8))  # fmt: skip
 RULE = "-" * 80
+
+
+class Report(StrEnum):
+    """The reports kept, by Slurm's words (lower case)."""
+
+    ACCOUNT_BY_USER = "cluster accountutilizationbyuser"
+    USER_BY_ACCOUNT = "cluster userutilizationbyaccount"
+    TOP_USAGE = "user topusage"
+
+
+# Each report's columns (name, width) and title, as Slurm prints them.
+COLUMNS = {
+    Report.ACCOUNT_BY_USER: (("Cluster", 9), ("Account", 15), ("Login", 9),
+                             ("Proper Name", 15), ("Used", 8), ("Energy", 8)),
+    Report.USER_BY_ACCOUNT: (("Cluster", 9), ("Login", 9), ("Proper Name", 15),
+                             ("Account", 15), ("Used", 8), ("Energy", 8)),
+    Report.TOP_USAGE: (("Cluster", 9), ("Login", 9), ("Proper Name", 15), ("Account", 15),
+                       ("Used", 8), ("Energy", 8)),
+}  # fmt: skip
+TITLES = {
+    Report.ACCOUNT_BY_USER: "Cluster/Account/User Utilization",
+    Report.USER_BY_ACCOUNT: "Cluster/User/Account Utilization",
+    Report.TOP_USAGE: "Top {count} Users",
+}
 
 
 class SreportError(ValueError):
@@ -33,6 +57,7 @@ class SreportError(ValueError):
 
 
 class SreportArgs(msgspec.Struct, frozen=True, kw_only=True):
+    report: Report = Report.ACCOUNT_BY_USER
     unit: str = "minutes"  # Slurm's default
     delimiter: str | None = None  # -P / -p: "|"
     trailing: bool = False  # -p: a delimiter after the last field too
@@ -41,6 +66,8 @@ class SreportArgs(msgspec.Struct, frozen=True, kw_only=True):
     until: float | None = None
     accounts: tuple[str, ...] = ()
     users: tuple[str, ...] = ()
+    top_count: int = 10  # user TopUsage: how many lines (TopCount=)
+    group: bool = False  # user TopUsage: one line per user, their accounts together
 
 
 def parse(argv: Sequence[str], when: Callable[[str], float]) -> SreportArgs:
@@ -70,64 +97,98 @@ def parse(argv: Sequence[str], when: Callable[[str], float]) -> SreportArgs:
             raise SreportError(f"unknown option {word}: -t, -T, -P, -p and -n are understood")
         else:
             words.append(word)
-    report = tuple(w.lower() for w in words[:2])
-    if report != REPORT:
+    named = " ".join(w.lower() for w in words[:2])
+    if named not in {r.value for r in Report}:
         raise SreportError(
-            f"report {' '.join(words[:2]) or '(none)'} is not kept: the one report is"
-            " 'cluster AccountUtilizationByUser' (muster report gives the same)"
+            f"report {' '.join(words[:2]) or '(none)'} is not kept: the reports are"
+            " 'cluster AccountUtilizationByUser' (muster report gives the same),"
+            " 'cluster UserUtilizationByAccount' and 'user TopUsage'"
         )
+    opts["report"] = Report(named)
     for word in words[2:]:
-        key, _, value = word.partition("=")
-        key = key.lower()
-        if key in ("start", "end"):
-            try:
-                opts["since" if key == "start" else "until"] = when(value)
-            except (ValueError, TypeError) as err:
-                raise SreportError(f"{word}: {err}") from err
-        elif key in ("accounts", "account"):
-            opts["accounts"] = tuple(v for v in value.split(",") if v)
-        elif key in ("users", "user"):
-            opts["users"] = tuple(v for v in value.split(",") if v)
-        elif key != "tree":  # Slurm's tree display: the rows are in tree order already
-            raise SreportError(f"{word}: start=, end=, accounts= and users= are understood")
+        opts |= _option(word, opts["report"], when)
     return SreportArgs(**opts)
+
+
+def _option(word: str, report: Report, when: Callable[[str], float]) -> dict[str, Any]:
+    """One of the report's words after its name (`start=`, `accounts=`, ...)."""
+    key, _, value = word.partition("=")
+    key = key.lower()
+    if key in ("start", "end"):
+        try:
+            return {"since" if key == "start" else "until": when(value)}
+        except (ValueError, TypeError) as err:
+            raise SreportError(f"{word}: {err}") from err
+    if key in ("accounts", "account"):
+        return {"accounts": tuple(v for v in value.split(",") if v)}
+    if key in ("users", "user"):
+        return {"users": tuple(v for v in value.split(",") if v)}
+    if report is Report.TOP_USAGE and key == "topcount":
+        if not value.isdigit() or int(value) < 1:
+            raise SreportError(f"{word}: TopCount= takes a whole number, 1 or more")
+        return {"top_count": int(value)}
+    if report is Report.TOP_USAGE and key == "group" and not value:
+        return {"group": True}
+    if report is Report.ACCOUNT_BY_USER and key == "tree" and not value:
+        return {}  # Slurm's tree display: the rows are in tree order already
+    extra = {Report.TOP_USAGE: ", TopCount= and group", Report.ACCOUNT_BY_USER: " and tree"}
+    raise SreportError(
+        f"{word}: start=, end=, accounts=, users={extra.get(report, '')} are understood"
+    )
 
 
 def lines(
     args: SreportArgs, cluster: str, since: float, until: float, rows: Sequence[Any]
 ) -> list[str]:
-    """The report's lines: the title, the column names, root, then the rows (`ReportRow`:
-    an account's has user None)."""
+    """The report's lines: the title, the column names, then its rows, from the usage
+    report's rows (`ReportRow`: an account's has user None)."""
     per = UNITS[args.unit]
-    table = [
-        (
-            cluster,
-            "root",
-            "",
-            "",
-            sum(r.gpu_seconds for r in rows if r.user is None and r.depth == 1),
-        )
-    ]
-    table += [(cluster, r.account, r.user or "", "", r.gpu_seconds) for r in rows]
+    table = _table(args, cluster, rows)
     cells = [[*row[:4], str(round(row[4] / per)), "0"] for row in table]
+    columns = COLUMNS[args.report]
     out: list[str] = []
     if args.header:
+        title = TITLES[args.report].format(count=args.top_count)
         out += [
             RULE,
-            f"Cluster/Account/User Utilization {_time(since)} - {_time(until - 1)}"
-            f" ({round(until - since)} secs)",
+            f"{title} {_time(since)} - {_time(until - 1)} ({round(until - since)} secs)",
             f"Usage reported in GPU {args.unit.capitalize()}",
             RULE,
         ]
-    names = [name for name, _ in COLUMNS]
+    names = [name for name, _ in columns]
     if args.delimiter is not None:
         end = args.delimiter if args.trailing else ""
         body = [names] if args.header else []
         return out + [args.delimiter.join(r) + end for r in [*body, *cells]]
     if args.header:
-        out.append(" ".join(_fit(n, w) for n, w in COLUMNS))
-        out.append(" ".join("-" * w for _, w in COLUMNS))
-    return out + [" ".join(_fit(c, w) for c, (_, w) in zip(r, COLUMNS, strict=True)) for r in cells]
+        out.append(" ".join(_fit(n, w) for n, w in columns))
+        out.append(" ".join("-" * w for _, w in columns))
+    return out + [" ".join(_fit(c, w) for c, (_, w) in zip(r, columns, strict=True)) for r in cells]
+
+
+def _table(args: SreportArgs, cluster: str, rows: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Each line's cluster, its two name columns, proper name, and GPU-seconds."""
+    if args.report is Report.ACCOUNT_BY_USER:  # root (the top level's sum), the tree
+        top = sum(r.gpu_seconds for r in rows if r.user is None and r.depth == 1)
+        return [(cluster, "root", "", "", top)] + [
+            (cluster, r.account, r.user or "", "", r.gpu_seconds) for r in rows
+        ]
+    users = [r for r in rows if r.user is not None]  # each association once
+    if args.report is Report.USER_BY_ACCOUNT:
+        ranked = sorted(users, key=lambda r: (-r.gpu_seconds, r.user, r.account))
+        return [(cluster, r.user, "", r.account, r.gpu_seconds) for r in ranked]
+    if args.group:  # one line a user, their accounts named together
+        by_user: dict[str, list[Any]] = {}
+        for r in users:
+            by_user.setdefault(r.user, []).append(r)
+        lines_ = [
+            (cluster, user, "", ",".join(sorted(r.account for r in mine)),
+             sum(r.gpu_seconds for r in mine))
+            for user, mine in by_user.items()
+        ]  # fmt: skip
+    else:
+        lines_ = [(cluster, r.user, "", r.account, r.gpu_seconds) for r in users]
+    return sorted(lines_, key=lambda t: (-t[4], t[1], t[3]))[: args.top_count]
 
 
 def _fit(text: str, width: int) -> str:

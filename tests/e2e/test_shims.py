@@ -119,6 +119,11 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
     assert rows[0][:3] == ["muster", "root", ""], rows  # the whole window first
     accounts = [r for r in rows[1:] if r[2] == ""]
     assert [r[1] for r in accounts] == ["default"] and accounts[0][4] == rows[0][4], rows
+    top = await shell("sreport", "-P", "-n", "-t", "seconds", "user", "TopUsage", *window)
+    assert top.returncode == 0, top.stderr
+    assert [line.split("|")[1:4] for line in top.stdout.splitlines()] == [
+        ["root", "", "default"]
+    ], top.stdout  # the submitter's one association, as TopUsage names it
 
     waited = await shell("sbatch", "--wait", "fails.sh")
     assert waited.returncode == 3, (waited.stdout, waited.stderr)

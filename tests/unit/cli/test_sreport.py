@@ -1,6 +1,7 @@
 """The sreport shim's core (muster/sreport.py): Slurm's words and options read, its
-`cluster AccountUtilizationByUser` report printed as Slurm lays it out (fixed columns,
--P/-p parsable, -n without headers), anything else refused with what to write."""
+`cluster AccountUtilizationByUser`, `cluster UserUtilizationByAccount` and `user
+TopUsage` reports printed as Slurm lays them out (fixed columns, -P/-p parsable, -n
+without headers), anything else refused with what to write."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from muster.sreport import SreportArgs, SreportError, lines, parse
+from muster.sreport import Report, SreportArgs, SreportError, lines, parse
 from services.fairshare.report import ReportRow
 
 
@@ -34,6 +35,11 @@ JAN15 = when("2027-01-15")
         (["--time-format=Minutes", "--parsable2", "-T", "gres/gpu", "cluster",
           "AccountUtilizationByUser"],
          SreportArgs(delimiter="|")),
+        (["cluster", "UserUtilizationByAccount", "users=u"],
+         SreportArgs(report=Report.USER_BY_ACCOUNT, users=("u",))),
+        (["-t", "hours", "user", "topusage", "TopCount=3", "group", "start=2027-01-14"],
+         SreportArgs(report=Report.TOP_USAGE, unit="hours", top_count=3, group=True,
+                     since=JAN14)),
     ],
 )  # fmt: skip
 def test_slurms_words_and_options(argv: list[str], want: SreportArgs) -> None:
@@ -43,7 +49,9 @@ def test_slurms_words_and_options(argv: list[str], want: SreportArgs) -> None:
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["user", "TopUsage"], "the one report is 'cluster AccountUtilizationByUser'"),
+        (["job", "SizesByAccount"], "report job SizesByAccount is not kept: the reports are"),
+        (["user", "TopUsage", "TopCount=0"], "TopCount= takes a whole number"),
+        (["cluster", "UserUtilizationByAccount", "tree"], "tree: start=, end=, accounts=, us"),
         ([], "report (none) is not kept"),
         (["-t", "percent", "cluster", "AccountUtilizationByUser"], "-t percent: one of"),
         (["-x", "cluster", "AccountUtilizationByUser"], "unknown option -x"),
@@ -116,4 +124,43 @@ def test_root_counts_a_sub_accounts_usage_once() -> None:
         "c|ml|alice||30|0",
         "c|ml-nlp|||60|0",
         "c|ml-nlp|bob||60|0",
+    ]
+
+
+USERS = (
+    ReportRow(account="ml", gpu_seconds=9000.0, billed=9000.0, share=1.0),
+    ReportRow(account="ml", user="alice", gpu_seconds=1800.0, billed=1800.0, share=0.2),
+    ReportRow(account="ml", user="bob", gpu_seconds=3600.0, billed=3600.0, share=0.4),
+    ReportRow(account="nlp", gpu_seconds=3600.0, billed=3600.0, share=0.4, depth=2),
+    ReportRow(account="nlp", user="alice", gpu_seconds=3600.0, billed=3600.0, share=0.4,
+              depth=2),
+)  # fmt: skip
+
+
+def test_users_by_account_most_used_first() -> None:
+    args = SreportArgs(report=Report.USER_BY_ACCOUNT)
+    assert lines(args, "c", JAN14, JAN15, USERS) == [
+        "-" * 80,
+        "Cluster/User/Account Utilization 2027-01-14T00:00:00 - 2027-01-14T23:59:59 (86400 secs)",
+        "Usage reported in GPU Minutes",
+        "-" * 80,
+        "  Cluster     Login     Proper Name         Account     Used   Energy",
+        "--------- --------- --------------- --------------- -------- --------",
+        "        c     alice                             nlp       60        0",
+        "        c       bob                              ml       60        0",
+        "        c     alice                              ml       30        0",
+    ]
+
+
+def test_top_usage_takes_the_first_and_groups_a_users_accounts() -> None:
+    top = SreportArgs(report=Report.TOP_USAGE, delimiter="|", header=False, top_count=2)
+    assert lines(top, "c", JAN14, JAN15, USERS) == ["c|alice||nlp|60|0", "c|bob||ml|60|0"]
+    grouped = SreportArgs(report=Report.TOP_USAGE, delimiter="|", group=True)
+    assert lines(grouped, "c", JAN14, JAN15, USERS)[1:] == [
+        "Top 10 Users 2027-01-14T00:00:00 - 2027-01-14T23:59:59 (86400 secs)",
+        "Usage reported in GPU Minutes",
+        "-" * 80,
+        "Cluster|Login|Proper Name|Account|Used|Energy",
+        "c|alice||ml,nlp|90|0",
+        "c|bob||ml|60|0",
     ]
