@@ -24,7 +24,9 @@ import hashlib
 import logging
 import os
 import time
+from collections.abc import Callable, Hashable
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import msgspec
 
@@ -93,10 +95,54 @@ class KeptKeys:
             _remove(self.folder / _name(oldest))
 
 
-class KeptStop(msgspec.Struct, frozen=True, kw_only=True):
+class _Dated(msgspec.Struct, frozen=True, kw_only=True):
+    at: float  # wall-clock time it was kept
+
+
+S = TypeVar("S", bound=_Dated)
+K = TypeVar("K", bound=Hashable)
+
+
+class _KeptFor(Generic[K, S]):
+    """Entries of type `S` by key, each a JSON file (`name` of it) of its own, kept for
+    `keep_s`: older ones are dropped as the folder is read back and as entries come."""
+
+    def __init__(
+        self,
+        folder: Path,
+        keep_s: float,
+        kind: type[S],
+        key: Callable[[S], K],
+        name: Callable[[S], str],
+    ) -> None:
+        self.folder, self.keep_s, self._key, self._name = folder, keep_s, key, name
+        self._kept: dict[K, S] = {}
+        now = time.time()
+        with contextlib.suppress(FileNotFoundError):
+            for path in sorted(folder.glob("*.json")):
+                entry = read_struct(path, kind)
+                if entry is None or now - entry.at > keep_s:
+                    _remove(path)
+                    continue
+                self._kept[key(entry)] = entry
+
+    def put(self, entry: S) -> None:
+        for old in [k for k, e in self._kept.items() if entry.at - e.at > self.keep_s]:
+            _remove(self.folder / self._name(self._kept.pop(old)))
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_struct(self.folder / self._name(entry), entry)
+        except OSError as err:
+            log.warning("cannot keep on disk", extra=kv(folder=str(self.folder), error=str(err)))
+        self._kept[self._key(entry)] = entry
+
+    def find(self, key: K) -> S | None:
+        return self._kept.get(key)
+
+
+class KeptStop(_Dated, frozen=True, kw_only=True):
     job_id: int
     output_dir: str  # srun's output folder: the step it stops
-    at: float  # wall-clock time it came
     grace_s: float
 
 
@@ -104,46 +150,31 @@ class KeptStops:
     """srun's stops by (job, output folder), each kept for `keep_s`."""
 
     def __init__(self, folder: Path, keep_s: float) -> None:
-        self.folder = folder
-        self.keep_s = keep_s
-        self._stops: dict[tuple[int, str], KeptStop] = {}
-        now = time.time()
-        with contextlib.suppress(FileNotFoundError):
-            for path in sorted(folder.glob("*.json")):
-                stop = read_struct(path, KeptStop)
-                if stop is None or now - stop.at > keep_s:
-                    _remove(path)
-                    continue
-                self._stops[(stop.job_id, stop.output_dir)] = stop
+        self._kept = _KeptFor(folder, keep_s, KeptStop, _stop_key, _stop_name)
 
     def add(self, job_id: int, output_dir: str, grace_s: float) -> None:
-        now = time.time()
-        for old in [k for k, s in self._stops.items() if now - s.at > self.keep_s]:
-            _remove(self._path(self._stops.pop(old)))
-        stop = KeptStop(job_id=job_id, output_dir=output_dir, at=now, grace_s=grace_s)
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            write_struct(self._path(stop), stop)
-        except OSError as err:
-            log.warning("cannot keep on disk", extra=kv(folder=str(self.folder), error=str(err)))
-        self._stops[(job_id, output_dir)] = stop
+        at = time.time()
+        self._kept.put(KeptStop(job_id=job_id, output_dir=output_dir, at=at, grace_s=grace_s))
 
     def grace(self, job_id: int, output_dir: str) -> float | None:
         """The grace of a stop kept for the job's step writing under `output_dir`."""
-        stop = self._stops.get((job_id, output_dir))
+        stop = self._kept.find((job_id, output_dir))
         return None if stop is None else stop.grace_s
 
-    def _path(self, stop: KeptStop) -> Path:
-        digest = hashlib.sha256(stop.output_dir.encode()).hexdigest()[:16]
-        return self.folder / f"{stop.job_id}-{digest}.json"
+
+def _stop_key(stop: KeptStop) -> tuple[int, str]:
+    return stop.job_id, stop.output_dir
+
+
+def _stop_name(stop: KeptStop) -> str:
+    return f"{stop.job_id}-{hashlib.sha256(stop.output_dir.encode()).hexdigest()[:16]}.json"
 
 
 StepKey = tuple[int, int, int, int]  # job, attempt, generation, step id
 
 
-class KeptOutcome(msgspec.Struct, frozen=True, kw_only=True):
+class KeptOutcome(_Dated, frozen=True, kw_only=True):
     key: StepKey
-    at: float  # wall-clock time the step's tasks here had all ended
     outcome: StepOutcome
 
 
@@ -153,36 +184,22 @@ class KeptOutcomes:
     leaves the next agent the answer to the launcher's `adopt`, not "lost"."""
 
     def __init__(self, folder: Path, keep_s: float) -> None:
-        self.folder = folder
-        self.keep_s = keep_s
-        self._kept: dict[StepKey, KeptOutcome] = {}
-        now = time.time()
-        with contextlib.suppress(FileNotFoundError):
-            for path in sorted(folder.glob("*.json")):
-                kept = read_struct(path, KeptOutcome)
-                if kept is None or now - kept.at > keep_s:
-                    _remove(path)
-                    continue
-                self._kept[kept.key] = kept
+        self._kept = _KeptFor(folder, keep_s, KeptOutcome, _outcome_key, _outcome_name)
 
     def add(self, key: StepKey, outcome: StepOutcome) -> None:
-        now = time.time()
-        for old in [k for k, o in self._kept.items() if now - o.at > self.keep_s]:
-            _remove(self._path(self._kept.pop(old).key))
-        kept = KeptOutcome(key=key, at=now, outcome=outcome)
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            write_struct(self._path(key), kept)
-        except OSError as err:
-            log.warning("cannot keep on disk", extra=kv(folder=str(self.folder), error=str(err)))
-        self._kept[key] = kept
+        self._kept.put(KeptOutcome(key=key, at=time.time(), outcome=outcome))
 
     def get(self, key: StepKey) -> StepOutcome | None:
-        kept = self._kept.get(key)
+        kept = self._kept.find(key)
         return None if kept is None else kept.outcome
 
-    def _path(self, key: StepKey) -> Path:
-        return self.folder / ("-".join(str(part) for part in key) + ".json")
+
+def _outcome_key(kept: KeptOutcome) -> StepKey:
+    return kept.key
+
+
+def _outcome_name(kept: KeptOutcome) -> str:
+    return "-".join(str(part) for part in kept.key) + ".json"
 
 
 def _remove(path: Path) -> None:
