@@ -200,7 +200,7 @@ class _Decider:
         who = f"worker on {obs.node}"
         if obs.lost or obs.fenced:  # the node crashed, rebooted or was cut off under
             # it: restarted as for a node fault; not excluded, as its agent is back (it
-            # reported this) (the restart limit bounds a node that keeps failing)
+            # reported this); the restart limit bounds a node that keeps failing
             why = (
                 f"its worker was lost ({status.describe()}, no exit recorded)"
                 if obs.lost

@@ -50,6 +50,24 @@ def _parse(name: str) -> Generation | None:
     return int(parts[0]), int(parts[1]), int(parts[2])
 
 
+def _generations(folder: Path) -> list[tuple[int, str, Generation]]:
+    """Each generation kept in `folder`: its file's time (ns), name and key."""
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return []  # nothing kept yet
+    except OSError as err:
+        log.warning("cannot read what was kept", extra=kv(folder=str(folder), error=str(err)))
+        return []
+    found = []
+    for entry in entries:
+        key = _parse(entry.name)
+        if key is not None:
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+                found.append((entry.stat().st_mtime_ns, entry.name, key))
+    return found
+
+
 class KeptKeys:
     """A set of generations, in the order they were added, kept as empty files."""
 
@@ -57,18 +75,7 @@ class KeptKeys:
         self.folder = folder
         self.limit = limit
         self._keys: dict[Generation, None] = {}
-        found: list[tuple[int, str, Generation]] = []
-        try:
-            for entry in os.scandir(folder):
-                key = _parse(entry.name)
-                with contextlib.suppress(FileNotFoundError):
-                    if key is not None:
-                        found.append((entry.stat().st_mtime_ns, entry.name, key))
-        except FileNotFoundError:
-            pass  # nothing kept yet
-        except OSError as err:
-            log.warning("cannot read what was kept", extra=kv(folder=str(folder), error=str(err)))
-        found.sort()  # the oldest first: those past the limit go
+        found = sorted(_generations(folder))  # the oldest first: those past the limit go
         cut = max(0, len(found) - limit)
         for _, name, _ in found[:cut]:
             _remove(folder / name)
