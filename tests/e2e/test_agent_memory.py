@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -29,7 +27,7 @@ from services.launcher.gang import launcher_signer
 from services.launcher.worker_table import WorkerTable, node_state_folder
 from shared.agent_auth import GrantSigner
 from shared.api import AgentReply, StatusRequest, StopWorkers, WorkerSpec
-from tests.support.cluster import eventually, kill9, nodes, running_cluster
+from tests.support.cluster import eventually, kill9, nodes, open_folder, running_cluster
 
 pytestmark = [
     pytest.mark.slow,
@@ -43,21 +41,15 @@ JOB = 990_101  # no such job in the database: only these requests run or stop it
 async def cluster(
     nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> AsyncIterator[Cluster]:
-    state = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="muster-kept-", dir="/tmp"))
-    await asyncio.to_thread(os.chmod, state, 0o755)
-    try:
+    with open_folder("muster-kept-", 0o755) as state:  # the job's user reaches the spool
         async with running_cluster(state, nats_url, database_url, db, nodes(1)) as c:
             yield c
-    finally:
-        await asyncio.to_thread(shutil.rmtree, state, True)
 
 
 @pytest.fixture
 def workdir() -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="muster-kept-work-", dir="/tmp"))
-    folder.chmod(0o777)
-    yield folder
-    shutil.rmtree(folder, True)
+    with open_folder("muster-kept-work-", 0o777) as folder:
+        yield folder
 
 
 def start_of(workdir: Path, tag: str, generation: int) -> WorkerSpec:

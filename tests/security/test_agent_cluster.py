@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -26,7 +24,7 @@ from shared.agent_auth import GrantSigner
 from shared.api import AgentReply, StopWorkers, SubmitReply, SubmitRequest, WorkerSpec
 from shared.identity import Signer, encode_seed
 from tests.support.accounts import AccountUnavailable, run_as_account
-from tests.support.cluster import eventually, job_state, nodes, running_cluster
+from tests.support.cluster import eventually, job_state, nodes, open_folder, running_cluster
 
 pytestmark = [
     pytest.mark.slow,
@@ -42,11 +40,8 @@ DAEMON_ONLY = "MUSTERTEST_DAEMON_ONLY_SECRET"  # in the services' environment on
 async def cluster(
     nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> AsyncIterator[Cluster]:
-    # The job's user must reach the spool, as under /var/lib/muster (pytest's folders
-    # are private to root).
-    state = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="muster-agent-", dir="/tmp"))
-    await asyncio.to_thread(os.chmod, state, 0o755)
-    try:
+    # The job's user must reach the spool, as under /var/lib/muster.
+    with open_folder("muster-agent-", 0o755) as state:
         async with running_cluster(
             state,
             nats_url,
@@ -56,17 +51,13 @@ async def cluster(
             env={"MUSTERTEST_DAEMON_ONLY_SECRET": "leaked"},
         ) as c:
             yield c
-    finally:
-        await asyncio.to_thread(shutil.rmtree, state, True)
 
 
 @pytest.fixture
 def workdir() -> Iterator[Path]:
     """A folder the job's user may write."""
-    folder = Path(tempfile.mkdtemp(prefix="muster-agent-work-", dir="/tmp"))
-    folder.chmod(0o777)
-    yield folder
-    shutil.rmtree(folder, True)
+    with open_folder("muster-agent-work-", 0o777) as folder:
+        yield folder
 
 
 def start_of(workdir: Path, *, run_as: str | None, tag: str, generation: int = 0) -> WorkerSpec:

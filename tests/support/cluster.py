@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TypedDict, TypeVar
 
@@ -253,6 +255,19 @@ async def job_state(db: asyncpg.Connection, job_id: int) -> str | None:
 
 async def inject(url: str, node: str, xid: int, gpu: int = 0) -> None:
     await agent(url, node, "inject", InjectFault(gpu=gpu, xid=xid))
+
+
+@contextlib.contextmanager
+def open_folder(prefix: str, mode: int) -> Iterator[Path]:
+    """A folder of its own under /tmp with `mode`, removed afterwards: one a job's user
+    must reach (0o755: a cluster's state, its spool) or write in (0o777: a job's
+    working folder), which pytest's folders, private to root, do not allow."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    folder.chmod(mode)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, True)
 
 
 def kill9(cluster: Cluster, key: str) -> None:
