@@ -127,16 +127,20 @@ def report_rows(
             depth=depth,
         )
 
+    counted: dict[str, list[HourlyUsage]] = {}  # each account's subtree, gathered once
+
     def subtree(account: str) -> list[HourlyUsage]:  # the tree has no cycle left
-        return own.get(account, []) + [u for c in children.get(account, ()) for u in subtree(c)]
+        if account not in counted:
+            below_it = [u for c in children.get(account, ()) for u in subtree(c)]
+            counted[account] = own.get(account, []) + below_it
+        return counted[account]
 
     rows: list[ReportRow] = []
 
     def walk(account: str, depth: int) -> None:
-        counted = subtree(account)
-        if not counted:
+        if not subtree(account):
             return
-        rows.append(row(account, None, counted, depth))
+        rows.append(row(account, None, subtree(account), depth))
         if by_user:
             mine = sorted(own.get(account, ()), key=lambda u: (-u.gpu_seconds, u.user))
             rows.extend(row(account, u.user, [u], depth) for u in mine)
