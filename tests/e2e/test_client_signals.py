@@ -121,7 +121,10 @@ async def test_salloc_and_srun_told_to_end_let_go_of_what_they_hold(
                 await eventually(
                     partial(db.fetchval, LAST_STEP, job), lambda s: s == "RUNNING", 60.0, "step"
                 )
-                assert processes(f"sleep {marker}")
+                # RUNNING is recorded as the launch goes out: the task may exec a moment later
+                assert await eventually(
+                    partial(asyncio.to_thread, processes, f"sleep {marker}"), bool, 30.0, "task"
+                )
                 assert await client.told(signal.SIGTERM) == 143, client.said
             finally:
                 client.close()
@@ -136,7 +139,10 @@ async def test_salloc_and_srun_told_to_end_let_go_of_what_they_hold(
         hung = Client(["sleep", "3104"], work)
         try:
             job = int((await hung.expect(r"Granted job allocation (\d+)")).group(1))
-            assert processes("sleep 3104")
+            # salloc says it is granted before it starts its command
+            assert await eventually(
+                lambda: ready(processes("sleep 3104")), bool, 30.0, "salloc's command"
+            )
             assert await hung.told(signal.SIGHUP) == 129
         finally:
             hung.close()
