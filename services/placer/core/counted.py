@@ -23,7 +23,7 @@ size then takes the fewest nodes that do.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from services.placer.core.index import ClusterIndex
 from services.placer.core.pools import ROOT
@@ -38,7 +38,7 @@ from services.placer.core.select import (
     select_gang,
     select_total,
 )
-from services.placer.core.timeline import Future, Need, Release, earliest
+from services.placer.core.timeline import Future, Need, NodeOk, Release, earliest
 from shared.constraint import Term
 
 Counts = tuple[Term, ...]  # the counted terms of one alternative; () for none
@@ -281,7 +281,7 @@ def earliest_counted(
     now_view: IndexView,
     releases: Iterable[Release],
     need: Need,
-    ok: Callable[[int], bool],
+    ok: NodeOk,
     counts: Counts,
 ) -> tuple[float, CandidateView, dict[int, int]] | None:
     """timeline.earliest, with `counts` met too: the first release point at which the

@@ -56,6 +56,7 @@ from services.placer.core.timeline import (
     Booking,
     Future,
     Need,
+    NodeOk,
     earliest,
     earliest_leaf,
     whole_nodes,
@@ -214,16 +215,19 @@ class Prepared:
         chosen = self._select(job, pool, shape, self._ok(job, avoid, only))
         if isinstance(chosen, Chosen) and self._leaf_soon(job, pool, shape, chosen):
             chosen = LEAF_SOON
-        start = self._commit(job, shape, chosen, lent) if isinstance(chosen, Chosen) else None
-        self._rehold(lent)
-        if start is not None:
+        if isinstance(chosen, Chosen):
+            start = self._commit(job, shape, chosen, lent)
+            self._rehold(lent)
             return start
+        for b in lent:  # nothing taken since they were lent: each holds the same again
+            for i, m in b.held:
+                self.ix.take(i, m)
         if avoid and window is not None:
             dry = self._select(job, pool, shape, self._ok(job, frozenset(), only))
             if isinstance(dry, Chosen):
                 detail = f"would run into {window.name} at {window.start:.0f}"
                 return self._wait(job, Waiting.RESERVATION, detail, window.end)
-        return chosen if isinstance(chosen, str) else "no room"
+        return chosen
 
     def _ok(
         self,
@@ -375,13 +379,13 @@ class Prepared:
             self.blocked_by = job.job_id
         return self._wait(job, reason, detail, at)
 
-    def _need_ok(self, job: JobRequest, pool: Pool) -> Callable[[int], bool]:
+    def _need_ok(self, job: JobRequest, pool: Pool) -> NodeOk:
         avoid, _ = off_limits(self.windows, job, self.now)
         inner = self._ok(job, avoid, None, whole_now=False)
         member = pool.member
         if inner is None:
-            return lambda i: bool(member[i])
-        return lambda i: bool(member[i]) and inner(i)
+            return member.__getitem__  # a byte: no Python frame per node asked
+        return lambda i: member[i] and inner(i)
 
     def _book(
         self, job: JobRequest, pool: Pool, shape: Shape, leaf: int | None = None

@@ -15,7 +15,7 @@ only as far as the walk needs, and the victims are read off the chosen nodes alo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from functools import cached_property
 
 from services.placer.core.counted import Counts, earliest_counted, select_counted
@@ -24,7 +24,7 @@ from services.placer.core.model import JobRequest, Running
 from services.placer.core.pools import Pool
 from services.placer.core.select import IndexView, pick_gpus
 from services.placer.core.shape import Shape
-from services.placer.core.timeline import Future, Need, Release, whole_nodes
+from services.placer.core.timeline import Future, Need, NodeOk, Release, whole_nodes
 
 Picks = list[tuple[int, int]]  # (node id, GPU mask)
 
@@ -153,7 +153,7 @@ def choose_victims(
     *,
     pool: Pool,
     shape: Shape,
-    ok: Callable[[int], bool],
+    ok: NodeOk,
     now: float,
     runtime: int,
     counts: Counts = (),

@@ -17,6 +17,10 @@ from typing import NamedTuple
 from services.placer.core.index import ClusterIndex
 from services.placer.core.select import CandidateView, IndexView
 
+# node i may be used: a truthy answer (a bool, or a pool's membership byte: a builtin's
+# __getitem__ asks without a Python frame, and the walks below ask it per release)
+NodeOk = Callable[[int], int]
+
 INSORT_MAX = 64  # releases added one by one into a sorted list; more: sorted on demand
 
 
@@ -94,7 +98,7 @@ def earliest(
     now_view: IndexView,
     releases: Iterable[Release],
     need: Need,
-    ok: Callable[[int], bool],
+    ok: NodeOk,
 ) -> tuple[float, CandidateView, dict[int, int]] | None:
     """The first release point at which nmin nodes have g usable GPUs, the view then, and
     what the releases alone add per node (to book GPUs busy now before free ones).
@@ -110,25 +114,24 @@ def earliest(
     when = start if count >= nmin else None
     up, free, avail, healthy = ix.up, ix.free, ix.avail, ix.healthy
     promises = future._promised  # only nodes in it have GPUs promised: ask those alone
-    for r in releases if when is None else ():
-        i = r.node
+    for r_at, i, mask, _ in releases if when is None else ():  # unpacked: no field reads
         if not up[i] or not ok(i):
             continue
         before = cur.get(i)
         if before is None:
             before = free[i] if avail[i] >= 0 else 0
         if i in promises:
-            at = start if ranked else r.at
-            after = before | (r.mask & healthy[i] & ~future.promised(i, at, at + duration))
+            at = start if ranked else r_at
+            after = before | (mask & healthy[i] & ~future.promised(i, at, at + duration))
         else:
-            after = before | (r.mask & healthy[i])
+            after = before | (mask & healthy[i])
         cur[i] = after
         if whole:
-            count += after == ix.healthy[i] != before and after.bit_count() >= g
+            count += after == healthy[i] != before and after.bit_count() >= g
         elif before.bit_count() < g <= after.bit_count():
             count += 1
         if count >= nmin:
-            when = r.at
+            when = r_at
             break
     if when is None:
         return None
@@ -150,7 +153,7 @@ def earliest_leaf(
     now_view: IndexView,
     releases: Iterable[Release],
     need: Need,
-    ok: Callable[[int], bool],
+    ok: NodeOk,
     horizon: float,
 ) -> tuple[float, int] | None:
     """The first release point up to `horizon` at which one leaf switch has nmin nodes
