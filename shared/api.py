@@ -429,3 +429,7 @@ class StepOutcome(msgspec.Struct, frozen=True, kw_only=True):
     # per task: ended by a stop (srun's Ctrl-C, scancel JOB.STEP, -K for another task's
     # end, the node fenced), not by itself; () from an older agent, which did not say
     stopped: tuple[bool, ...] = ()
+    # per task: its node failed it: fenced (the node lost the control plane past
+    # fence_s) or lost (its stepd gone without a word, with the node); () from an older
+    # agent. The launcher then ends the job's run as a node fault (`job.node_lost`)
+    node_failed: tuple[bool, ...] = ()

@@ -69,6 +69,7 @@ SERVICE_EVENTS: dict[str, tuple[str, ...]] = {
         "job.requeued",
         "job.reconfigured",
         "job.spares_requested",
+        "job.node_lost",
         "usage.ticked",
         "node.cleaned",
     ),

@@ -273,6 +273,22 @@ class WorkerExited(Event, frozen=True, tag="worker.exited"):
     fenced: bool = False
 
 
+class JobNodeLost(Event, frozen=True, tag="job.node_lost"):
+    """A node failed the job other than under its own worker: a task of one of the job's
+    steps (srun) there was fenced (the node lost the control plane) or lost with the
+    node. Published by the launcher with the step's end, before srun hears of it; the
+    job's coordinator handles it as a node fault (restart or requeue, not excluded), as
+    Slurm ends a job NODE_FAIL. Otherwise the batch script, told by srun that its step
+    failed, would exit non-zero on a healthy node and FAIL the job."""
+
+    job_id: int
+    attempt: int
+    generation: int
+    node: str
+    step_id: int
+    reason: str
+
+
 AnyEvent = (
     JobSubmitted
     | JobCancelRequested
@@ -285,6 +301,7 @@ AnyEvent = (
     | JobReconfigured
     | JobSparesRequested
     | JobSparesAnswered
+    | JobNodeLost
     | UsageTicked
     | NodeRegistered
     | NodeCleaned

@@ -9,7 +9,8 @@ carried out in order per job by `effects.EffectRunner`. The timers, usage ticks 
 reconcile are in `upkeep.py`, the answer to a re-registering node in `cleaning.py`.
 
 - `job.allocated` -> start the allocation's ROW (the placer's) on every node, or none
-- `worker.exited`, `node.fault`, `node.down`, `job.cancel_requested`,
+- `worker.exited`, `job.node_lost` (a step's task fenced or lost with its node: the
+  launcher's own, docs/steps.md), `node.fault`, `node.down`, `job.cancel_requested`,
   `job.preempt_requested`, `job.requeue_requested`, the settle / `--signal` /
   time-limit timers -> the core
 - a run that ends after its workers are stopped stays COMPLETING (GPUs held) until they
@@ -32,7 +33,16 @@ from services.launcher.driver import Check
 from services.launcher.effects import EffectRunner, Effects
 from services.launcher.endings import decided_ending, end_run, end_unstarted, ending
 from services.launcher.gang import Agents, Generation, launcher_signer
-from services.launcher.observations import Choose, always, answer, at, exited, load_core, lost
+from services.launcher.observations import (
+    Choose,
+    always,
+    answer,
+    at,
+    exited,
+    load_core,
+    lost,
+    step_lost,
+)
 from services.launcher.owners import Owners
 from services.launcher.owners_core import shard_of
 from services.launcher.reconcile_core import AllocationRow, may_start
@@ -46,6 +56,7 @@ from shared.events import (
     Grant,
     JobAllocated,
     JobCancelRequested,
+    JobNodeLost,
     JobPreemptRequested,
     JobReconfigured,
     JobRequeueRequested,
@@ -71,6 +82,7 @@ SUBJECTS = (
     "muster.job.preempt_requested",
     "muster.job.requeue_requested",
     "muster.worker.exited.>",
+    "muster.job.node_lost",
     "muster.node.fault",
     "muster.node.down",
     "muster.job.spares_answered",
@@ -125,7 +137,7 @@ class Coordinator:
                 await self.node_lost(event)
             case NodeRecovered() if self.settings.grow_back:
                 await self.offer_growth()
-            case JobAllocated() | WorkerExited() | JobCancelRequested():
+            case JobAllocated() | WorkerExited() | JobCancelRequested() | JobNodeLost():
                 await self.dispatch(event.job_id, event)
             case JobSparesAnswered() | JobPreemptRequested() | JobRequeueRequested():
                 await self.dispatch(event.job_id, event)
@@ -140,6 +152,8 @@ class Coordinator:
                 await self.start_allocation(event.job_id, event.attempt, event)
             case WorkerExited():
                 await self.observe(event.job_id, always(exited(event)), event)
+            case JobNodeLost():
+                await self.observe(event.job_id, always(step_lost(event)), event)
             case NodeFault() | NodeDown():
                 await self.observe(job_id, always(lost(event)), event)
             case JobCancelRequested():

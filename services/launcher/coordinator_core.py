@@ -60,6 +60,7 @@ from services.launcher.coordinator_model import (
     SparesGranted,
     StartFailed,
     StartGeneration,
+    StepNodeLost,
     StopWorkers,
     TimeLimitReached,
     Timers,
@@ -84,10 +85,9 @@ __all__ = [
     "Cancel", "CoordinatorConfig", "Decision", "Finish", "JobRun", "JobState", "NodeDown",
     "NodeFault", "NodesAvailable", "Observation", "PendingFailure", "Phase", "Preempt",
     "RequestSpares", "Requeue", "RequeueAsked", "SettleElapsed", "SignalDue", "SignalWorkers",
-    "SparesDenied",
-    "SparesGranted", "StartFailed", "StartGeneration", "StopWorkers", "TimeLimitReached",
-    "Timers", "Verdict", "WorkerExited", "backoff_s", "decide", "due_at", "due_observation",
-    "parse_signal", "start_run", "timers", "world_size",
+    "SparesDenied", "SparesGranted", "StartFailed", "StartGeneration", "StepNodeLost",
+    "StopWorkers", "TimeLimitReached", "Timers", "Verdict", "WorkerExited", "backoff_s",
+    "decide", "due_at", "due_observation", "parse_signal", "start_run", "timers", "world_size",
 ]  # fmt: skip
 
 
@@ -125,6 +125,8 @@ class _Decider:
         match obs:
             case WorkerExited():
                 return self.worker_exited(obs)
+            case StepNodeLost() if obs.generation == self.run.generation:
+                return self.node_lost(obs.node, obs.reason, reachable=True, exclude=False)
             case NodeFault(excludes_node=False) if obs.node in self.live:
                 reason = f"application fault on {obs.node}: {obs.reason}"
                 return self.finish(Verdict.FAIL, JobState.FAILED, reason)

@@ -130,6 +130,15 @@ class WorkerExited(Observation, frozen=True, tag="worker_exited"):
     fenced: bool = False  # the same: the node fenced it, cut off from the control plane
 
 
+class StepNodeLost(Observation, frozen=True, tag="step_node_lost"):
+    """A task of one of the job's steps was fenced or lost on `node` (shared.events.
+    JobNodeLost): the node failed the job, whatever its batch script does next."""
+
+    node: str
+    generation: int
+    reason: str
+
+
 class SignalDue(Observation, frozen=True, tag="signal_due"):
     """The `--signal` time before the limit has come."""
 
@@ -193,6 +202,7 @@ AnyObservation = (
     NodeFault
     | NodeDown
     | WorkerExited
+    | StepNodeLost
     | SignalDue
     | SettleElapsed
     | TimeLimitReached

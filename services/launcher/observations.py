@@ -12,7 +12,7 @@ import msgspec
 from services.launcher import coordinator_core as core
 from services.launcher import repo
 from services.launcher.exitstatus import ExitStatus
-from shared.events import JobSparesAnswered, NodeDown, NodeFault, WorkerExited
+from shared.events import JobNodeLost, JobSparesAnswered, NodeDown, NodeFault, WorkerExited
 from shared.jobspec import JobSpec
 
 Choose = Callable[[core.JobRun, float], core.AnyObservation | None]
@@ -38,6 +38,10 @@ def exited(ev: WorkerExited) -> core.AnyObservation:
         lost=ev.lost,
         fenced=ev.fenced,
     )
+
+
+def step_lost(ev: JobNodeLost) -> core.AnyObservation:
+    return core.StepNodeLost(node=ev.node, generation=ev.generation, reason=ev.reason)
 
 
 def lost(ev: NodeFault | NodeDown) -> core.AnyObservation:

@@ -71,6 +71,8 @@ from shared.api import (
 )
 from shared.apiserve import Refused, enveloped
 from shared.bus_inbox import is_users_pty, user_pty
+from shared.db import outbox_add
+from shared.events import JobNodeLost
 from shared.identity import Verifier, authenticated
 from shared.identity_files import IdentitySource
 from shared.jobspec import JobSpec
@@ -266,7 +268,7 @@ class StepService:
         job_id, step_id = key
         renewing = self._spawn(self._renew(job_id, step_id))
         nodes = tuple(launches)
-        calls = [asyncio.ensure_future(self._call(n, b, timeout)) for n, b in launches.items()]
+        calls = [asyncio.ensure_future(self._node_call(n, b, timeout)) for n, b in launches.items()]
         try:
             if kill is not None and len(calls) > 1:
                 await self._kill_on_bad_exit(kill, nodes, calls)
@@ -470,6 +472,24 @@ class StepService:
             finally:
                 await dropped(answer)
             launch = msgspec.structs.replace(launch, adopt=True)
+
+    async def _node_call(self, node: str, launch: StepLaunch, timeout: float) -> StepOutcome:
+        """`_call`, and at once the node fault its answer shows: a task fenced or lost
+        with the node ends the job's run there (`job.node_lost`), as Slurm ends a job
+        NODE_FAIL, while the step's tasks on other nodes may still run (the run's end
+        stops them: a step never outlives its job)."""
+        outcome = await self._call(node, launch, timeout)
+        if any(outcome.node_failed):
+            why = f"a task of step {launch.job_id}.{launch.step_id} was fenced or lost there"
+            lost = JobNodeLost(
+                job_id=launch.job_id, attempt=launch.attempt, generation=launch.generation,
+                node=node, step_id=launch.step_id, reason=why,
+            )  # fmt: skip
+            async with self.ctx.pool.acquire() as conn:
+                rows = await outbox_add(conn, lost)
+            self.ctx.relay.kick(rows)
+            log.info("step task lost with its node", extra=kv(job=launch.job_id, node=node))
+        return outcome
 
     async def _ask(self, node: str, launch: StepLaunch, timeout: float) -> StepOutcome:
         signer = self.agents.signer

@@ -324,6 +324,7 @@ class StepRunner:
             exit_codes=tuple(e.exit_code for e in ends),
             signals=tuple(e.signal for e in ends),
             stopped=tuple(e.ending in (Ending.STOPPED, Ending.FENCED) for e in ends),
+            node_failed=tuple(e.ending in (Ending.FENCED, Ending.LOST) for e in ends),
         )
         if tasks:  # on disk before the folders go: the next agent can still answer
             self.finished.add(tasks[0].note.key, outcome)

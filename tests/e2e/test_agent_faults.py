@@ -388,6 +388,57 @@ exec sleep 1000
     assert not left, f"task folders go: {left}"
 
 
+async def test_a_step_task_its_node_lost_requeues_the_job_at_once(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    """A two-node job's srun step loses its task on node 1 with its stepd (SIGKILLed, as
+    a crash takes them), so that node's agent reports the task lost. The node failed the
+    job, the job did not fail: its run ends at once and it is requeued, as Slurm ends a
+    job NODE_FAIL and requeues it, while the step's task on node 0 still runs (it is
+    stopped with the run). Before, the job ran on with srun waiting on node 0's task;
+    once that ended, srun's non-zero status made the batch script FAIL the job."""
+    state, work = tmp_path / "state", tmp_path / "work"
+    work.mkdir()
+    srun = f"{sys.executable} -m muster.cli srun bash -c"
+    task = f"echo $$ > {work}/task-$SLURM_NODEID.pid; exec sleep 1000"
+    script = f"""#!/bin/bash
+export MUSTER_KEY_DIR={state / "keys"}
+if [ "$SLURM_NODEID" = 0 ] && [ ! -e {work}/ran ]; then
+  touch {work}/ran
+  {srun} '{task}'
+  exit $?
+fi
+exec sleep 1000
+"""
+    async with running_cluster(state, nats_url, database_url, db, nodes(2)):
+        spread = ("--nodes=2", "--gpus-per-node=1")
+        job_id = (await submit(nats_url, script, spread, workdir=str(work))).job_ids[0]
+        lost_pid = await pid_from(work / "task-1.pid", 90)
+        other_pid = await pid_from(work / "task-0.pid", 30)
+        first = await run_row(db, job_id)
+        assert first is not None and first["state"] == "RUNNING"
+        stepd = _parent(lost_pid)
+        assert any("stepd" in part for part in _cmdline(stepd)), _cmdline(stepd)
+        os.kill(stepd, signal.SIGKILL)
+        row = await eventually(
+            lambda: run_row(db, job_id),
+            lambda r: r is not None and r["restart_count"] != first["restart_count"],
+            60,
+            "the job requeued",
+        )
+        assert row is not None and row["state"] in ("PENDING", "RUNNING"), row
+        outcome = await db.fetchval(
+            "SELECT outcome FROM attempts WHERE job_id = $1 AND attempt = $2 AND seq = 0",
+            job_id,
+            first["attempt"],
+        )
+        assert "node02 lost: a task of step" in str(outcome), outcome
+        await eventually(lambda: run_row(db, job_id), running, 60, "the job running again")
+        step = await eventually(lambda: _step(db, job_id, 0), lambda r: r["state"] != "RUNNING")
+        assert step["state"] == "CANCELLED", dict(step)
+        assert not alive_pid(lost_pid) and not alive_pid(other_pid), "the old tasks are gone"
+
+
 async def test_an_srun_pty_terminal_outlives_a_killed_agent(
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> None:
@@ -502,6 +553,11 @@ async def started_worker(state: Path, node: str, job_id: int) -> tuple[WorkerRec
         what="the script's sleep 1000 in the worker's group",
     )
     return record, group
+
+
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 def _cmdline(pid: int) -> list[str]:

@@ -37,6 +37,7 @@ from services.launcher.coordinator_core import (
     SparesGranted,
     StartFailed,
     StartGeneration,
+    StepNodeLost,
     StopWorkers,
     TimeLimitReached,
     Verdict,
@@ -120,6 +121,8 @@ LOST_B = "node b lost: xid 79"
 EXIT_1 = "worker on b ended with exit 1"
 LOST_WORKER_B = "node b lost: its worker was lost (signal SIGKILL, no exit recorded)"
 FENCED_B = "node b lost: its worker was fenced (the node lost the control plane)"
+STEP_TASK = "a task of step 7.0 was fenced or lost there"
+STEP_LOST_B = f"node b lost: {STEP_TASK}"
 NO_START_B = "could not start on b: no responders"
 GONE = "allocation released by the placer"
 ASK_B = StopWorkers(nodes=("b",), grace_s=GRACE, best_effort=True)
@@ -194,6 +197,23 @@ WORKER_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decisio
              closed=LOST_B, generation=1, nodes=("a", "c"), started_at=NOW, restart_count=1,
              fault_restarts=1, excluded_nodes=("b",), phase=Phase.RUNNING,
              pending_failure=None),
+    ),
+    "a step's task lost with its node requeues the job as a node fault, not excluded": (
+        R, StepNodeLost(node="b", generation=0, reason=STEP_TASK), NO_SPARES,
+        then(R, Verdict.REQUEUE, StopWorkers(nodes=ABC, grace_s=GRACE),
+             Requeue(restart_count=1, excluded_nodes=(), delay_s=0.0, reason=STEP_LOST_B),
+             closed=STEP_LOST_B, phase=Phase.ENDED, restart_count=1, fault_restarts=1),
+    ),  # the batch script's failure it causes (srun's status) then finds the run ended
+    "a step's task lost while a failure settles restarts the job instead of failing it": (
+        R_SETTLING_ELASTIC, StepNodeLost(node="b", generation=0, reason=STEP_TASK), CFG,
+        then(R_SETTLING_ELASTIC, Verdict.SHRINK, StopWorkers(nodes=ABC, grace_s=GRACE),
+             StartGeneration(generation=1, nodes=("a", "c"), restart_count=1, delay_s=0.0),
+             closed=STEP_LOST_B, generation=1, nodes=("a", "c"), started_at=NOW,
+             restart_count=1, fault_restarts=1, phase=Phase.RUNNING, pending_failure=None),
+    ),
+    "a step's task lost in an earlier generation is ignored": (
+        running(generation=2), StepNodeLost(node="b", generation=1, reason=STEP_TASK), CFG,
+        then(running(generation=2), Verdict.IGNORE),
     ),
     "a second failure in that moment keeps the first as the reason": (
         R_SETTLING, exited("a", sig=6), CFG, then(R_SETTLING, Verdict.IGNORE),

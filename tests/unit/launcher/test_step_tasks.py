@@ -171,6 +171,7 @@ async def test_a_task_whose_stepd_is_killed_is_killed_and_reported_lost(
         os.kill(s.stepd.pid, 9)
     got = await asyncio.wait_for(waiting, 10)
     assert got.ok and got.signals == (9, 9), got
+    assert got.node_failed == (True, True), got  # the launcher ends the job's run there
     assert not any(alive(s.worker) for s in started)
 
 
@@ -311,5 +312,6 @@ async def test_a_stop_while_the_tasks_are_being_started_ends_every_one(
     waiting = runner.outcome_of(launch(tmp_path, tmp_path / "go"))
     got = await asyncio.wait_for(waiting, 30)
     assert (got.ok, got.stopped) == (True, (True, True)), got
+    assert got.node_failed == (False, False), got  # srun's stop: no node failed
     assert got.signals == (15, 15), got
     assert folders(executor.table.state) == []
