@@ -198,7 +198,9 @@ class StepRunner:
         outcome = StepOutcome(ok=False, message=f"the step's supervision on {node} ended")
         try:
             outcome = await work
-        finally:
+            if self.finished.get(key) is None:  # a refusal, a failed start, srun's stop:
+                self.finished.add(key, outcome)  # on disk too, for the next agent's adopt
+        finally:  # (cut short, the tasks' folders stay for the next agent to resume)
             self.live.pop(key, None)
             self.unclaimed.discard(key)
             self._keep(key, outcome)

@@ -175,6 +175,19 @@ async def test_a_task_whose_stepd_is_killed_is_killed_and_reported_lost(
     assert not any(alive(s.worker) for s in started)
 
 
+async def test_tasks_their_node_fenced_are_reported_as_the_nodes_failure(
+    executor: Executor, tmp_path: Path
+) -> None:
+    """No contact with the control plane for `fence_s` (no contact file here, so from
+    each stepd's start): every stepd fences its task. The answer says stopped, and that
+    the node failed them: the launcher ends the job's run there as a node fault."""
+    executor.fence_s = 1.0
+    runner = StepRunner(executor)
+    got = await asyncio.wait_for(runner.outcome_of(launch(tmp_path, tmp_path / "go")), 30)
+    assert (got.ok, got.stopped, got.node_failed) == (True, (True, True), (True, True)), got
+    assert folders(executor.table.state) == []
+
+
 async def test_muster_down_stops_the_step_tasks_and_each_stepd_records_the_signal(
     tmp_path: Path,
 ) -> None:
@@ -288,6 +301,23 @@ async def test_a_stop_before_its_launch_holds_for_the_next_agent(
     got = await asyncio.wait_for(again.outcome_of(launch(tmp_path, tmp_path / "go")), 10)
     assert (got.ok, got.stopped) == (True, (True, True)), got
     assert folders(executor.table.state) == [], "no task was started"
+
+
+async def test_a_step_answered_before_it_started_is_answered_the_same_by_the_next_agent(
+    executor: Executor, tmp_path: Path
+) -> None:
+    """srun's stop came first, so the launch is answered "stopped before it started".
+    The agent is killed before that answer reaches the launcher. The launcher's `adopt`
+    to the next agent gets the same answer; before, it got "not known: lost" and the
+    step was recorded FAILED."""
+    runner = StepRunner(executor)
+    await runner._on_stop(stop(tmp_path), "")
+    first = await asyncio.wait_for(runner.outcome_of(launch(tmp_path, tmp_path / "go")), 10)
+    assert first.stopped == (True, True), first
+    again = StepRunner(executor)
+    again.resume()
+    asked = launch(tmp_path, tmp_path / "go", adopt=True)
+    assert await asyncio.wait_for(again.outcome_of(asked), 10) == first
 
 
 class StopMidStart(StepRunner):
