@@ -35,20 +35,20 @@ class Executor:
     trusted_keys: Any = Keys()
     accounts: Any = None
     allow_root = False
-    table = WorkerTable(Path("/nonexistent"))  # no task is started: its folders never made
     # Declared for StepRunner's protocol, never set: only a task's start reads them.
     zygote: Any
     fence_s: float
 
-    def __init__(self) -> None:
+    def __init__(self, state: Path) -> None:
         self.running: dict[int, Any] = {}
+        self.table = WorkerTable(state)  # no task is started; the answers are kept there
 
 
 class FakeSteps(StepRunner):
     """The step's tasks faked: each run waits for `release` and counts itself."""
 
-    def __init__(self) -> None:
-        super().__init__(Executor())
+    def __init__(self, state: Path) -> None:
+        super().__init__(Executor(state))
         self.runs = 0
         self.release = asyncio.Event()
 
@@ -66,8 +66,8 @@ def launch(step_id: int = 0, adopt: bool = False) -> StepLaunch:
     return SIGNER.sign(body, "n0", now=time.time())
 
 
-async def test_a_step_runs_once_and_every_ask_for_it_gets_its_outcome() -> None:
-    steps = FakeSteps()
+async def test_a_step_runs_once_and_every_ask_for_it_gets_its_outcome(tmp_path: Path) -> None:
+    steps = FakeSteps(tmp_path)
     first = asyncio.create_task(steps.outcome_of(launch()))
     await asyncio.sleep(0)
     again = asyncio.create_task(steps.outcome_of(launch()))  # the launcher retried
@@ -81,15 +81,17 @@ async def test_a_step_runs_once_and_every_ask_for_it_gets_its_outcome() -> None:
     assert steps.runs == 1
 
 
-async def test_an_adopt_of_a_step_the_agent_never_ran_says_it_is_lost() -> None:
-    steps = FakeSteps()
+async def test_an_adopt_of_a_step_the_agent_never_ran_says_it_is_lost(tmp_path: Path) -> None:
+    steps = FakeSteps(tmp_path)
     got = await steps.outcome_of(launch(step_id=3, adopt=True))
     assert (got.ok, got.message) == (False, "step 1.3 is not known on n0: lost")
     assert steps.runs == 0
 
 
-async def test_an_unsigned_adopt_is_refused_before_any_step_is_looked_up() -> None:
-    steps = FakeSteps()
+async def test_an_unsigned_adopt_is_refused_before_any_step_is_looked_up(
+    tmp_path: Path,
+) -> None:
+    steps = FakeSteps(tmp_path)
     steps.release.set()
     await steps.outcome_of(launch())
     forged = msgspec.structs.replace(launch(adopt=True), workdir="/elsewhere")  # not as signed
