@@ -215,19 +215,16 @@ class Prepared:
         chosen = self._select(job, pool, shape, self._ok(job, avoid, only))
         if isinstance(chosen, Chosen) and self._leaf_soon(job, pool, shape, chosen):
             chosen = LEAF_SOON
-        if isinstance(chosen, Chosen):
-            start = self._commit(job, shape, chosen, lent)
-            self._rehold(lent)
+        start = self._commit(job, shape, chosen, lent) if isinstance(chosen, Chosen) else None
+        self._rehold(lent)
+        if start is not None:
             return start
-        for b in lent:  # nothing taken since they were lent: each holds the same again
-            for i, m in b.held:
-                self.ix.take(i, m)
         if avoid and window is not None:
             dry = self._select(job, pool, shape, self._ok(job, frozenset(), only))
             if isinstance(dry, Chosen):
                 detail = f"would run into {window.name} at {window.start:.0f}"
                 return self._wait(job, Waiting.RESERVATION, detail, window.end)
-        return chosen
+        return chosen if isinstance(chosen, str) else "no room"
 
     def _ok(
         self,
@@ -341,9 +338,16 @@ class Prepared:
         )
 
     def _rehold(self, lent: list[Booking]) -> None:
+        """Each lent booking holds again what is still free of what it held: a try that
+        started nothing took none of it, and most tries start nothing."""
         ix = self.ix
+        free = ix.free
         for b in lent:
-            held = tuple((i, m & ix.free[i]) for i, m in b.held if m & ix.free[i])
+            if all(m & free[i] == m for i, m in b.held):  # none of it taken: the same again
+                for i, m in b.held:
+                    ix.take(i, m)
+                continue
+            held = tuple((i, m & free[i]) for i, m in b.held if m & free[i])
             for i, m in held:
                 ix.take(i, m)
             self.bookings[self.bookings.index(b)] = b._replace(held=held)
