@@ -138,9 +138,10 @@ def report_rows(
     rows: list[ReportRow] = []
 
     def walk(account: str, depth: int) -> None:
-        if not subtree(account):
+        usage = subtree(account)
+        if not usage:
             return
-        rows.append(row(account, None, subtree(account), depth))
+        rows.append(row(account, None, usage, depth))
         if by_user:
             mine = sorted(own.get(account, ()), key=lambda u: (-u.gpu_seconds, u.user))
             rows.extend(row(account, u.user, [u], depth) for u in mine)
