@@ -143,13 +143,20 @@ def muster(words: list[str]) -> int | None:
 
 
 def _submitted(
-    words: list[str], who: str, bad: Callable[[str], int], refused: Callable[[ApiRefused], int]
+    words: list[str],
+    who: str,
+    bad: Callable[[str], int],
+    refused: Callable[[ApiRefused], int],
+    *,
+    first_node: bool = False,
 ) -> list[int] | int:
     """The job ids of the submission `words` make, its warnings printed as `who`'s; or
-    the exit status `bad` (the words or the script) or `refused` (the API) returned."""
+    the exit status `bad` (the words or the script) or `refused` (the API) returned.
+    `first_node`: a plain script runs on the first node only (sbatch's, as Slurm's)."""
     fields = submit_fields(words, dry_run=False)
     if isinstance(fields, str):
         return bad(fields)
+    fields["batch_first_node"] = first_node
     try:
         reply = call(_url(), "submit", fields)
     except ApiRefused as err:
@@ -216,7 +223,7 @@ def _sbatch(words: list[str], parsable: bool) -> int:
         print(f"sbatch: error: {why}", file=sys.stderr)
         return 1
 
-    ids = _submitted(words, "sbatch", error, error)
+    ids = _submitted(words, "sbatch", error, error, first_node=True)
     if isinstance(ids, int):
         return ids
     print(ids[0] if parsable else f"Submitted batch job {ids[0]}", flush=True)

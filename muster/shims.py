@@ -42,10 +42,6 @@ NAMES = (
     "sbatch", "squeue", "scancel", "sinfo", "sacct", "scontrol", "sshare", "sreport", "srun",
     "salloc",
 )  # fmt: skip
-NO_STEPS = (
-    "job steps and interactive allocations are not supported by Muster yet; submit a batch "
-    "script with sbatch (its script already runs once on every node of the job)"
-)
 
 
 class ShimError(Exception):
@@ -106,6 +102,7 @@ def sbatch(argv: list[str]) -> int:
     req = submit_request([*options, *script], dry_run=False)
     if isinstance(req, str):
         raise ShimError(req)
+    req = replace(req, batch_first_node=True)  # Slurm's batch host: the first node
     url = _url()
     reply = request(url, "submit", req, SubmitReply)
     for warning in reply.warnings:

@@ -33,6 +33,9 @@ class SubmitRequest(Request, frozen=True, kw_only=True):
     # The submitter's environment as they submitted (sbatch's): what `--export` passes on
     # to the job, which never gets the daemons' own environment.
     environment: dict[str, str] = {}
+    # Where a plain script runs when neither it nor `argv` says (`--batch-nodes`): the
+    # sbatch shim asks for Slurm's, the first node only; `muster submit` for every node.
+    batch_first_node: bool = False
 
 
 class SubmitReply(msgspec.Struct, frozen=True, kw_only=True):

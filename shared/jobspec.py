@@ -72,6 +72,10 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     torchrun: bool = False
     ray: bool = False  # a Ray cluster on the allocation, the script its driver
+    # The script runs on node rank 0 only, as Slurm's batch script runs on its batch
+    # host; the other nodes hold the allocation for its steps (srun) and the job ends
+    # as that script does. False: once on every node (Muster's default; docs/steps.md).
+    batch_first_node: bool = False
     # pyxis's options: run the script in a container of this image (podman), with these
     # SRC:DST[:ro] bind mounts, starting in this folder inside it.
     container_image: str = ""

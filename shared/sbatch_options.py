@@ -183,6 +183,7 @@ TABLE: tuple[Spec, ...] = (
     # Muster's own.
     Spec("torchrun", None, _N),
     Spec("ray", None, _N),
+    Spec("batch-nodes", None, _R),
     # pyxis's (NVIDIA's Slurm container plugin) names.
     Spec("container-image", None, _R),
     Spec("container-mounts", None, _R),
@@ -199,7 +200,15 @@ SBATCH_OWN = (Spec("parsable", None, Arg.NONE), Spec("wait", "W", Arg.NONE))
 BY_LONG = {s.long: s for s in TABLE}
 BY_SHORT = {s.short: s for s in TABLE if s.short}
 MUSTER_ONLY = frozenset(
-    {"torchrun", "ray", "dry-run", "container-image", "container-mounts", "container-workdir"}
+    {
+        "torchrun",
+        "ray",
+        "batch-nodes",
+        "dry-run",
+        "container-image",
+        "container-mounts",
+        "container-workdir",
+    }
 )
 
 

@@ -254,6 +254,15 @@ def _wrap(b: Builder, v: str | None) -> None:
     b.wrap = _text(v, "--wrap")
 
 
+def _batch_nodes(b: Builder, v: str | None) -> None:
+    """`--batch-nodes=first|all`: where the batch script runs (docs/steps.md)."""
+    where = (v or "").strip().lower()
+    if where not in ("first", "all"):
+        msg = f"--batch-nodes={v}: give first (Slurm's: the script on the first node only) or all"
+        raise ValueError(msg)
+    b.set("batch_first_node", where == "first")
+
+
 def _dry_run(b: Builder, v: str | None) -> None:
     b.dry_run = True
 
@@ -284,6 +293,7 @@ HANDLERS: dict[str, Callable[[Builder, str | None], None]] = {
     "hold": _flag("hold", True),
     "torchrun": _flag("torchrun", True),
     "ray": _flag("ray", True),
+    "batch-nodes": _batch_nodes,
     "container-image": _str_field("container_image", "--container-image"),
     "container-mounts": _container_mounts,
     "container-workdir": _str_field("container_workdir", "--container-workdir"),
@@ -387,6 +397,11 @@ def finish(b: Builder) -> list[SubmitError]:
     if b.fields.get("ray") and b.fields.get("torchrun"):
         msg = "--ray and --torchrun are two launch modes; give one of them"
         errors.append(_conflict(msg, "ray"))
+    if b.fields.get("ray") or b.fields.get("torchrun"):
+        if b.fields.get("batch_first_node") and "batch_first_node" in b.explicit:
+            msg = "--batch-nodes=first: --ray and --torchrun run on every node; drop one of them"
+            errors.append(_conflict(msg, "batch-nodes"))
+        b.fields["batch_first_node"] = False  # the sbatch shim's default is a plain script's
     if b.fields.get("container_image"):
         if b.fields.get("ray") or b.fields.get("torchrun"):
             msg = "--container-image runs the script once per node; not with --ray or --torchrun"

@@ -222,10 +222,13 @@ def parse_submission(
     script_path: str = "",
     args: Sequence[str] = (),
     now: float | None = None,
+    batch_first_node: bool = False,
 ) -> Parsed:
     """Parse options (`argv`, the words before SCRIPT) and the script's directives.
 
-    `now` (epoch seconds) is needed only for `--begin`. With `--wrap=CMD` in argv the
+    `now` (epoch seconds) is needed only for `--begin`. `batch_first_node` is where a
+    plain script runs when neither says `--batch-nodes` (the sbatch shim asks for the
+    first node, as Slurm runs it; `muster submit` for every node). With `--wrap=CMD` in argv the
     script text may be empty: the job runs `CMD` under /bin/sh, as with sbatch.
     """
     wrapped = _wrapped_command(argv)
@@ -239,6 +242,7 @@ def parse_submission(
     sources, source_errors = _sources(directives, argv)
     name = "wrap" if wrapped is not None else posixpath.basename(script_path) or "sbatch"
     builder = _builder(name, user, text, args, workdir, now)
+    builder.fields["batch_first_node"] = batch_first_node
     if script_path:
         builder.fields["script_name"] = posixpath.basename(script_path)
     errors += source_errors + _apply(builder, sources)

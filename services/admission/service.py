@@ -210,6 +210,7 @@ class Admission:
             script_path=req.script_path,
             args=req.args,
             now=time.time(),
+            batch_first_node=req.batch_first_node,
         )
         if parsed.errors or parsed.spec is None:
             _refuse_all(tuple(str(e) for e in parsed.errors), "invalid")

@@ -295,8 +295,10 @@ class Coordinator:
             if not await self.park_unless_mine(conn, ev.job_id, ev):
                 return
             run = await repo.lock_run(conn, ev.job_id)
-        if sig is not None and run is not None and run.state in LIVE:
-            await self.agents.signal(ev.job_id, run.nodes, sig, leader_only=False)
+            loaded = await repo.load_spec(conn, ev.job_id)
+        if sig is not None and run is not None and loaded is not None and run.state in LIVE:
+            nodes = core.batch_nodes(loaded[0], run.nodes)
+            await self.agents.signal(ev.job_id, nodes, sig, leader_only=False)
 
     # --- one decision ----------------------------------------------------------------
 

@@ -100,6 +100,12 @@ def decide(
     return _Decider(run, config, now).on(observation)
 
 
+def batch_nodes(spec: JobSpec, nodes: tuple[str, ...]) -> tuple[str, ...]:
+    """Those of a run's `nodes` (rank order) whose worker runs the batch script: the first
+    alone for `--batch-nodes=first` (the others only hold the allocation), else all."""
+    return nodes[:1] if spec.batch_first_node else nodes
+
+
 def _excluding(excluded: tuple[str, ...], node: str) -> tuple[str, ...]:
     return excluded if node in excluded else (*excluded, node)
 
@@ -216,6 +222,11 @@ class _Decider:
             state = JobState.OUT_OF_MEMORY if status.oom_killed else JobState.FAILED
             reason = f"{who} ended with {status.describe()}"
             return self.worker_failed(obs.node, state, reason, status)
+        if run.spec.batch_first_node and obs.node == run.nodes[0]:
+            reason = f"the batch script on {obs.node} exited 0"
+            return self.finish(
+                Verdict.COMPLETE, JobState.COMPLETED, reason, status=status, stop=others
+            )
         self.run = msgspec.structs.replace(run, done_nodes=(*run.done_nodes, obs.node))
         if others:
             return Decision(verdict=Verdict.CONTINUE, run=self.run)
@@ -439,6 +450,7 @@ class _Decider:
         sig = parse_signal(run.spec.signal or "")
         if sig is None or run.signal_sent or not self.live:
             return self.ignore()
-        act = SignalWorkers(nodes=self.live, signal=sig, leader_only=run.spec.signal_batch_only)
+        nodes = batch_nodes(run.spec, self.live)
+        act = SignalWorkers(nodes=nodes, signal=sig, leader_only=run.spec.signal_batch_only)
         new = msgspec.structs.replace(run, signal_sent=True)
         return Decision(verdict=Verdict.SIGNAL, run=new, actions=(act,))

@@ -38,6 +38,10 @@ from shared.outputs import output_paths
 from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
+# A `--batch-nodes=first` job's worker on every node but the first: it holds the node
+# for the job's steps (a step runs on a node only while the job's worker runs there)
+# until the job ends and the launcher stops it; the batch script runs on the first node.
+HOLDER_ARGV = ("/bin/sh", "-c", "exec sleep 2147483647")
 # One node's start is never waited for longer, whatever its status says: beyond a
 # start's own time (stepd_client.START_TIMEOUT_S) and any site prolog's timeout.
 START_CAP_S = 900.0
@@ -217,11 +221,14 @@ def worker_spec(spec: JobSpec, gen: Generation, node: str, master: str, port: in
     )
     runnable = msgspec.structs.replace(spec, script=f"{SPOOL}/{spec.script_name}")
     out, err = output_paths(spec, gen.job_id, node)
+    argv = tuple(worker_argv(runnable, placement, sys.executable))
+    if spec.batch_first_node and node != gen.nodes[0]:
+        argv, out, err = HOLDER_ARGV, "/dev/null", "/dev/null"
     return WorkerSpec(
         job_id=gen.job_id,
         attempt=gen.attempt,
         generation=gen.generation,
-        argv=tuple(worker_argv(runnable, placement, sys.executable)),
+        argv=argv,
         env=job_env(spec, placement),
         workdir=spec.workdir,
         stdout=out,

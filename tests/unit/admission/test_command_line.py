@@ -296,6 +296,27 @@ REFUSALS = {
             ),
         ),
     ),
+    "--batch-nodes=first with --torchrun (torchrun runs on every node)": (
+        ("--torchrun", "--batch-nodes=first"),
+        (
+            err(
+                ErrorCode.CONFLICTING_OPTIONS,
+                "--batch-nodes=first: --ray and --torchrun run on every node; drop one of them",
+                "batch-nodes",
+            ),
+        ),
+    ),
+    "--batch-nodes of neither first nor all": (
+        ("--batch-nodes=some",),
+        (
+            err(
+                ErrorCode.BAD_VALUE,
+                "--batch-nodes=some: give first (Slurm's: the script on the first node only)"
+                " or all",
+                "batch-nodes",
+            ),
+        ),
+    ),
     "an empty job name": (
         ("-J", ""),
         (err(ErrorCode.BAD_VALUE, "--job-name cannot be empty", "job-name"),),
@@ -410,3 +431,29 @@ def test_a_byte_order_mark_from_a_windows_editor_is_dropped() -> None:
         "the script started with a UTF-8 byte order mark; removed it",
         "the script had DOS line endings (\\r\\n); converted to \\n",
     )
+
+
+BATCH_NODES = {
+    "muster submit's default: every node": ((), "", False, False),
+    "sbatch's default: the first node, as Slurm's batch host": ((), "", True, True),
+    "--batch-nodes=all on the command line over sbatch's default": (
+        ("--batch-nodes=all",), "", True, False,
+    ),
+    "a directive over sbatch's default": ((), "#SBATCH --batch-nodes=all\n", True, False),
+    "--batch-nodes=first asked of muster submit": (("--batch-nodes=first",), "", False, True),
+    "--torchrun runs on every node whatever sbatch's default": (("--torchrun",), "", True, False),
+    "--ray too": (("--ray",), "", True, False),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "directive", "default", "first"), BATCH_NODES.values(), ids=BATCH_NODES.keys()
+)
+def test_where_the_batch_script_runs(
+    argv: tuple[str, ...], directive: str, default: bool, first: bool
+) -> None:
+    script = SCRIPT.replace("#SBATCH -N 2\n", f"#SBATCH -N 2\n{directive}")
+    got = parse_submission(argv, script, user=USER, workdir=HOME, batch_first_node=default)
+    assert got.errors == ()
+    assert got.spec is not None
+    assert got.spec.batch_first_node is first

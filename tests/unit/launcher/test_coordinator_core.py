@@ -115,6 +115,9 @@ R_TWO_DONE = running(done_nodes=("a", "b"))
 R_ELASTIC = running(ELASTIC)
 R_ELASTIC_AT_MIN = running(ELASTIC, nodes=("a", "b"))
 R_SIGNAL = running(job(signal="USR1", signal_before_s=120))
+# `--batch-nodes=first` (sbatch's): the script on a alone, b and c hold the allocation
+R_BATCH = running(job(batch_first_node=True))
+R_BATCH_SIGNAL = running(job(batch_first_node=True, signal="USR1", signal_before_s=120))
 # What a fixed-size job's fault leaves: workers stopped, the placer asked for a spare.
 R_SPARE = decide(R, NodeFault(node="b", reason="xid 79"), CFG, T0 + 10).run
 LOST_B = "node b lost: xid 79"
@@ -135,6 +138,19 @@ WORKER_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decisio
         R_TWO_DONE, exited("c"), CFG,
         ended(R_TWO_DONE, Verdict.COMPLETE, JobState.COMPLETED, "all 3 workers exited 0",
               exit_code=0, done_nodes=ABC),
+    ),
+    "the batch script exiting 0 on the first node completes the job, its holders stopped": (
+        R_BATCH, exited("a"), CFG,
+        ended(R_BATCH, Verdict.COMPLETE, JobState.COMPLETED, "the batch script on a exited 0",
+              StopWorkers(nodes=("b", "c"), grace_s=KILL), exit_code=0),
+    ),
+    "the batch script failing on the first node fails the job as any worker's would": (
+        R_BATCH, exited("a", 3), AT_ONCE,
+        ended(R_BATCH, Verdict.FAIL, JobState.FAILED, "worker on a ended with exit 3",
+              StopWorkers(nodes=("b", "c"), grace_s=KILL), exit_code=3),
+    ),
+    "a holder exiting 0 leaves the batch script running": (
+        R_BATCH, exited("b"), CFG, then(R_BATCH, Verdict.CONTINUE, done_nodes=("b",)),
     ),
     "one worker exiting 0 waits for the others": (
         R, exited("a"), CFG, then(R, Verdict.CONTINUE, done_nodes=("a",)),
@@ -376,6 +392,11 @@ CONTROL_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decisi
     "--signal sends its signal to every worker before the limit": (
         R_SIGNAL, SignalDue(), CFG,
         then(R_SIGNAL, Verdict.SIGNAL, SignalWorkers(nodes=ABC, signal=10), signal_sent=True),
+    ),
+    "--signal goes to the batch script alone when it runs on the first node only": (
+        R_BATCH_SIGNAL, SignalDue(), CFG,
+        then(R_BATCH_SIGNAL, Verdict.SIGNAL, SignalWorkers(nodes=("a",), signal=10),
+             signal_sent=True),
     ),
     "--signal is sent once": (
         running(job(signal="USR1"), signal_sent=True), SignalDue(), CFG,

@@ -1,0 +1,87 @@
+"""End to end: sbatch runs a script on the job's first node only, as Slurm's batch host
+does, so the script Slurm users write — an unguarded `srun` on a two-node job — makes
+one step with a task on each node and completes. The other node holds its share of the
+allocation for the step and is let go when the script ends; its exit status is the
+job's (docs/steps.md)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from tests.support.cluster import eventually, nodes, ready, run_cli, running_cluster
+
+pytestmark = pytest.mark.slow
+
+TASK = 'echo "R$SLURM_PROCID@$SLURMD_NODENAME"'
+SRUN = f"""#!/bin/bash
+#SBATCH -N 2 --gpus-per-node=1 -t 5
+export MUSTER_KEY_DIR={{keys}}  # the launcher passes no MUSTER_ variable of the submitter's
+echo "batch on $SLURMD_NODENAME"
+{sys.executable} -m muster.shims srun bash -c '{TASK}' | sort
+"""
+ENDED = (
+    "SELECT state, exit_code FROM job_runs WHERE job_id = $1"
+    " AND state NOT IN ('RUNNING', 'COMPLETING')"
+)
+
+
+def job_processes(job: int) -> list[int]:
+    """The pids whose environment says they are `job`'s (the machine, not the database)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:  # not a pid, or gone
+            continue
+        if f"SLURM_JOB_ID={job}".encode() in env:
+            found.append(int(entry))
+    return found
+
+
+async def test_sbatch_runs_the_script_on_the_first_node_and_its_srun_on_both(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    state, work = tmp_path / "state", tmp_path / "work"
+    work.mkdir()
+    (work / "run.sh").write_text(SRUN.format(keys=state / "keys"))
+    async with running_cluster(state, nats_url, database_url, db, nodes(2)) as cluster:
+        wrote = run_cli("shims", str(tmp_path / "bin"), env={})
+        assert wrote.returncode == 0, wrote.stderr
+        env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+        env["MUSTER_NATS_URL"] = cluster.nats_url
+
+        def sbatch(*words: str) -> int:
+            out = subprocess.run(
+                ["sbatch", "--parsable", *words], capture_output=True, text=True, env=env,
+                cwd=work, timeout=120,
+            )  # fmt: skip
+            assert out.returncode == 0, out.stderr
+            return int(out.stdout.strip())
+
+        job = sbatch("run.sh")
+        row = await eventually(lambda: db.fetchrow(ENDED, job), lambda r: r is not None, 120.0)
+        assert row is not None
+        assert (row["state"], row["exit_code"]) == ("COMPLETED", 0)
+        # the script ran once (on node01), its one srun on both nodes
+        assert (work / f"slurm-{job}.out").read_text() == "batch on node01\nR0@node01\nR1@node02\n"
+        steps = await db.fetch(
+            "SELECT step_id, state, ntasks, nodes FROM job_steps WHERE job_id = $1", job
+        )
+        assert [tuple(s) for s in steps] == [(0, "COMPLETED", 2, ["node01", "node02"])]
+        # node02's holder went with the script: nothing of the job is left on the machine
+        await eventually(lambda: ready(job_processes(job)), lambda ps: ps == [], 30.0, "no process")
+
+        # the script's status is the job's, whatever the holders did
+        failing = sbatch("-N", "2", "-t", "5", "--wrap", "echo once; exit 3")
+        row = await eventually(lambda: db.fetchrow(ENDED, failing), lambda r: r is not None, 120.0)
+        assert row is not None
+        assert (row["state"], row["exit_code"]) == ("FAILED", 3)
+        assert (work / f"slurm-{failing}.out").read_text() == "once\n"
+        await eventually(lambda: ready(job_processes(failing)), lambda p: p == [], 30.0, "none")
