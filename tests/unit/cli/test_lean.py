@@ -134,6 +134,8 @@ def test_submit_and_sbatch_send_what_the_full_commands_send(
     sbatch_full = _lean(lambda: muster.shims.sbatch(["--parsable", *words]))
     sbatch = _lean(lambda: lean.shim("sbatch", ["--parsable", *words]))
     assert msgspec.convert(sbatch, api.SubmitRequest) == sbatch_full
+    # sbatch's script runs on the first node (Slurm's batch host), muster submit's on all
+    assert (sbatch_full.batch_first_node, full.batch_first_node) == (True, False)
 
 
 def test_sbatch_wait_is_left_to_the_full_shim() -> None:
