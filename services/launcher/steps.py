@@ -79,6 +79,7 @@ from shared.jobspec import JobSpec
 from shared.logs import kv
 from shared.runtime import ServiceContext
 from shared.settings import LauncherSettings
+from shared.states import JobState
 from shared.transient import is_transient
 from shared.waits import first_where
 
@@ -181,6 +182,10 @@ class StepService:
                 f"job {req.job_id} belongs to {spec.user!r}: only its owner runs steps in it",
                 "forbidden",
             )
+        if row["state"] == JobState.STARTING:  # a node's script may run before another's
+            # worker started (an agent slow to answer): srun waits, as for held GPUs
+            why = f"job {req.job_id} is starting: its workers do not run on every node yet"
+            raise Refused(why, "busy")
         gpus: dict[str, list[int]] = json.loads(row["gpus"])
         shape = StepShape(
             nodes=req.nodes,

@@ -30,10 +30,13 @@ STEP_FROM = (
 
 
 async def running_job(conn: Conn, job_id: int) -> tuple[Any, JobSpec] | None:
+    """The job's run and spec while it runs, or while it starts (its `state` says
+    which: a STARTING run's workers are not yet started on every node)."""
     row = await conn.fetchrow(
-        "SELECT r.attempt, r.restart_count, r.nodes, r.gpus::text AS gpus, j.spec::text AS spec,"
-        " extract(epoch FROM now() - r.started_at) AS run_s"
-        " FROM job_runs r JOIN jobs j USING (job_id) WHERE r.job_id = $1 AND r.state = 'RUNNING'",
+        "SELECT r.state, r.attempt, r.restart_count, r.nodes, r.gpus::text AS gpus,"
+        " j.spec::text AS spec, extract(epoch FROM now() - r.started_at) AS run_s"
+        " FROM job_runs r JOIN jobs j USING (job_id)"
+        " WHERE r.job_id = $1 AND r.state IN ('RUNNING', 'STARTING')",
         job_id,
     )
     if row is None:

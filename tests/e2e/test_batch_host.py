@@ -2,18 +2,21 @@
 does, so the script Slurm users write — an unguarded `srun` on a two-node job — makes
 one step with a task on each node and completes. The other node holds its share of the
 allocation for the step and is let go when the script ends; its exit status is the
-job's (docs/steps.md)."""
+job's (docs/steps.md). And an srun that comes before every node's worker started (a
+node's site prolog still running) waits for them, as Slurm's, where it was refused."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import asyncpg
 import pytest
 
+from shared.states import TERMINAL
 from tests.support.cluster import eventually, nodes, ready, run_cli, running_cluster
 
 pytestmark = pytest.mark.slow
@@ -23,12 +26,28 @@ SRUN = f"""#!/bin/bash
 #SBATCH -N 2 --gpus-per-node=1 -t 5
 export MUSTER_KEY_DIR={{keys}}  # the launcher passes no MUSTER_ variable of the submitter's
 echo "batch on $SLURMD_NODENAME"
-{sys.executable} -m muster.shims srun bash -c '{TASK}' | sort
+{sys.executable} -m muster.shims srun bash -c '{TASK}' 2> srun-$SLURM_JOB_ID.err | sort
 """
-ENDED = (
-    "SELECT state, exit_code FROM job_runs WHERE job_id = $1"
-    " AND state NOT IN ('RUNNING', 'COMPLETING')"
-)
+ENDS = sorted(TERMINAL)
+ENDED = "SELECT state, exit_code FROM job_runs WHERE job_id = $1 AND state = ANY($2::text[])"
+
+
+def sbatch_in(folder: Path, url: str, bin_dir: Path) -> Callable[..., int]:
+    """`sbatch --parsable WORDS` as a user's shell runs it (the shims on PATH) in
+    `folder`: the job's id."""
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MUSTER_NATS_URL": url}
+    wrote = run_cli("shims", str(bin_dir), env={})
+    assert wrote.returncode == 0, wrote.stderr
+
+    def sbatch(*words: str) -> int:
+        out = subprocess.run(
+            ["sbatch", "--parsable", *words], capture_output=True, text=True, env=env,
+            cwd=folder, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout.strip())
+
+    return sbatch
 
 
 def job_processes(job: int) -> list[int]:
@@ -52,21 +71,11 @@ async def test_sbatch_runs_the_script_on_the_first_node_and_its_srun_on_both(
     work.mkdir()
     (work / "run.sh").write_text(SRUN.format(keys=state / "keys"))
     async with running_cluster(state, nats_url, database_url, db, nodes(2)) as cluster:
-        wrote = run_cli("shims", str(tmp_path / "bin"), env={})
-        assert wrote.returncode == 0, wrote.stderr
-        env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
-        env["MUSTER_NATS_URL"] = cluster.nats_url
-
-        def sbatch(*words: str) -> int:
-            out = subprocess.run(
-                ["sbatch", "--parsable", *words], capture_output=True, text=True, env=env,
-                cwd=work, timeout=120,
-            )  # fmt: skip
-            assert out.returncode == 0, out.stderr
-            return int(out.stdout.strip())
-
+        sbatch = sbatch_in(work, cluster.nats_url, tmp_path / "bin")
         job = sbatch("run.sh")
-        row = await eventually(lambda: db.fetchrow(ENDED, job), lambda r: r is not None, 120.0)
+        row = await eventually(
+            lambda: db.fetchrow(ENDED, job, ENDS), lambda r: r is not None, 120.0
+        )
         assert row is not None
         assert (row["state"], row["exit_code"]) == ("COMPLETED", 0)
         # the script ran once (on node01), its one srun on both nodes
@@ -80,8 +89,37 @@ async def test_sbatch_runs_the_script_on_the_first_node_and_its_srun_on_both(
 
         # the script's status is the job's, whatever the holders did
         failing = sbatch("-N", "2", "-t", "5", "--wrap", "echo once; exit 3")
-        row = await eventually(lambda: db.fetchrow(ENDED, failing), lambda r: r is not None, 120.0)
+        row = await eventually(
+            lambda: db.fetchrow(ENDED, failing, ENDS), lambda r: r is not None, 120.0
+        )
         assert row is not None
         assert (row["state"], row["exit_code"]) == ("FAILED", 3)
         assert (work / f"slurm-{failing}.out").read_text() == "once\n"
         await eventually(lambda: ready(job_processes(failing)), lambda p: p == [], 30.0, "none")
+
+
+async def test_an_srun_before_every_nodes_worker_started_waits_for_them(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    """node02's site prolog takes 3 s, so node01's script (its worker started at once)
+    calls srun while the job's run is still STARTING. Before, srun was refused "job J is
+    not running" and the job FAILED with its status 1."""
+    state, work = tmp_path / "state", tmp_path / "work"
+    work.mkdir()
+    (work / "run.sh").write_text(SRUN.format(keys=state / "keys"))
+    prolog = tmp_path / "prolog.sh"
+    prolog.write_text('#!/bin/sh\n[ "$SLURMD_NODENAME" = node02 ] && sleep 3\nexit 0\n')
+    prolog.chmod(0o755)
+    slow = {"MUSTER_PROLOG": str(prolog), "MUSTER_HOOK_TIMEOUT_S": "30"}
+    async with running_cluster(state, nats_url, database_url, db, nodes(2), env=slow) as c:
+        job = sbatch_in(work, c.nats_url, tmp_path / "bin")("run.sh")
+        row = await eventually(
+            lambda: db.fetchrow(ENDED, job, ENDS), lambda r: r is not None, 120.0
+        )
+        assert row is not None
+        assert (row["state"], row["exit_code"]) == ("COMPLETED", 0)
+        assert (work / f"slurm-{job}.out").read_text() == "batch on node01\nR0@node01\nR1@node02\n"
+        said = (work / f"srun-{job}.err").read_text().splitlines()
+        assert said[0].startswith(f"srun: job {job}: step creation temporarily disabled")
+        assert f"job {job} is starting" in said[0]
+        assert said[1:] == [f"srun: step created for job {job}"]
