@@ -4,8 +4,9 @@ land, and the one poison message the dead-letter check expects.
 Job kinds: single-GPU jobs, gangs (two nodes, all or nothing), arrays, elastic
 torchrun-style jobs (`--nodes=1:2`: they shrink when a node goes and read their world
 from MUSTER_NODELIST), preemption pairs (a low-tier job holding a whole node, then a
-high-tier one that needs it), and two-node jobs whose batch script runs its sleep as an
-srun step from its first node (a task on each node, each under a stepd of its own: they
+high-tier one that needs it), and two-node jobs whose batch script runs on the first
+node only, as sbatch's does, its sleep an srun step (a task on each node, each under a
+stepd of its own, the other node's under the job's holder there: they
 must end with their job, whatever agent or replica is killed meanwhile), and one-node sweeps: three
 one-GPU steps side by side on two GPUs (steps hold their GPUs alone). Every job sleeps a drawn
 while and exits 0, in the run's own working folder (how tests/chaos/machine.py tells
@@ -68,19 +69,10 @@ ELASTIC = (
 )
 # srun signs its request as the submitter, with the bed's test keys (the launcher passes
 # no MUSTER_ variable of the submitter's); the interpreter is this one (its packages).
-# Muster runs the script on every node: node 0 runs the one step (a task on each node),
-# the other waits for its end. Each node's own srun made two steps that ended apart, and
-# the node whose step ended first ended its worker and so the other step's task there:
-# a FAILED job (srun's 137) that no fault caused. The mark is per generation: a
-# requeued run must not find the last one's.
-STEPPED = (
-    "#!/bin/bash\nexport MUSTER_KEY_DIR={keys}\n"
-    'done_mark="$PWD/stepped-$SLURM_JOB_ID-$MUSTER_GENERATION.done"\n'
-    'if [ "$SLURM_NODEID" = 0 ]; then\n'
-    '  {python} -m muster.cli srun sleep {seconds}; rc=$?; touch "$done_mark"; exit $rc\n'
-    "fi\n"
-    'while [ ! -e "$done_mark" ]; do sleep 0.2; done\n'
-)
+# A Slurm user's script: `--batch-nodes=first` (sbatch's) runs it on node 0 alone, and
+# its unguarded srun makes one step with a task on each node, node 1's under the
+# holder that keeps the node for it (docs/steps.md).
+STEPPED = "#!/bin/bash\nexport MUSTER_KEY_DIR={keys}\n{python} -m muster.cli srun sleep {seconds}\n"
 # A sweep inside one allocation: three one-GPU steps on two GPUs, the third waiting
 # ("busy") until one of the first two ends; no two may hold one GPU at once.
 SWEPT = (
@@ -95,7 +87,7 @@ KINDS: dict[str, tuple[tuple[str, ...], str]] = {
     "elastic": (("--nodes=1:2", "--gpus-per-node=1"), ELASTIC),
     "preemptible": (("--partition=low", "--gpus-per-node=2"), SLEEPER),
     "urgent": (("--partition=high", "--gpus-per-node=2"), SLEEPER),
-    "stepped": (("--nodes=2", "--gpus-per-node=1"), STEPPED),
+    "stepped": (("--nodes=2", "--gpus-per-node=1", "--batch-nodes=first"), STEPPED),
     "swept": (("--gpus-per-node=2",), SWEPT),
 }
 # What the dead-letter stream must hold, and nothing else: undecodable on purpose.
