@@ -66,6 +66,14 @@ def queue_lines(reply: QueueReply, start: bool = False) -> list[str]:
     return lines
 
 
+def _batch_host(reply: ShowJobReply) -> str:
+    """` BatchHost=NODE` where the script runs on the first node alone (sbatch's), as
+    scontrol shows it; "" where it runs on every node or the job has no nodes."""
+    if not reply.spec.get("batch_first_node") or not reply.job.nodelist:
+        return ""
+    return f" BatchHost={reply.job.nodelist[0]}"
+
+
 def show_lines(reply: ShowJobReply) -> list[str]:
     """`muster show job`: scontrol's key=value lines, then one line per attempt."""
     j = reply.job
@@ -75,7 +83,7 @@ def show_lines(reply: ShowJobReply) -> list[str]:
         f" Restarts={j.restart_count}",
         f"   Partition={j.partition} QOS={j.qos} NumNodes={j.nodes} GPUs={j.gpus}"
         f" TimeLimit={hms(j.time_limit_s)} RunTime={hms(j.elapsed_s)}",
-        f"   NodeList={','.join(j.nodelist) or '(null)'}",
+        f"   NodeList={','.join(j.nodelist) or '(null)'}{_batch_host(reply)}",
     ]
     if j.started_at is not None:
         limit_end = j.ended_at if j.ended_at is not None else j.started_at + j.time_limit_s

@@ -109,6 +109,13 @@ def test_show_lines_name_every_attempt_and_the_priority(utc: None) -> None:
     ]
 
 
+def test_show_lines_name_the_batch_host_of_a_script_on_the_first_node_only() -> None:
+    first = ShowJobReply(job=job(), spec={"batch_first_node": True})
+    assert show_lines(first)[3] == "   NodeList=node01,node02 BatchHost=node01"
+    pending = ShowJobReply(job=job(state="PENDING", nodelist=()), spec={"batch_first_node": True})
+    assert show_lines(pending)[3] == "   NodeList=(null)"
+
+
 SHOW_REASON = {
     "a hold by its owner has Slurm's name": ("PENDING", "HELD", "JobHeldUser"),
     "a hold by an operator has Slurm's name": ("PENDING", "HELD_ADMIN", "JobHeldAdmin"),
