@@ -58,6 +58,7 @@ class Totals:
         self.jobs_submitted = self.jobs_completed = self.orphans = 0
         self.cancels = self.forged_refused = self.forged_accepted = 0
         self.failing_seeds: list[int] = []
+        self.failed: dict[str, str] = {}  # "seed:job" -> "STATE: reason"
         self.services_exited: list[str] = []
         self.runs = 0
 
@@ -73,6 +74,7 @@ class Totals:
         self.forged_refused += report.forged_refused
         self.forged_accepted += len(report.forged_accepted)
         self.services_exited += [f"{report.seed}:{k}" for k in report.services_exited]
+        self.failed |= {f"{report.seed}:{j}": why for j, why in report.failed.items()}
         self.runs += 1
         if report.verdict():
             self.failing_seeds.append(report.seed)
@@ -87,6 +89,7 @@ class Totals:
             "jobs_submitted": self.jobs_submitted,
             "jobs_completed": self.jobs_completed,
             "step_states": dict(self.steps),
+            "jobs_failed": self.failed,
             "violations": dict(self.violations),
             "orphans": self.orphans,
             "cancels": self.cancels,

@@ -81,6 +81,16 @@ async def gpus_held_once(db: asyncpg.Connection) -> list[Violation]:
     ]
 
 
+async def ended_badly(db: asyncpg.Connection) -> dict[int, str]:
+    """The jobs that ended in a failure state, each as "STATE: reason" (not a verdict:
+    a job the workload's cancel or an application XID ends may end so by design)."""
+    rows = await db.fetch(
+        "SELECT job_id, state, reason FROM job_runs"
+        " WHERE state IN ('FAILED', 'NODE_FAIL', 'OUT_OF_MEMORY', 'TIMEOUT') ORDER BY job_id"
+    )
+    return {r["job_id"]: f"{r['state']}: {r['reason']}" for r in rows}
+
+
 async def jobs_kept(
     db: asyncpg.Connection, accepted: Iterable[int]
 ) -> tuple[list[Violation], dict[str, int]]:

@@ -60,6 +60,9 @@ class Report:
     jobs_submitted: int = 0
     job_states: dict[str, int] = field(default_factory=dict)
     step_states: dict[str, int] = field(default_factory=dict)  # the srun steps' ends
+    # jobs that ended badly (FAILED, NODE_FAIL, ...): "STATE: reason", so a run that
+    # failed a job no fault explains says which and why
+    failed: dict[int, str] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
     orphans: int = 0
     services_exited: list[str] = field(default_factory=list)
@@ -82,6 +85,7 @@ class Report:
             "jobs_completed": self.job_states.get("COMPLETED", 0),
             "job_states": self.job_states,
             "step_states": self.step_states,
+            "failed": {str(j): why for j, why in sorted(self.failed.items())},
             "violations": tally(self.violations),
             "orphans": self.orphans,
             "services_exited": self.services_exited,
@@ -237,6 +241,7 @@ async def _audit(
         found += await audit.step_gpus_held_once(conn)
         rows = await conn.fetch("SELECT state, count(*) AS n FROM job_steps GROUP BY state")
         report.step_states = {r["state"]: r["n"] for r in rows}
+        report.failed = await audit.ended_badly(conn)
     finally:
         await conn.close()
     letters, report.poison_copies = await audit.dead_letters(bed.url, POISON)
