@@ -11,7 +11,8 @@ old bed without authentication. Prints a
 line per run (its seed, so a failing one can be replayed with
 `MUSTER_CHAOS_SEED=<seed> pytest tests/chaos/test_chaos.py`), then one JSON object:
 `faults_injected` (by kind), `jobs_submitted`, `jobs_completed`, `step_states` (the
-srun steps, by how they ended), `violations` (by
+srun steps, by how they ended), `jobs_failed` ("seed:job" -> "STATE: reason" of each
+job that ended badly), `violations` (by
 invariant; must be all zero), `orphans`, `failover_s` (p50/p99 per kind: from a fault
 to the first job progress committed after it was undone), and the failing seeds.
 
