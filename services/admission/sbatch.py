@@ -228,8 +228,8 @@ def parse_submission(
 
     `now` (epoch seconds) is needed only for `--begin`. `batch_first_node` is where a
     plain script runs when neither says `--batch-nodes` (the sbatch shim asks for the
-    first node, as Slurm runs it; `muster submit` for every node). With `--wrap=CMD` in argv the
-    script text may be empty: the job runs `CMD` under /bin/sh, as with sbatch.
+    first node, as Slurm runs it; `muster submit` for every node). With `--wrap=CMD` in
+    argv the script text may be empty: the job runs `CMD` under /bin/sh, as with sbatch.
     """
     wrapped = _wrapped_command(argv)
     if wrapped is not None:

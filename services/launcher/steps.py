@@ -406,7 +406,7 @@ class StepService:
         name = f"step {req.job_id}.{req.step_id}"
         if req.step_id is not None and step is None:
             raise Refused(f"{name} does not exist", "not_found")
-        if found is None:
+        if found is None or found[0]["state"] != JobState.RUNNING:  # a STARTING run has none
             return Ok(message=f"job {req.job_id} is not running: no step to end")
         row, spec = found
         if req.user != spec.user:
