@@ -211,7 +211,8 @@ def gpu_vars(p: WorkerPlacement) -> dict[str, str]:
 
 
 def slurm_vars(spec: JobSpec, p: WorkerPlacement) -> dict[str, str]:
-    """The SLURM_* compatibility set, one task per node as `srun --ntasks-per-node=1`."""
+    """The SLURM_* compatibility set, one task per node as `srun --ntasks-per-node=1`;
+    a script on the first node only (sbatch's) is told the job's tasks, as sbatch's is."""
     env = {
         "SLURM_JOB_ID": str(p.job_id),
         "SLURM_JOBID": str(p.job_id),
@@ -236,6 +237,13 @@ def slurm_vars(spec: JobSpec, p: WorkerPlacement) -> dict[str, str]:
         "SLURM_GPUS_ON_NODE": str(len(p.gpus)),
         "SLURM_JOB_GPUS": ",".join(str(g) for g in sorted(p.gpus)),
     }
+    if spec.batch_first_node:  # sbatch's batch script: the job's tasks, which srun runs
+        tasks = p.nnodes * spec.ntasks_per_node
+        env |= {
+            "SLURM_NTASKS": str(tasks),
+            "SLURM_NPROCS": str(tasks),
+            "SLURM_NTASKS_PER_NODE": str(spec.ntasks_per_node),
+        }
     if p.array_task_id is not None:
         env["SLURM_ARRAY_TASK_ID"] = str(p.array_task_id)
         env["SLURM_ARRAY_JOB_ID"] = str(p.array_job_id if p.array_job_id is not None else p.job_id)

@@ -85,6 +85,15 @@ class Busy(msgspec.Struct, frozen=True, kw_only=True):
     message: str
 
 
+def with_job_tasks(shape: StepShape, job_ntasks_per_node: int) -> StepShape:
+    """srun given neither `-n` nor `--ntasks-per-node` runs the job's tasks per node
+    (sbatch's `--ntasks-per-node`, or its `-n` split over the nodes), as Slurm's srun
+    takes them from the batch script's SLURM_NTASKS_PER_NODE."""
+    if shape.ntasks or shape.ntasks_per_node or job_ntasks_per_node <= 1:
+        return shape
+    return msgspec.structs.replace(shape, ntasks_per_node=job_ntasks_per_node)
+
+
 def _counts(shape: StepShape, available: int) -> tuple[int, ...] | Refusal:
     """How many tasks each used node runs, in node order."""
     nodes, ntasks, per = shape.nodes, shape.ntasks, shape.ntasks_per_node

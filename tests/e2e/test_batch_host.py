@@ -1,6 +1,7 @@
 """End to end: sbatch runs a script on the job's first node only, as Slurm's batch host
 does, so the script Slurm users write — an unguarded `srun` on a two-node job — makes
-one step with a task on each node and completes. The other node holds its share of the
+one step with a task on each node (or the job's `--ntasks-per-node` on each) and
+completes. The other node holds its share of the
 allocation for the step and is let go when the script ends; its exit status is the
 job's (docs/steps.md). And an srun that comes before every node's worker started (a
 node's site prolog still running) waits for them, as Slurm's, where it was refused."""
@@ -27,6 +28,13 @@ SRUN = f"""#!/bin/bash
 export MUSTER_KEY_DIR={{keys}}  # the launcher passes no MUSTER_ variable of the submitter's
 echo "batch on $SLURMD_NODENAME"
 {sys.executable} -m muster.shims srun bash -c '{TASK}' 2> srun-$SLURM_JOB_ID.err | sort
+"""
+# sbatch's --ntasks-per-node: the script is told the job's tasks, and srun runs them
+TASKS = f"""#!/bin/bash
+#SBATCH -N 2 --ntasks-per-node=2 -t 5
+export MUSTER_KEY_DIR={{keys}}
+echo "tasks $SLURM_NTASKS"
+{sys.executable} -m muster.shims srun bash -c '{TASK}' 2> /dev/null | sort
 """
 ENDS = sorted(TERMINAL)
 ENDED = "SELECT state, exit_code FROM job_runs WHERE job_id = $1 AND state = ANY($2::text[])"
@@ -86,6 +94,13 @@ async def test_sbatch_runs_the_script_on_the_first_node_and_its_srun_on_both(
         assert [tuple(s) for s in steps] == [(0, "COMPLETED", 2, ["node01", "node02"])]
         # node02's holder went with the script: nothing of the job is left on the machine
         await eventually(lambda: ready(job_processes(job)), lambda ps: ps == [], 30.0, "no process")
+
+        (work / "tasks.sh").write_text(TASKS.format(keys=state / "keys"))
+        four = sbatch("tasks.sh")
+        row = await eventually(lambda: db.fetchrow(ENDED, four, ENDS), lambda r: r is not None)
+        assert row is not None and row["state"] == "COMPLETED"
+        lines = "tasks 4\nR0@node01\nR1@node01\nR2@node02\nR3@node02\n"
+        assert (work / f"slurm-{four}.out").read_text() == lines
 
         # the script's status is the job's, whatever the holders did
         failing = sbatch("-N", "2", "-t", "5", "--wrap", "echo once; exit 3")

@@ -79,6 +79,16 @@ def slurm_of(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(("SLURM", "MUSTER_"))}
 
 
+def test_a_script_on_the_first_node_only_is_told_the_jobs_tasks_as_sbatchs_is() -> None:
+    first = spec(batch_first_node=True, ntasks_per_node=4)
+    env = slurm_of(build_env(first, placement(first, node="node01"), {}))
+    want = {"SLURM_NTASKS": "12", "SLURM_NPROCS": "12", "SLURM_NTASKS_PER_NODE": "4"}
+    assert {k: env[k] for k in want} == want
+    every = spec(ntasks_per_node=4)  # a copy on every node: one task a node, its own
+    env = slurm_of(build_env(every, placement(every, node="node01"), {}))
+    assert (env["SLURM_NTASKS"], env["SLURM_NTASKS_PER_NODE"]) == ("3", "1")
+
+
 def test_slurm_and_muster_set_of_an_array_task() -> None:
     s = spec(gpus_per_node=2, account="physics", partition="gpu", array_job_id=40,
              array_task_id=7, workdir="/home/alice/run", mem_mib=4096, cpus_per_task=4)  # fmt: skip

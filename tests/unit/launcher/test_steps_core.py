@@ -19,6 +19,7 @@ from services.launcher.steps_core import (
     layout,
     step_end,
     task_env,
+    with_job_tasks,
 )
 from shared.agent_auth import GrantSigner, check
 from shared.api import StepLaunch, StepStop
@@ -53,6 +54,24 @@ def test_layout_counts(shape: StepShape, per_node: tuple[int, ...]) -> None:
     assert lay.per_node() == per_node
     assert lay.nodes == NODES[: len(per_node)]
     assert [t.procid for t in lay.tasks] == list(range(sum(per_node)))
+
+
+JOB_TASKS = {
+    "srun alone runs the job's tasks per node": (StepShape(), 2, (2, 2, 2)),
+    "-N takes that many nodes of them": (StepShape(nodes=1), 2, (2,)),
+    "-n is srun's own count": (StepShape(ntasks=2), 4, (1, 1)),
+    "--ntasks-per-node is srun's own": (StepShape(ntasks_per_node=1), 4, (1, 1, 1)),
+    "a job of one task a node changes nothing": (StepShape(), 1, (1, 1, 1)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("shape", "job", "per_node"), JOB_TASKS.values(), ids=JOB_TASKS.keys())
+def test_srun_without_a_count_runs_the_jobs_tasks_per_node(
+    shape: StepShape, job: int, per_node: tuple[int, ...]
+) -> None:
+    lay = layout(with_job_tasks(shape, job), NODES, GPUS)
+    assert isinstance(lay, Layout)
+    assert lay.per_node() == per_node
 
 
 @pytest.mark.parametrize(
