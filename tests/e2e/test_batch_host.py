@@ -1,10 +1,10 @@
 """End to end: sbatch runs a script on the job's first node only, as Slurm's batch host
 does, so the script Slurm users write — an unguarded `srun` on a two-node job — makes
 one step with a task on each node (or the job's `--ntasks-per-node` on each) and
-completes. The other node holds its share of the
-allocation for the step and is let go when the script ends; its exit status is the
-job's (docs/steps.md). And an srun that comes before every node's worker started (a
-node's site prolog still running) waits for them, as Slurm's, where it was refused."""
+completes. The other node holds its share of the allocation for the step and is let
+go when the script ends; its exit status is the job's (docs/steps.md). And an srun that
+comes before every node's worker started (a node's site prolog still running) waits
+for them, as Slurm's, where it was refused."""
 
 from __future__ import annotations
 
