@@ -53,6 +53,9 @@ class ChaosSettings:
     secure: bool = True  # False: the old bed, no bus auth, `trust` PostgreSQL logins
 
 
+APP_FAULT = "application fault on "  # an application XID's reason (the coordinator's)
+
+
 @dataclass
 class Report:
     seed: int
@@ -86,6 +89,7 @@ class Report:
             "job_states": self.job_states,
             "step_states": self.step_states,
             "failed": {str(j): why for j, why in sorted(self.failed.items())},
+            "kept": str(self.folder) if self.folder and self.folder.exists() else "",
             "violations": tally(self.violations),
             "orphans": self.orphans,
             "services_exited": self.services_exited,
@@ -98,6 +102,12 @@ class Report:
             "auth_lapses": len(self.unsecured),
             "failover_s": failover(self.faults),
         }
+
+    def unexplained(self) -> dict[int, str]:
+        """The jobs that ended badly for a reason other than an application XID (which
+        fails its job by design): no invariant broke, but the run's folder is kept for
+        reading, as a failing run's is."""
+        return {j: why for j, why in self.failed.items() if APP_FAULT not in why}
 
     def verdict(self) -> str:
         """Empty when the run kept every invariant; else what broke, and how to replay."""
@@ -134,7 +144,7 @@ async def run_chaos(settings: ChaosSettings) -> Report:
     folder = Path(tempfile.mkdtemp(prefix=f"muster-chaos-{settings.seed}-"))
     report = await _run(settings, folder)
     report.folder = folder
-    if not report.verdict():
+    if not report.verdict() and not report.unexplained():
         shutil.rmtree(folder, ignore_errors=True)
     return report
 

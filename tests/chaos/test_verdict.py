@@ -34,3 +34,14 @@ CASES: dict[str, tuple[Report, list[str]]] = {
 @pytest.mark.parametrize("report,lines", CASES.values(), ids=CASES.keys())
 def test_verdict(report: Report, lines: list[str]) -> None:
     assert report.verdict().splitlines() == lines
+
+
+def test_a_job_failed_by_anything_but_an_application_xid_is_unexplained() -> None:
+    report = Report(7)
+    report.failed = {
+        3: "FAILED: application fault on node02: xid 13 (application)",  # by design
+        5: "FAILED: worker on node01 ended with signal SIGTERM",
+        9: "NODE_FAIL: node node03 lost: xid 79; restart limit of 3 reached",
+    }
+    assert report.verdict() == ""  # no invariant broke: the run's folder is kept for all that
+    assert sorted(report.unexplained()) == [5, 9]
