@@ -58,16 +58,19 @@ def sbatch_in(folder: Path, url: str, bin_dir: Path) -> Callable[..., int]:
     return sbatch
 
 
-def job_processes(job: int) -> list[int]:
-    """The pids whose environment says they are `job`'s (the machine, not the database)."""
+def job_processes(job: int, work: Path) -> list[int]:
+    """The pids whose environment says they are `job`'s, submitted from `work` (this
+    test's cluster: another test's job of the same id has another folder): the
+    machine, not the database."""
+    mine = {f"SLURM_JOB_ID={job}".encode(), f"SLURM_SUBMIT_DIR={work}".encode()}
     found = []
     for entry in os.listdir("/proc"):
         try:
             with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read().split(b"\0")
+                env = set(f.read().split(b"\0"))
         except OSError:  # not a pid, or gone
             continue
-        if f"SLURM_JOB_ID={job}".encode() in env:
+        if mine <= env:
             found.append(int(entry))
     return found
 
@@ -93,7 +96,9 @@ async def test_sbatch_runs_the_script_on_the_first_node_and_its_srun_on_both(
         )
         assert [tuple(s) for s in steps] == [(0, "COMPLETED", 2, ["node01", "node02"])]
         # node02's holder went with the script: nothing of the job is left on the machine
-        await eventually(lambda: ready(job_processes(job)), lambda ps: ps == [], 30.0, "no process")
+        await eventually(
+            lambda: ready(job_processes(job, work)), lambda ps: ps == [], 30.0, "no process"
+        )
 
         (work / "tasks.sh").write_text(TASKS.format(keys=state / "keys"))
         four = sbatch("tasks.sh")
@@ -110,7 +115,9 @@ async def test_sbatch_runs_the_script_on_the_first_node_and_its_srun_on_both(
         assert row is not None
         assert (row["state"], row["exit_code"]) == ("FAILED", 3)
         assert (work / f"slurm-{failing}.out").read_text() == "once\n"
-        await eventually(lambda: ready(job_processes(failing)), lambda p: p == [], 30.0, "none")
+        await eventually(
+            lambda: ready(job_processes(failing, work)), lambda p: p == [], 30.0, "none"
+        )
 
 
 async def test_an_srun_before_every_nodes_worker_started_waits_for_them(
@@ -128,6 +135,8 @@ async def test_an_srun_before_every_nodes_worker_started_waits_for_them(
     slow = {"MUSTER_PROLOG": str(prolog), "MUSTER_HOOK_TIMEOUT_S": "30"}
     async with running_cluster(state, nats_url, database_url, db, nodes(2), env=slow) as c:
         job = sbatch_in(work, c.nats_url, tmp_path / "bin")("run.sh")
+        # node01's script waits in srun while node02's prolog runs: the probe sees it
+        await eventually(lambda: ready(job_processes(job, work)), bool, 30.0, "the script")
         row = await eventually(
             lambda: db.fetchrow(ENDED, job, ENDS), lambda r: r is not None, 120.0
         )
@@ -138,3 +147,4 @@ async def test_an_srun_before_every_nodes_worker_started_waits_for_them(
         assert said[0].startswith(f"srun: job {job}: step creation temporarily disabled")
         assert f"job {job} is starting" in said[0]
         assert said[1:] == [f"srun: step created for job {job}"]
+        await eventually(lambda: ready(job_processes(job, work)), lambda p: p == [], 30.0, "gone")
