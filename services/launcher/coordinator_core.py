@@ -100,6 +100,11 @@ def decide(
     return _Decider(run, config, now).on(observation)
 
 
+# How an application fault's end reads ("application fault on node01: xid 13 ..."): its
+# own failure, not a node's (chaos reports tell it from the failures nobody meant).
+APP_FAULT = "application fault on "
+
+
 def batch_nodes(spec: JobSpec, nodes: tuple[str, ...]) -> tuple[str, ...]:
     """Those of a run's `nodes` (rank order) whose worker runs the batch script: the first
     alone for `--batch-nodes=first` (the others only hold the allocation), else all."""
@@ -134,7 +139,7 @@ class _Decider:
             case StepNodeLost() if obs.generation == self.run.generation:
                 return self.node_lost(obs.node, obs.reason, reachable=True, exclude=False)
             case NodeFault(excludes_node=False) if obs.node in self.live:
-                reason = f"application fault on {obs.node}: {obs.reason}"
+                reason = f"{APP_FAULT}{obs.node}: {obs.reason}"
                 return self.finish(Verdict.FAIL, JobState.FAILED, reason)
             case NodeFault(excludes_node=True):
                 return self.node_lost(obs.node, obs.reason, reachable=True)

@@ -174,7 +174,7 @@ class StepService:
                     )
                 return await self._answer_when_ended(req.job_id, known["step_id"])
         async with self.ctx.pool.acquire() as conn:
-            found = await repo.running_job(conn, req.job_id)
+            found = await repo.live_run(conn, req.job_id)
         if found is None:
             raise Refused(f"job {req.job_id} is not running: a step runs inside a running job")
         row, spec = found
@@ -401,7 +401,7 @@ class StepService:
         if (req.step_id is None) == (not req.output_dir):
             raise Refused("name the step by its id or by srun's output folder, one of them")
         async with self.ctx.pool.acquire() as conn:
-            found = await repo.running_job(conn, req.job_id)
+            found = await repo.live_run(conn, req.job_id)
             step = None
             if req.step_id is not None:
                 step = await repo.step_row(conn, req.job_id, req.step_id)

@@ -29,7 +29,7 @@ STEP_FROM = (
 )
 
 
-async def running_job(conn: Conn, job_id: int) -> tuple[Any, JobSpec] | None:
+async def live_run(conn: Conn, job_id: int) -> tuple[Any, JobSpec] | None:
     """The job's run and spec while it runs, or while it starts (its `state` says
     which: a STARTING run's workers are not yet started on every node)."""
     row = await conn.fetchrow(

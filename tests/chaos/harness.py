@@ -29,6 +29,7 @@ from pathlib import Path
 
 import asyncpg
 
+from services.launcher.coordinator_core import APP_FAULT
 from shared.states import TERMINAL
 from tests.chaos import audit, secured
 from tests.chaos.bed import ChaosBed, chaos_bed
@@ -51,9 +52,6 @@ class ChaosSettings:
     nats_servers: int = 1  # 3: a JetStream cluster, streams at R3 (no partitions then)
     drain_s: float = 120.0
     secure: bool = True  # False: the old bed, no bus auth, `trust` PostgreSQL logins
-
-
-APP_FAULT = "application fault on "  # an application XID's reason (the coordinator's)
 
 
 @dataclass
