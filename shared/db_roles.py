@@ -45,6 +45,13 @@ OWNED: dict[str, tuple[str, ...]] = {
     "health": ("nodes", "gpus", "health_lease"),
     "fairshare": ("usage", "usage_charges", "usage_hours", "fairshare_state", "job_priorities"),
 }
+# Functions (the migrations') a role may call beyond what every role may: admission
+# purges finished jobs, with every service's rows about them, in one transaction
+# (migration 0027: the function sets its own floor and conditions, and runs with its
+# owner's rights, so the role gains no write on those tables).
+CALLS: dict[str, tuple[str, ...]] = {
+    "admission": ("purge_finished_jobs(double precision, integer)",),
+}
 
 
 def role_of(service: str) -> str:
@@ -70,6 +77,8 @@ def role_statements(service: str, password: str, database: str) -> list[str]:
         f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}",
         f"GRANT INSERT, UPDATE, DELETE ON {tables} TO {role}",
         f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}",
+        f"REVOKE ALL ON ALL FUNCTIONS IN SCHEMA public FROM {role}",
+        *(f"GRANT EXECUTE ON FUNCTION {f} TO {role}" for f in CALLS.get(service, ())),
     ]
 
 

@@ -24,8 +24,10 @@ cluster, or a first start on an old database) is followed by the next a second l
 not a period later. Measured on this machine (5,000-row batches, 200,000 rows a table,
 half of them old): 13 ms a batch, 12 ms for a pass that finds nothing old.
 
-A service may also hand its pruner a record table of its own (`Pruner.keep`),
-kept as long as the events: the placer's cycle log.
+A service may also hand its pruner a record table of its own (`Pruner.keep`), kept as
+long as the events (the placer's cycle log) or as long as it says (the fairshare
+service's hourly usage; admission's purge of finished jobs, a function that removes a
+job with all its rows: services/admission/purge.py).
 """
 
 from __future__ import annotations
@@ -71,6 +73,15 @@ DELETE FROM inbox WHERE ctid = ANY(ARRAY(
 """
 
 
+class Kept(NamedTuple):
+    """One of a service's own record tables, trimmed by its pruner: `sql` removes at most
+    `$2` rows older than `$1` seconds (bounded as the outbox's and inbox's are)."""
+
+    sql: str
+    keep_s: float | None = None  # None: as long as the outbox keeps events
+    counts: bool = False  # `sql` returns how many it removed, instead of a DELETE status
+
+
 class Retention(NamedTuple):
     outbox_keep_s: float = STREAM_MAX_AGE_S
     inbox_keep_s: float = INBOX_FLOOR_S
@@ -93,6 +104,12 @@ def inbox_keep_s(asked_s: float) -> float:
     return max(asked_s, INBOX_FLOOR_S)
 
 
+def kept_for(asked_s: float, floor_s: float) -> float | None:
+    """How long a record table of a service's own keeps its rows: as asked but never less
+    than `floor_s`; None (kept for ever) when asked 0 or less."""
+    return None if asked_s <= 0 else max(asked_s, floor_s)
+
+
 def go_on(removed: int, batch: int, rounds: int) -> bool:
     """Another batch: the last one was full (more may be old enough) and the pass has
     rounds left."""
@@ -104,25 +121,32 @@ def _count(status: str) -> int:
     return int(status.rsplit(" ", 1)[-1])
 
 
-async def prune(pool: Pool, retention: Retention, own: Sequence[str] = ()) -> Pruned:
-    """One pass over the outbox, the inbox and `own`: statements of a service's own
-    record tables, each deleting at most `$2` rows older than `$1` seconds (bounded as
-    the two above are), kept as long as the outbox keeps events."""
+async def prune(pool: Pool, retention: Retention, own: Sequence[Kept] = ()) -> Pruned:
+    """One pass over the outbox, the inbox and `own`, a service's own record tables."""
     keep_s, batch = retention.outbox_keep_s, retention.batch
     outbox = await _trim(pool, PRUNE_OUTBOX, (keep_s, batch, list(KEPT_SUBJECTS)), batch)
     inbox = await _trim(pool, PRUNE_INBOX, (inbox_keep_s(retention.inbox_keep_s), batch), batch)
-    mine = [await _trim(pool, sql, (keep_s, batch), batch) for sql in own]
+    mine = [
+        await _trim(pool, k.sql, (keep_s if k.keep_s is None else k.keep_s, batch), batch, k.counts)
+        for k in own
+    ]
     more = any(left for _, left in (outbox, inbox, *mine))
     return Pruned(outbox[0], inbox[0], sum(n for n, _ in mine), more)
 
 
-async def _trim(pool: Pool, sql: str, args: tuple[object, ...], batch: int) -> tuple[int, bool]:
+async def _trim(
+    pool: Pool, sql: str, args: tuple[object, ...], batch: int, counts: bool = False
+) -> tuple[int, bool]:
     """Batches of `sql`, each its own short transaction, while they come full and the
-    pass has rounds left: (rows removed, whether the last batch was full)."""
+    pass has rounds left: (rows removed, whether the last batch was full). With `counts`
+    the statement returns the number it removed (a function's); else its status says."""
     removed, rounds, last = 0, 0, batch
     while go_on(last, batch, rounds):
         async with pool.acquire() as conn:
-            last = _count(await conn.execute(sql, *args))
+            if counts:
+                last = int(await conn.fetchval(sql, *args))
+            else:
+                last = _count(await conn.execute(sql, *args))
         removed += last
         rounds += 1
     return removed, last >= batch
@@ -142,12 +166,12 @@ class Pruner:
     def __init__(self, pool: Pool, retention: Retention = DEFAULT) -> None:
         self.pool = pool
         self.retention = retention
-        self.own: list[str] = []  # statements trimming the service's record tables
+        self.own: list[Kept] = []  # statements trimming the service's record tables
 
-    def keep(self, sql: str) -> None:
-        """Trim one of this service's own tables too (its role may delete there): `sql`
-        as `prune` says of `own`."""
-        self.own.append(sql)
+    def keep(self, sql: str, keep_s: float | None = None, *, counts: bool = False) -> None:
+        """Trim one of this service's own tables too (its role may delete there), as
+        `Kept` says: rows older than `keep_s` (default: what the outbox keeps) go."""
+        self.own.append(Kept(sql, keep_s, counts))
 
     async def run(self, stop: asyncio.Event) -> None:
         never = asyncio.Event()

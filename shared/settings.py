@@ -143,11 +143,18 @@ class AdmissionSettings(IdentitySettings, frozen=True, kw_only=True):
     # A local cluster's bus secrets folder: the users' keys are rendered into its
     # authorization file and the NATS servers reload it (services/admission/bus_users.py).
     nats_auth_dir: str = ""
+    # A finished job, with every row about it, is purged this long after it ended
+    # (services/admission/purge.py; Slurm's PurgeJobAfter): a year, never less than 8
+    # days; 0 keeps finished jobs for ever.
+    job_keep_s: float = 365 * 24 * 3600.0
 
 
 class FairShareSettings(IdentitySettings, frozen=True, kw_only=True):
     service_name: str = "fairshare"
     fairshare_config: str = ""  # a TOML file of fair-share knobs (docs/fairshare.md)
+    # The hourly usage `muster report` reads is kept this long (Slurm's PurgeUsageAfter):
+    # two years, never less than a day; 0 keeps it for ever.
+    usage_keep_s: float = 730 * 24 * 3600.0
 
 
 class LauncherSettings(IdentitySettings, frozen=True, kw_only=True):

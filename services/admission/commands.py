@@ -39,6 +39,7 @@ from .actions import Decision, Target, Verb, decide, signal_name
 from .config_model import ClusterConfig
 from .errors_api import Refused
 from .policy import dependency_text, parse_job_ref
+from .purge import missing_job
 from .views import job_state, job_view, step_view, why_pending
 
 log = logging.getLogger(__name__)
@@ -50,10 +51,13 @@ class JobCommands:
         ctx: ServiceContext[Settings],
         config: Callable[[], ClusterConfig],
         directory: Callable[[], Directory],
+        *,
+        kept_s: float | None = None,
     ) -> None:
         self.ctx = ctx
         self.config = config
         self.directory = directory
+        self.kept_s = kept_s  # how long a finished job is kept before its purge (None: ever)
 
     # --- selection ---------------------------------------------------------------------
 
@@ -277,7 +281,7 @@ class JobCommands:
         async with self.ctx.pool.acquire() as conn:
             rows = await repo.job_rows(conn, [req.job_id], None)
             if not rows:
-                raise Refused(f"no such job: {req.job_id}", "not_found")
+                raise Refused(missing_job(req.job_id, self.kept_s), "not_found")
             spec = await repo.job_spec(conn, req.job_id) or {}
             history = await repo.attempts(conn, req.job_id)
             steps = await repo.steps(conn, req.job_id)

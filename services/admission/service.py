@@ -31,6 +31,7 @@ from services.admission.errors_api import Refused
 from services.admission.node_partitions import nodes_reply
 from services.admission.nonces import NonceLedger
 from services.admission.policy import NO_POLICY, JobPolicy, job_policy
+from services.admission.purge import PURGE_JOBS
 from services.admission.ratelimit import Bucket, take
 from services.admission.sbatch import parse_submission
 from services.admission.validate import SubmitCounts, admit, validate
@@ -56,6 +57,7 @@ from shared.identity import R, Verifier, authenticated
 from shared.identity_files import IdentitySource
 from shared.jobspec import JobSpec
 from shared.logs import kv
+from shared.retention import INBOX_FLOOR_S, kept_for
 from shared.runtime import ServiceContext, every, until_ready, until_stopped
 from shared.settings import AdmissionSettings
 from shared.telemetry import extract_context
@@ -90,6 +92,9 @@ class Admission:
         config: ConfigSource | None = None,
     ) -> None:
         self.ctx = ctx
+        self.job_keep_s = kept_for(ctx.settings.job_keep_s, INBOX_FLOOR_S)
+        if self.job_keep_s is not None:  # finished jobs, with every row about them
+            ctx.pruner.keep(PURGE_JOBS, self.job_keep_s, counts=True)
         self.operators = operators
         self.source = config if config is not None else ConfigSource(ctx.settings.cluster_config)
         self._published: ClusterConfig | None = None
@@ -101,7 +106,9 @@ class Admission:
         self.bus_users = BusUsers(ctx.settings.nats_auth_dir)
         self.ledger = NonceLedger(ctx.pool)
         self._buckets: dict[str, Bucket] = {}
-        self.jobs = JobCommands(ctx, self.authz_config, self.identity.directory)
+        self.jobs = JobCommands(
+            ctx, self.authz_config, self.identity.directory, kept_s=self.job_keep_s
+        )
         self.batcher = JobBatcher(ctx.pool, ctx.relay.kick)
         self._shapes: tuple[float, list[NodeShape]] = (0.0, [])
         self._inflight: set[asyncio.Task[None]] = set()

@@ -21,6 +21,17 @@ from shared.db import Conn
 from shared.jobspec import JobSpec
 from shared.waiting import fetch_waiting
 
+# The hourly usage older than the fairshare service keeps (`MUSTER_USAGE_KEEP_S`): at
+# most $2 rows older than $1 seconds, from the head of its key (hour first). The hour
+# being charged now is never this old (the setting is floored at a day).
+PRUNE_USAGE_HOURS = """
+DELETE FROM usage_hours WHERE ctid = ANY(ARRAY(
+  SELECT ctid FROM usage_hours
+   WHERE hour < now() - make_interval(secs => $1)
+   ORDER BY hour LIMIT $2 FOR UPDATE SKIP LOCKED
+))
+"""
+
 
 async def lock_charge(
     conn: Conn, job_id: int, attempt: int, user: str, account: str

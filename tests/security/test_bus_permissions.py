@@ -19,6 +19,7 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
+from services.admission.purge import PURGE_JOBS
 from shared import embedded
 from shared.api import WorkerSpec
 from shared.bus import DLQ_PREFIX, DLQ_STREAM, STREAM
@@ -270,6 +271,25 @@ async def test_a_service_cannot_write_a_table_another_service_owns(secured: Secu
             await placer.execute("DROP TABLE allocations")  # its own, but not its schema
         assert await placer.fetchval("SELECT count(*) FROM nodes") == 2  # it may read
     finally:
+        await placer.close()
+
+
+async def test_admission_purges_only_through_the_function_and_no_other_role_may(
+    secured: Secured,
+) -> None:
+    """Admission's role may call the purge of finished jobs (migration 0027), which
+    removes other services' rows with its owner's rights; it gains no write on those
+    tables, and no other role may call it."""
+    admission = await asyncpg.connect(secured.role_url("muster_admission"))
+    placer = await asyncpg.connect(secured.role_url("muster_placer"))
+    try:
+        assert await admission.fetchval(PURGE_JOBS, 0.0, 10) == 0  # nothing ended long ago
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await admission.execute("DELETE FROM job_runs")  # the launcher's
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await placer.fetchval(PURGE_JOBS, 0.0, 10)
+    finally:
+        await admission.close()
         await placer.close()
 
 

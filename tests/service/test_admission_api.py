@@ -352,7 +352,8 @@ async def test_show_hides_the_job_from_others_and_says_why_a_job_waits(api: Api)
     assert mine.why_pending.startswith("HELD: it is held")
     assert "private" in str(await _refused(api.show(job, "dave")))  # jobs are private
     assert (await api.show(job, "carol")).spec["script"] == SCRIPT  # coordinator of research
-    assert "no such job" in str(await _refused(api.show(987654)))
+    missing = str(await _refused(api.show(987654)))
+    assert "no such job: 987654 (never submitted, or finished more than 365 days ago" in missing
 
 
 # --- operators --------------------------------------------------------------------------

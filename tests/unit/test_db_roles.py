@@ -38,3 +38,17 @@ def test_a_role_writes_its_own_tables_and_the_plumbing_only() -> None:
         " TO muster_placer"
     ]
     assert "ALTER ROLE muster_placer LOGIN PASSWORD 'pw''d'" in statements
+
+
+def test_only_admission_may_call_the_purge_and_no_role_keeps_an_older_call() -> None:
+    """Every role's earlier function grants are revoked; admission alone gets the purge
+    (migration 0027), and the function's signature is the one the migration creates."""
+    purge = "GRANT EXECUTE ON FUNCTION purge_finished_jobs(double precision, integer)"
+    sql = "\n".join(text for _, text in migration_files())
+    assert "CREATE FUNCTION purge_finished_jobs(keep_s double precision, batch int)" in sql
+    for service in db_roles.OWNED:
+        statements = db_roles.role_statements(service, "pw", "muster")
+        role = db_roles.role_of(service)
+        assert f"REVOKE ALL ON ALL FUNCTIONS IN SCHEMA public FROM {role}" in statements
+        calls = [s for s in statements if s.startswith("GRANT EXECUTE")]
+        assert calls == ([f"{purge} TO {role}"] if service == "admission" else [])

@@ -14,6 +14,7 @@ from shared.retention import (
     _count,
     go_on,
     inbox_keep_s,
+    kept_for,
     pause_s,
 )
 
@@ -31,6 +32,21 @@ def test_the_inbox_keeps_at_least_what_the_stream_can_redeliver(
     asked_s: float, kept_s: float
 ) -> None:
     assert inbox_keep_s(asked_s) == kept_s
+
+
+@pytest.mark.parametrize(
+    ("asked_s", "floor_s", "kept_s"),
+    [
+        (0.0, DAY_S, None),  # 0: kept for ever
+        (-1.0, DAY_S, None),
+        (3600.0, DAY_S, DAY_S),  # never less than the floor
+        (365 * DAY_S, 8 * DAY_S, 365 * DAY_S),  # longer: as asked
+    ],
+)
+def test_a_services_own_record_is_kept_as_asked_above_its_floor_or_for_ever(
+    asked_s: float, floor_s: float, kept_s: float | None
+) -> None:
+    assert kept_for(asked_s, floor_s) == kept_s
 
 
 @pytest.mark.parametrize(
