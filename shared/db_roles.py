@@ -88,3 +88,27 @@ def lockdown_statements(database: str) -> list[str]:
         f'REVOKE ALL ON DATABASE "{database}" FROM PUBLIC',
         "REVOKE CREATE ON SCHEMA public FROM PUBLIC",
     ]
+
+
+SCRIPT_HEAD = """\
+-- Muster: one role per service (docs/security.md, "The database"); shared/db_roles.py
+-- writes the same statements, `muster up` runs them. Run as the superuser AFTER the
+-- migrations (the superuser owns the schema; the services cannot create or alter it):
+--   psql -v ON_ERROR_STOP=1 -d muster -f roles.sql   (replace each CHANGE_ME first)
+-- Written by `python -m shared.db_roles > deploy/postgres/roles.sql`; a unit test checks
+-- that the two agree.
+"""
+
+
+def roles_script(database: str = "muster") -> str:
+    """Every statement `muster up` runs for the roles, as a psql script for a real
+    server (deploy/postgres/roles.sql), each password a placeholder."""
+    lines = ["BEGIN;", *(f"{s};" for s in lockdown_statements(database))]
+    for service in OWNED:
+        lines.append(f"-- {service}")
+        lines += [f"{s};" for s in role_statements(service, f"CHANGE_ME_{service}", database)]
+    return SCRIPT_HEAD + "\n".join([*lines, "COMMIT;"]) + "\n"
+
+
+if __name__ == "__main__":
+    print(roles_script(), end="")

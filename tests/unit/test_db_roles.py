@@ -4,6 +4,7 @@ service's table (shared/db_roles.py against shared/migrations/)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from shared import db_roles
 from shared.db import migration_files
@@ -52,3 +53,12 @@ def test_only_admission_may_call_the_purge_and_no_role_keeps_an_older_call() -> 
         assert f"REVOKE ALL ON ALL FUNCTIONS IN SCHEMA public FROM {role}" in statements
         calls = [s for s in statements if s.startswith("GRANT EXECUTE")]
         assert calls == ([f"{purge} TO {role}"] if service == "admission" else [])
+
+
+def test_the_script_for_a_real_server_grants_what_muster_up_grants() -> None:
+    """deploy/postgres/roles.sql is `db_roles.roles_script()`: it once fell behind (no
+    write on `usage_hours` for fairshare, so every charge on a real server failed)."""
+    path = Path(__file__).resolve().parents[2] / "deploy" / "postgres" / "roles.sql"
+    assert path.read_text() == db_roles.roles_script(), (
+        "regenerate: python -m shared.db_roles > deploy/postgres/roles.sql"
+    )
