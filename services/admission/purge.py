@@ -24,11 +24,30 @@ from __future__ import annotations
 PURGE_JOBS = "SELECT purge_finished_jobs($1::float8, $2::int)"
 
 
+def kept_text(kept_s: float) -> str:
+    """A keep in the unit an operator set it in: days, or hours under a day and a half."""
+    days = kept_s / 86400
+    return f"{days:.0f} days" if days >= 1.5 else f"{kept_s / 3600:.0f} hours"
+
+
 def missing_job(job_id: int, kept_s: float | None) -> str:
     """What a request naming a job the database does not hold is told: with purging on,
     that a finished job may have been purged, and after how long."""
     if kept_s is None:
         return f"no such job: {job_id}"
-    days = kept_s / 86400
-    kept = f"{days:.0f} days" if days >= 1.5 else f"{kept_s / 3600:.0f} hours"
-    return f"no such job: {job_id} (never submitted, or finished more than {kept} ago and purged)"
+    return (
+        f"no such job: {job_id} (never submitted, or finished more than {kept_text(kept_s)}"
+        " ago and purged)"
+    )
+
+
+def missing_dependencies(job_ids: list[int], kept_s: float | None) -> str:
+    """Why a submission whose --dependency names jobs the database does not hold is
+    refused (as Slurm's "Job dependency problem"), and what to check."""
+    said = (
+        f"--dependency names job(s) that do not exist: {', '.join(map(str, job_ids))};"
+        " check the ids with `muster queue -a`"
+    )
+    if kept_s is None:
+        return said
+    return f"{said} (a finished job is purged {kept_text(kept_s)} after its end)"

@@ -31,7 +31,7 @@ from services.admission.errors_api import Refused
 from services.admission.node_partitions import nodes_reply
 from services.admission.nonces import NonceLedger
 from services.admission.policy import NO_POLICY, JobPolicy, job_policy
-from services.admission.purge import PURGE_JOBS
+from services.admission.purge import PURGE_JOBS, missing_dependencies
 from services.admission.ratelimit import Bucket, take
 from services.admission.sbatch import parse_submission
 from services.admission.validate import SubmitCounts, admit, validate
@@ -325,11 +325,7 @@ class Admission:
             found = await repo.existing_jobs(conn, wanted)
         missing = [j for j in wanted if j not in found]
         if missing:
-            raise Refused(
-                f"--dependency names job(s) that do not exist: {', '.join(map(str, missing))}; "
-                "check the ids with `muster queue -a`",
-                "bad_dependency",
-            )
+            raise Refused(missing_dependencies(missing, self.job_keep_s), "bad_dependency")
 
     async def _persist(
         self,

@@ -354,6 +354,12 @@ async def test_show_hides_the_job_from_others_and_says_why_a_job_waits(api: Api)
     assert (await api.show(job, "carol")).spec["script"] == SCRIPT  # coordinator of research
     missing = str(await _refused(api.show(987654)))
     assert "no such job: 987654 (never submitted, or finished more than 365 days ago" in missing
+    # a dependency on a job the database does not hold is refused (Slurm: "Job
+    # dependency problem"), not taken as met
+    refused = await _refused(api.submit("alice", "-d", "afterok:987654"))
+    assert refused.code == "bad_dependency"
+    assert "--dependency names job(s) that do not exist: 987654" in str(refused)
+    assert "purged 365 days after its end" in str(refused)
 
 
 # --- operators --------------------------------------------------------------------------
