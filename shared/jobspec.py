@@ -44,6 +44,10 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     gpus_total: NonNegative | None = None
     gpu_model: str | None = None
     ntasks_per_node: Positive = 1
+    # `--gpus-per-task` as asked (admission also counts it into `gpus_per_node`): each
+    # task of a bare `srun` is bound to this many of its node's GPUs, as Slurm's srun
+    # takes SLURM_GPUS_PER_TASK from the batch script's environment. None: not asked.
+    gpus_per_task: Positive | None = None
     cpus_per_task: Positive = 1
     mem_mib: NonNegative | None = None
     time_limit_s: Positive = 3600

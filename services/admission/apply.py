@@ -369,6 +369,8 @@ def _finish_gpus_per_task(b: Builder) -> list[SubmitError]:
         msg = "--gpus-per-task and --gpus/--gpus-per-node/--gres both count GPUs; give one"
         return [_conflict(msg, "gpus-per-task")]
     b.set("gpus_per_node", b.gpus_per_task * b.num("ntasks_per_node"))
+    if b.gpus_per_task:  # each task's own GPUs, for the job's steps (srun)
+        b.set("gpus_per_task", b.gpus_per_task)
     return []
 
 

@@ -237,19 +237,35 @@ def slurm_vars(spec: JobSpec, p: WorkerPlacement) -> dict[str, str]:
         "SLURM_GPUS_ON_NODE": str(len(p.gpus)),
         "SLURM_JOB_GPUS": ",".join(str(g) for g in sorted(p.gpus)),
     }
+    per_node = spec.ntasks_per_node if spec.batch_first_node else 1
+    env["SLURM_TASKS_PER_NODE"] = tasks_per_node([per_node] * p.nnodes)
     if spec.batch_first_node:  # sbatch's batch script: the job's tasks, which srun runs
-        tasks = p.nnodes * spec.ntasks_per_node
+        tasks = p.nnodes * per_node
         env |= {
             "SLURM_NTASKS": str(tasks),
             "SLURM_NPROCS": str(tasks),
-            "SLURM_NTASKS_PER_NODE": str(spec.ntasks_per_node),
+            "SLURM_NTASKS_PER_NODE": str(per_node),
         }
+    if spec.gpus_per_task is not None:  # what each task of a bare srun is bound to
+        env["SLURM_GPUS_PER_TASK"] = str(spec.gpus_per_task)
     if p.array_task_id is not None:
         env["SLURM_ARRAY_TASK_ID"] = str(p.array_task_id)
         env["SLURM_ARRAY_JOB_ID"] = str(p.array_job_id if p.array_job_id is not None else p.job_id)
     if spec.mem_mib is not None:
         env["SLURM_MEM_PER_NODE"] = str(spec.mem_mib)
     return env
+
+
+def tasks_per_node(counts: Iterable[int]) -> str:
+    """Slurm's SLURM_TASKS_PER_NODE: each node's task count in node order, a run of equal
+    counts written once with its length, `2(x3),1` for 2, 2, 2, 1."""
+    runs: list[list[int]] = []
+    for n in counts:
+        if runs and runs[-1][0] == n:
+            runs[-1][1] += 1
+        else:
+            runs.append([n, 1])
+    return ",".join(f"{n}(x{k})" if k > 1 else str(n) for n, k in runs)
 
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")

@@ -56,6 +56,7 @@ from services.launcher.steps_core import (
     layout,
     step_end,
     task_env,
+    with_job_gpus,
     with_job_tasks,
 )
 from shared.api import (
@@ -198,7 +199,7 @@ class StepService:
             overlap=req.overlap,
             nodelist=req.nodelist,
         )
-        shape = with_job_tasks(shape, spec.ntasks_per_node)
+        shape = with_job_gpus(with_job_tasks(shape, spec.ntasks_per_node), spec.gpus_per_task)
         if req.pty:  # a terminal: one task, on the first node (Slurm's srun --pty)
             shape = msgspec.structs.replace(shape, nodes=1, ntasks=1, ntasks_per_node=0)
         attempt, generation = int(row["attempt"]), int(row["restart_count"])

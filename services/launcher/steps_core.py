@@ -25,7 +25,7 @@ from enum import StrEnum
 
 import msgspec
 
-from services.launcher.env import compress_hostlist
+from services.launcher.env import compress_hostlist, tasks_per_node
 
 
 class StepState(StrEnum):
@@ -92,6 +92,16 @@ def with_job_tasks(shape: StepShape, job_ntasks_per_node: int) -> StepShape:
     if shape.ntasks or shape.ntasks_per_node or job_ntasks_per_node <= 1:
         return shape
     return msgspec.structs.replace(shape, ntasks_per_node=job_ntasks_per_node)
+
+
+def with_job_gpus(shape: StepShape, job_gpus_per_task: int | None) -> StepShape:
+    """srun given no GPU option binds each task to the job's `--gpus-per-task` GPUs of its
+    node, as Slurm's srun takes SLURM_GPUS_PER_TASK from the batch script's environment
+    (without it, every task would see all its node's GPUs, and a script written for one
+    GPU a task would run them all on device 0)."""
+    if not job_gpus_per_task or shape.gpus_per_task or shape.gpus_per_node or shape.gpus:
+        return shape
+    return msgspec.structs.replace(shape, gpus_per_task=job_gpus_per_task)
 
 
 def _counts(shape: StepShape, available: int) -> tuple[int, ...] | Refusal:
@@ -266,8 +276,7 @@ def task_env(
 ) -> dict[str, str]:
     """One task's environment: the caller's (the job's), with the step's and the task's
     own variables over it, and the node's variables for the node it runs on."""
-    per_node = lay.per_node()
-    tasks_per_node = ",".join(str(n) for n in per_node)
+    per_node = tasks_per_node(lay.per_node())
     return base | {
         "SLURM_JOB_ID": str(job_id),
         "SLURM_JOBID": str(job_id),
@@ -283,8 +292,8 @@ def task_env(
         "SLURM_STEP_NUM_TASKS": str(len(lay.tasks)),
         "SLURM_STEP_NUM_NODES": str(len(lay.nodes)),
         "SLURM_STEP_NODELIST": compress_hostlist(lay.nodes),
-        "SLURM_STEP_TASKS_PER_NODE": tasks_per_node,
-        "SLURM_TASKS_PER_NODE": tasks_per_node,
+        "SLURM_STEP_TASKS_PER_NODE": per_node,
+        "SLURM_TASKS_PER_NODE": per_node,
         "SLURMD_NODENAME": task.node,
         "MUSTER_NODE": task.node,
         "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in task.gpus),

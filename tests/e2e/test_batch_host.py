@@ -1,10 +1,10 @@
 """End to end: sbatch runs a script on the job's first node only, as Slurm's batch host
 does, so the script Slurm users write — an unguarded `srun` on a two-node job — makes
-one step with a task on each node (or the job's `--ntasks-per-node` on each) and
-completes. The other node holds its share of the allocation for the step and is let
-go when the script ends; its exit status is the job's (docs/steps.md). And an srun that
-comes before every node's worker started (a node's site prolog still running) waits
-for them, as Slurm's, where it was refused."""
+one step with a task on each node (or the job's `--ntasks-per-node` on each, each
+bound to the job's `--gpus-per-task`) and completes. The other node holds its share of
+the allocation for the step and is let go when the script ends; its exit status is the
+job's (docs/steps.md). And an srun that comes before every node's worker started (a
+node's site prolog still running) waits for them, as Slurm's, where it was refused."""
 
 from __future__ import annotations
 
@@ -35,6 +35,14 @@ TASKS = f"""#!/bin/bash
 export MUSTER_KEY_DIR={{keys}}
 echo "tasks $SLURM_NTASKS"
 {sys.executable} -m muster.shims srun bash -c '{TASK}' 2> /dev/null | sort
+"""
+# sbatch's --gpus-per-task: a bare srun binds each task to its own GPU, as Slurm's
+GPU = 'echo "R$SLURM_PROCID $CUDA_VISIBLE_DEVICES"'
+GPU_TASKS = f"""#!/bin/bash
+#SBATCH -N 1 --ntasks-per-node=2 --gpus-per-task=1 -t 5
+export MUSTER_KEY_DIR={{keys}}
+echo "per task $SLURM_GPUS_PER_TASK, tasks $SLURM_TASKS_PER_NODE, gpus $SLURM_JOB_GPUS"
+{sys.executable} -m muster.shims srun bash -c '{GPU}' 2> /dev/null | sort
 """
 ENDS = sorted(TERMINAL)
 ENDED = "SELECT state, exit_code FROM job_runs WHERE job_id = $1 AND state = ANY($2::text[])"
@@ -106,6 +114,17 @@ async def test_sbatch_runs_the_script_on_the_first_node_and_its_srun_on_both(
         assert row is not None and row["state"] == "COMPLETED"
         lines = "tasks 4\nR0@node01\nR1@node01\nR2@node02\nR3@node02\n"
         assert (work / f"slurm-{four}.out").read_text() == lines
+
+        (work / "gpus.sh").write_text(GPU_TASKS.format(keys=state / "keys"))
+        bound = sbatch("gpus.sh")
+        row = await eventually(lambda: db.fetchrow(ENDED, bound, ENDS), lambda r: r is not None)
+        assert row is not None and row["state"] == "COMPLETED"
+        head, *tasks = (work / f"slurm-{bound}.out").read_text().splitlines()
+        job_gpus = head.rsplit(" ", 1)[1].split(",")
+        assert head.startswith("per task 1, tasks 2, gpus ") and len(job_gpus) == 2, head
+        # one GPU each, the job's, not the same one (before: both saw both GPUs)
+        assert [t.split(" ")[0] for t in tasks] == ["R0", "R1"]
+        assert sorted(t.split(" ")[1] for t in tasks) == sorted(job_gpus), tasks
 
         # the script's status is the job's, whatever the holders did
         failing = sbatch("-N", "2", "-t", "5", "--wrap", "echo once; exit 3")

@@ -66,7 +66,7 @@ ACCEPTED: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = {
     "--gpus-per-task=a100:1 with four tasks": (
         "gpus_per_task_typed.sh",
         (),
-        g(4, "a100", ntasks_per_node=4),
+        g(4, "a100", ntasks_per_node=4, gpus_per_task=1),
     ),
     "the full model written as a GRES type": (
         "full_model_name.sh",

@@ -12,6 +12,7 @@ from services.launcher.env import (
     compress_hostlist,
     exported_env,
     place_worker,
+    tasks_per_node,
 )
 from shared.jobspec import JobSpec
 
@@ -82,11 +83,31 @@ def slurm_of(env: dict[str, str]) -> dict[str, str]:
 def test_a_script_on_the_first_node_only_is_told_the_jobs_tasks_as_sbatchs_is() -> None:
     first = spec(batch_first_node=True, ntasks_per_node=4)
     env = slurm_of(build_env(first, placement(first, node="node01"), {}))
-    want = {"SLURM_NTASKS": "12", "SLURM_NPROCS": "12", "SLURM_NTASKS_PER_NODE": "4"}
+    want = {
+        "SLURM_NTASKS": "12",
+        "SLURM_NPROCS": "12",
+        "SLURM_NTASKS_PER_NODE": "4",
+        "SLURM_TASKS_PER_NODE": "4(x3)",
+    }
     assert {k: env[k] for k in want} == want
     every = spec(ntasks_per_node=4)  # a copy on every node: one task a node, its own
     env = slurm_of(build_env(every, placement(every, node="node01"), {}))
-    assert (env["SLURM_NTASKS"], env["SLURM_NTASKS_PER_NODE"]) == ("3", "1")
+    got = (env["SLURM_NTASKS"], env["SLURM_NTASKS_PER_NODE"], env["SLURM_TASKS_PER_NODE"])
+    assert got == ("3", "1", "1(x3)")
+
+
+def test_a_job_that_asked_gpus_per_task_tells_its_script() -> None:
+    asked = spec(gpus_per_node=4, ntasks_per_node=4, gpus_per_task=1, batch_first_node=True)
+    assert slurm_of(build_env(asked, placement(asked), {}))["SLURM_GPUS_PER_TASK"] == "1"
+    assert "SLURM_GPUS_PER_TASK" not in build_env(spec(), placement(spec()), {})
+
+
+@pytest.mark.parametrize(
+    ("counts", "text"),
+    [((1,), "1"), ((8, 8), "8(x2)"), ((2, 2, 2, 1), "2(x3),1"), ((1, 2, 1), "1,2,1"), ((), "")],
+)
+def test_tasks_per_node_is_written_as_slurm_writes_it(counts: tuple[int, ...], text: str) -> None:
+    assert tasks_per_node(counts) == text
 
 
 def test_slurm_and_muster_set_of_an_array_task() -> None:
@@ -102,7 +123,8 @@ def test_slurm_and_muster_set_of_an_array_task() -> None:
         "SLURM_NODELIST": "node[01-03]", "SLURM_JOB_NUM_NODES": "3", "SLURM_NNODES": "3",
         "SLURM_NODEID": "1", "SLURMD_NODENAME": "node02", "SLURM_PROCID": "1",
         "SLURM_LOCALID": "0", "SLURM_NTASKS": "3", "SLURM_NPROCS": "3",
-        "SLURM_NTASKS_PER_NODE": "1", "SLURM_CPUS_PER_TASK": "4", "SLURM_RESTART_COUNT": "1",
+        "SLURM_NTASKS_PER_NODE": "1", "SLURM_TASKS_PER_NODE": "1(x3)", "SLURM_CPUS_PER_TASK": "4",
+        "SLURM_RESTART_COUNT": "1",
         "SLURM_SUBMIT_DIR": "/home/alice/run", "SLURM_JOB_ACCOUNT": "physics",
         "SLURM_JOB_PARTITION": "gpu", "SLURM_GPUS_ON_NODE": "2", "SLURM_JOB_GPUS": "1,3",
         "SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_JOB_ID": "40", "SLURM_MEM_PER_NODE": "4096",

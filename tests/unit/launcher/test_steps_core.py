@@ -19,6 +19,7 @@ from services.launcher.steps_core import (
     layout,
     step_end,
     task_env,
+    with_job_gpus,
     with_job_tasks,
 )
 from shared.agent_auth import GrantSigner, check
@@ -74,6 +75,29 @@ def test_srun_without_a_count_runs_the_jobs_tasks_per_node(
     assert lay.per_node() == per_node
 
 
+JOB_GPUS = {
+    "srun alone binds each task to the job's GPUs per task": (
+        StepShape(ntasks_per_node=2), 1, [(0,), (1,), (4,), (5,), (0,), (1,)]
+    ),
+    "two a task": (StepShape(nodes=2, ntasks_per_node=2), 2, [(0, 1), (2, 3), (4, 5), (6, 7)]),
+    "srun's own --gpus-per-task wins": (StepShape(nodes=1, gpus_per_task=2), 1, [(0, 1)]),
+    "so does its --gpus-per-node": (StepShape(nodes=1, gpus_per_node=4), 1, [(0, 1, 2, 3)]),
+    "and its --gpus": (StepShape(nodes=1, gpus=3), 1, [(0, 1, 2)]),
+    "a job that asked none: every task sees its node's GPUs": (
+        StepShape(nodes=1, ntasks_per_node=2), None, [(0, 1, 2, 3), (0, 1, 2, 3)]
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("shape", "job", "gpus"), JOB_GPUS.values(), ids=JOB_GPUS.keys())
+def test_srun_without_a_gpu_option_binds_the_jobs_gpus_per_task(
+    shape: StepShape, job: int | None, gpus: list[tuple[int, ...]]
+) -> None:
+    lay = layout(with_job_gpus(shape, job), NODES, GPUS)
+    assert isinstance(lay, Layout), lay
+    assert [t.gpus for t in lay.tasks] == gpus
+
+
 @pytest.mark.parametrize(
     ("shape", "message"),
     [
@@ -119,7 +143,7 @@ def test_task_env() -> None:
         "2",
     )
     assert env["SLURMD_NODENAME"] == "n1"
-    assert env["SLURM_STEP_TASKS_PER_NODE"] == "2,1"
+    assert env["SLURM_STEP_TASKS_PER_NODE"] == env["SLURM_TASKS_PER_NODE"] == "2,1"
     assert env["SLURM_STEP_NODELIST"] == "n[0-1]"
     assert env["CUDA_VISIBLE_DEVICES"] == env["GPU_DEVICE_ORDINAL"] == "4,5,6,7"
     assert env["SLURM_STEP_GPUS"] == "4,5,6,7"
