@@ -2,12 +2,14 @@
 
 A throwaway PostgreSQL holds `--jobs` finished jobs, each with the rows the services
 leave (run, allocation with a node and a GPU row, attempt, worker exit, step, charge),
-`--old` of them ended over a year ago; the rest ended a day ago. Measures one purge
+`--old` of them ended over a year ago; the rest ended a day ago; `--waiting` jobs wait,
+each depending on one of the recent ones (the purge reads what they depend on). Measures one purge
 pass over that history with nothing old enough (the common case: every pass of every
 admission replica), then the batches that remove the old jobs, as admission's pruner
 runs them (`--batch` jobs each). Prints one line per figure, then one JSON object.
 
-    .venv/bin/python bench/job_purge.py [--jobs 200000] [--old 100000] [--batch 5000]
+    .venv/bin/python bench/job_purge.py [--jobs 200000] [--old 100000] [--waiting 10000]
+                                        [--batch 5000]
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ ROWS = (
 )
 
 
-async def load(db: asyncpg.Connection, jobs: int, old: int) -> None:
+async def load(db: asyncpg.Connection, jobs: int, old: int, waiting: int) -> None:
     async with db.transaction():
         await db.execute("SET LOCAL session_replication_role = replica")  # a bulk load
         for table, values in ROWS:
@@ -72,14 +74,31 @@ async def load(db: asyncpg.Connection, jobs: int, old: int) -> None:
                 jobs,
                 old,
             )
+        await db.execute(
+            "INSERT INTO jobs(job_id, name, user_name, account, partition, qos, nodes_min,"
+            " nodes_max, gpus_per_node, time_limit_s, spec)"
+            " SELECT $1 + i, 'eval', 'u1', 'a', 'gpu', 'normal', 1, 1, 1, 3600,"
+            " jsonb_build_object('dependencies', jsonb_build_array(jsonb_build_object("
+            "'kind', 'afterok', 'job_ids', jsonb_build_array($1 - i % 1000), 'delay_s', 0)))"
+            " FROM generate_series(1, $2::int) i",
+            jobs,
+            waiting,
+        )
+        await db.execute(
+            "INSERT INTO waiting_jobs SELECT $1 + i FROM generate_series(1, $2::int) i",
+            jobs,
+            waiting,
+        )
     await db.execute("ANALYZE")
 
 
-async def measure(url: str, jobs: int, old: int, batch: int) -> dict[str, float | int]:
+async def measure(
+    url: str, jobs: int, old: int, waiting: int, batch: int
+) -> dict[str, float | int]:
     db = await asyncpg.connect(url)
     try:
         await migrate(db)
-        await load(db, jobs, old)
+        await load(db, jobs, old, waiting)
         idle = []
         for _ in range(20):  # a pass that finds nothing: a keep longer than any age here
             t = time.perf_counter()
@@ -93,12 +112,13 @@ async def measure(url: str, jobs: int, old: int, batch: int) -> dict[str, float 
                 break
             batches.append((time.perf_counter() - t) * 1000)
             removed += n
-        left = await db.fetchval("SELECT count(*) FROM jobs")
+        left = await db.fetchval("SELECT count(*) FROM jobs") - waiting
     finally:
         await db.close()
     return {
         "jobs": jobs,
         "old": old,
+        "waiting": waiting,
         "batch": batch,
         "removed": removed,
         "left": left,
@@ -113,6 +133,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=200_000)
     parser.add_argument("--old", type=int, default=100_000)
+    parser.add_argument("--waiting", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=5_000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="muster-bench-") as tmp:
@@ -121,7 +142,7 @@ def main() -> None:
         pg = embedded.start_postgres(state, fast=True)
         try:
             url = embedded.create_database(pg.url, "muster")
-            out = asyncio.run(measure(url, args.jobs, args.old, args.batch))
+            out = asyncio.run(measure(url, args.jobs, args.old, args.waiting, args.batch))
         finally:
             pg.stop()
     print(f"idle pass (nothing old enough) p50: {out['idle_pass_ms_p50']} ms")

@@ -10,10 +10,11 @@ might still be redelivered, and the inbox that makes such an event a no-op keeps
 that long: `shared/retention.py` INBOX_FLOOR_S). Admission's pruner calls it in bounded
 batches, with the outbox and the inbox.
 
-What a purge changes for users: `muster show job`, `sacct` and `muster report --jobs`
-no longer find the job; a dependency on it counts as met (Slurm lifts a dependency on a
-job it no longer knows); fair share is unchanged (`usage` holds the charged totals, not
-per-job rows), and so is the hourly usage report (`usage_hours`, kept on its own).
+What a purge changes for users: `muster show job` and `sacct` no longer find the job,
+and a new submission depending on it is refused. A job a waiting job depends on is
+kept while that job waits (its end is what the dependency is judged by). Fair share is
+unchanged (`usage` holds the charged totals, not per-job rows), and so is the hourly
+usage report (`usage_hours`, kept on its own).
 """
 
 from __future__ import annotations

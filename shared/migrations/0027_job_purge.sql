@@ -14,8 +14,10 @@
 -- A job goes only once nothing about it can change: its run is in a terminal state
 -- (the list below is `shared/states.py TERMINAL`; tests/service/test_purge.py checks
 -- them against each other), ended before the cutoff, no allocation of it is live, no
--- step of it is RUNNING and its usage is settled. A batch takes at most `batch` of
--- the oldest from the index below, skipping rows another pruner or writer holds.
+-- step of it is RUNNING, its usage is settled, and no waiting job depends on it. A
+-- batch takes at most `batch` of the oldest from the index below, skipping rows another
+-- pruner or writer holds; those a waiting job depends on are left out of it (so a
+-- batch may remove fewer, and the pruner's pass ends there until its next period).
 CREATE INDEX job_runs_ended ON job_runs (ended_at) WHERE ended_at IS NOT NULL;
 
 CREATE FUNCTION purge_finished_jobs(keep_s double precision, batch int) RETURNS int
@@ -23,6 +25,7 @@ CREATE FUNCTION purge_finished_jobs(keep_s double precision, batch int) RETURNS 
 DECLARE
     cutoff timestamptz := now() - make_interval(secs => greatest(keep_s, 8 * 86400));
     gone bigint[];
+    depended bigint[];
     allocs bigint[];
 BEGIN
     SELECT coalesce(array_agg(job_id), '{}') INTO gone FROM (
@@ -42,6 +45,19 @@ BEGIN
     ) head;
     IF cardinality(gone) = 0 THEN
         RETURN 0;
+    END IF;
+    -- A job a waiting job depends on stays while that job waits: its end is what the
+    -- dependency is judged by (a FAILED job's afterok is never met; gone, it would read
+    -- as met). An array's tasks stay while a waiting job names the array.
+    SELECT coalesce(array_agg(DISTINCT id), '{}') INTO depended FROM (
+        SELECT jsonb_array_elements_text(d->'job_ids')::bigint AS id
+          FROM waiting_jobs w JOIN jobs j USING (job_id),
+               jsonb_array_elements(j.spec->'dependencies') d
+    ) named;
+    IF cardinality(depended) > 0 THEN
+        SELECT coalesce(array_agg(job_id), '{}') INTO gone FROM jobs
+         WHERE job_id = ANY(gone)
+           AND NOT (job_id = ANY(depended) OR coalesce(array_job_id, 0) = ANY(depended));
     END IF;
     SELECT coalesce(array_agg(alloc_id), '{}') INTO allocs
       FROM allocations WHERE job_id = ANY(gone);

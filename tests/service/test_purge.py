@@ -8,6 +8,7 @@ and two pruners share them."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import asyncpg
 import pytest
@@ -150,6 +151,35 @@ async def test_no_setting_purges_a_job_within_the_floor_nor_one_still_open(
     assert await rows_of(db, [outside]) == {}
     left = await db.fetch("SELECT job_id FROM jobs ORDER BY job_id")
     assert [r["job_id"] for r in left] == [inside, *held]
+
+
+@pytest.mark.usefixtures("lease")
+async def test_a_job_a_waiting_job_depends_on_stays_while_it_waits(
+    db: asyncpg.Connection, pool: asyncpg.Pool
+) -> None:
+    """A FAILED job's `afterok` is never met; gone, the dependent would read it as met and
+    start a year late. So it stays while the dependent waits (an array by its id: every
+    task), and goes with the next pass once the dependent ended."""
+    failed = await ended_job(db, 400, JobState.FAILED)
+    array = [await ended_job(db, 400) for _ in range(2)]
+    await db.execute("UPDATE jobs SET array_job_id = $1 WHERE job_id = ANY($2)", array[0], array)
+    other = await ended_job(db, 400)
+    waiting = await ended_job(db, None)
+    deps = [{"kind": "afterok", "job_ids": [failed, array[0]], "delay_s": 0}]
+    await db.execute(
+        "UPDATE jobs SET spec = jsonb_build_object('dependencies', $2::jsonb) WHERE job_id = $1",
+        waiting,
+        json.dumps(deps),
+    )
+    assert await prune(pool, Retention(), [PURGE]) == Pruned(0, 0, own=1)
+    assert await rows_of(db, [other]) == {}
+    assert (await rows_of(db, [failed, *array]))["jobs.job_id"] == 3
+    # the dependent is cancelled before it ran: nothing waits on them any more
+    await db.execute(
+        "INSERT INTO job_runs(job_id, state, ended_at) VALUES ($1, 'CANCELLED', now())", waiting
+    )
+    assert await prune(pool, Retention(), [PURGE]) == Pruned(0, 0, own=3)
+    assert await rows_of(db, [failed, *array]) == {}
 
 
 @pytest.mark.usefixtures("lease")
