@@ -87,6 +87,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from services.fairshare.api import REPORT_VERB, ReportReply, ReportRequest
     from services.fairshare.report import TimeUnit, render_report
 
+    if args.cluster:
+        return _cluster_report(args)
     req = ReportRequest(
         user=current_user(),
         since=args.starttime,
@@ -98,6 +100,31 @@ def cmd_report(args: argparse.Namespace) -> int:
     unit = TimeUnit(args.time_unit)
     return _answer(
         REPORT_VERB, req, ReportReply, args, lambda r: render_report(r.rows, r.since, r.until, unit)
+    )
+
+
+def _cluster_report(args: argparse.Namespace) -> int:
+    """`muster report --cluster`: the cluster's GPU time per state (sreport's cluster
+    Utilization); per-account options do not apply."""
+    from services.fairshare.api import CLUSTER_VERB, ClusterReply, ClusterRequest
+    from services.fairshare.cluster_report import render_cluster
+    from services.fairshare.report import TimeUnit
+
+    if args.account or args.user or args.accounts_only:
+        print(
+            "muster report: --cluster reports the whole cluster's GPU time;"
+            " drop -A, -u and --accounts-only (or drop --cluster for usage per account)",
+            file=sys.stderr,
+        )
+        return 2
+    req = ClusterRequest(user=current_user(), since=args.starttime, until=args.endtime)
+    unit = TimeUnit(args.time_unit)
+    return _answer(
+        CLUSTER_VERB,
+        req,
+        ClusterReply,
+        args,
+        lambda r: render_cluster(r.usage, r.since, r.until, unit),
     )
 
 
@@ -131,6 +158,12 @@ def register(sub: Any) -> None:
     s.add_argument("-A", "--account", action="append", help="only these accounts (a,b)")
     s.add_argument("-u", "--user", action="append", help="only these users (a,b)")
     s.add_argument("--accounts-only", action="store_true", help="no user rows")
+    s.add_argument(
+        "--cluster",
+        action="store_true",
+        help="the cluster's GPU time: allocated, idle, planned down, down (sreport cluster"
+        " Utilization)",
+    )
     s.add_argument("-t", "--time-unit", choices=("seconds", "minutes", "hours"), default="hours")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_report)

@@ -336,12 +336,24 @@ def sshare(argv: list[str]) -> int:
 
 def sreport(argv: list[str]) -> int:
     from muster import sreport as report
-    from services.fairshare.api import REPORT_VERB, ReportReply, ReportRequest
+    from services.fairshare.api import (
+        CLUSTER_VERB,
+        REPORT_VERB,
+        ClusterReply,
+        ClusterRequest,
+        ReportReply,
+        ReportRequest,
+    )
 
     try:
         a = report.parse(argv, _when)
     except report.SreportError as err:
         raise ShimError(str(err)) from err
+    if a.report is report.Report.UTILIZATION:
+        ask = ClusterRequest(user=current_user(), since=a.since, until=a.until)
+        got = request(_url(), CLUSTER_VERB, ask, ClusterReply)
+        _print(report.cluster_lines(a, got.cluster, got.since, got.until, got.usage))
+        return 0
     req = ReportRequest(
         user=current_user(), since=a.since, until=a.until, accounts=a.accounts, users=a.users
     )

@@ -3,7 +3,7 @@
 
     sreport [-t hours|minutes|seconds] [-T gres/gpu] [-P|-p] [-n]
             cluster AccountUtilizationByUser | cluster UserUtilizationByAccount |
-            user TopUsage [TopCount=10] [group]
+            user TopUsage [TopCount=10] [group] | cluster Utilization
             [start=2027-01-01] [end=2027-02-01] [accounts=a,b] [users=u,v]
 
 Words and options as Slurm's (report names in any case); GPU time, not CPU time, is
@@ -11,8 +11,12 @@ what a row's `Used` counts, and the title says so. AccountUtilizationByUser: `ro
 (the whole window), then each account, each followed by its users and its
 sub-accounts (whose usage its own row counts), as Slurm's tree. UserUtilizationByAccount:
 each user in each account, most used first. TopUsage: the same, the first `TopCount`;
-with `group`, one line a user, their accounts named together. Anything else is
-refused with what to write instead.
+with `group`, one line a user, their accounts named together. Utilization: the
+cluster's GPU time allocated, down, down for maintenance (PLND Down: nodes an operator
+drained), idle and in all (Reported), from `muster.api.cluster_report`
+(services/fairshare/cluster_report.py); Slurm's `Planned` column (idle time held for
+pending jobs) is not kept, so it is not printed. Anything else is refused with what to
+write instead.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class Report(StrEnum):
     ACCOUNT_BY_USER = "cluster accountutilizationbyuser"
     USER_BY_ACCOUNT = "cluster userutilizationbyaccount"
     TOP_USAGE = "user topusage"
+    UTILIZATION = "cluster utilization"
 
 
 # Each report's columns (name, width) and title, as Slurm prints them.
@@ -44,11 +49,14 @@ COLUMNS = {
                              ("Account", 15), ("Used", 8), ("Energy", 8)),
     Report.TOP_USAGE: (("Cluster", 9), ("Login", 9), ("Proper Name", 15), ("Account", 15),
                        ("Used", 8), ("Energy", 8)),
+    Report.UTILIZATION: (("Cluster", 9), ("Allocated", 10), ("Down", 9), ("PLND Down", 9),
+                         ("Idle", 9), ("Reported", 10)),
 }  # fmt: skip
 TITLES = {
     Report.ACCOUNT_BY_USER: "Cluster/Account/User Utilization",
     Report.USER_BY_ACCOUNT: "Cluster/User/Account Utilization",
     Report.TOP_USAGE: "Top {count} Users",
+    Report.UTILIZATION: "Cluster Utilization",
 }
 
 
@@ -102,7 +110,7 @@ def parse(argv: Sequence[str], when: Callable[[str], float]) -> SreportArgs:
         raise SreportError(
             f"report {' '.join(words[:2]) or '(none)'} is not kept: the reports are"
             " 'cluster AccountUtilizationByUser' (muster report gives the same),"
-            " 'cluster UserUtilizationByAccount' and 'user TopUsage'"
+            " 'cluster UserUtilizationByAccount', 'cluster Utilization' and 'user TopUsage'"
         )
     opts["report"] = Report(named)
     for word in words[2:]:
@@ -119,6 +127,8 @@ def _option(word: str, report: Report, when: Callable[[str], float]) -> dict[str
             return {"since" if key == "start" else "until": when(value)}
         except (ValueError, TypeError) as err:
             raise SreportError(f"{word}: {err}") from err
+    if report is Report.UTILIZATION:
+        raise SreportError(f"{word}: the cluster's report takes start= and end= only")
     if key in ("accounts", "account"):
         return {"accounts": tuple(v for v in value.split(",") if v)}
     if key in ("users", "user"):
@@ -145,6 +155,20 @@ def lines(
     per = UNITS[args.unit]
     table = _table(args, cluster, rows)
     cells = [[*row[:4], str(round(row[4] / per)), "0"] for row in table]
+    return _lines(args, since, until, cells)
+
+
+def cluster_lines(
+    args: SreportArgs, cluster: str, since: float, until: float, usage: Any
+) -> list[str]:
+    """cluster Utilization's lines, from the cluster report (`ClusterUsage`)."""
+    per = UNITS[args.unit]
+    values = (usage.allocated_s, usage.down_s, usage.planned_down_s, usage.idle_s)
+    cells = [[cluster, *(str(round(v / per)) for v in (*values, sum(values)))]]
+    return _lines(args, since, until, cells)
+
+
+def _lines(args: SreportArgs, since: float, until: float, cells: list[list[str]]) -> list[str]:
     columns = COLUMNS[args.report]
     out: list[str] = []
     if args.header:

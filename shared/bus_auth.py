@@ -85,7 +85,12 @@ SERVICE_AGENT_VERBS: dict[str, tuple[str, ...]] = {
 # What a service serves or listens to on core NATS.
 SERVICE_LISTENS: dict[str, tuple[str, ...]] = {
     "admission": (API_PREFIX + "*",),
-    "fairshare": (API_PREFIX + "share", API_PREFIX + "acct", API_PREFIX + "report"),
+    "fairshare": (
+        API_PREFIX + "share",
+        API_PREFIX + "acct",
+        API_PREFIX + "report",
+        API_PREFIX + "cluster_report",
+    ),
     "launcher": (API_PREFIX + "step", API_PREFIX + "step_cancel"),  # srun (docs/steps.md)
     "health": (HEARTBEAT_PREFIX + "*",),
 }

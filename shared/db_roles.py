@@ -42,7 +42,7 @@ OWNED: dict[str, tuple[str, ...]] = {
         "launcher_mailbox",
         "job_steps",
     ),
-    "health": ("nodes", "gpus", "health_lease"),
+    "health": ("nodes", "gpus", "health_lease", "cluster_hours"),
     "fairshare": ("usage", "usage_charges", "usage_hours", "fairshare_state", "job_priorities"),
 }
 # Functions (the migrations') a role may call beyond what every role may: admission

@@ -68,6 +68,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     outbox_keep_s: float = 7 * 24 * 3600.0
     inbox_keep_s: float = 8 * 24 * 3600.0
     prune_every_s: float = 600.0
+    # The hourly records `muster report` reads (usage per user, fairshare's; the cluster's
+    # GPU time per state, health's) are kept this long (Slurm's PurgeUsageAfter): two
+    # years, never less than a day; 0 keeps them for ever.
+    usage_keep_s: float = 730 * 24 * 3600.0
     # Every query has a deadline, so an outage or a stuck lock delays a loop instead of
     # hanging it: the server cancels a statement or a lock wait (both transient errors,
     # retried), asyncpg gives up a little later if the server is gone, and a transaction
@@ -152,9 +156,6 @@ class AdmissionSettings(IdentitySettings, frozen=True, kw_only=True):
 class FairShareSettings(IdentitySettings, frozen=True, kw_only=True):
     service_name: str = "fairshare"
     fairshare_config: str = ""  # a TOML file of fair-share knobs (docs/fairshare.md)
-    # The hourly usage `muster report` reads is kept this long (Slurm's PurgeUsageAfter):
-    # two years, never less than a day; 0 keeps it for ever.
-    usage_keep_s: float = 730 * 24 * 3600.0
 
 
 class LauncherSettings(IdentitySettings, frozen=True, kw_only=True):

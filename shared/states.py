@@ -71,3 +71,13 @@ class NodeState(StrEnum):
     DRAINED = "DRAINED"
     DOWN = "DOWN"  # silent for down_after_s: its jobs are restarted elsewhere
     FAILED = "FAILED"  # a hardware fault: excluded until a check passes
+
+
+class GpuTime(StrEnum):
+    """What a GPU's time is counted as by the hour (`cluster_hours.state`, written by the
+    health monitor: services/health/utilization.py; `muster report --cluster`)."""
+
+    ALLOCATED = "ALLOCATED"  # held by a live allocation
+    IDLE = "IDLE"  # healthy on an UP node, held by none
+    PLANNED_DOWN = "PLANNED_DOWN"  # held by none on a node an operator drained
+    DOWN = "DOWN"  # held by none, its node down or silent or its GPU unhealthy

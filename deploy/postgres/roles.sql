@@ -49,7 +49,7 @@ GRANT CONNECT ON DATABASE "muster" TO muster_health;
 GRANT USAGE ON SCHEMA public TO muster_health;
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM muster_health;
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO muster_health;
-GRANT INSERT, UPDATE, DELETE ON nodes, gpus, health_lease, outbox, inbox TO muster_health;
+GRANT INSERT, UPDATE, DELETE ON nodes, gpus, health_lease, cluster_hours, outbox, inbox TO muster_health;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO muster_health;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA public FROM muster_health;
 -- fairshare

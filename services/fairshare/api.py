@@ -1,6 +1,6 @@
 """Contracts: the accounting API the fairshare service answers itself, request-reply on
 NATS in queue group `fairshare` (`muster.api.share`, `muster.api.acct`,
-`muster.api.report`).
+`muster.api.report`, `muster.api.cluster_report`).
 
 Replies travel in the same `shared.api.Envelope` as admission's; field names of the
 replies are the `--json` contract.
@@ -12,6 +12,7 @@ from typing import Annotated
 
 import msgspec
 
+from services.fairshare.cluster_report import ClusterUsage
 from services.fairshare.core import FairShareAlgorithm, ShareRow
 from services.fairshare.render import AcctRow
 from services.fairshare.report import ReportRow
@@ -21,6 +22,7 @@ QUEUE_GROUP = "fairshare"
 SHARE_VERB = "share"
 ACCT_VERB = "acct"
 REPORT_VERB = "report"
+CLUSTER_VERB = "cluster_report"
 
 
 class ShareRequest(Request, frozen=True, kw_only=True):
@@ -63,3 +65,15 @@ class ReportReply(msgspec.Struct, frozen=True, kw_only=True):
     since: float  # the whole hours reported
     until: float
     rows: tuple[ReportRow, ...]
+
+
+class ClusterRequest(Request, frozen=True, kw_only=True):
+    since: float | None = None  # as ReportRequest's: whole hours, yesterday by default
+    until: float | None = None
+
+
+class ClusterReply(msgspec.Struct, frozen=True, kw_only=True):
+    cluster: str = "muster"
+    since: float
+    until: float
+    usage: ClusterUsage

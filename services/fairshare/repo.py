@@ -98,6 +98,19 @@ async def add_usage(conn: Conn, charge: Charge) -> None:
     )
 
 
+async def gpu_time_by_state(conn: Conn, since: float, until: float) -> dict[str, float]:
+    """The cluster's GPU-seconds per state over the whole hours from `since`'s to before
+    `until` (`cluster_hours`, the health monitor's)."""
+    rows = await conn.fetch(
+        "SELECT state, sum(gpu_seconds) AS s FROM cluster_hours"
+        " WHERE hour >= date_trunc('hour', to_timestamp($1)) AND hour < to_timestamp($2)"
+        " GROUP BY state",
+        since,
+        until,
+    )
+    return {r["state"]: float(r["s"]) for r in rows}
+
+
 async def usage_by_hour(
     conn: Conn, since: float, until: float, accounts: Sequence[str], users: Sequence[str]
 ) -> list[HourlyUsage]:

@@ -36,11 +36,14 @@ from services.fairshare.acct import (
 )
 from services.fairshare.api import (
     ACCT_VERB,
+    CLUSTER_VERB,
     QUEUE_GROUP,
     REPORT_VERB,
     SHARE_VERB,
     AcctReply,
     AcctRequest,
+    ClusterReply,
+    ClusterRequest,
     ReportReply,
     ReportRequest,
     ShareReply,
@@ -48,6 +51,7 @@ from services.fairshare.api import (
 )
 from services.fairshare.calculator import FairShareCalculator
 from services.fairshare.cluster import ClusterView
+from services.fairshare.cluster_report import cluster_usage
 from services.fairshare.config import FairShareConfig
 from services.fairshare.core import ShareRow
 from services.fairshare.decay import decay_factor, period_start, reset_due
@@ -201,6 +205,7 @@ class FairShare:
             SHARE_VERB: self._signed(SHARE_VERB, ShareRequest, self.share),
             ACCT_VERB: self._signed(ACCT_VERB, AcctRequest, self.acct),
             REPORT_VERB: self._signed(REPORT_VERB, ReportRequest, self.report),
+            CLUSTER_VERB: self._signed(CLUSTER_VERB, ClusterRequest, self.cluster_report),
         }
         for verb, route in routes.items():
             await self.ctx.bus.serve(API_PREFIX + verb, QUEUE_GROUP, enveloped(route))
@@ -262,6 +267,19 @@ class FairShare:
         rows = report_rows(usage, by_user=req.by_user, parents=shown)
         visible = visible_usage_rows(rows, req.user, self.identity.directory())
         return ReportReply(cluster=self.cluster.name, since=since, until=until, rows=visible)
+
+    async def cluster_report(self, req: ClusterRequest) -> ClusterReply:
+        """The cluster's GPU time per state over whole hours (cluster_report.py): the
+        cluster's, everyone's to see, as sreport's cluster Utilization is."""
+        try:
+            since, until = window(req.since, req.until, self.clock())
+        except ValueError as err:
+            raise Refused(str(err), "invalid") from err
+        async with self.ctx.pool.acquire() as conn, conn.transaction(readonly=True):
+            by_state = await repo.gpu_time_by_state(conn, since, until)
+        return ClusterReply(
+            cluster=self.cluster.name, since=since, until=until, usage=cluster_usage(by_state)
+        )
 
 
 async def _decay_state(conn: Conn) -> tuple[float, float | None]:

@@ -64,6 +64,7 @@ from services.health.monitor_model import (
     TransitionKind,
     WorkersFound,
 )
+from services.health.utilization import counted_s, hour_of, tally
 from shared.api import AGENT_PREFIX, HEARTBEAT_PREFIX, AgentReply, InjectFault
 from shared.db import Conn, idle_at_most, inbox_first_time, outbox_add
 from shared.events import (
@@ -81,6 +82,7 @@ from shared.events import (
 )
 from shared.lease import Lease
 from shared.logs import kv
+from shared.retention import DAY_S, kept_for
 from shared.runtime import ServiceContext, every, until_stopped
 from shared.settings import HealthSettings
 from shared.states import NodeState
@@ -125,6 +127,12 @@ class Monitor:
         self._tasks: set[asyncio.Task[None]] = set()  # GPU resets in flight, awaited at stop
         holder = f"health-{ctx.settings.instance}-{uuid.uuid4().hex[:8]}"
         self.lease = Lease("health_lease", holder, ctx.settings.lease_ttl_s)
+        # When this holder's last pass counted the GPUs' time (database time; None: no
+        # pass yet as the holder), so each second is counted once (utilization.py).
+        self._tallied_at: float | None = None
+        keep_s = kept_for(ctx.settings.usage_keep_s, DAY_S)
+        if keep_s is not None:  # the cluster's hourly GPU time `muster report` reads
+            ctx.pruner.keep(repo.PRUNE_CLUSTER_HOURS, keep_s)
 
     async def run(self, stop: asyncio.Event) -> None:
         sub = await self.ctx.bus.nc.subscribe(HEARTBEAT_PREFIX + "*", cb=self._on_heartbeat)
@@ -284,15 +292,18 @@ class Monitor:
         and judge silence (SUSPECT, then DOWN unless the guard holds)."""
         heard, self.heard = self.heard, {}
         if self.lease.epoch is None:
+            self._tallied_at = None
             return  # a standby: the lease holder stamps the heartbeats
         async with self.ctx.pool.acquire() as conn, conn.transaction():
             # A short pass: a paused judge's transaction must not hold the lease row
             # (and so any takeover) for longer than the lease would have lasted.
             if not await self.lease.lock(conn, idle_s=self.lease.ttl_s):
+                self._tallied_at = None
                 return
             now = await repo.db_now(conn)
             tick = Tick(connected_since=self._connected_since(now))
             nodes = await repo.load_health(conn)
+            await self._tally(conn, nodes, now)
             obs: list[AnyObservation] = [
                 Heartbeat(node=name, boot_id=boot, running=nodes[name].running)
                 for name, boot in sorted(heard.items())
@@ -307,6 +318,16 @@ class Monitor:
         if out:
             self.ctx.relay.kick()
         self._reset_drained()
+
+    async def _tally(self, conn: Conn, nodes: dict[str, NodeHealth], now: float) -> None:
+        """Count the time since this holder's last pass for every GPU, in the state this
+        pass found it (utilization.py), in the pass's transaction."""
+        seconds = counted_s(now, self._tallied_at)
+        self._tallied_at = now
+        if seconds:
+            held = await repo.allocated_gpus(conn)
+            counted = tally(nodes.values(), held, seconds)
+            await repo.add_gpu_time(conn, hour_of(now), {str(k): v for k, v in counted.items()})
 
     def _connected_since(self, now: float) -> float | None:
         """When our NATS connection last came up, as this pass sees it: a drop between

@@ -48,6 +48,40 @@ LIVE_PER_NODE = (
 )
 
 
+ALLOCATED_GPUS = "SELECT node, array_agg(gpu) AS gpus FROM allocation_gpus WHERE live GROUP BY node"
+
+# The GPU time a liveness pass counted, added to its hour's rows (utilization.py).
+ADD_GPU_TIME = """
+INSERT INTO cluster_hours(hour, state, gpu_seconds)
+SELECT to_timestamp($1), s, t FROM unnest($2::text[], $3::float8[]) AS x(s, t)
+ON CONFLICT (hour, state)
+DO UPDATE SET gpu_seconds = cluster_hours.gpu_seconds + excluded.gpu_seconds
+"""
+
+# The hourly GPU time older than kept (`MUSTER_USAGE_KEEP_S`): at most $2 rows older than
+# $1 seconds, from the head of its key (hour first).
+PRUNE_CLUSTER_HOURS = """
+DELETE FROM cluster_hours WHERE ctid = ANY(ARRAY(
+  SELECT ctid FROM cluster_hours
+   WHERE hour < now() - make_interval(secs => $1)
+   ORDER BY hour LIMIT $2 FOR UPDATE SKIP LOCKED
+))
+"""
+
+
+async def allocated_gpus(conn: Conn) -> dict[str, frozenset[int]]:
+    """Each node's GPUs a live allocation holds (by the index of live holders)."""
+    return {r["node"]: frozenset(r["gpus"]) for r in await conn.fetch(ALLOCATED_GPUS)}
+
+
+async def add_gpu_time(conn: Conn, hour: float, seconds: Mapping[str, float]) -> None:
+    """Add GPU-seconds per state to the hour starting at `hour` (epoch seconds)."""
+    if not seconds:
+        return
+    states = sorted(seconds)
+    await conn.execute(ADD_GPU_TIME, hour, states, [seconds[s] for s in states])
+
+
 async def load_health(conn: Conn, names: Sequence[str] | None = None) -> dict[str, NodeHealth]:
     """The named nodes (all when None), locked for this transaction, with their GPUs and
     how many jobs run on each (from the placer's live allocations)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from shared.states import RUN_STATES, STOPPING_TO, JobState, NodeState
+from shared.states import RUN_STATES, STOPPING_TO, GpuTime, JobState, NodeState
 
 TYPOS = ("RUNING", "running", "", "CANCELED")
 
@@ -58,3 +58,11 @@ async def test_a_completing_run_ends_only_in_a_terminal_state_or_the_queue(
     candidates: tuple[str | None, ...] = (None, *JobState, *TYPOS)
     accepted = {s: await _accepted(db, sql, job_id, s) for s in candidates}
     assert accepted == {s: s is None or s in STOPPING_TO for s in accepted}
+
+
+async def test_cluster_hours_take_every_gpu_time_state_and_nothing_else(
+    db: asyncpg.Connection,
+) -> None:
+    sql = "INSERT INTO cluster_hours(hour, state) VALUES (now(), $1)"
+    accepted = {s: await _accepted(db, sql, s) for s in (*GpuTime, *TYPOS, "BUSY")}
+    assert accepted == {s: s in set(GpuTime) for s in accepted}

@@ -1,7 +1,8 @@
 """The sreport shim's core (muster/sreport.py): Slurm's words and options read, its
-`cluster AccountUtilizationByUser`, `cluster UserUtilizationByAccount` and `user
-TopUsage` reports printed as Slurm lays them out (fixed columns, -P/-p parsable, -n
-without headers), anything else refused with what to write."""
+`cluster AccountUtilizationByUser`, `cluster UserUtilizationByAccount`, `user
+TopUsage` and `cluster Utilization` reports printed as Slurm lays them out (fixed
+columns, -P/-p parsable, -n without headers), anything else refused with what to
+write."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from muster.sreport import Report, SreportArgs, SreportError, lines, parse
+from muster.sreport import Report, SreportArgs, SreportError, cluster_lines, lines, parse
+from services.fairshare.cluster_report import ClusterUsage
 from services.fairshare.report import ReportRow
 
 
@@ -40,6 +42,8 @@ JAN15 = when("2027-01-15")
         (["-t", "hours", "user", "topusage", "TopCount=3", "group", "start=2027-01-14"],
          SreportArgs(report=Report.TOP_USAGE, unit="hours", top_count=3, group=True,
                      since=JAN14)),
+        (["-P", "cluster", "Utilization", "start=2027-01-14"],
+         SreportArgs(report=Report.UTILIZATION, delimiter="|", since=JAN14)),
     ],
 )  # fmt: skip
 def test_slurms_words_and_options(argv: list[str], want: SreportArgs) -> None:
@@ -53,6 +57,7 @@ def test_slurms_words_and_options(argv: list[str], want: SreportArgs) -> None:
         (["user", "TopUsage", "TopCount=0"], "TopCount= takes a whole number"),
         (["cluster", "UserUtilizationByAccount", "tree"], "tree: start=, end=, accounts=, us"),
         ([], "report (none) is not kept"),
+        (["cluster", "Utilization", "accounts=a"], "accounts=a: the cluster's report takes"),
         (["-t", "percent", "cluster", "AccountUtilizationByUser"], "-t percent: one of"),
         (["-x", "cluster", "AccountUtilizationByUser"], "unknown option -x"),
         (["-T", "cpu", "cluster", "AccountUtilizationByUser"], "-T cpu: GPU time is what"),
@@ -163,4 +168,23 @@ def test_top_usage_takes_the_first_and_groups_a_users_accounts() -> None:
         "Cluster|Login|Proper Name|Account|Used|Energy",
         "c|alice||ml,nlp|90|0",
         "c|bob||ml|60|0",
+    ]
+
+
+def test_the_clusters_utilization_as_slurm_lays_it_out() -> None:
+    usage = ClusterUsage(allocated_s=7200.0, idle_s=3600.0, planned_down_s=600.0, down_s=60.0)
+    args = SreportArgs(report=Report.UTILIZATION)
+    assert cluster_lines(args, "gpu-east", JAN14, JAN15, usage) == [
+        "-" * 80,
+        "Cluster Utilization 2027-01-14T00:00:00 - 2027-01-14T23:59:59 (86400 secs)",
+        "Usage reported in GPU Minutes",
+        "-" * 80,
+        "  Cluster  Allocated      Down PLND Down      Idle   Reported",
+        "--------- ---------- --------- --------- --------- ----------",
+        " gpu-east        120         1        10        60        191",
+    ]
+    parsable = SreportArgs(report=Report.UTILIZATION, unit="seconds", delimiter="|")
+    assert cluster_lines(parsable, "c", JAN14, JAN15, usage)[4:] == [
+        "Cluster|Allocated|Down|PLND Down|Idle|Reported",
+        "c|7200|60|600|3600|11460",
     ]
