@@ -1,7 +1,7 @@
-"""The purge of finished jobs (migration 0027, services/admission/purge.py) and the trim of
-the hourly usage, on real PostgreSQL: a job goes with every row about it, in every
-service's tables, once it finished longer ago than the cluster keeps it, and never
-before: not while any state of its run is live, not within the 8-day floor whatever the
+"""The purge of finished jobs (migration 0027, services/admission/purge.py) and the trim
+of the hourly usage and GPU time, on real PostgreSQL: a job goes with every row about
+it, in every service's tables, once it finished longer ago than the cluster keeps it,
+and never before: not while any state of its run is live, not within the 8-day floor whatever the
 setting, not while an allocation, a step or a charge of it is open. Batches are bounded
 and two pruners share them."""
 
@@ -15,6 +15,7 @@ import pytest
 
 from services.admission.purge import PURGE_JOBS
 from services.fairshare.repo import PRUNE_USAGE_HOURS
+from services.health.repo import PRUNE_CLUSTER_HOURS
 from shared.retention import DAY_S, Kept, Pruned, Retention, prune
 from shared.states import RUN_STATES, TERMINAL, JobState
 from tests.support.history import rows_of
@@ -193,7 +194,7 @@ async def test_purges_go_in_bounded_batches_and_two_pruners_share_them(
     assert await rows_of(db, jobs) == {}
 
 
-async def test_the_hourly_usage_goes_once_older_than_kept(
+async def test_the_hourly_usage_and_gpu_time_go_once_older_than_kept(
     db: asyncpg.Connection, pool: asyncpg.Pool
 ) -> None:
     await db.execute(
@@ -201,8 +202,14 @@ async def test_the_hourly_usage_goes_once_older_than_kept(
         " SELECT date_trunc('hour', now()) - make_interval(hours => h), 'ml', 'alice', 3600, 3600"
         " FROM generate_series(0, 24 * 40) h"
     )
-    kept = Kept(PRUNE_USAGE_HOURS, 30 * DAY_S)
-    pruned = await prune(pool, Retention(batch=100), [kept])
-    assert pruned.own == 24 * 10 + 1  # the hours that began 30 days ago (720 h) or before
-    oldest = await db.fetchval("SELECT now() - min(hour) FROM usage_hours")
-    assert oldest.total_seconds() <= 30 * DAY_S
+    await db.execute(
+        "INSERT INTO cluster_hours(hour, state, gpu_seconds)"
+        " SELECT date_trunc('hour', now()) - make_interval(hours => h), 'IDLE', 3600"
+        " FROM generate_series(0, 24 * 40) h"
+    )
+    kept = [Kept(PRUNE_USAGE_HOURS, 30 * DAY_S), Kept(PRUNE_CLUSTER_HOURS, 30 * DAY_S)]
+    pruned = await prune(pool, Retention(batch=100), kept)
+    assert pruned.own == 2 * (24 * 10 + 1)  # the hours that began 30 days ago or before
+    for table in ("usage_hours", "cluster_hours"):
+        oldest = await db.fetchval(f"SELECT now() - min(hour) FROM {table}")
+        assert oldest.total_seconds() <= 30 * DAY_S
