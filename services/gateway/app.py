@@ -246,6 +246,14 @@ class Gateway:
         }
         return json(await self.upstream.raw("report", req))
 
+    async def cluster_report(self, request: Request) -> Response:
+        req: dict[str, Any] = {
+            "user": self.upstream.user,
+            "since": number(request, "since"),
+            "until": number(request, "until"),
+        }
+        return json(await self.upstream.raw("cluster_report", req))
+
     async def utilisation(self, request: Request) -> Response:
         hours = number(request, "hours") or 6.0
         bucket_s = number(request, "bucket_s") or max(60.0, hours * 3600 / 72)
@@ -320,6 +328,7 @@ def make_app(gw: Gateway) -> Starlette:
         Route("/api/share", api(gw.share)),
         Route("/api/acct", api(gw.acct)),
         Route("/api/report", api(gw.report)),
+        Route("/api/cluster_report", api(gw.cluster_report)),
         Route("/api/utilisation", api(gw.utilisation)),
         Route("/api/submit", api(gw.submit), methods=["POST"]),
         Route("/api/cancel", api(gw.cancel), methods=["POST"]),

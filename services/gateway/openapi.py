@@ -132,6 +132,14 @@ def document() -> dict[str, Any]:
                 ("accounts_only", "boolean", "no user rows"),
             ),
         ),
+        "/api/cluster_report": _get(
+            "the cluster's GPU time by state over whole hours (muster report --cluster)",
+            ANY_JSON,
+            _query(
+                ("since", "number", "epoch seconds; default yesterday 00:00 UTC"),
+                ("until", "number", "epoch seconds; default now (today 00:00 without since)"),
+            ),
+        ),
         "/api/acct": _get(
             "accounting records (muster acct)",
             ANY_JSON,

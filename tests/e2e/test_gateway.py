@@ -75,6 +75,7 @@ async def test_every_endpoint_answers_as_the_gateway_user(
             "/api/share",
             "/api/acct",
             "/api/report",
+            "/api/cluster_report",
             "/api/utilisation",
         } <= set(doc["paths"])
         assert "SubmitRequest" in doc["components"]["schemas"]
@@ -124,6 +125,8 @@ async def test_every_endpoint_answers_as_the_gateway_user(
         assert {r["job_id"] for r in acct["rows"]} == {job_id}
         report = await json_of(http, "/api/report", since=0, accounts_only=1)
         assert report["since"] == 0 and all(r["user"] is None for r in report["rows"])
+        cluster = await json_of(http, "/api/cluster_report", since=0)
+        assert cluster["since"] == 0 and cluster["usage"]["allocated_s"] > 0  # the job's
         util = await json_of(http, "/api/utilisation", hours=1)
         assert util["total_gpus"] == 8 and util["busy"][-1] > 0
 
