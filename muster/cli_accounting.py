@@ -87,8 +87,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     from services.fairshare.api import REPORT_VERB, ReportReply, ReportRequest
     from services.fairshare.report import TimeUnit, render_report
 
+    if args.cluster and args.sizes:
+        print("muster report: give --cluster or --sizes, not both", file=sys.stderr)
+        return 2
     if args.cluster:
         return _cluster_report(args)
+    if args.sizes:
+        return _sizes_report(args)
     req = ReportRequest(
         user=current_user(),
         since=args.starttime,
@@ -128,6 +133,43 @@ def _cluster_report(args: argparse.Namespace) -> int:
     )
 
 
+def _sizes_report(args: argparse.Namespace) -> int:
+    """`muster report --sizes`: allocated GPU time by job size per account (sreport's
+    job SizesByAccount); rows are accounts, so user options do not apply."""
+    from services.fairshare.api import SIZES_VERB, SizesReply, SizesRequest
+    from services.fairshare.report import TimeUnit
+    from services.fairshare.sizes_report import DEFAULT_GROUPING, parse_grouping, render_sizes
+
+    if args.user or args.accounts_only:
+        print(
+            "muster report: --sizes has a row per account; drop -u and --accounts-only",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        grouping = parse_grouping(args.grouping) if args.grouping else DEFAULT_GROUPING
+    except ValueError as err:
+        print(f"muster report: {err}", file=sys.stderr)
+        return 2
+    req = SizesRequest(
+        user=current_user(),
+        since=args.starttime,
+        until=args.endtime,
+        accounts=_names(args.account),
+        grouping=grouping,
+    )
+    unit = TimeUnit(args.time_unit)
+    return _answer(
+        SIZES_VERB,
+        req,
+        SizesReply,
+        args,
+        lambda r: render_sizes(
+            r.rows, r.grouping, r.since, r.until, unit, job_counts=args.job_counts
+        ),
+    )
+
+
 def register(sub: Any) -> None:
     """Add `share`, `acct` and `report` to the `muster` parser's subcommands."""
     s = sub.add_parser("share", help="fair share per account and user (like sshare -l)")
@@ -158,6 +200,13 @@ def register(sub: Any) -> None:
     s.add_argument("-A", "--account", action="append", help="only these accounts (a,b)")
     s.add_argument("-u", "--user", action="append", help="only these users (a,b)")
     s.add_argument("--accounts-only", action="store_true", help="no user rows")
+    s.add_argument(
+        "--sizes",
+        action="store_true",
+        help="allocated GPU time by job size per account (sreport job SizesByAccount)",
+    )
+    s.add_argument("--grouping", help="with --sizes: the size ranges' bounds (8,64,256)")
+    s.add_argument("--job-counts", action="store_true", help="with --sizes: jobs, not time")
     s.add_argument(
         "--cluster",
         action="store_true",

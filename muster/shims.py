@@ -339,16 +339,27 @@ def sreport(argv: list[str]) -> int:
     from services.fairshare.api import (
         CLUSTER_VERB,
         REPORT_VERB,
+        SIZES_VERB,
         ClusterReply,
         ClusterRequest,
         ReportReply,
         ReportRequest,
+        SizesReply,
+        SizesRequest,
     )
 
     try:
         a = report.parse(argv, _when)
     except report.SreportError as err:
         raise ShimError(str(err)) from err
+    if a.report is report.Report.SIZES:
+        sizes = SizesRequest(
+            user=current_user(), since=a.since, until=a.until, accounts=a.accounts,
+            grouping=a.grouping,
+        )  # fmt: skip
+        by = request(_url(), SIZES_VERB, sizes, SizesReply)
+        _print(report.sizes_lines(a, by.cluster, by.since, by.until, by.grouping, by.rows))
+        return 0
     if a.report is report.Report.UTILIZATION:
         ask = ClusterRequest(user=current_user(), since=a.since, until=a.until)
         got = request(_url(), CLUSTER_VERB, ask, ClusterReply)

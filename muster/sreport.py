@@ -3,7 +3,8 @@
 
     sreport [-t hours|minutes|seconds] [-T gres/gpu] [-P|-p] [-n]
             cluster AccountUtilizationByUser | cluster UserUtilizationByAccount |
-            user TopUsage [TopCount=10] [group] | cluster Utilization
+            user TopUsage [TopCount=10] [group] | cluster Utilization |
+            job SizesByAccount [grouping=8,64,256] [printjobcount] [flatview]
             [start=2027-01-01] [end=2027-02-01] [accounts=a,b] [users=u,v]
 
 Words and options as Slurm's (report names in any case); GPU time, not CPU time, is
@@ -15,8 +16,10 @@ with `group`, one line a user, their accounts named together. Utilization: the
 cluster's GPU time allocated, down, down for maintenance (PLND Down: nodes an operator
 drained), idle and in all (Reported), from `muster.api.cluster_report`
 (services/fairshare/cluster_report.py); Slurm's `Planned` column (idle time held for
-pending jobs) is not kept, so it is not printed. Anything else is refused with what to
-write instead.
+pending jobs) is not kept, so it is not printed. SizesByAccount: each account's
+allocated GPU time (or jobs, `printjobcount`) per job size in GPUs, from
+`muster.api.sizes_report` (services/fairshare/sizes_report.py); its rows are one level,
+as `flatview` asks. Anything else is refused with what to write instead.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from enum import StrEnum
 from typing import Any
 
 import msgspec
+
+from services.fairshare.sizes_report import DEFAULT_GROUPING, parse_grouping, range_names
 
 UNITS = {"seconds": 1.0, "minutes": 60.0, "hours": 3600.0}
 RULE = "-" * 80
@@ -39,6 +44,7 @@ class Report(StrEnum):
     USER_BY_ACCOUNT = "cluster userutilizationbyaccount"
     TOP_USAGE = "user topusage"
     UTILIZATION = "cluster utilization"
+    SIZES = "job sizesbyaccount"
 
 
 # Each report's columns (name, width) and title, as Slurm prints them.
@@ -57,6 +63,7 @@ TITLES = {
     Report.USER_BY_ACCOUNT: "Cluster/User/Account Utilization",
     Report.TOP_USAGE: "Top {count} Users",
     Report.UTILIZATION: "Cluster Utilization",
+    Report.SIZES: "Job Sizes",
 }
 
 
@@ -76,6 +83,8 @@ class SreportArgs(msgspec.Struct, frozen=True, kw_only=True):
     users: tuple[str, ...] = ()
     top_count: int = 10  # user TopUsage: how many lines (TopCount=)
     group: bool = False  # user TopUsage: one line per user, their accounts together
+    grouping: tuple[int, ...] = DEFAULT_GROUPING  # job SizesByAccount: the ranges' bounds
+    job_count: bool = False  # job SizesByAccount: jobs, not time (printjobcount)
 
 
 def parse(argv: Sequence[str], when: Callable[[str], float]) -> SreportArgs:
@@ -110,7 +119,8 @@ def parse(argv: Sequence[str], when: Callable[[str], float]) -> SreportArgs:
         raise SreportError(
             f"report {' '.join(words[:2]) or '(none)'} is not kept: the reports are"
             " 'cluster AccountUtilizationByUser' (muster report gives the same),"
-            " 'cluster UserUtilizationByAccount', 'cluster Utilization' and 'user TopUsage'"
+            " 'cluster UserUtilizationByAccount', 'cluster Utilization', 'user TopUsage'"
+            " and 'job SizesByAccount'"
         )
     opts["report"] = Report(named)
     for word in words[2:]:
@@ -129,6 +139,8 @@ def _option(word: str, report: Report, when: Callable[[str], float]) -> dict[str
             raise SreportError(f"{word}: {err}") from err
     if report is Report.UTILIZATION:
         raise SreportError(f"{word}: the cluster's report takes start= and end= only")
+    if report is Report.SIZES:
+        return _sizes_option(word, key, value)
     if key in ("accounts", "account"):
         return {"accounts": tuple(v for v in value.split(",") if v)}
     if key in ("users", "user"):
@@ -147,6 +159,48 @@ def _option(word: str, report: Report, when: Callable[[str], float]) -> dict[str
     )
 
 
+def _sizes_option(word: str, key: str, value: str) -> dict[str, Any]:
+    if key in ("accounts", "account"):
+        return {"accounts": tuple(v for v in value.split(",") if v)}
+    if key == "grouping":
+        try:
+            return {"grouping": parse_grouping(value)}
+        except ValueError as err:
+            raise SreportError(str(err)) from err
+    if key == "printjobcount" and not value:
+        return {"job_count": True}
+    if key == "flatview" and not value:
+        return {}  # the rows are one level already
+    raise SreportError(
+        f"{word}: start=, end=, accounts=, grouping=, printjobcount and flatview are understood"
+    )
+
+
+def sizes_lines(
+    args: SreportArgs, cluster: str, since: float, until: float, grouping: Sequence[int],
+    rows: Sequence[Any],
+) -> list[str]:  # fmt: skip
+    """job SizesByAccount's lines, from the sizes report's rows (`SizeRow`)."""
+    per = UNITS[args.unit]
+    names = range_names(grouping)
+    columns = (("Cluster", 9), ("Account", 9), *((n, 13) for n in names), ("% of cluster", 12))
+    cells = [
+        [
+            cluster,
+            r.account,
+            *(
+                [str(n) for n in r.jobs]
+                if args.job_count
+                else [str(round(v / per)) for v in r.gpu_seconds]
+            ),
+            f"{100 * r.share:.2f}%",
+        ]
+        for r in rows
+    ]
+    unit = "Units are in number of jobs ran" if args.job_count else None
+    return _lines(args, since, until, cells, columns, unit)
+
+
 def lines(
     args: SreportArgs, cluster: str, since: float, until: float, rows: Sequence[Any]
 ) -> list[str]:
@@ -155,7 +209,7 @@ def lines(
     per = UNITS[args.unit]
     table = _table(args, cluster, rows)
     cells = [[*row[:4], str(round(row[4] / per)), "0"] for row in table]
-    return _lines(args, since, until, cells)
+    return _lines(args, since, until, cells, COLUMNS[args.report])
 
 
 def cluster_lines(
@@ -165,18 +219,20 @@ def cluster_lines(
     per = UNITS[args.unit]
     values = (usage.allocated_s, usage.down_s, usage.planned_down_s, usage.idle_s)
     cells = [[cluster, *(str(round(v / per)) for v in (*values, sum(values)))]]
-    return _lines(args, since, until, cells)
+    return _lines(args, since, until, cells, COLUMNS[args.report])
 
 
-def _lines(args: SreportArgs, since: float, until: float, cells: list[list[str]]) -> list[str]:
-    columns = COLUMNS[args.report]
+def _lines(
+    args: SreportArgs, since: float, until: float, cells: list[list[str]],
+    columns: Sequence[tuple[str, int]], unit: str | None = None,
+) -> list[str]:  # fmt: skip
     out: list[str] = []
     if args.header:
         title = TITLES[args.report].format(count=args.top_count)
         out += [
             RULE,
             f"{title} {_time(since)} - {_time(until - 1)} ({round(until - since)} secs)",
-            f"Usage reported in GPU {args.unit.capitalize()}",
+            unit or f"Usage reported in GPU {args.unit.capitalize()}",
             RULE,
         ]
     names = [name for name, _ in columns]

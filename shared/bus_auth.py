@@ -90,6 +90,7 @@ SERVICE_LISTENS: dict[str, tuple[str, ...]] = {
         API_PREFIX + "acct",
         API_PREFIX + "report",
         API_PREFIX + "cluster_report",
+        API_PREFIX + "sizes_report",
     ),
     "launcher": (API_PREFIX + "step", API_PREFIX + "step_cancel"),  # srun (docs/steps.md)
     "health": (HEARTBEAT_PREFIX + "*",),

@@ -1,6 +1,6 @@
 """Contracts: the accounting API the fairshare service answers itself, request-reply on
 NATS in queue group `fairshare` (`muster.api.share`, `muster.api.acct`,
-`muster.api.report`, `muster.api.cluster_report`).
+`muster.api.report`, `muster.api.cluster_report`, `muster.api.sizes_report`).
 
 Replies travel in the same `shared.api.Envelope` as admission's; field names of the
 replies are the `--json` contract.
@@ -16,6 +16,7 @@ from services.fairshare.cluster_report import ClusterUsage
 from services.fairshare.core import FairShareAlgorithm, ShareRow
 from services.fairshare.render import AcctRow
 from services.fairshare.report import ReportRow
+from services.fairshare.sizes_report import DEFAULT_GROUPING, SizeRow
 from shared.api import Request
 
 QUEUE_GROUP = "fairshare"
@@ -23,6 +24,7 @@ SHARE_VERB = "share"
 ACCT_VERB = "acct"
 REPORT_VERB = "report"
 CLUSTER_VERB = "cluster_report"
+SIZES_VERB = "sizes_report"
 
 
 class ShareRequest(Request, frozen=True, kw_only=True):
@@ -77,3 +79,18 @@ class ClusterReply(msgspec.Struct, frozen=True, kw_only=True):
     since: float
     until: float
     usage: ClusterUsage
+
+
+class SizesRequest(Request, frozen=True, kw_only=True):
+    since: float | None = None  # as ReportRequest's: whole hours, yesterday by default
+    until: float | None = None
+    accounts: tuple[str, ...] = ()  # these accounts' rows (each with its sub-accounts)
+    grouping: tuple[int, ...] = DEFAULT_GROUPING  # the size ranges' lower bounds
+
+
+class SizesReply(msgspec.Struct, frozen=True, kw_only=True):
+    cluster: str = "muster"
+    since: float
+    until: float
+    grouping: tuple[int, ...]
+    rows: tuple[SizeRow, ...]

@@ -16,6 +16,7 @@ from services.fairshare.accounting import AttemptCharge, Charge
 from services.fairshare.priority import PriorityBreakdown
 from services.fairshare.ranking import PendingJob
 from services.fairshare.report import HourlyUsage
+from services.fairshare.sizes_report import AllocatedTime
 from services.fairshare.tree import Assoc
 from shared.db import Conn
 from shared.jobspec import JobSpec
@@ -109,6 +110,33 @@ async def gpu_time_by_state(conn: Conn, since: float, until: float) -> dict[str,
         until,
     )
     return {r["state"]: float(r["s"]) for r in rows}
+
+
+# Each allocation that lived in the window (placed before its end, released after its
+# start or still live): its job, account, GPUs and seconds inside the window.
+_ALLOCATED = """
+SELECT a.job_id, j.account,
+       (SELECT count(*) FROM allocation_gpus g WHERE g.alloc_id = a.alloc_id)::int AS gpus,
+       extract(epoch FROM least(coalesce(a.released_at, now()), to_timestamp($2))
+                        - greatest(a.created_at, to_timestamp($1)))::float8 AS seconds
+FROM allocations a JOIN jobs j USING (job_id)
+WHERE (a.released_at > to_timestamp($1) OR a.released_at IS NULL)
+  AND a.created_at < to_timestamp($2)
+"""
+
+
+async def allocated_in(conn: Conn, since: float, until: float) -> list[AllocatedTime]:
+    """Every allocation's GPU-seconds inside the window (epoch seconds)."""
+    rows = await conn.fetch(_ALLOCATED, since, until)
+    return [
+        AllocatedTime(
+            job_id=r["job_id"],
+            account=r["account"],
+            gpus=r["gpus"],
+            gpu_seconds=r["gpus"] * max(0.0, float(r["seconds"])),
+        )
+        for r in rows
+    ]
 
 
 async def usage_by_hour(

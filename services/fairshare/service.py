@@ -40,6 +40,7 @@ from services.fairshare.api import (
     QUEUE_GROUP,
     REPORT_VERB,
     SHARE_VERB,
+    SIZES_VERB,
     AcctReply,
     AcctRequest,
     ClusterReply,
@@ -48,6 +49,8 @@ from services.fairshare.api import (
     ReportRequest,
     ShareReply,
     ShareRequest,
+    SizesReply,
+    SizesRequest,
 )
 from services.fairshare.calculator import FairShareCalculator
 from services.fairshare.cluster import ClusterView
@@ -58,6 +61,7 @@ from services.fairshare.decay import decay_factor, period_start, reset_due
 from services.fairshare.priority import PriorityBreakdown, PriorityWeights
 from services.fairshare.ranking import RankPolicy, rank
 from services.fairshare.report import below, report_rows, window
+from services.fairshare.sizes_report import parse_grouping, size_rows
 from shared.api import API_PREFIX
 from shared.apiserve import Refused, Route, enveloped
 from shared.db import Conn, inbox_first_time
@@ -206,6 +210,7 @@ class FairShare:
             ACCT_VERB: self._signed(ACCT_VERB, AcctRequest, self.acct),
             REPORT_VERB: self._signed(REPORT_VERB, ReportRequest, self.report),
             CLUSTER_VERB: self._signed(CLUSTER_VERB, ClusterRequest, self.cluster_report),
+            SIZES_VERB: self._signed(SIZES_VERB, SizesRequest, self.sizes_report),
         }
         for verb, route in routes.items():
             await self.ctx.bus.serve(API_PREFIX + verb, QUEUE_GROUP, enveloped(route))
@@ -279,6 +284,26 @@ class FairShare:
             by_state = await repo.gpu_time_by_state(conn, since, until)
         return ClusterReply(
             cluster=self.cluster.name, since=since, until=until, usage=cluster_usage(by_state)
+        )
+
+    async def sizes_report(self, req: SizesRequest) -> SizesReply:
+        """Allocated GPU time by job size per account (sizes_report.py): per account, not
+        per user, so everyone's to see, as share's account rows are."""
+        try:
+            since, until = window(req.since, req.until, self.clock())
+            grouping = parse_grouping(",".join(map(str, req.grouping)))
+        except ValueError as err:
+            raise Refused(str(err), "invalid") from err
+        parents = {a.name: a.parent for a in self.cluster.tree.accounts}
+        unknown = sorted(set(req.accounts) - set(parents))
+        if unknown:
+            known = ", ".join(sorted(parents)) or "none"
+            raise Refused(f"no account {', '.join(unknown)}; accounts: {known}", "invalid")
+        async with self.ctx.pool.acquire() as conn, conn.transaction(readonly=True):
+            allocated = await repo.allocated_in(conn, since, until)
+        rows = size_rows(allocated, grouping, parents, req.accounts)
+        return SizesReply(
+            cluster=self.cluster.name, since=since, until=until, grouping=grouping, rows=tuple(rows)
         )
 
 

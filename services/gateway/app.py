@@ -254,6 +254,21 @@ class Gateway:
         }
         return json(await self.upstream.raw("cluster_report", req))
 
+    async def sizes_report(self, request: Request) -> Response:
+        req: dict[str, Any] = {
+            "user": self.upstream.user,
+            "since": number(request, "since"),
+            "until": number(request, "until"),
+            "accounts": names(request, "account"),
+        }
+        grouping = request.query_params.get("grouping")
+        if grouping:
+            try:
+                req["grouping"] = [int(w) for w in grouping.split(",") if w]
+            except ValueError as err:
+                raise BadInput(f"grouping={grouping!r}: give GPU counts, e.g. 8,64,256") from err
+        return json(await self.upstream.raw("sizes_report", req))
+
     async def utilisation(self, request: Request) -> Response:
         hours = number(request, "hours") or 6.0
         bucket_s = number(request, "bucket_s") or max(60.0, hours * 3600 / 72)
@@ -329,6 +344,7 @@ def make_app(gw: Gateway) -> Starlette:
         Route("/api/acct", api(gw.acct)),
         Route("/api/report", api(gw.report)),
         Route("/api/cluster_report", api(gw.cluster_report)),
+        Route("/api/sizes_report", api(gw.sizes_report)),
         Route("/api/utilisation", api(gw.utilisation)),
         Route("/api/submit", api(gw.submit), methods=["POST"]),
         Route("/api/cancel", api(gw.cancel), methods=["POST"]),

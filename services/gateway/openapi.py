@@ -140,6 +140,16 @@ def document() -> dict[str, Any]:
                 ("until", "number", "epoch seconds; default now (today 00:00 without since)"),
             ),
         ),
+        "/api/sizes_report": _get(
+            "allocated GPU time by job size per account (muster report --sizes)",
+            ANY_JSON,
+            _query(
+                ("since", "number", "epoch seconds; default yesterday 00:00 UTC"),
+                ("until", "number", "epoch seconds; default now (today 00:00 without since)"),
+                ("account", "string", LISTS),
+                ("grouping", "string", "the size ranges' lower bounds, e.g. 8,64,256"),
+            ),
+        ),
         "/api/acct": _get(
             "accounting records (muster acct)",
             ANY_JSON,

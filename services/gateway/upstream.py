@@ -23,7 +23,7 @@ from shared.identity import Signer
 
 T = TypeVar("T")
 # Served by fairshare; every other verb by admission (for the "is it up?" message).
-FAIRSHARE_VERBS = frozenset({"share", "acct", "report", "cluster_report"})
+FAIRSHARE_VERBS = frozenset({"share", "acct", "report", "cluster_report", "sizes_report"})
 NO_RESPONDERS_WAIT_S = 5.0
 
 

@@ -3,7 +3,8 @@
 while a two-GPU job runs and an operator has drained the other node, the report says
 GPU time was allocated, idle and planned down, and the whole counted is what the
 cluster's GPUs had since the monitor began: checked against the wall clock, not a
-stub's figures. The sreport shim prints the same numbers in Slurm's layout."""
+stub's figures; by job size, the job's allocation is the allocated time. The sreport
+shim prints the same numbers in Slurm's layout."""
 
 from __future__ import annotations
 
@@ -62,6 +63,14 @@ async def test_the_cluster_report_counts_allocated_idle_and_planned_down_gpu_tim
         total = sum(usage.values())
         assert total >= after - before - GPUS * 2.5  # the report reads what was counted
 
+        # by job size: the one two-GPU job's allocation, what the monitor saw it hold
+        sized = run_cli("report", "--sizes", "-S", since, "--json", env=env)
+        assert sized.returncode == 0, sized.stderr
+        (row,) = json.loads(sized.stdout)["rows"]
+        assert row["jobs"] == [1, 0, 0, 0] and row["share"] == 1.0, row
+        small = row["gpu_seconds"][0]
+        assert abs(small - usage["allocated_s"]) <= 2 * 2.5, (small, usage)
+
         table = run_cli("report", "--cluster", "-S", since, "-t", "seconds", env=env)
         assert table.returncode == 0, table.stderr
         assert table.stdout.startswith("Cluster utilization ")
@@ -81,3 +90,12 @@ async def test_the_cluster_report_counts_allocated_idle_and_planned_down_gpu_tim
         assert int(planned) >= round(usage["planned_down_s"])  # still drained: more
         assert int(reported) >= round(total)
         assert cluster
+
+        sizes = await asyncio.to_thread(
+            subprocess.run,
+            [str(tmp_path / "bin" / "sreport"), "-P", "-n", "-t", "seconds", "job",
+             "SizesByAccount", f"start={since}", "printjobcount"],
+            capture_output=True, text=True, timeout=60, env={**os.environ, **env},
+        )  # fmt: skip
+        assert sizes.returncode == 0, sizes.stderr
+        assert sizes.stdout.strip().split("|")[2:] == ["1", "0", "0", "0", "100.00%"]

@@ -76,6 +76,7 @@ async def test_every_endpoint_answers_as_the_gateway_user(
             "/api/acct",
             "/api/report",
             "/api/cluster_report",
+            "/api/sizes_report",
             "/api/utilisation",
         } <= set(doc["paths"])
         assert "SubmitRequest" in doc["components"]["schemas"]
@@ -127,6 +128,8 @@ async def test_every_endpoint_answers_as_the_gateway_user(
         assert report["since"] == 0 and all(r["user"] is None for r in report["rows"])
         cluster = await json_of(http, "/api/cluster_report", since=0)
         assert cluster["since"] == 0 and cluster["usage"]["allocated_s"] > 0  # the job's
+        sizes = await json_of(http, "/api/sizes_report", since=0, grouping="2,8")
+        assert sizes["grouping"] == [2, 8] and sizes["rows"][0]["jobs"] == [0, 1, 0]
         util = await json_of(http, "/api/utilisation", hours=1)
         assert util["total_gpus"] == 8 and util["busy"][-1] > 0
 

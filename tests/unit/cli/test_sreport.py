@@ -1,8 +1,8 @@
 """The sreport shim's core (muster/sreport.py): Slurm's words and options read, its
 `cluster AccountUtilizationByUser`, `cluster UserUtilizationByAccount`, `user
-TopUsage` and `cluster Utilization` reports printed as Slurm lays them out (fixed
-columns, -P/-p parsable, -n without headers), anything else refused with what to
-write."""
+TopUsage`, `cluster Utilization` and `job SizesByAccount` reports printed as Slurm
+lays them out (fixed columns, -P/-p parsable, -n without headers), anything else
+refused with what to write."""
 
 from __future__ import annotations
 
@@ -10,9 +10,18 @@ from datetime import UTC, datetime
 
 import pytest
 
-from muster.sreport import Report, SreportArgs, SreportError, cluster_lines, lines, parse
+from muster.sreport import (
+    Report,
+    SreportArgs,
+    SreportError,
+    cluster_lines,
+    lines,
+    parse,
+    sizes_lines,
+)
 from services.fairshare.cluster_report import ClusterUsage
 from services.fairshare.report import ReportRow
+from services.fairshare.sizes_report import SizeRow
 
 
 def when(text: str) -> float:
@@ -44,6 +53,8 @@ JAN15 = when("2027-01-15")
                      since=JAN14)),
         (["-P", "cluster", "Utilization", "start=2027-01-14"],
          SreportArgs(report=Report.UTILIZATION, delimiter="|", since=JAN14)),
+        (["job", "SizesByAccount", "grouping=1,8", "printjobcount", "flatview", "accounts=ml"],
+         SreportArgs(report=Report.SIZES, grouping=(1, 8), job_count=True, accounts=("ml",))),
     ],
 )  # fmt: skip
 def test_slurms_words_and_options(argv: list[str], want: SreportArgs) -> None:
@@ -53,7 +64,9 @@ def test_slurms_words_and_options(argv: list[str], want: SreportArgs) -> None:
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["job", "SizesByAccount"], "report job SizesByAccount is not kept: the reports are"),
+        (["job", "SizesByWckey"], "report job SizesByWckey is not kept: the reports are"),
+        (["job", "SizesByAccount", "grouping=8,4"], "grouping '8,4': give increasing GPU"),
+        (["job", "SizesByAccount", "users=u"], "users=u: start=, end=, accounts=, grouping="),
         (["user", "TopUsage", "TopCount=0"], "TopCount= takes a whole number"),
         (["cluster", "UserUtilizationByAccount", "tree"], "tree: start=, end=, accounts=, us"),
         ([], "report (none) is not kept"),
@@ -187,4 +200,30 @@ def test_the_clusters_utilization_as_slurm_lays_it_out() -> None:
     assert cluster_lines(parsable, "c", JAN14, JAN15, usage)[4:] == [
         "Cluster|Allocated|Down|PLND Down|Idle|Reported",
         "c|7200|60|600|3600|11460",
+    ]
+
+
+def test_job_sizes_as_slurm_lays_them_out() -> None:
+    rows = (
+        SizeRow(account="ml", gpu_seconds=(3600.0, 43200.0), jobs=(1, 2), share=0.9286),
+        SizeRow(account="ops", gpu_seconds=(3600.0, 0.0), jobs=(3, 0), share=0.0714),
+    )
+    args = SreportArgs(report=Report.SIZES, unit="hours", grouping=(8,))
+    assert sizes_lines(args, "c", JAN14, JAN15, (8,), rows) == [
+        "-" * 80,
+        "Job Sizes 2027-01-14T00:00:00 - 2027-01-14T23:59:59 (86400 secs)",
+        "Usage reported in GPU Hours",
+        "-" * 80,
+        "  Cluster   Account      0-7 GPUs     >= 8 GPUs % of cluster",
+        "--------- --------- ------------- ------------- ------------",
+        "        c        ml             1            12       92.86%",
+        "        c       ops             1             0        7.14%",
+    ]
+    counts = SreportArgs(report=Report.SIZES, delimiter="|", job_count=True, grouping=(8,))
+    assert sizes_lines(counts, "c", JAN14, JAN15, (8,), rows)[2:] == [
+        "Units are in number of jobs ran",
+        "-" * 80,
+        "Cluster|Account|0-7 GPUs|>= 8 GPUs|% of cluster",
+        "c|ml|1|2|92.86%",
+        "c|ops|3|0|7.14%",
     ]
