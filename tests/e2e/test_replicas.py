@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -44,6 +45,8 @@ from tests.support.cluster import (
 pytestmark = pytest.mark.slow
 
 TWO = {"health": 2, "admission": 2, "fairshare": 2}
+GPUS = 3 * 4  # nodes(3)
+COUNTED = "SELECT coalesce(sum(gpu_seconds), 0) FROM cluster_hours"
 # A configuration with a partition, so each admission replica writes policy rows.
 POLICY = IDENTITY_CONFIG + (
     '[cluster]\nname = "t"\ndefault_partition = "normal"\n'
@@ -124,11 +127,13 @@ async def test_a_paused_health_judge_resumed_after_a_takeover_judges_nothing(
     first = await eventually(lambda: health_lease(db), lambda r: r is not None, 30, "a judge")
     assert first is not None
     old_key = key_of(first[0])
+    began, before = time.monotonic(), await db.fetchval(COUNTED)
     os.kill(cluster.pids[old_key], signal.SIGSTOP)
     try:
         await eventually(
             lambda: health_lease(db), lambda r: r is not None and r[1] > first[1], 30, "takeover"
         )
+        unjudged = time.monotonic() - began  # no pass counted GPU time while no one judged
         kill9(cluster, "node-node03")
         assert await watch_down(db, "node03", ["node01", "node02"]) == []
     finally:
@@ -144,6 +149,14 @@ async def test_a_paused_health_judge_resumed_after_a_takeover_judges_nothing(
     text = log.read_text()
     assert "node node_down" not in text and "node node_suspect" not in text
     assert (await states(db))["node01"] == "UP"
+    # The GPUs' time (muster report --cluster) was counted once a second by one judge:
+    # the resumed one counted nothing twice, and only the takeover went uncounted.
+    counted, elapsed = await db.fetchval(COUNTED) - before, time.monotonic() - began
+    assert GPUS * (elapsed - unjudged - 2.5) <= counted <= GPUS * (elapsed + 2.5), (
+        counted,
+        elapsed,
+        unjudged,
+    )
 
 
 async def test_two_of_each_start_together_and_charge_usage_once(
