@@ -1,7 +1,8 @@
 """`muster demo`: the main job end to end on a local cluster — start it, run a small
 workload, take a GPU out with an injected XID 79 under an elastic job, watch it shrink
 and finish, resume the node as an operator would once its GPU is replaced (so the demo
-can run again on the same state), then stop the cluster."""
+can run again on the same state), show how the cluster's GPU time went (`muster report
+--cluster`), then stop the cluster."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from pathlib import Path
 from muster import cluster as local
 from muster.client import agent, call, current_user, register_cluster
 from muster.refusal import ApiRefused
+from services.fairshare.api import CLUSTER_VERB, ClusterReply, ClusterRequest
+from services.fairshare.cluster_report import render_cluster
+from services.fairshare.report import TimeUnit
 from shared.api import (
     InjectFault,
     NodeAction,
@@ -65,6 +69,7 @@ def run_demo(state: Path, topology: Path) -> int:
 async def _workload(url: str, workdir: Path) -> int:
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     user = current_user()
+    began = time.time()
     await _nodes_up(url, 3, 60)
     ids: dict[str, int] = {}
     for name, script in (("train", TRAIN), ("elastic", ELASTIC), ("sweep", SWEEP)):
@@ -100,6 +105,8 @@ async def _workload(url: str, workdir: Path) -> int:
     for n in (await _nodes(url)).nodes:
         print(f"  {n.name:<8} {n.state:<7} {n.reason}")
     await _resume(url, victim)
+    report = await call(url, CLUSTER_VERB, ClusterRequest(user=user, since=began), ClusterReply)
+    print("\n" + render_cluster(report.usage, report.since, report.until, TimeUnit.MINUTES))
     print(f"\njob output is in {workdir}")
     return 0 if all(j.state == JobState.COMPLETED for j in final.jobs) else 1
 
