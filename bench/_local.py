@@ -35,6 +35,20 @@ def provision_identity(state: Path) -> None:
 
 
 @contextlib.contextmanager
+def throwaway_database() -> Iterator[str]:
+    """A throwaway PostgreSQL (fsync off) in a temporary folder, and a database on it:
+    its URL, for the benchmarks of SQL alone."""
+    with tempfile.TemporaryDirectory(prefix="muster-bench-") as tmp:
+        state = Path(tmp)
+        state.chmod(0o755)
+        pg = embedded.start_postgres(state, fast=True)
+        try:
+            yield embedded.create_database(pg.url, "muster")
+        finally:
+            pg.stop()
+
+
+@contextlib.contextmanager
 def local_cluster(
     node_count: int,
     gpus: int = 4,

@@ -14,7 +14,6 @@ import asyncio
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -22,9 +21,9 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._local import throwaway_database
 from services.health import repo
 from services.health.utilization import hour_of, tally
-from shared import embedded
 from shared.db import migrate
 
 
@@ -100,15 +99,8 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--passes", type=int, default=200)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="muster-bench-") as tmp:
-        state = Path(tmp)
-        state.chmod(0o755)
-        pg = embedded.start_postgres(state, fast=True)
-        try:
-            url = embedded.create_database(pg.url, "muster")
-            out = asyncio.run(measure(url, args.nodes, args.gpus, args.passes))
-        finally:
-            pg.stop()
+    with throwaway_database() as url:
+        out = asyncio.run(measure(url, args.nodes, args.gpus, args.passes))
     print(
         f"tally of {out['gpus']} GPUs: p50 {out['tally_ms_p50']} ms, p99 {out['tally_ms_p99']} ms"
     )

@@ -19,7 +19,6 @@ import asyncio
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,8 +26,8 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._local import throwaway_database
 from services.admission.purge import PURGE_JOBS
-from shared import embedded
 from shared.db import migrate
 
 YEAR_S = 365 * 86400.0
@@ -136,15 +135,8 @@ def main() -> None:
     parser.add_argument("--waiting", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=5_000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="muster-bench-") as tmp:
-        state = Path(tmp)
-        state.chmod(0o755)
-        pg = embedded.start_postgres(state, fast=True)
-        try:
-            url = embedded.create_database(pg.url, "muster")
-            out = asyncio.run(measure(url, args.jobs, args.old, args.waiting, args.batch))
-        finally:
-            pg.stop()
+    with throwaway_database() as url:
+        out = asyncio.run(measure(url, args.jobs, args.old, args.waiting, args.batch))
     print(f"idle pass (nothing old enough) p50: {out['idle_pass_ms_p50']} ms")
     print(f"batch of {args.batch} jobs: p50 {out['batch_ms_p50']} ms, max {out['batch_ms_max']} ms")
     print(json.dumps(out))

@@ -235,11 +235,17 @@ class Gateway:
         }
         return json(await self.upstream.raw("acct", req))
 
-    async def report(self, request: Request) -> Response:
-        req: dict[str, Any] = {
+    def _window(self, request: Request) -> dict[str, Any]:
+        """A report's request as the gateway's user, over `since` / `until`."""
+        return {
             "user": self.upstream.user,
             "since": number(request, "since"),
             "until": number(request, "until"),
+        }
+
+    async def report(self, request: Request) -> Response:
+        req: dict[str, Any] = {
+            **self._window(request),
             "accounts": names(request, "account"),
             "users": names(request, "user"),
             "by_user": not flag(request, "accounts_only"),
@@ -247,20 +253,10 @@ class Gateway:
         return json(await self.upstream.raw("report", req))
 
     async def cluster_report(self, request: Request) -> Response:
-        req: dict[str, Any] = {
-            "user": self.upstream.user,
-            "since": number(request, "since"),
-            "until": number(request, "until"),
-        }
-        return json(await self.upstream.raw("cluster_report", req))
+        return json(await self.upstream.raw("cluster_report", self._window(request)))
 
     async def sizes_report(self, request: Request) -> Response:
-        req: dict[str, Any] = {
-            "user": self.upstream.user,
-            "since": number(request, "since"),
-            "until": number(request, "until"),
-            "accounts": names(request, "account"),
-        }
+        req = {**self._window(request), "accounts": names(request, "account")}
         grouping = request.query_params.get("grouping")
         if grouping:
             try:

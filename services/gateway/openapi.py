@@ -70,6 +70,11 @@ def _post(summary: str, body: str, schema: dict[str, Any], ok: str = "200") -> d
 
 
 LISTS = "comma-separated; repeatable"
+# A report's window: whole hours (services/fairshare/report.py `window`).
+WINDOW = (
+    ("since", "number", "epoch seconds; default yesterday 00:00 UTC"),
+    ("until", "number", "epoch seconds; default now (today 00:00 without since)"),
+)
 JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "integer"}}
 ANY_JSON: dict[str, Any] = {"type": "object"}
 
@@ -125,8 +130,7 @@ def document() -> dict[str, Any]:
             "GPU time used per account and user over whole hours (muster report)",
             ANY_JSON,
             _query(
-                ("since", "number", "epoch seconds; default yesterday 00:00 UTC"),
-                ("until", "number", "epoch seconds; default now (today 00:00 without since)"),
+                *WINDOW,
                 ("account", "string", LISTS),
                 ("user", "string", LISTS),
                 ("accounts_only", "boolean", "no user rows"),
@@ -135,17 +139,13 @@ def document() -> dict[str, Any]:
         "/api/cluster_report": _get(
             "the cluster's GPU time by state over whole hours (muster report --cluster)",
             ANY_JSON,
-            _query(
-                ("since", "number", "epoch seconds; default yesterday 00:00 UTC"),
-                ("until", "number", "epoch seconds; default now (today 00:00 without since)"),
-            ),
+            _query(*WINDOW),
         ),
         "/api/sizes_report": _get(
             "allocated GPU time by job size per account (muster report --sizes)",
             ANY_JSON,
             _query(
-                ("since", "number", "epoch seconds; default yesterday 00:00 UTC"),
-                ("until", "number", "epoch seconds; default now (today 00:00 without since)"),
+                *WINDOW,
                 ("account", "string", LISTS),
                 ("grouping", "string", "the size ranges' lower bounds, e.g. 8,64,256"),
             ),
