@@ -25,9 +25,9 @@ not a period later. Measured on this machine (5,000-row batches, 200,000 rows a 
 half of them old): 13 ms a batch, 12 ms for a pass that finds nothing old.
 
 A service may also hand its pruner a record table of its own (`Pruner.keep`), kept as
-long as the events (the placer's cycle log) or as long as it says (the fairshare
-service's hourly usage; admission's purge of finished jobs, a function that removes a
-job with all its rows: services/admission/purge.py).
+long as the events (the placer's cycle log) or as long as it says (the hourly usage,
+fairshare's, and GPU time, health's; admission's purge of finished jobs, a function
+that removes a job with all its rows: services/admission/purge.py).
 """
 
 from __future__ import annotations
