@@ -27,6 +27,7 @@ PARTS: dict[str, tuple[str, ...]] = {
         "release",
         "requeue",
         "approve",
+        "update",
         "reload",
     ),
     "nodes": ("nodes", "drain", "resume", "inject-fault"),

@@ -23,6 +23,7 @@ from shared.api import (
     ShowJobRequest,
     SubmitReply,
     SubmitRequest,
+    UpdateRequest,
 )
 
 
@@ -155,6 +156,40 @@ def _job_action(verb: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def cmd_update(args: argparse.Namespace) -> int:
+    """`muster update JOB... --time T --nice N --name X --comment C` (scontrol update)."""
+    from services.admission.values import duration_or_error, nice
+
+    try:
+        limit = None if args.time is None else duration_or_error(args.time, "--time")
+        niceness = None if args.nice is None else nice(args.nice)
+    except ValueError as err:
+        print(f"muster update: {err}", file=sys.stderr)
+        return 2
+    if args.time is not None and not limit:
+        print("muster update: --time: give a limit above 0 (UNLIMITED is not one)", file=sys.stderr)
+        return 2
+    req = UpdateRequest(
+        user=current_user(),
+        job_refs=tuple(r for item in args.job_ids for r in item.split(",") if r),
+        time_limit_s=limit,
+        nice=niceness,
+        name=args.job_name,
+        comment=args.comment,
+    )
+    try:
+        reply = request(nats_url(args.state), "update", req, Ok)
+    except ApiRefused as err:
+        return refused("update", err)
+    if args.json:
+        print(render.to_json(reply))
+        return 0
+    print(reply.message)
+    for why in reply.skipped:
+        print(f"  skipped: {why}")
+    return 0
+
+
 def cmd_reload(args: argparse.Namespace) -> int:
     try:
         reply = request(nats_url(args.state), "reload", Request(user=current_user()), ReloadReply)
@@ -196,6 +231,17 @@ def register(sub: Any) -> None:
     s.set_defaults(fn=cmd_show)
 
     _register_actions(sub)
+
+    s = sub.add_parser(
+        "update", help="change pending jobs' time limit, nice, name or comment (scontrol update)"
+    )
+    s.add_argument("job_ids", nargs="+", help="123, 123_4 (array task), 123_[1-3]")
+    s.add_argument("-t", "--time", help="the new time limit: MM, HH:MM:SS, D-HH:MM:SS")
+    s.add_argument("--nice", help="the new nice (below 0: operators)")
+    s.add_argument("-J", "--name", dest="job_name", help="the new job name")
+    s.add_argument("--comment", help="the new comment")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_update)
 
     s = sub.add_parser("reload", help="re-read the cluster configuration (operators)")
     s.add_argument("--json", action="store_true")

@@ -393,6 +393,8 @@ def scontrol(argv: list[str]) -> int:
         return _show_nodes(argv[2] if len(argv) > 2 else None)
     if argv[:1] in (["hold"], ["release"], ["requeue"]) and len(argv) >= 2:
         return _act("scontrol", argv[0], argv[1:])
+    if argv[:1] == ["update"] and len(argv) >= 2:
+        return _update(argv[1:])
     if argv[:1] == ["requeuehold"] and len(argv) >= 2:
         # Slurm's `requeuehold [State=SpecialExit] IDS`: back in the queue, held until
         # `scontrol release` (a special exit state is a hold all the same here)
@@ -400,8 +402,22 @@ def scontrol(argv: list[str]) -> int:
         return _act("scontrol", "requeue", refs, hold=True)
     raise ShimError(
         f"unsupported: scontrol {' '.join(argv) or '(nothing)'}; this shim knows "
-        "show job ID, show node [NAME], hold IDS, release IDS, requeue IDS, requeuehold IDS"
+        "show job ID, show node [NAME], hold IDS, release IDS, requeue IDS, requeuehold IDS,"
+        " update JobId=ID [TimeLimit=] [Nice=] [JobName=] [Comment=]"
     )
+
+
+def _update(words: list[str]) -> int:
+    from muster.scontrol_update import UpdateError, update_request
+
+    try:
+        req = update_request(words, current_user())
+    except UpdateError as err:
+        raise ShimError(str(err)) from err
+    reply = request(_url(), "update", req, Ok)
+    for why in reply.skipped:
+        print(f"scontrol: {why}", file=sys.stderr)
+    return 0
 
 
 def _show_job(ref: str) -> int:

@@ -67,6 +67,18 @@ class JobSelector(Request, frozen=True, kw_only=True):
     hold: bool = False  # requeue: back in the queue held (scontrol requeuehold)
 
 
+class UpdateRequest(Request, frozen=True, kw_only=True):
+    """`muster update` / `scontrol update job`: change pending jobs in place (their id
+    and place in the queue kept); None leaves a field as it is
+    (services/admission/update.py says who may change what)."""
+
+    job_refs: tuple[str, ...]  # as JobSelector's: 123, 123_4, 123_[1-3]
+    time_limit_s: int | None = None
+    nice: int | None = None
+    name: str | None = None
+    comment: str | None = None
+
+
 class QueueRequest(Request, frozen=True, kw_only=True):
     users: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()

@@ -23,6 +23,7 @@ from shared.api import (
     ShowJobReply,
     ShowJobRequest,
     StopWorkers,
+    UpdateRequest,
 )
 from shared.db import Conn, outbox_add
 from shared.events import JobCancelRequested, JobRequeueRequested, JobSubmitted
@@ -40,6 +41,7 @@ from .config_model import ClusterConfig
 from .errors_api import Refused
 from .policy import dependency_text, parse_job_ref
 from .purge import missing_job
+from .update import JobChange, UpdateTarget, decide_update
 from .views import job_state, job_view, step_view, why_pending
 
 log = logging.getLogger(__name__)
@@ -234,6 +236,37 @@ class JobCommands:
         held = [j for j in decision.act_on if rows[j]["held"]]
         note = f"; still held by a user hold: {', '.join(map(str, held))}" if held else ""
         return _ok(f"approved {len(decision.act_on)} job(s){note}", decision)
+
+    async def update(self, req: UpdateRequest) -> Ok:
+        """Pending jobs' time limit, nice, name or comment, changed in place
+        (update.py); the placer is woken to plan by the new values."""
+        change = JobChange(
+            time_limit_s=req.time_limit_s, nice=req.nice, name=req.name, comment=req.comment
+        )
+        sel = JobSelector(user=req.user, job_refs=req.job_refs)
+        async with self.ctx.pool.acquire() as conn, conn.transaction():
+            targets, rows = await self._targets(conn, sel)
+            chosen = [
+                UpdateTarget(
+                    target=t,
+                    time_limit_s=rows[t.job_id]["time_limit_s"],
+                    partition=rows[t.job_id]["partition"],
+                )
+                for t in targets
+            ]
+            decision = decide_update(req.user, chosen, change, self.config())
+            if decision.refusal is not None:
+                raise Refused(decision.refusal, decision.code, decision.skipped or ())
+            await repo.update_jobs(conn, list(decision.act_on), change.fields())
+            await _wake(conn, decision.act_on, rows)
+        self.ctx.relay.kick()
+        said = ", ".join(f"{k}={v}" for k, v in change.fields().items())
+        log.info("update", extra=kv(by=req.user, jobs=len(decision.act_on), change=said))
+        return Ok(
+            message=f"updated {len(decision.act_on)} job(s): {said}",
+            job_ids=decision.act_on,
+            skipped=decision.skipped,
+        )
 
     # --- reads -------------------------------------------------------------------------
 

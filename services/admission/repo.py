@@ -219,6 +219,22 @@ async def job_rows(
     return await select_rows(conn, where)
 
 
+async def update_jobs(conn: Conn, job_ids: list[int], fields: dict[str, object]) -> None:
+    """Change these jobs' spec fields in place, and the columns that copy them (`name`,
+    `time_limit_s`); the spec's other fields, and the job's place, stay."""
+    if not job_ids or not fields:
+        return
+    await conn.execute(
+        "UPDATE jobs SET spec = spec || $2::jsonb,"
+        " name = coalesce($3, name), time_limit_s = coalesce($4, time_limit_s)"
+        " WHERE job_id = ANY($1::bigint[])",
+        job_ids,
+        json.dumps(fields),
+        fields.get("name"),
+        fields.get("time_limit_s"),
+    )
+
+
 async def select_rows(conn: Conn, where: Where, *, lock: bool = False) -> list[asyncpg.Record]:
     sql = JOB_VIEW + where.sql() + " ORDER BY j.job_id" + (" FOR UPDATE OF j" if lock else "")
     return await conn.fetch(sql, *where.args)

@@ -48,6 +48,7 @@ from shared.api import (
     ShowJobRequest,
     SubmitReply,
     SubmitRequest,
+    UpdateRequest,
 )
 from shared.apiserve import Route, enveloped
 from shared.db import outbox_add
@@ -125,6 +126,7 @@ class Admission:
             "release": self._signed("release", JobSelector, self.jobs.release),
             "requeue": self._signed("requeue", JobSelector, self.jobs.requeue),
             "approve": self._signed("approve", JobSelector, self.jobs.approve),
+            "update": self._signed("update", UpdateRequest, self.jobs.update),
             "queue": self._signed("queue", QueueRequest, self.jobs.queue),
             "show": self._signed("show", ShowJobRequest, self.jobs.show),
             "nodes": self._signed("nodes", QueueRequest, self.nodes),

@@ -1,7 +1,8 @@
 """End to end: Slurm's command names (`muster shims DIR`) driven as a Slurm user would,
 against a local cluster — a script submitted with `sbatch --parsable`, found with
 `squeue -h -o "%i %T"`, the nodes listed by `sinfo -N` (with their partition), put back
-in the queue with `scontrol requeue` (it runs again, same id, restart count 1),
+in the queue with `scontrol requeue` (it runs again, same id, restart count 1), a held
+job changed with `scontrol update`,
 cancelled with `scancel`, its accounting read with `sacct`, its GPU time with `sreport`,
 and `sbatch --wait` returning the job's exit code."""
 
@@ -124,6 +125,19 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
     assert [line.split("|")[1:4] for line in top.stdout.splitlines()] == [
         ["root", "", "default"]
     ], top.stdout  # the submitter's one association, as TopUsage names it
+
+    # a held job changed in place: same id, its new limit and name shown; what the
+    # placer plans by is refused, saying what to do
+    held = (await shell("sbatch", "--parsable", "-H", "long.sh")).stdout.strip()
+    changed = await shell(
+        "scontrol", "update", f"JobId={held}", "TimeLimit=10:00", "JobName=renamed"
+    )
+    assert changed.returncode == 0, changed.stderr
+    shown = (await shell("scontrol", "show", "job", held)).stdout
+    assert "JobName=renamed" in shown and "TimeLimit=0:10:00" in shown, shown
+    moved = await shell("scontrol", "update", f"JobId={held}", "Partition=large")
+    assert moved.returncode != 0 and "cancel the job and submit it again" in moved.stderr
+    await shell("scancel", held)
 
     waited = await shell("sbatch", "--wait", "fails.sh")
     assert waited.returncode == 3, (waited.stdout, waited.stderr)

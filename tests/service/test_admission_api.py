@@ -28,6 +28,7 @@ from shared.api import (
     ShowJobRequest,
     SubmitReply,
     SubmitRequest,
+    UpdateRequest,
 )
 from shared.runtime import service_context
 from shared.settings import AdmissionSettings
@@ -249,6 +250,48 @@ async def test_a_user_hold_is_lifted_by_its_owner_but_an_operator_hold_only_by_a
     await api.act("release", "root", job)
     err = await _refused(api.act("release", "alice", job))
     assert "is not held" in str(err)
+
+
+async def test_a_pending_jobs_limit_nice_name_and_comment_change_in_place(
+    api: Api, db: asyncpg.Connection
+) -> None:
+    """`muster update` / scontrol update: the same job, its new values stored (spec and
+    columns) and shown; raising the limit is an operator's; a finished job is refused."""
+    job = (await api.submit("alice", "-H", "-t", "2:00:00", "-J", "old")).job_ids[0]
+    submitted = await db.fetchval("SELECT submitted_at FROM jobs WHERE job_id = $1", job)
+    change = UpdateRequest(
+        user="alice", job_refs=(str(job),), time_limit_s=1800, nice=10, name="new", comment="c"
+    )
+    ok = await call(api.url, "update", change, Ok)
+    assert ok.job_ids == (job,) and "time_limit_s=1800" in ok.message
+    row = await db.fetchrow(
+        "SELECT name, time_limit_s, submitted_at, spec->>'nice' AS nice,"
+        " spec->>'comment' AS comment, spec->>'time_limit_s' AS spec_limit FROM jobs"
+        " WHERE job_id = $1",
+        job,
+    )
+    assert row is not None
+    assert dict(row) == {
+        "name": "new", "time_limit_s": 1800, "submitted_at": submitted, "nice": "10",
+        "comment": "c", "spec_limit": "1800",
+    }  # fmt: skip
+    shown = await api.show(job)
+    assert shown.job.name == "new" and shown.job.time_limit_s == 1800
+    assert await api.state(job) == ("PENDING", "HELD")  # still held, same place
+
+    raise_it = UpdateRequest(user="alice", job_refs=(str(job),), time_limit_s=3600)
+    err = await _refused(call(api.url, "update", raise_it, Ok))
+    assert err.code == "forbidden" and "only an operator may raise a time limit" in str(err)
+    as_root = UpdateRequest(user="root", job_refs=(str(job),), time_limit_s=3600)
+    await call(api.url, "update", as_root, Ok)
+    assert await db.fetchval("SELECT time_limit_s FROM jobs WHERE job_id = $1", job) == 3600
+
+    await api.act("cancel", "alice", str(job))
+    await db.execute(
+        "INSERT INTO job_runs(job_id, state, ended_at) VALUES ($1, 'CANCELLED', now())", job
+    )
+    err = await _refused(call(api.url, "update", change, Ok))
+    assert f"job {job} is CANCELLED; only a pending job can be updated" in str(err)
 
 
 async def test_a_job_submitted_held_is_released_by_its_owner(api: Api) -> None:

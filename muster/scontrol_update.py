@@ -1,0 +1,91 @@
+"""Pure core of the `scontrol update` shim (muster/shims.py): Slurm's words for a job's
+change read into an `UpdateRequest` (services/admission/update.py says who may change
+what).
+
+    scontrol update JobId=123[,124] [TimeLimit=2:00:00] [Nice=10] [JobName=x] [Comment=y]
+
+Keys in any case, as Slurm's; `Name=` is `JobName=`. What the placer plans a job by
+(partition, QOS, nodes, GPUs, ...) is refused, saying to cancel and submit again; so is a
+relative time limit (`TimeLimit=+30`), with the absolute form to write instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from services.admission.values import duration_or_error, nice
+from shared.api import UpdateRequest
+
+KEYS = "JobId=, TimeLimit=, Nice=, JobName= and Comment="
+# What the placer plans a job by: not changed in place (cancel and submit again).
+PLANNED = frozenset(
+    {
+        "partition", "qos", "numnodes", "numtasks", "numcpus", "minnodes", "gres", "tres",
+        "tresperjob", "tres_per_job", "reqnodelist", "excnodelist", "features", "account",
+        "reservation", "minmemorynode", "minmemorycpu", "dependency", "starttime",
+        "contiguous", "shared", "oversubscribe", "licenses", "arraytaskthrottle",
+    }
+)  # fmt: skip
+
+
+class UpdateError(ValueError):
+    """A command line the shim cannot send; the message says what to write."""
+
+
+def update_request(words: Sequence[str], user: str) -> UpdateRequest:
+    """`JobId=... Key=Value ...` -> the request."""
+    refs: list[str] = []
+    limit: int | None = None
+    niceness: int | None = None
+    name: str | None = None
+    comment: str | None = None
+    for word in words:
+        key, eq, value = word.partition("=")
+        k = key.lower()
+        if not eq:
+            raise UpdateError(f"{word}: write Key=Value ({KEYS})")
+        if k in ("jobid", "job"):
+            refs += [r for r in value.split(",") if r]
+        elif k == "timelimit":
+            limit = _limit(value)
+        elif k == "nice":
+            try:
+                niceness = nice(value)
+            except ValueError as err:
+                raise UpdateError(str(err).replace("--nice", "Nice=")) from err
+        elif k in ("jobname", "name"):
+            name = value
+        elif k == "comment":
+            comment = value
+        elif k in PLANNED:
+            raise UpdateError(
+                f"{key}= is what the job is placed by and is not changed in place here:"
+                " cancel the job and submit it again with the new value"
+            )
+        else:
+            raise UpdateError(f"{word}: unknown to this shim; it changes {KEYS}")
+    if not refs:
+        raise UpdateError("say which job: JobId=123 (or JobId=123,124, 123_4)")
+    return UpdateRequest(
+        user=user,
+        job_refs=tuple(refs),
+        time_limit_s=limit,
+        nice=niceness,
+        name=name,
+        comment=comment,
+    )
+
+
+def _limit(value: str) -> int:
+    if value[:1] in ("+", "-"):
+        raise UpdateError(
+            f"TimeLimit={value}: a relative limit is not kept; give the whole new limit,"
+            " e.g. TimeLimit=2:00:00"
+        )
+    try:
+        seconds = duration_or_error(value, "TimeLimit=")
+    except ValueError as err:
+        raise UpdateError(str(err)) from err
+    if not seconds:
+        raise UpdateError(f"TimeLimit={value}: give a limit above 0 (UNLIMITED is not one)")
+    return seconds

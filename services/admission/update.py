@@ -1,0 +1,135 @@
+"""Pure: what `muster update` (scontrol update job) may change of the selected jobs.
+
+A pending job's time limit, nice, name and comment change in place: same id, same place
+in the queue (its submit time and age stay). Slurm's rules:
+
+- only a pending job changes: a running one's limit is the launcher's clock, and its
+  resources are placed (the job is skipped, saying so);
+- its owner, a coordinator of its account or an operator may change it (`Action.MODIFY`);
+- only an operator raises a time limit, or sets it over the partition's maximum; anyone
+  who may change the job may lower it;
+- only an operator gives a negative nice (a higher priority), as at submission.
+
+None of these changes what the job was placed or booked by, so a change that loses a
+race with the placer (which planned the job before the change and starts it after)
+starts the job with the new values: the launcher reads the job's spec when it starts it.
+Partition, QOS, nodes and GPUs, which the placer plans by, are not changed here: the
+request is refused, saying to cancel and submit again.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from services.admission.actions import Target
+from services.admission.authz import Action, authorize
+from services.admission.config_model import ClusterConfig
+from services.admission.timefmt import format_duration
+from shared.states import JobState
+
+MAX_TEXT = 1024  # a name's or comment's characters
+
+
+class JobChange(msgspec.Struct, frozen=True, kw_only=True):
+    """What to change; None: leave as it is."""
+
+    time_limit_s: int | None = None
+    nice: int | None = None
+    name: str | None = None
+    comment: str | None = None
+
+    def fields(self) -> dict[str, object]:
+        """The spec's fields that change, by name."""
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+
+
+class UpdateTarget(msgspec.Struct, frozen=True, kw_only=True):
+    """A selected job, as its row says."""
+
+    target: Target
+    time_limit_s: int
+    partition: str
+
+
+class UpdateDecision(msgspec.Struct, frozen=True, kw_only=True):
+    act_on: tuple[int, ...] = ()
+    skipped: tuple[str, ...] = ()
+    refusal: str | None = None
+    code: str = ""
+
+
+def check_change(change: JobChange) -> str | None:
+    """Why the change itself cannot be made, whatever the job; None when it can."""
+    if not change.fields():
+        return (
+            "say what to change: TimeLimit=, Nice=, JobName= or Comment= (--time, --nice,"
+            " --name, --comment)"
+        )
+    if change.time_limit_s is not None and change.time_limit_s <= 0:
+        return "a time limit is above 0; write it as MM, HH:MM:SS or D-HH:MM:SS"
+    for what, text in (("name", change.name), ("comment", change.comment)):
+        if text is None:
+            continue
+        if what == "name" and not text.strip():
+            return "a job's name is not empty"
+        if len(text) > MAX_TEXT or any(c in text for c in "\n\r\0"):
+            return f"a job's {what} is one line of at most {MAX_TEXT} characters"
+    return None
+
+
+def decide_update(
+    actor: str, targets: list[UpdateTarget], change: JobChange, config: ClusterConfig
+) -> UpdateDecision:
+    """The jobs to change, those skipped with why, or one refusal for the request."""
+    bad = check_change(change)
+    if bad is not None:
+        return UpdateDecision(refusal=bad, code="invalid")
+    if not targets:
+        return UpdateDecision(refusal="no job matches the selection", code="not_found")
+    for u in targets:
+        t = u.target
+        refused = authorize(Action.MODIFY, actor, t.owner, t.account, config)
+        if refused is not None:
+            return UpdateDecision(refusal=f"job {t.job_id}: {refused.message}", code="forbidden")
+    act: list[int] = []
+    skipped: list[str] = []
+    for u in targets:
+        job = f"job {u.target.job_id}"
+        if u.target.state != JobState.PENDING:
+            skipped.append(
+                f"{job} is {u.target.state}; only a pending job can be updated"
+                " (a running job's resources and clock are its own)"
+            )
+            continue
+        refusal = _not_permitted(actor, u, change, config)
+        if refusal is not None:
+            return UpdateDecision(refusal=f"{job}: {refusal}", code="forbidden")
+        act.append(u.target.job_id)
+    if not act:
+        return UpdateDecision(
+            refusal="; ".join(skipped), code="invalid_state", skipped=tuple(skipped)
+        )
+    return UpdateDecision(act_on=tuple(act), skipped=tuple(skipped))
+
+
+def _not_permitted(
+    actor: str, u: UpdateTarget, change: JobChange, config: ClusterConfig
+) -> str | None:
+    if actor in config.operators:
+        return None
+    limit = change.time_limit_s
+    if limit is not None and limit > u.time_limit_s:
+        return (
+            f"only an operator may raise a time limit ({format_duration(u.time_limit_s)} now);"
+            f" ask for {format_duration(u.time_limit_s)} or less"
+        )
+    part = config.partitions.get(u.partition)
+    most = None if part is None else part.max_time_s
+    if limit is not None and most is not None and limit > most:
+        return (
+            f"time limit {format_duration(limit)} is over the maximum of partition"
+            f" {u.partition!r}: {format_duration(most)}"
+        )
+    if change.nice is not None and change.nice < 0:
+        return f"--nice={change.nice}: only an operator may raise a job's priority; use 0 or more"
+    return None

@@ -1,0 +1,130 @@
+"""Pure: what `muster update` (scontrol update job) may change of the selected jobs
+(services/admission/update.py), against the shipped configuration: alice owns the
+jobs, carol coordinates research, root is an operator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.admission.actions import Target
+from services.admission.config import load_config
+from services.admission.update import (
+    MAX_TEXT,
+    JobChange,
+    UpdateDecision,
+    UpdateTarget,
+    check_change,
+    decide_update,
+)
+
+CONFIG = load_config(
+    (Path(__file__).resolve().parents[3] / "deploy" / "local" / "cluster.toml").read_text()
+)
+HOUR = 3600
+
+
+def job(
+    job_id: int, state: str = "PENDING", limit: int = HOUR, partition: str = "normal"
+) -> UpdateTarget:
+    target = Target(job_id=job_id, owner="alice", account="research", state=state)
+    return UpdateTarget(target=target, time_limit_s=limit, partition=partition)
+
+
+CASES = {
+    "the owner lowers a pending job's limit": (
+        "alice", [job(1)], JobChange(time_limit_s=1800), UpdateDecision(act_on=(1,)),
+    ),
+    "and gives it a name, a comment and a nice": (
+        "alice", [job(1)], JobChange(name="x", comment="y", nice=10), UpdateDecision(act_on=(1,)),
+    ),
+    "a coordinator of its account may": (
+        "carol", [job(1)], JobChange(nice=5), UpdateDecision(act_on=(1,)),
+    ),
+    "someone else may not": (
+        "dave", [job(1)], JobChange(nice=5),
+        UpdateDecision(
+            refusal="job 1: 'dave' may not modify a job of 'alice' in account 'research':"
+            " only its owner, a coordinator of its account, or an operator may",
+            code="forbidden",
+        ),
+    ),
+    "only an operator raises a limit": (
+        "alice", [job(1)], JobChange(time_limit_s=2 * HOUR),
+        UpdateDecision(
+            refusal="job 1: only an operator may raise a time limit (01:00:00 now);"
+            " ask for 01:00:00 or less",
+            code="forbidden",
+        ),
+    ),
+    "an operator raises it, past the partition's maximum too": (
+        "root", [job(1, partition="debug")], JobChange(time_limit_s=2 * HOUR),
+        UpdateDecision(act_on=(1,)),
+    ),
+    "a lower limit still over the partition's maximum (the configuration changed)": (
+        "alice", [job(1, limit=2 * HOUR, partition="debug")], JobChange(time_limit_s=HOUR),
+        UpdateDecision(
+            refusal="job 1: time limit 01:00:00 is over the maximum of partition 'debug':"
+            " 00:30:00",
+            code="forbidden",
+        ),
+    ),
+    "only an operator gives a negative nice": (
+        "alice", [job(1)], JobChange(nice=-5),
+        UpdateDecision(
+            refusal="job 1: --nice=-5: only an operator may raise a job's priority; use 0"
+            " or more",
+            code="forbidden",
+        ),
+    ),
+    "a running job is skipped, saying why, the pending one changed": (
+        "alice", [job(1, state="RUNNING"), job(2)], JobChange(time_limit_s=60),
+        UpdateDecision(
+            act_on=(2,),
+            skipped=("job 1 is RUNNING; only a pending job can be updated (a running job's"
+                     " resources and clock are its own)",),
+        ),
+    ),
+    "nothing pending: refused with why": (
+        "alice", [job(1, state="COMPLETED")], JobChange(nice=1),
+        UpdateDecision(
+            refusal="job 1 is COMPLETED; only a pending job can be updated (a running job's"
+            " resources and clock are its own)",
+            code="invalid_state",
+            skipped=("job 1 is COMPLETED; only a pending job can be updated (a running"
+                     " job's resources and clock are its own)",),
+        ),
+    ),
+    "no job selected": (
+        "alice", [], JobChange(nice=1),
+        UpdateDecision(refusal="no job matches the selection", code="not_found"),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("actor", "targets", "change", "want"), CASES.values(), ids=CASES.keys())
+def test_who_may_change_what_of_which_job(
+    actor: str, targets: list[UpdateTarget], change: JobChange, want: UpdateDecision
+) -> None:
+    assert decide_update(actor, targets, change, CONFIG) == want
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (JobChange(), "say what to change: TimeLimit=, Nice=, JobName= or Comment="),
+        (JobChange(time_limit_s=0), "a time limit is above 0"),
+        (JobChange(name=" "), "a job's name is not empty"),
+        (JobChange(comment="a\nb"), f"a job's comment is one line of at most {MAX_TEXT}"),
+        (JobChange(name="x" * (MAX_TEXT + 1)), "a job's name is one line"),
+    ],
+)
+def test_a_change_that_cannot_be_made_says_what_to_write(change: JobChange, said: str) -> None:
+    why = check_change(change)
+    assert why is not None and why.startswith(said), why
+    assert decide_update("root", [job(1)], change, CONFIG).refusal == why
+
+
+def test_a_change_names_only_the_fields_it_sets() -> None:
+    assert JobChange(nice=0, comment="").fields() == {"nice": 0, "comment": ""}

@@ -1,0 +1,48 @@
+"""The `scontrol update` shim's core (muster/scontrol_update.py): Slurm's words for a
+job's change read into the request, anything this shim does not change refused with
+what to write instead."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster.scontrol_update import UpdateError, update_request
+from shared.api import UpdateRequest
+
+
+@pytest.mark.parametrize(
+    ("words", "want"),
+    [
+        (["JobId=12", "TimeLimit=2:00:00"], UpdateRequest(user="u", job_refs=("12",),
+                                                          time_limit_s=7200)),
+        (["jobid=12,13_4", "nice=10", "Name=x", "Comment=a b"],
+         UpdateRequest(user="u", job_refs=("12", "13_4"), nice=10, name="x", comment="a b")),
+        (["JobName=y", "JOBID=7", "TimeLimit=30"],
+         UpdateRequest(user="u", job_refs=("7",), name="y", time_limit_s=1800)),
+        (["JobId=7", "Nice=-5"], UpdateRequest(user="u", job_refs=("7",), nice=-5)),
+    ],
+)  # fmt: skip
+def test_slurms_words_for_a_jobs_change(words: list[str], want: UpdateRequest) -> None:
+    assert update_request(words, "u") == want
+
+
+@pytest.mark.parametrize(
+    ("words", "said"),
+    [
+        (["TimeLimit=1:00:00"], "say which job: JobId=123"),
+        (["JobId=1", "TimeLimit=+30"], "TimeLimit=+30: a relative limit is not kept"),
+        (["JobId=1", "TimeLimit=UNLIMITED"], "TimeLimit=UNLIMITED: give a limit above 0"),
+        (["JobId=1", "TimeLimit=soon"], "invalid TimeLimit= 'soon'"),
+        (["JobId=1", "Nice=lots"], "invalid Nice= 'lots'"),
+        (["JobId=1", "Partition=large"], "Partition= is what the job is placed by"),
+        (["JobId=1", "NumNodes=4"], "NumNodes= is what the job is placed by"),
+        (["JobId=1", "Hold"], "Hold: write Key=Value"),
+        (["JobId=1", "Color=red"], "Color=red: unknown to this shim; it changes JobId=,"),
+    ],
+)
+def test_what_the_shim_does_not_change_is_refused_with_what_to_write(
+    words: list[str], said: str
+) -> None:
+    with pytest.raises(UpdateError) as err:
+        update_request(words, "u")
+    assert str(err.value).startswith(said), str(err.value)
