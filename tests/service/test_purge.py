@@ -160,11 +160,12 @@ async def test_a_job_a_waiting_job_depends_on_stays_while_it_waits(
 ) -> None:
     """A FAILED job's `afterok` is never met; gone, the dependent would read it as met and
     start a year late. So it stays while the dependent waits (an array by its id: every
-    task), and goes with the next pass once the dependent ended."""
-    failed = await ended_job(db, 400, JobState.FAILED)
-    array = [await ended_job(db, 400) for _ in range(2)]
+    task), and goes with the next pass once the dependent ended. Kept, the oldest do not
+    shorten a batch: the pass removes every other old job, in full batches."""
+    failed = await ended_job(db, 500, JobState.FAILED)  # the oldest: each batch's head
+    array = [await ended_job(db, 500) for _ in range(2)]
     await db.execute("UPDATE jobs SET array_job_id = $1 WHERE job_id = ANY($2)", array[0], array)
-    other = await ended_job(db, 400)
+    others = [await ended_job(db, 400) for _ in range(5)]
     waiting = await ended_job(db, None)
     deps = [{"kind": "afterok", "job_ids": [failed, array[0]], "delay_s": 0}]
     await db.execute(
@@ -172,8 +173,8 @@ async def test_a_job_a_waiting_job_depends_on_stays_while_it_waits(
         waiting,
         json.dumps(deps),
     )
-    assert await prune(pool, Retention(), [PURGE]) == Pruned(0, 0, own=1)
-    assert await rows_of(db, [other]) == {}
+    assert await prune(pool, Retention(batch=2), [PURGE]) == Pruned(0, 0, own=5)
+    assert await rows_of(db, others) == {}
     assert (await rows_of(db, [failed, *array]))["jobs.job_id"] == 3
     # the dependent is cancelled before it ran: nothing waits on them any more
     await db.execute(
