@@ -116,7 +116,7 @@ def _one_job_id(url: str, ref: str) -> int:
 def _selector(args: argparse.Namespace) -> JobSelector:
     return JobSelector(
         user=current_user(),
-        job_refs=tuple(r for item in args.job_ids for r in item.split(",") if r),
+        job_refs=_csv(args.job_ids),
         name=args.name,
         owner=args.owner,
         signal=getattr(args, "signal", None),  # only cancel takes -s
@@ -133,7 +133,7 @@ def _job_action(verb: str) -> Callable[[argparse.Namespace], int]:
         if verb == "cancel":  # JOB.STEP: the launcher ends the step (muster/step_refs.py)
             from muster import step_refs
 
-            refs = [r for item in args.job_ids for r in item.split(",") if r]
+            refs = list(_csv(args.job_ids))
             steps, args.job_ids = step_refs.split(refs)
             if steps and args.signal:
                 print("muster cancel: error: -s with JOB.STEP: signal its job", file=sys.stderr)
@@ -145,33 +145,25 @@ def _job_action(verb: str) -> Callable[[argparse.Namespace], int]:
             reply = request(nats_url(args.state), verb, _selector(args), Ok)
         except ApiRefused as err:
             return refused(verb, err)
-        if args.json:
-            print(render.to_json(reply))
-            return 0
-        print(reply.message)
-        for why in reply.skipped:
-            print(f"  skipped: {why}")
-        return ended
+        _said(reply, args.json)
+        return 0 if args.json else ended
 
     return run
 
 
 def cmd_update(args: argparse.Namespace) -> int:
     """`muster update JOB... --time T --nice N --name X --comment C` (scontrol update)."""
-    from services.admission.values import duration_or_error, nice
+    from services.admission.values import new_time_limit, nice
 
     try:
-        limit = None if args.time is None else duration_or_error(args.time, "--time")
+        limit = None if args.time is None else new_time_limit(args.time, "--time")
         niceness = None if args.nice is None else nice(args.nice)
     except ValueError as err:
         print(f"muster update: {err}", file=sys.stderr)
         return 2
-    if args.time is not None and not limit:
-        print("muster update: --time: give a limit above 0 (UNLIMITED is not one)", file=sys.stderr)
-        return 2
     req = UpdateRequest(
         user=current_user(),
-        job_refs=tuple(r for item in args.job_ids for r in item.split(",") if r),
+        job_refs=_csv(args.job_ids),
         time_limit_s=limit,
         nice=niceness,
         name=args.job_name,
@@ -181,13 +173,18 @@ def cmd_update(args: argparse.Namespace) -> int:
         reply = request(nats_url(args.state), "update", req, Ok)
     except ApiRefused as err:
         return refused("update", err)
-    if args.json:
+    _said(reply, args.json)
+    return 0
+
+
+def _said(reply: Ok, as_json: bool) -> None:
+    """What an action did: its reply as JSON, or its message and each job it skipped."""
+    if as_json:
         print(render.to_json(reply))
-        return 0
+        return
     print(reply.message)
     for why in reply.skipped:
         print(f"  skipped: {why}")
-    return 0
 
 
 def cmd_reload(args: argparse.Namespace) -> int:

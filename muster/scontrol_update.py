@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.admission.values import duration_or_error, nice
+from services.admission.values import new_time_limit, nice
 from shared.api import UpdateRequest
 
 KEYS = "JobId=, TimeLimit=, Nice=, JobName= and Comment="
@@ -83,9 +83,6 @@ def _limit(value: str) -> int:
             " e.g. TimeLimit=2:00:00"
         )
     try:
-        seconds = duration_or_error(value, "TimeLimit=")
+        return new_time_limit(value, "TimeLimit=")
     except ValueError as err:
         raise UpdateError(str(err)) from err
-    if not seconds:
-        raise UpdateError(f"TimeLimit={value}: give a limit above 0 (UNLIMITED is not one)")
-    return seconds

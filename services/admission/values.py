@@ -244,3 +244,12 @@ def duration_or_error(text: str, what: str) -> int | None:
         return parse_duration(text)
     except ValueError:
         raise ValueError(f"invalid {what} {text!r}: expected {DURATION_FORMS}") from None
+
+
+def new_time_limit(text: str, what: str) -> int:
+    """A job's new time limit as written (`muster update --time`, scontrol's
+    `TimeLimit=`): a duration above 0; UNLIMITED, which a submission may ask, is not."""
+    seconds = duration_or_error(text, what)
+    if not seconds:
+        raise ValueError(f"invalid {what} {text!r}: give a limit above 0 (UNLIMITED is not one)")
+    return seconds

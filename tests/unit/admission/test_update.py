@@ -18,6 +18,7 @@ from services.admission.update import (
     check_change,
     decide_update,
 )
+from services.admission.values import new_time_limit
 
 CONFIG = load_config(
     (Path(__file__).resolve().parents[3] / "deploy" / "local" / "cluster.toml").read_text()
@@ -128,3 +129,25 @@ def test_a_change_that_cannot_be_made_says_what_to_write(change: JobChange, said
 
 def test_a_change_names_only_the_fields_it_sets() -> None:
     assert JobChange(nice=0, comment="").fields() == {"nice": 0, "comment": ""}
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds", "said"),
+    [
+        ("30", 1800, None),
+        ("1-00:00:00", 86400, None),
+        ("UNLIMITED", None, "invalid --time 'UNLIMITED': give a limit above 0"),
+        ("0", None, "invalid --time '0': give a limit above 0"),
+        ("soon", None, "invalid --time 'soon': expected"),
+    ],
+)
+def test_a_new_time_limit_is_a_duration_above_0(
+    text: str, seconds: int | None, said: str | None
+) -> None:
+    """What `muster update --time` and scontrol's `TimeLimit=` both read."""
+    if said is None:
+        assert new_time_limit(text, "--time") == seconds
+        return
+    with pytest.raises(ValueError) as err:
+        new_time_limit(text, "--time")
+    assert str(err.value).startswith(said), str(err.value)

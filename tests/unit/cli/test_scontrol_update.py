@@ -31,7 +31,7 @@ def test_slurms_words_for_a_jobs_change(words: list[str], want: UpdateRequest) -
     [
         (["TimeLimit=1:00:00"], "say which job: JobId=123"),
         (["JobId=1", "TimeLimit=+30"], "TimeLimit=+30: a relative limit is not kept"),
-        (["JobId=1", "TimeLimit=UNLIMITED"], "TimeLimit=UNLIMITED: give a limit above 0"),
+        (["JobId=1", "TimeLimit=UNLIMITED"], "invalid TimeLimit= 'UNLIMITED': give a limit above"),
         (["JobId=1", "TimeLimit=soon"], "invalid TimeLimit= 'soon'"),
         (["JobId=1", "Nice=lots"], "invalid Nice= 'lots'"),
         (["JobId=1", "Partition=large"], "Partition= is what the job is placed by"),
