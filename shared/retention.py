@@ -173,6 +173,16 @@ class Pruner:
         `Kept` says: rows older than `keep_s` (default: what the outbox keeps) go."""
         self.own.append(Kept(sql, keep_s, counts))
 
+    def keep_as_set(
+        self, sql: str, asked_s: float, floor_s: float, *, counts: bool = False
+    ) -> float | None:
+        """`keep` for a table kept as a setting says (`kept_for`: never less than
+        `floor_s`; 0 or less keeps it for ever, and nothing is trimmed): how long."""
+        keep_s = kept_for(asked_s, floor_s)
+        if keep_s is not None:
+            self.keep(sql, keep_s, counts=counts)
+        return keep_s
+
     async def run(self, stop: asyncio.Event) -> None:
         never = asyncio.Event()
         wait_s = self.retention.every_s

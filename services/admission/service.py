@@ -58,7 +58,7 @@ from shared.identity import R, Verifier, authenticated
 from shared.identity_files import IdentitySource
 from shared.jobspec import JobSpec
 from shared.logs import kv
-from shared.retention import INBOX_FLOOR_S, kept_for
+from shared.retention import INBOX_FLOOR_S
 from shared.runtime import ServiceContext, every, until_ready, until_stopped
 from shared.settings import AdmissionSettings
 from shared.telemetry import extract_context
@@ -93,9 +93,10 @@ class Admission:
         config: ConfigSource | None = None,
     ) -> None:
         self.ctx = ctx
-        self.job_keep_s = kept_for(ctx.settings.job_keep_s, INBOX_FLOOR_S)
-        if self.job_keep_s is not None:  # finished jobs, with every row about them
-            ctx.pruner.keep(PURGE_JOBS, self.job_keep_s, counts=True)
+        # finished jobs, with every row about them
+        self.job_keep_s = ctx.pruner.keep_as_set(
+            PURGE_JOBS, ctx.settings.job_keep_s, INBOX_FLOOR_S, counts=True
+        )
         self.operators = operators
         self.source = config if config is not None else ConfigSource(ctx.settings.cluster_config)
         self._published: ClusterConfig | None = None

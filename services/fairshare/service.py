@@ -69,7 +69,7 @@ from shared.events import AnyEvent, JobFinished, JobRequeued, UsageTicked
 from shared.identity import R, Verifier, authenticated
 from shared.identity_files import IdentitySource
 from shared.logs import kv
-from shared.retention import DAY_S, kept_for
+from shared.retention import DAY_S
 from shared.runtime import ServiceContext, every, until_stopped
 from shared.settings import FairShareSettings
 from shared.transient import is_transient
@@ -92,9 +92,8 @@ class FairShare:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.ctx = ctx
-        keep_s = kept_for(ctx.settings.usage_keep_s, DAY_S)
-        if keep_s is not None:  # the hourly usage `muster report` reads
-            ctx.pruner.keep(repo.PRUNE_USAGE_HOURS, keep_s)
+        # the hourly usage `muster report` reads
+        ctx.pruner.keep_as_set(repo.PRUNE_USAGE_HOURS, ctx.settings.usage_keep_s, DAY_S)
         self.config = config or FairShareConfig()
         self.cluster = cluster or ClusterView()
         self.clock = clock

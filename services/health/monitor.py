@@ -82,7 +82,7 @@ from shared.events import (
 )
 from shared.lease import Lease
 from shared.logs import kv
-from shared.retention import DAY_S, kept_for
+from shared.retention import DAY_S
 from shared.runtime import ServiceContext, every, until_stopped
 from shared.settings import HealthSettings
 from shared.states import NodeState
@@ -130,9 +130,8 @@ class Monitor:
         # When this holder's last pass counted the GPUs' time (database time; None: no
         # pass yet as the holder), so each second is counted once (utilization.py).
         self._tallied_at: float | None = None
-        keep_s = kept_for(ctx.settings.usage_keep_s, DAY_S)
-        if keep_s is not None:  # the cluster's hourly GPU time `muster report` reads
-            ctx.pruner.keep(repo.PRUNE_CLUSTER_HOURS, keep_s)
+        # the cluster's hourly GPU time `muster report` reads
+        ctx.pruner.keep_as_set(repo.PRUNE_CLUSTER_HOURS, ctx.settings.usage_keep_s, DAY_S)
 
     async def run(self, stop: asyncio.Event) -> None:
         sub = await self.ctx.bus.nc.subscribe(HEARTBEAT_PREFIX + "*", cb=self._on_heartbeat)

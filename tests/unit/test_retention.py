@@ -3,14 +3,19 @@ takes another batch, and what a DELETE status says."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from shared.bus import STREAM_MAX_AGE_S
+from shared.db import Pool
 from shared.retention import (
     BACKLOG_PAUSE_S,
     DAY_S,
     ROUNDS,
+    Kept,
     Pruned,
+    Pruner,
     _count,
     go_on,
     inbox_keep_s,
@@ -83,3 +88,11 @@ def test_a_backlog_is_taken_in_passes_a_moment_apart_not_a_period(
     pruned: Pruned, every_s: float, wait_s: float
 ) -> None:
     assert pause_s(pruned, every_s) == wait_s
+
+
+def test_a_table_kept_as_a_setting_says_is_trimmed_unless_kept_for_ever() -> None:
+    pruner = Pruner(cast(Pool, None))  # registering touches no database
+    assert pruner.keep_as_set("DELETE a", 0.0, DAY_S) is None  # 0: kept for ever
+    assert pruner.keep_as_set("DELETE b", 3600.0, DAY_S) == DAY_S  # never under the floor
+    assert pruner.keep_as_set("SELECT c()", 9 * DAY_S, DAY_S, counts=True) == 9 * DAY_S
+    assert pruner.own == [Kept("DELETE b", DAY_S), Kept("SELECT c()", 9 * DAY_S, counts=True)]
