@@ -63,14 +63,22 @@ DELETE FROM outbox WHERE id = ANY(ARRAY(
 ))
 """
 
-# The inbox's oldest rows (migration 0023's index); they go by their row address.
-PRUNE_INBOX = """
-DELETE FROM inbox WHERE ctid = ANY(ARRAY(
-  SELECT ctid FROM inbox
-   WHERE applied_at < now() - make_interval(secs => $1)
-   ORDER BY applied_at LIMIT $2 FOR UPDATE SKIP LOCKED
+
+def trim_oldest(table: str, column: str) -> str:
+    """The trim of a table by age: at most `$2` of its rows older than `$1` seconds by
+    `column`, read from the head of an index that `column` leads, skipping rows another
+    pruner holds; they go by their row address."""
+    return f"""
+DELETE FROM {table} WHERE ctid = ANY(ARRAY(
+  SELECT ctid FROM {table}
+   WHERE {column} < now() - make_interval(secs => $1)
+   ORDER BY {column} LIMIT $2 FOR UPDATE SKIP LOCKED
 ))
 """
+
+
+# The inbox's oldest rows (migration 0023's index).
+PRUNE_INBOX = trim_oldest("inbox", "applied_at")
 
 
 class Kept(NamedTuple):

@@ -20,18 +20,13 @@ from services.fairshare.sizes_report import AllocatedTime
 from services.fairshare.tree import Assoc
 from shared.db import Conn
 from shared.jobspec import JobSpec
+from shared.retention import trim_oldest
 from shared.waiting import fetch_waiting
 
-# The hourly usage older than the fairshare service keeps (`MUSTER_USAGE_KEEP_S`): at
-# most $2 rows older than $1 seconds, from the head of its key (hour first). The hour
-# being charged now is never this old (the setting is floored at a day).
-PRUNE_USAGE_HOURS = """
-DELETE FROM usage_hours WHERE ctid = ANY(ARRAY(
-  SELECT ctid FROM usage_hours
-   WHERE hour < now() - make_interval(secs => $1)
-   ORDER BY hour LIMIT $2 FOR UPDATE SKIP LOCKED
-))
-"""
+# The hourly usage older than the fairshare service keeps (`MUSTER_USAGE_KEEP_S`), from
+# the head of its key (hour first). The hour being charged now is never this old (the
+# setting is floored at a day).
+PRUNE_USAGE_HOURS = trim_oldest("usage_hours", "hour")
 
 
 async def lock_charge(

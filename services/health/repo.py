@@ -17,6 +17,7 @@ import asyncpg
 from services.health.monitor_model import GpuHealth, NodeHealth, Recovery
 from shared.db import Conn
 from shared.events import NodeRegistered
+from shared.retention import trim_oldest
 from shared.states import NodeState
 
 
@@ -58,15 +59,9 @@ ON CONFLICT (hour, state)
 DO UPDATE SET gpu_seconds = cluster_hours.gpu_seconds + excluded.gpu_seconds
 """
 
-# The hourly GPU time older than kept (`MUSTER_USAGE_KEEP_S`): at most $2 rows older than
-# $1 seconds, from the head of its key (hour first).
-PRUNE_CLUSTER_HOURS = """
-DELETE FROM cluster_hours WHERE ctid = ANY(ARRAY(
-  SELECT ctid FROM cluster_hours
-   WHERE hour < now() - make_interval(secs => $1)
-   ORDER BY hour LIMIT $2 FOR UPDATE SKIP LOCKED
-))
-"""
+# The hourly GPU time older than kept (`MUSTER_USAGE_KEEP_S`), from the head of its key
+# (hour first).
+PRUNE_CLUSTER_HOURS = trim_oldest("cluster_hours", "hour")
 
 
 async def allocated_gpus(conn: Conn) -> dict[str, frozenset[int]]:
