@@ -61,7 +61,7 @@ from services.fairshare.decay import decay_factor, period_start, reset_due
 from services.fairshare.priority import PriorityBreakdown, PriorityWeights
 from services.fairshare.ranking import RankPolicy, rank
 from services.fairshare.report import below, report_rows, window
-from services.fairshare.sizes_report import parse_grouping, size_rows
+from services.fairshare.sizes_report import checked_grouping, size_rows
 from shared.api import API_PREFIX
 from shared.apiserve import Refused, Route, enveloped
 from shared.db import Conn, inbox_first_time
@@ -290,7 +290,7 @@ class FairShare:
         per user, so everyone's to see, as share's account rows are."""
         try:
             since, until = window(req.since, req.until, self.clock())
-            grouping = parse_grouping(",".join(map(str, req.grouping)))
+            grouping = checked_grouping(req.grouping)
         except ValueError as err:
             raise Refused(str(err), "invalid") from err
         parents = {a.name: a.parent for a in self.cluster.tree.accounts}

@@ -52,12 +52,18 @@ def parse_grouping(text: str) -> tuple[int, ...]:
         bounds = tuple(int(w) for w in text.split(",") if w.strip())
     except ValueError:
         bounds = ()
+    return checked_grouping(bounds, text)
+
+
+def checked_grouping(bounds: Sequence[int], written: str | None = None) -> tuple[int, ...]:
+    """`bounds` as a grouping, when they are one (as `parse_grouping` says)."""
     if not bounds or bounds[0] < 1 or any(b <= a for a, b in pairwise(bounds)):
+        text = ",".join(map(str, bounds)) if written is None else written
         raise ValueError(
             f"grouping {text!r}: give increasing GPU counts above 0, e.g. 8,64,256"
             " (ranges 0-7, 8-63, 64-255, >= 256)"
         )
-    return bounds
+    return tuple(bounds)
 
 
 def range_names(grouping: Sequence[int]) -> list[str]:

@@ -12,6 +12,7 @@ from services.fairshare.report import TimeUnit
 from services.fairshare.sizes_report import (
     AllocatedTime,
     SizeRow,
+    checked_grouping,
     parse_grouping,
     range_names,
     render_sizes,
@@ -38,6 +39,12 @@ def test_a_grouping_that_is_not_is_refused_saying_what_to_write(text: str) -> No
     said = "give increasing GPU counts above 0, e.g. 8,64,256"
     with pytest.raises(ValueError, match=re.escape(said)):
         parse_grouping(text)
+
+
+def test_a_grouping_sent_as_numbers_is_checked_alike() -> None:
+    assert checked_grouping([8, 64]) == (8, 64)
+    with pytest.raises(ValueError, match=re.escape("grouping '64,8': give increasing")):
+        checked_grouping((64, 8))
 
 
 def test_the_ranges_of_a_grouping() -> None:
