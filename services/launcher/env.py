@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from itertools import groupby
 
 import msgspec
 
@@ -213,6 +214,7 @@ def gpu_vars(p: WorkerPlacement) -> dict[str, str]:
 def slurm_vars(spec: JobSpec, p: WorkerPlacement) -> dict[str, str]:
     """The SLURM_* compatibility set, one task per node as `srun --ntasks-per-node=1`;
     a script on the first node only (sbatch's) is told the job's tasks, as sbatch's is."""
+    per_node = spec.ntasks_per_node if spec.batch_first_node else 1
     env = {
         "SLURM_JOB_ID": str(p.job_id),
         "SLURM_JOBID": str(p.job_id),
@@ -226,9 +228,10 @@ def slurm_vars(spec: JobSpec, p: WorkerPlacement) -> dict[str, str]:
         "SLURMD_NODENAME": p.node,
         "SLURM_PROCID": str(p.node_rank),
         "SLURM_LOCALID": "0",
-        "SLURM_NTASKS": str(p.nnodes),
-        "SLURM_NPROCS": str(p.nnodes),
-        "SLURM_NTASKS_PER_NODE": "1",
+        "SLURM_NTASKS": str(p.nnodes * per_node),
+        "SLURM_NPROCS": str(p.nnodes * per_node),
+        "SLURM_NTASKS_PER_NODE": str(per_node),
+        "SLURM_TASKS_PER_NODE": tasks_per_node([per_node] * p.nnodes),
         "SLURM_CPUS_PER_TASK": str(spec.cpus_per_task),
         "SLURM_RESTART_COUNT": str(p.generation),
         "SLURM_SUBMIT_DIR": p.workdir,
@@ -237,15 +240,6 @@ def slurm_vars(spec: JobSpec, p: WorkerPlacement) -> dict[str, str]:
         "SLURM_GPUS_ON_NODE": str(len(p.gpus)),
         "SLURM_JOB_GPUS": ",".join(str(g) for g in sorted(p.gpus)),
     }
-    per_node = spec.ntasks_per_node if spec.batch_first_node else 1
-    env["SLURM_TASKS_PER_NODE"] = tasks_per_node([per_node] * p.nnodes)
-    if spec.batch_first_node:  # sbatch's batch script: the job's tasks, which srun runs
-        tasks = p.nnodes * per_node
-        env |= {
-            "SLURM_NTASKS": str(tasks),
-            "SLURM_NPROCS": str(tasks),
-            "SLURM_NTASKS_PER_NODE": str(per_node),
-        }
     if spec.gpus_per_task is not None:  # what each task of a bare srun is bound to
         env["SLURM_GPUS_PER_TASK"] = str(spec.gpus_per_task)
     if p.array_task_id is not None:
@@ -259,12 +253,7 @@ def slurm_vars(spec: JobSpec, p: WorkerPlacement) -> dict[str, str]:
 def tasks_per_node(counts: Iterable[int]) -> str:
     """Slurm's SLURM_TASKS_PER_NODE: each node's task count in node order, a run of equal
     counts written once with its length, `2(x3),1` for 2, 2, 2, 1."""
-    runs: list[list[int]] = []
-    for n in counts:
-        if runs and runs[-1][0] == n:
-            runs[-1][1] += 1
-        else:
-            runs.append([n, 1])
+    runs = [(n, len(list(same))) for n, same in groupby(counts)]
     return ",".join(f"{n}(x{k})" if k > 1 else str(n) for n, k in runs)
 
 
