@@ -30,22 +30,18 @@ from tests.chaos.checker import (
     excluded_placements,
 )
 
-# Each GPU's holding from the moment its node joined the allocation to the release. A
-# node dropped earlier (a shrink, a lost node swapped for a spare) was freed at a moment
-# no row records, so only nodes of an attempt's last generation (or of an attempt that
-# never started) are judged here; the sampler checks the live rows as the run goes.
+# Each GPU's holding from the moment its node joined the allocation to the moment it
+# left it: dropped by a shrink or swapped for a spare (`dropped_at`), or released with
+# the allocation. (Each stamp is its transaction's start, so an end may read a moment
+# before its start: an empty span, never an error.)
 OVERLAPS = """
 WITH held AS (
   SELECT g.node, g.gpu, g.alloc_id,
-         tstzrange(n.added_at, coalesce(a.released_at, 'infinity')) AS span
+         tstzrange(n.added_at, greatest(n.added_at,
+                   coalesce(n.dropped_at, a.released_at, 'infinity'))) AS span
   FROM allocation_gpus g
   JOIN allocation_nodes n USING (alloc_id, node)
   JOIN allocations a USING (alloc_id)
-  LEFT JOIN LATERAL (
-    SELECT t.nodes FROM attempts t
-    WHERE t.job_id = a.job_id AND t.attempt = a.attempt ORDER BY t.seq DESC LIMIT 1
-  ) last ON true
-  WHERE last.nodes IS NULL OR g.node = ANY(last.nodes)
 )
 SELECT x.node, x.gpu, x.alloc_id AS one, y.alloc_id AS other
 FROM held x JOIN held y ON x.node = y.node AND x.gpu = y.gpu AND x.alloc_id < y.alloc_id

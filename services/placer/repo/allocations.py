@@ -58,7 +58,7 @@ WITH settled AS (
     WHERE n.alloc_id = a.alloc_id AND n.spare_pending AND r.job_id = a.job_id
       AND n.node = ANY(r.nodes)
 ), dropped AS (
-    UPDATE allocation_nodes n SET live = false FROM allocations a, job_runs r
+    UPDATE allocation_nodes n SET live = false, dropped_at = now() FROM allocations a, job_runs r
     WHERE n.alloc_id = a.alloc_id AND a.released_at IS NULL AND n.live
       AND (NOT n.spare_pending OR n.added_at < now() - interval '60 seconds')
       AND r.job_id = a.job_id AND r.attempt = a.attempt AND r.state = $1
@@ -229,7 +229,8 @@ async def swap_nodes(
     """Replace lost nodes of a live allocation with spares; the unique index on live
     GPUs still refuses any GPU held twice."""
     await conn.execute(
-        "UPDATE allocation_nodes SET live = false WHERE alloc_id = $1 AND node = ANY($2::text[])",
+        "UPDATE allocation_nodes SET live = false, dropped_at = now()"
+        " WHERE alloc_id = $1 AND node = ANY($2::text[]) AND live",
         alloc_id,
         list(drop),
     )
@@ -245,7 +246,7 @@ async def swap_nodes(
         "INSERT INTO allocation_nodes(alloc_id, node, rank, gpus, spare_pending)"
         " VALUES ($1, $2, $3, $4, true) ON CONFLICT (alloc_id, node) DO UPDATE SET"
         " live = true, rank = excluded.rank, gpus = excluded.gpus, spare_pending = true,"
-        " added_at = now()",
+        " added_at = now(), dropped_at = NULL",
         [(alloc_id, g.node, top + 1 + i, list(g.gpus)) for i, g in enumerate(add)],
     )
     await conn.executemany(
