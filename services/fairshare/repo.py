@@ -108,12 +108,17 @@ async def gpu_time_by_state(conn: Conn, since: float, until: float) -> dict[str,
 
 
 # Each allocation that lived in the window (placed before its end, released after its
-# start or still live): its job, account, GPUs and seconds inside the window.
+# start or still live): its job, account, the GPUs it was placed with (its size), and
+# the GPU-seconds inside the window of each node while the allocation held it (a node a
+# shrink gave back or a spare replaced counts to that moment, a spare from its own).
 _ALLOCATED = """
 SELECT a.job_id, j.account,
-       (SELECT count(*) FROM allocation_gpus g WHERE g.alloc_id = a.alloc_id)::int AS gpus,
-       extract(epoch FROM least(coalesce(a.released_at, now()), to_timestamp($2))
-                        - greatest(a.created_at, to_timestamp($1)))::float8 AS seconds
+       (SELECT coalesce(sum(cardinality(n.gpus)), 0) FROM allocation_nodes n
+        WHERE n.alloc_id = a.alloc_id AND n.added_at <= a.created_at)::int AS gpus,
+       (SELECT coalesce(sum(cardinality(n.gpus) * greatest(0, extract(epoch FROM
+                  least(coalesce(n.dropped_at, a.released_at, now()), to_timestamp($2))
+                  - greatest(n.added_at, to_timestamp($1))))), 0)
+        FROM allocation_nodes n WHERE n.alloc_id = a.alloc_id)::float8 AS gpu_seconds
 FROM allocations a JOIN jobs j USING (job_id)
 WHERE (a.released_at > to_timestamp($1) OR a.released_at IS NULL)
   AND a.created_at < to_timestamp($2)
@@ -128,7 +133,7 @@ async def allocated_in(conn: Conn, since: float, until: float) -> list[Allocated
             job_id=r["job_id"],
             account=r["account"],
             gpus=r["gpus"],
-            gpu_seconds=r["gpus"] * max(0.0, float(r["seconds"])),
+            gpu_seconds=r["gpu_seconds"],
         )
         for r in rows
     ]
