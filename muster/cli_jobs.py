@@ -230,7 +230,8 @@ def register(sub: Any) -> None:
     _register_actions(sub)
 
     s = sub.add_parser(
-        "update", help="change pending jobs' time limit, nice, name or comment (scontrol update)"
+        "update",
+        help="change pending or running jobs' time limit, nice, name or comment (scontrol update)",
     )
     s.add_argument("job_ids", nargs="+", help="123, 123_4 (array task), 123_[1-3]")
     s.add_argument("-t", "--time", help="the new time limit: MM, HH:MM:SS, D-HH:MM:SS")

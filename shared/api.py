@@ -68,8 +68,8 @@ class JobSelector(Request, frozen=True, kw_only=True):
 
 
 class UpdateRequest(Request, frozen=True, kw_only=True):
-    """`muster update` / `scontrol update job`: change pending jobs in place (their id
-    and place in the queue kept); None leaves a field as it is
+    """`muster update` / `scontrol update job`: change pending or running jobs in place
+    (their id and place in the queue kept); None leaves a field as it is
     (services/admission/update.py says who may change what)."""
 
     job_refs: tuple[str, ...]  # as JobSelector's: 123, 123_4, 123_[1-3]

@@ -59,6 +59,7 @@ SERVICE_EVENTS: dict[str, tuple[str, ...]] = {
     "admission": (
         "job.submitted",
         "job.cancel_requested",
+        "job.limit_changed",
         "job.requeue_requested",
         "node.drain_requested",
     ),

@@ -46,6 +46,15 @@ class JobCancelRequested(Event, frozen=True, tag="job.cancel_requested"):
     exit_code: int | None = None  # see JobSelector.exit_code
 
 
+class JobLimitChanged(Event, frozen=True, tag="job.limit_changed"):
+    """`muster update --time` / `scontrol update TimeLimit=` of a job that has started:
+    its coordinator reads its timers again (the limit counts from the run's start)."""
+
+    job_id: int
+    time_limit_s: int
+    by: str
+
+
 class JobRequeueRequested(Event, frozen=True, tag="job.requeue_requested"):
     """`muster requeue` / `scontrol requeue`: stop the running job and put it back in
     the queue, same id, restart_count + 1 (admission checked who asks)."""
@@ -292,6 +301,7 @@ class JobNodeLost(Event, frozen=True, tag="job.node_lost"):
 AnyEvent = (
     JobSubmitted
     | JobCancelRequested
+    | JobLimitChanged
     | JobRequeueRequested
     | JobAllocated
     | JobStarted

@@ -178,6 +178,9 @@ class LauncherSettings(IdentitySettings, frozen=True, kw_only=True):
     # The key that signs every start and stop sent to the agents (shared/agent_auth.py);
     # empty: <state_dir>/launcher/launcher.nk.
     launcher_key_file: str = ""
+    # How long past the job's time limit a node may stay silent about a step of it (srun)
+    # before the step counts as lost there (docs/steps.md).
+    step_silence_s: float = 60.0
 
 
 class NodeSettings(Settings, frozen=True, kw_only=True):

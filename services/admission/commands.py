@@ -26,7 +26,7 @@ from shared.api import (
     UpdateRequest,
 )
 from shared.db import Conn, outbox_add
-from shared.events import JobCancelRequested, JobRequeueRequested, JobSubmitted
+from shared.events import JobCancelRequested, JobLimitChanged, JobRequeueRequested, JobSubmitted
 from shared.identity import Directory
 from shared.jobspec import JobSpec
 from shared.logs import kv
@@ -41,7 +41,7 @@ from .config_model import ClusterConfig
 from .errors_api import Refused
 from .policy import dependency_text, parse_job_ref
 from .purge import missing_job
-from .update import JobChange, UpdateTarget, decide_update
+from .update import STARTED_STATES, JobChange, UpdateTarget, decide_update
 from .views import job_state, job_view, step_view, why_pending
 
 log = logging.getLogger(__name__)
@@ -238,8 +238,9 @@ class JobCommands:
         return _ok(f"approved {len(decision.act_on)} job(s){note}", decision)
 
     async def update(self, req: UpdateRequest) -> Ok:
-        """Pending jobs' time limit, nice, name or comment, changed in place
-        (update.py); the placer is woken to plan by the new values."""
+        """Jobs' time limit, nice, name or comment, changed in place (update.py); the
+        placer is woken to plan pending ones by the new values, and a started job's
+        coordinator is told of its new limit (`job.limit_changed`)."""
         change = JobChange(
             time_limit_s=req.time_limit_s, nice=req.nice, name=req.name, comment=req.comment
         )
@@ -258,7 +259,16 @@ class JobCommands:
             if decision.refusal is not None:
                 raise Refused(decision.refusal, decision.code, decision.skipped or ())
             await repo.update_jobs(conn, list(decision.act_on), change.fields())
-            await _wake(conn, decision.act_on, rows)
+            started = {u.target.job_id for u in chosen if u.target.state in STARTED_STATES}
+            await _wake(conn, tuple(j for j in decision.act_on if j not in started), rows)
+            if change.time_limit_s is not None:
+                await outbox_add(
+                    conn,
+                    *(
+                        JobLimitChanged(job_id=j, time_limit_s=change.time_limit_s, by=req.user)
+                        for j in decision.rearm
+                    ),
+                )
         self.ctx.relay.kick()
         said = ", ".join(f"{k}={v}" for k, v in change.fields().items())
         log.info("update", extra=kv(by=req.user, jobs=len(decision.act_on), change=said))

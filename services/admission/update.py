@@ -1,20 +1,26 @@
 """Pure: what `muster update` (scontrol update job) may change of the selected jobs.
 
-A pending job's time limit, nice, name and comment change in place: same id, same place
-in the queue (its submit time and age stay). Slurm's rules:
+A job's time limit, nice, name and comment change in place: same id, same place in the
+queue (its submit time and age stay). Slurm's rules:
 
-- only a pending job changes: a running one's limit is the launcher's clock, and its
-  resources are placed (the job is skipped, saying so);
+- a pending or a running (allocated, starting) job changes; one ending or ended is
+  skipped, saying so;
 - its owner, a coordinator of its account or an operator may change it (`Action.MODIFY`);
 - only an operator raises a time limit, or sets it over the partition's maximum; anyone
   who may change the job may lower it;
 - only an operator gives a negative nice (a higher priority), as at submission.
 
-None of these changes what the job was placed or booked by, so a change that loses a
-race with the placer (which planned the job before the change and starts it after)
-starts the job with the new values: the launcher reads the job's spec when it starts it.
-Partition, QOS, nodes and GPUs, which the placer plans by, are not changed here: the
-request is refused, saying to cancel and submit again.
+A running job's limit counts from its run's start, as before: raised, the job runs on
+(and the srun steps it runs with it); lowered below what it has run, it ends TIMEOUT at
+once. Its coordinator is told (`rearm`: `job.limit_changed`), and the placer plans by
+the new limit at its next cycle, as it reads every running job's limit.
+
+None of the fields changes what a pending job was placed or booked by, so a change that
+loses a race with the placer (which planned the job before the change and starts it
+after) starts the job with the new values: the launcher reads the job's spec when it
+starts it, and a start that read the old spec is re-armed by the event. Partition,
+QOS, nodes and GPUs, which the placer plans by, are not changed here: the request is
+refused, saying to cancel and submit again.
 """
 
 from __future__ import annotations
@@ -51,8 +57,18 @@ class UpdateTarget(msgspec.Struct, frozen=True, kw_only=True):
     partition: str
 
 
+# The states a job is changed in: waiting, or placed and running. One COMPLETING is
+# being stopped, its end already decided; a terminal one is history.
+PENDING_STATES = frozenset({JobState.PENDING})
+STARTED_STATES = frozenset({JobState.CONFIGURING, JobState.STARTING, JobState.RUNNING})
+NOT_UPDATABLE = "only a pending or running job can be updated (one ending or ended is done)"
+
+
 class UpdateDecision(msgspec.Struct, frozen=True, kw_only=True):
     act_on: tuple[int, ...] = ()
+    # those of `act_on` that have started and whose limit changes: their coordinator
+    # re-arms its timers (`job.limit_changed`)
+    rearm: tuple[int, ...] = ()
     skipped: tuple[str, ...] = ()
     refusal: str | None = None
     code: str = ""
@@ -92,24 +108,25 @@ def decide_update(
         if refused is not None:
             return UpdateDecision(refusal=f"job {t.job_id}: {refused.message}", code="forbidden")
     act: list[int] = []
+    rearm: list[int] = []
     skipped: list[str] = []
     for u in targets:
         job = f"job {u.target.job_id}"
-        if u.target.state != JobState.PENDING:
-            skipped.append(
-                f"{job} is {u.target.state}; only a pending job can be updated"
-                " (a running job's resources and clock are its own)"
-            )
+        state = u.target.state
+        if state not in PENDING_STATES | STARTED_STATES:
+            skipped.append(f"{job} is {state}; {NOT_UPDATABLE}")
             continue
         refusal = _not_permitted(actor, u, change, config)
         if refusal is not None:
             return UpdateDecision(refusal=f"{job}: {refusal}", code="forbidden")
         act.append(u.target.job_id)
+        if state in STARTED_STATES and change.time_limit_s is not None:
+            rearm.append(u.target.job_id)
     if not act:
         return UpdateDecision(
             refusal="; ".join(skipped), code="invalid_state", skipped=tuple(skipped)
         )
-    return UpdateDecision(act_on=tuple(act), skipped=tuple(skipped))
+    return UpdateDecision(act_on=tuple(act), rearm=tuple(rearm), skipped=tuple(skipped))
 
 
 def _not_permitted(

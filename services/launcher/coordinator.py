@@ -11,8 +11,9 @@ reconcile are in `upkeep.py`, the answer to a re-registering node in `cleaning.p
 - `job.allocated` -> start the allocation's ROW (the placer's) on every node, or none
 - `worker.exited`, `job.node_lost` (a step's task fenced or lost with its node: the
   launcher's own, docs/steps.md), `node.fault`, `node.down`, `job.cancel_requested`,
-  `job.preempt_requested`, `job.requeue_requested`, the settle / `--signal` /
-  time-limit timers -> the core
+  `job.preempt_requested`, `job.requeue_requested`, `job.limit_changed` (the time
+  limit updated: the timers re-armed), the settle / `--signal` / time-limit timers ->
+  the core
 - a run that ends after its workers are stopped stays COMPLETING (GPUs held) until they
   are gone; usage ticks while running, so long jobs are charged as they run
 """
@@ -56,6 +57,7 @@ from shared.events import (
     Grant,
     JobAllocated,
     JobCancelRequested,
+    JobLimitChanged,
     JobNodeLost,
     JobPreemptRequested,
     JobReconfigured,
@@ -79,6 +81,7 @@ log = logging.getLogger(__name__)
 SUBJECTS = (
     "muster.job.allocated",
     "muster.job.cancel_requested",
+    "muster.job.limit_changed",
     "muster.job.preempt_requested",
     "muster.job.requeue_requested",
     "muster.worker.exited.>",
@@ -141,6 +144,8 @@ class Coordinator:
                 await self.dispatch(event.job_id, event)
             case JobSparesAnswered() | JobPreemptRequested() | JobRequeueRequested():
                 await self.dispatch(event.job_id, event)
+            case JobLimitChanged():
+                await self.dispatch(event.job_id, event)
             case _:
                 return
 
@@ -166,6 +171,8 @@ class Coordinator:
                 await self.observe(
                     event.job_id, always(core.RequeueAsked(reason=event.reason)), event
                 )
+            case JobLimitChanged():  # the new limit is in the spec `observe` reads
+                await self.observe(event.job_id, core.due_or_rearm, event)
             case _:
                 return
 

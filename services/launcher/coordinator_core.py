@@ -18,7 +18,9 @@ Rules (docs/launching.md has the long form):
   fault restarts are limited (`max_restarts`) and delayed by exponential backoff; a node
   that is down is still asked, best effort, to stop its worker;
 - time limit -> TIMEOUT (SIGTERM, SIGKILL after `kill_wait_s`); `--signal=SIG@secs`
-  sends SIG that long before the limit (see `timers`);
+  sends SIG that long before the limit (see `timers`); a limit changed while the job
+  runs (`muster update --time`) re-arms the timers from the job's new spec (`Rearm`,
+  CONTINUE: only the due time changes) or, already past, is the limit reached;
 - gang start: a node that refuses to start its worker -> stop the ones that did, REQUEUE
   with that node excluded (counted like a fault); one that does not answer is stopped
   too but not excluded (health takes a silent node out of placement);
@@ -50,6 +52,7 @@ from services.launcher.coordinator_model import (
     PendingFailure,
     Phase,
     Preempt,
+    Rearm,
     RequestSpares,
     Requeue,
     RequeueAsked,
@@ -71,6 +74,7 @@ from services.launcher.coordinator_timing import (
     backoff_s,
     due_at,
     due_observation,
+    due_or_rearm,
     parse_signal,
     start_run,
     timers,
@@ -83,11 +87,12 @@ from shared.states import JobState
 __all__ = [
     "SPARE_WAIT_S", "Action", "AllocationGone", "AnyAction", "AnyObservation", "AttemptRecord",
     "Cancel", "CoordinatorConfig", "Decision", "Finish", "JobRun", "JobState", "NodeDown",
-    "NodeFault", "NodesAvailable", "Observation", "PendingFailure", "Phase", "Preempt",
+    "NodeFault", "NodesAvailable", "Observation", "PendingFailure", "Phase", "Preempt", "Rearm",
     "RequestSpares", "Requeue", "RequeueAsked", "SettleElapsed", "SignalDue", "SignalWorkers",
     "SparesDenied", "SparesGranted", "StartFailed", "StartGeneration", "StepNodeLost",
     "StopWorkers", "TimeLimitReached", "Timers", "Verdict", "WorkerExited", "backoff_s",
-    "decide", "due_at", "due_observation", "parse_signal", "start_run", "timers", "world_size",
+    "decide", "due_at", "due_observation", "due_or_rearm", "parse_signal", "start_run",
+    "timers", "world_size",
 ]  # fmt: skip
 
 
@@ -158,6 +163,8 @@ class _Decider:
             case TimeLimitReached():
                 reason = f"time limit of {self.run.spec.time_limit_s} s reached"
                 return self.finish(Verdict.TIMEOUT, JobState.TIMEOUT, reason)
+            case Rearm():  # the due time is written again from the run's spec
+                return Decision(verdict=Verdict.CONTINUE, run=self.run)
             case Cancel(exit_code=None):
                 return self.finish(Verdict.CANCEL, JobState.CANCELLED, obs.reason)
             case Cancel(exit_code=int(code)):

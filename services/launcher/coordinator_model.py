@@ -151,6 +151,11 @@ class TimeLimitReached(Observation, frozen=True, tag="time_limit"):
     """The job's time limit has come."""
 
 
+class Rearm(Observation, frozen=True, tag="rearm"):
+    """The run's timers are to be read again: its time limit was changed (`muster
+    update`), or a timer fell due that the current limit no longer makes due."""
+
+
 class Preempt(Observation, frozen=True, tag="preempt"):
     grace_s: float
 
@@ -206,6 +211,7 @@ AnyObservation = (
     | SignalDue
     | SettleElapsed
     | TimeLimitReached
+    | Rearm
     | Preempt
     | Cancel
     | RequeueAsked

@@ -13,6 +13,7 @@ from services.launcher.coordinator_model import (
     CoordinatorConfig,
     JobRun,
     Phase,
+    Rearm,
     SettleElapsed,
     SignalDue,
     SparesDenied,
@@ -58,6 +59,12 @@ def due_observation(run: JobRun, now: float) -> AnyObservation | None:
     if t.signal_at is not None and t.signal_at <= now:
         return SignalDue()
     return None
+
+
+def due_or_rearm(run: JobRun, now: float) -> AnyObservation:
+    """A timer's observation: what is due at `now`, or, when the limit was changed since
+    the due time was written and nothing is, `Rearm` (the due time written again)."""
+    return due_observation(run, now) or Rearm()
 
 
 def due_at(run: JobRun) -> float | None:

@@ -92,7 +92,6 @@ log = logging.getLogger(__name__)
 VERB = "step"
 CANCEL_VERB = "step_cancel"
 QUEUE = "launcher"
-MARGIN_S = 60.0  # past the job's time limit, a node's silence means it is lost
 ANSWER_S = 5.0  # srun's request is answered within this; RUNNING: ask again
 POLL_S = 1.0  # how often a request for a step another replica coordinates reads its row
 PROBE_S = 5.0  # how often a node a step waits on is asked whether it still runs the step
@@ -117,6 +116,8 @@ class StepService:
         self.renew_s = lease_s
         self.lease_s = 3 * lease_s  # a few renewals missed before another replica adopts
         self._coordinating: dict[tuple[int, int], asyncio.Task[None]] = {}
+        # past the job's time limit, a node's silence about a step means it is lost
+        self.margin_s = settings.step_silence_s
 
     async def serve(self, stop: asyncio.Event) -> None:
         route = authenticated(self.verifier, API_PREFIX + VERB, StepRequest, self.run, time.time)
@@ -220,7 +221,7 @@ class StepService:
             node: self._launch(req, spec, lay, node, step_id, attempt, generation)
             for node in lay.nodes
         }
-        timeout = max(remaining, 0.0) + MARGIN_S
+        timeout = max(remaining, 0.0) + self.margin_s
         key = (req.job_id, step_id)
         stop = StepStop(
             job_id=req.job_id, attempt=attempt, generation=generation, output_dir=req.output_dir
@@ -384,7 +385,7 @@ class StepService:
             adopt=True,
         )
         log.info("step adopted", extra=kv(job=key[0], step=key[1], by=self.holder))
-        timeout = max(float(row["remaining_s"] or 0.0), 0.0) + MARGIN_S
+        timeout = max(float(row["remaining_s"] or 0.0), 0.0) + self.margin_s
         launches = {node: adopt for node in row["nodes"]}
         kill = None
         if row["kill_on_bad_exit"]:  # -K holds for the replica that took the step over
@@ -460,7 +461,8 @@ class StepService:
 
     async def _call(self, node: str, launch: StepLaunch, timeout: float) -> StepOutcome:
         """The node's answer to `launch` within `timeout`; asked again (`adopt`) each time
-        the node's agent answers its status without the step (the module doc)."""
+        the node's agent answers its status without the step (the module doc), or when
+        the deadline comes while the job's time limit, raised since, leaves it time."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         key = (launch.job_id, launch.attempt, launch.generation, launch.step_id)
@@ -476,10 +478,26 @@ class StepService:
                     if status.answered and key not in status.steps:
                         break
                 if answer.done():
-                    return answer.result()
+                    outcome = answer.result()
+                    later = None if outcome.ok else await self._later(launch.job_id, deadline)
+                    if later is None:
+                        return outcome
+                    deadline = later
             finally:
                 await dropped(answer)
             launch = msgspec.structs.replace(launch, adopt=True)
+
+    async def _later(self, job_id: int, deadline: float) -> float | None:
+        """A new deadline for a node's answer when the old one has come but the job's
+        limit was raised since (`muster update --time`): its time left plus the margin.
+        None: no answer came in time after all."""
+        loop = asyncio.get_running_loop()
+        if loop.time() < deadline - 1.0:  # answered (a failure) before the deadline
+            return None
+        async with self.ctx.pool.acquire() as conn:
+            left = await repo.time_left(conn, job_id)
+        more = None if left is None else left + self.margin_s
+        return None if more is None or more <= 1.0 else loop.time() + more
 
     async def _node_call(self, node: str, launch: StepLaunch, timeout: float) -> StepOutcome:
         """`_call`, and at once the node fault its answer shows: a task fenced or lost

@@ -44,6 +44,18 @@ async def live_run(conn: Conn, job_id: int) -> tuple[Any, JobSpec] | None:
     return row, msgspec.json.decode(row["spec"], type=JobSpec)
 
 
+async def time_left(conn: Conn, job_id: int) -> float | None:
+    """Seconds until the job's time limit as it stands now (`muster update` may have
+    changed it since a step started); None once its run is no longer live."""
+    left = await conn.fetchval(
+        "SELECT j.time_limit_s - extract(epoch FROM now() - r.started_at)"
+        " FROM jobs j JOIN job_runs r USING (job_id)"
+        " WHERE j.job_id = $1 AND r.state IN ('RUNNING', 'STARTING')",
+        job_id,
+    )
+    return None if left is None else float(left)
+
+
 async def step_by_folder(conn: Conn, job_id: int, output_dir: str) -> Any:
     """The step srun started with this output folder (its own), or None."""
     return await conn.fetchrow(

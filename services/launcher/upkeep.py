@@ -71,7 +71,7 @@ class Upkeep:
             due, later = await repo.due(conn)
             stuck = await repo.stuck_stopping(conn, self._stuck_after_s())
         due, stuck = self.c.mine(due), self.c.mine(stuck)  # the owner's timers, resumed
-        await asyncio.gather(*(self.c.observe(job_id, core.due_observation) for job_id in due))
+        await asyncio.gather(*(self.c.observe(job_id, core.due_or_rearm) for job_id in due))
         for job_id in stuck:
             if not self.c.effects.busy(job_id):  # not still stopping in this process
                 await self.c.end_stopped(job_id)

@@ -30,6 +30,7 @@ from shared.api import (
     SubmitRequest,
     UpdateRequest,
 )
+from shared.events import JobLimitChanged, decode
 from shared.runtime import service_context
 from shared.settings import AdmissionSettings
 from tests.support.cluster import use_test_keys
@@ -291,7 +292,32 @@ async def test_a_pending_jobs_limit_nice_name_and_comment_change_in_place(
         "INSERT INTO job_runs(job_id, state, ended_at) VALUES ($1, 'CANCELLED', now())", job
     )
     err = await _refused(call(api.url, "update", change, Ok))
-    assert f"job {job} is CANCELLED; only a pending job can be updated" in str(err)
+    assert f"job {job} is CANCELLED; only a pending or running job can be updated" in str(err)
+
+
+async def test_a_running_jobs_new_limit_is_told_to_its_coordinator_not_the_queue(
+    api: Api, db: asyncpg.Connection
+) -> None:
+    """A started job's limit changes in place too, and `job.limit_changed` is owed to
+    the launcher (its timers re-armed there, tests/e2e/test_update_running.py); a name
+    alone owes nothing, and a running job is not woken in the queue (`job.submitted`)."""
+    job = (await api.submit("alice", "-t", "2:00:00")).job_ids[0]
+    await db.execute(
+        "INSERT INTO job_runs(job_id, state, attempt, started_at) VALUES ($1, 'RUNNING', 1, now())",
+        job,
+    )
+    before = await db.fetchval("SELECT coalesce(max(id), 0) FROM outbox")
+    await call(api.url, "update", UpdateRequest(user="alice", job_refs=(str(job),), name="n"), Ok)
+    lower = UpdateRequest(user="alice", job_refs=(str(job),), time_limit_s=600)
+    assert (await call(api.url, "update", lower, Ok)).job_ids == (job,)
+    rows = await db.fetch("SELECT subject, payload FROM outbox WHERE id > $1 ORDER BY id", before)
+    assert [r["subject"] for r in rows] == ["muster.job.limit_changed"]
+    event = decode(bytes(rows[0]["payload"]))
+    assert event == JobLimitChanged(
+        job_id=job, time_limit_s=600, by="alice", event_id=event.event_id,
+        occurred_at=event.occurred_at,
+    )  # fmt: skip
+    assert await api.state(job) == ("RUNNING", "")
 
 
 async def test_a_job_submitted_held_is_released_by_its_owner(api: Api) -> None:

@@ -7,12 +7,13 @@ agent its own process, tests/support/cluster.py), listens on `muster.>` and play
 short story that makes the events happen: a fixed-size gang job loses a node to an
 XID 79 and gets a spare, is cancelled while the agent of one of its nodes is dead (the
 agent comes back listing the worker, which the launcher stops), the faulted node reboots
-and comes back, an elastic job shrinks, a job is preempted and requeued, a node is
-drained and its agent lost. Every message that decodes as an event is
-a candidate; for each tag the one with the fewest empty fields is written, so nested
-types (`Grant`, `GpuSlot`, `RunningWorker`) carry real, non-empty values. A tag the
-story does not reach keeps its file (the run says which); `KEEP` are never overwritten:
-they are published in production only by a policy the local cluster does not run.
+and comes back, an elastic job shrinks, a running job's time limit is raised and it is
+preempted and requeued, a node is drained and its agent lost. Every message that decodes
+as an event is a candidate; for each tag the one with the fewest empty fields is
+written, so nested types (`Grant`, `GpuSlot`, `RunningWorker`) carry real, non-empty
+values. A tag the story does not reach keeps its file (the run says which); `KEEP` are
+never overwritten: they are published in production only by a policy the local cluster
+does not run.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from shared.api import (
     QueueReply,
     QueueRequest,
     StopWorkers,
+    UpdateRequest,
 )
 from shared.db import migrate
 from tests.support.cluster import (
@@ -152,6 +154,10 @@ async def story(url: str, db: asyncpg.Connection, rec: Recorder, work: Path, c: 
         reply = await submit(url, SLEEPER, ("--gpus-per-node=4",), workdir=w)
         job = reply.job_ids[0]
         await eventually(lambda: job_state(db, job), lambda s: s == "RUNNING", 60, "running")
+        await call(
+            url, "update", UpdateRequest(user="root", job_refs=(str(job),), time_limit_s=7200), Ok
+        )
+        await rec.wait("job.limit_changed")
         await publish_event(
             url, events.JobPreemptRequested(job_id=job, for_job_id=0, grace_s=1, epoch=0)
         )

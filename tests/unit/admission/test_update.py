@@ -79,22 +79,46 @@ CASES = {
             code="forbidden",
         ),
     ),
-    "a running job is skipped, saying why, the pending one changed": (
+    "the owner lowers a running job's limit: its coordinator re-arms": (
         "alice", [job(1, state="RUNNING"), job(2)], JobChange(time_limit_s=60),
+        UpdateDecision(act_on=(1, 2), rearm=(1,)),
+    ),
+    "an allocated or starting job's too": (
+        "alice", [job(1, state="CONFIGURING"), job(2, state="STARTING")],
+        JobChange(time_limit_s=60), UpdateDecision(act_on=(1, 2), rearm=(1, 2)),
+    ),
+    "a running job's name changes with nothing to re-arm": (
+        "alice", [job(1, state="RUNNING")], JobChange(name="renamed"),
+        UpdateDecision(act_on=(1,)),
+    ),
+    "only an operator raises a running job's limit": (
+        "carol", [job(1, state="RUNNING")], JobChange(time_limit_s=2 * HOUR),
         UpdateDecision(
-            act_on=(2,),
-            skipped=("job 1 is RUNNING; only a pending job can be updated (a running job's"
-                     " resources and clock are its own)",),
+            refusal="job 1: only an operator may raise a time limit (01:00:00 now);"
+            " ask for 01:00:00 or less",
+            code="forbidden",
         ),
     ),
-    "nothing pending: refused with why": (
+    "an operator raises it": (
+        "root", [job(1, state="RUNNING")], JobChange(time_limit_s=2 * HOUR),
+        UpdateDecision(act_on=(1,), rearm=(1,)),
+    ),
+    "a job being stopped is skipped, saying why, the pending one changed": (
+        "alice", [job(1, state="COMPLETING"), job(2)], JobChange(time_limit_s=60),
+        UpdateDecision(
+            act_on=(2,),
+            skipped=("job 1 is COMPLETING; only a pending or running job can be updated"
+                     " (one ending or ended is done)",),
+        ),
+    ),
+    "nothing pending or running: refused with why": (
         "alice", [job(1, state="COMPLETED")], JobChange(nice=1),
         UpdateDecision(
-            refusal="job 1 is COMPLETED; only a pending job can be updated (a running job's"
-            " resources and clock are its own)",
+            refusal="job 1 is COMPLETED; only a pending or running job can be updated"
+            " (one ending or ended is done)",
             code="invalid_state",
-            skipped=("job 1 is COMPLETED; only a pending job can be updated (a running"
-                     " job's resources and clock are its own)",),
+            skipped=("job 1 is COMPLETED; only a pending or running job can be updated"
+                     " (one ending or ended is done)",),
         ),
     ),
     "no job selected": (

@@ -28,6 +28,7 @@ from services.launcher.coordinator_core import (
     PendingFailure,
     Phase,
     Preempt,
+    Rearm,
     RequestSpares,
     Requeue,
     SettleElapsed,
@@ -44,6 +45,8 @@ from services.launcher.coordinator_core import (
     WorkerExited,
     backoff_s,
     decide,
+    due_at,
+    due_or_rearm,
     parse_signal,
     start_run,
     timers,
@@ -537,3 +540,43 @@ def test_a_stored_run_keeps_its_field_names_so_rows_written_before_the_rename_st
     stored = msgspec.json.encode(R_SETTLING)
     assert b'"attempt":0' in stored and b"generation" not in stored
     assert msgspec.json.decode(stored, type=JobRun) == R_SETTLING
+
+
+# A limit changed while the job runs (`muster update --time`): the timer that fires, or
+# the `job.limit_changed` that arrives, reads the run with the job's new spec.
+REARM_CASES = {
+    "raised past now: nothing due, the due time written again": (
+        job(time_limit_s=7200), T0 + 3600, Rearm(), T0 + 7200,
+    ),
+    "lowered, not yet reached: the sooner due time written": (
+        job(time_limit_s=600), T0 + 300, Rearm(), T0 + 600,
+    ),
+    "lowered below what it has run: the limit is reached now": (
+        job(time_limit_s=60), T0 + 300, TimeLimitReached(), None,
+    ),
+    "a --signal before the new limit is timed from it": (
+        job(time_limit_s=7200, signal="USR1", signal_before_s=60), T0 + 3600, Rearm(),
+        T0 + 7140,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("spec", "now", "obs", "due"), REARM_CASES.values(), ids=REARM_CASES.keys()
+)
+def test_a_changed_limit_re_arms_the_timers_or_ends_the_job(
+    spec: JobSpec, now: float, obs: AnyObservation, due: float | None
+) -> None:
+    run = msgspec.structs.replace(running(), spec=spec)  # the spec as the shell loads it
+    assert due_or_rearm(run, now) == obs
+    decision = decide(run, obs, CFG, now)
+    if due is None:
+        assert decision.verdict is Verdict.TIMEOUT
+        return
+    assert decision == then(run, Verdict.CONTINUE)  # nothing but the due time changes
+    assert due_at(decision.run) == due
+
+
+def test_a_timer_that_is_due_is_delivered_as_itself() -> None:
+    assert due_or_rearm(R, T0 + 3600) == TimeLimitReached()
+    assert due_or_rearm(R_SIGNAL, timers(R_SIGNAL).signal_at or 0) == SignalDue()
