@@ -153,10 +153,10 @@ def _job_action(verb: str) -> Callable[[argparse.Namespace], int]:
 
 def cmd_update(args: argparse.Namespace) -> int:
     """`muster update JOB... --time T --nice N --name X --comment C` (scontrol update)."""
-    from services.admission.values import new_time_limit, nice
+    from services.admission.values import limit_update, nice
 
     try:
-        limit = None if args.time is None else new_time_limit(args.time, "--time")
+        limit, change = (None, None) if args.time is None else limit_update(args.time, "--time")
         niceness = None if args.nice is None else nice(args.nice)
     except ValueError as err:
         print(f"muster update: {err}", file=sys.stderr)
@@ -165,6 +165,7 @@ def cmd_update(args: argparse.Namespace) -> int:
         user=current_user(),
         job_refs=_csv(args.job_ids),
         time_limit_s=limit,
+        time_limit_change_s=change,
         nice=niceness,
         name=args.job_name,
         comment=args.comment,
@@ -234,7 +235,11 @@ def register(sub: Any) -> None:
         help="change pending or running jobs' time limit, nice, name or comment (scontrol update)",
     )
     s.add_argument("job_ids", nargs="+", help="123, 123_4 (array task), 123_[1-3]")
-    s.add_argument("-t", "--time", help="the new time limit: MM, HH:MM:SS, D-HH:MM:SS")
+    s.add_argument(
+        "-t",
+        "--time",
+        help="the new time limit: MM, HH:MM:SS, D-HH:MM:SS; +T or -T changes each job's own",
+    )
     s.add_argument("--nice", help="the new nice (below 0: operators)")
     s.add_argument("-J", "--name", dest="job_name", help="the new job name")
     s.add_argument("--comment", help="the new comment")

@@ -4,16 +4,17 @@ what).
 
     scontrol update JobId=123[,124] [TimeLimit=2:00:00] [Nice=10] [JobName=x] [Comment=y]
 
-Keys in any case, as Slurm's; `Name=` is `JobName=`. What the placer plans a job by
-(partition, QOS, nodes, GPUs, ...) is refused, saying to cancel and submit again; so is a
-relative time limit (`TimeLimit=+30`), with the absolute form to write instead.
+Keys in any case, as Slurm's; `Name=` is `JobName=`. A time limit is whole or, as
+Slurm's, a change of each job's own (`TimeLimit=+30`, `TimeLimit=-1:00:00`). What the
+placer plans a job by (partition, QOS, nodes, GPUs, ...) is refused, saying to cancel
+and submit again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.admission.values import new_time_limit, nice
+from services.admission.values import limit_update, nice
 from shared.api import UpdateRequest
 
 KEYS = "JobId=, TimeLimit=, Nice=, JobName= and Comment="
@@ -36,6 +37,7 @@ def update_request(words: Sequence[str], user: str) -> UpdateRequest:
     """`JobId=... Key=Value ...` -> the request."""
     refs: list[str] = []
     limit: int | None = None
+    limit_change: int | None = None
     niceness: int | None = None
     name: str | None = None
     comment: str | None = None
@@ -47,7 +49,7 @@ def update_request(words: Sequence[str], user: str) -> UpdateRequest:
         if k in ("jobid", "job"):
             refs += [r for r in value.split(",") if r]
         elif k == "timelimit":
-            limit = _limit(value)
+            limit, limit_change = _limit(value)
         elif k == "nice":
             try:
                 niceness = nice(value)
@@ -70,19 +72,15 @@ def update_request(words: Sequence[str], user: str) -> UpdateRequest:
         user=user,
         job_refs=tuple(refs),
         time_limit_s=limit,
+        time_limit_change_s=limit_change,
         nice=niceness,
         name=name,
         comment=comment,
     )
 
 
-def _limit(value: str) -> int:
-    if value[:1] in ("+", "-"):
-        raise UpdateError(
-            f"TimeLimit={value}: a relative limit is not kept; give the whole new limit,"
-            " e.g. TimeLimit=2:00:00"
-        )
+def _limit(value: str) -> tuple[int | None, int | None]:
     try:
-        return new_time_limit(value, "TimeLimit=")
+        return limit_update(value, "TimeLimit=")
     except ValueError as err:
         raise UpdateError(str(err)) from err

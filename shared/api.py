@@ -74,6 +74,7 @@ class UpdateRequest(Request, frozen=True, kw_only=True):
 
     job_refs: tuple[str, ...]  # as JobSelector's: 123, 123_4, 123_[1-3]
     time_limit_s: int | None = None
+    time_limit_change_s: int | None = None  # `+30` / `-30`: added to each job's limit
     nice: int | None = None
     name: str | None = None
     comment: str | None = None

@@ -242,8 +242,9 @@ class JobCommands:
         placer is woken to plan pending ones by the new values, and a started job's
         coordinator is told of its new limit (`job.limit_changed`)."""
         change = JobChange(
-            time_limit_s=req.time_limit_s, nice=req.nice, name=req.name, comment=req.comment
-        )
+            time_limit_s=req.time_limit_s, time_limit_change_s=req.time_limit_change_s,
+            nice=req.nice, name=req.name, comment=req.comment,
+        )  # fmt: skip
         sel = JobSelector(user=req.user, job_refs=req.job_refs)
         async with self.ctx.pool.acquire() as conn, conn.transaction():
             targets, rows = await self._targets(conn, sel)
@@ -258,17 +259,18 @@ class JobCommands:
             decision = decide_update(req.user, chosen, change, self.config())
             if decision.refusal is not None:
                 raise Refused(decision.refusal, decision.code, decision.skipped or ())
-            await repo.update_jobs(conn, list(decision.act_on), change.fields())
+            await repo.update_jobs(conn, list(decision.act_on), change.spec_fields())
+            await repo.update_limits(conn, decision.limits)
             started = {u.target.job_id for u in chosen if u.target.state in STARTED_STATES}
             await _wake(conn, tuple(j for j in decision.act_on if j not in started), rows)
-            if change.time_limit_s is not None:
-                await outbox_add(
-                    conn,
-                    *(
-                        JobLimitChanged(job_id=j, time_limit_s=change.time_limit_s, by=req.user)
-                        for j in decision.rearm
-                    ),
-                )
+            limits = dict(decision.limits)
+            await outbox_add(
+                conn,
+                *(
+                    JobLimitChanged(job_id=j, time_limit_s=limits[j], by=req.user)
+                    for j in decision.rearm
+                ),
+            )
         self.ctx.relay.kick()
         said = ", ".join(f"{k}={v}" for k, v in change.fields().items())
         log.info("update", extra=kv(by=req.user, jobs=len(decision.act_on), change=said))

@@ -4,6 +4,7 @@ Functions run inside the caller's transaction (reads may run outside one)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import asyncpg
 import msgspec
@@ -220,18 +221,29 @@ async def job_rows(
 
 
 async def update_jobs(conn: Conn, job_ids: list[int], fields: dict[str, object]) -> None:
-    """Change these jobs' spec fields in place, and the columns that copy them (`name`,
-    `time_limit_s`); the spec's other fields, and the job's place, stay."""
+    """Change these jobs' spec fields in place, and the column that copies one (`name`);
+    the spec's other fields, and the job's place, stay (the limit: `update_limits`)."""
     if not job_ids or not fields:
         return
     await conn.execute(
-        "UPDATE jobs SET spec = spec || $2::jsonb,"
-        " name = coalesce($3, name), time_limit_s = coalesce($4, time_limit_s)"
+        "UPDATE jobs SET spec = spec || $2::jsonb, name = coalesce($3, name)"
         " WHERE job_id = ANY($1::bigint[])",
         job_ids,
         json.dumps(fields),
         fields.get("name"),
-        fields.get("time_limit_s"),
+    )
+
+
+async def update_limits(conn: Conn, limits: Sequence[tuple[int, int]]) -> None:
+    """Set each job's new time limit, in its spec and the column that copies it."""
+    if not limits:
+        return
+    await conn.execute(
+        "UPDATE jobs j SET time_limit_s = x.limit_s,"
+        " spec = j.spec || jsonb_build_object('time_limit_s', x.limit_s)"
+        " FROM unnest($1::bigint[], $2::int[]) AS x(job_id, limit_s) WHERE j.job_id = x.job_id",
+        [j for j, _ in limits],
+        [s for _, s in limits],
     )
 
 

@@ -7,7 +7,8 @@ queue (its submit time and age stay). Slurm's rules:
   skipped, saying so;
 - its owner, a coordinator of its account or an operator may change it (`Action.MODIFY`);
 - only an operator raises a time limit, or sets it over the partition's maximum; anyone
-  who may change the job may lower it;
+  who may change the job may lower it. A limit is given whole or as a change of each
+  job's own (`TimeLimit=+30`, `-30`, `--time=+1:00:00`), which leaves it above 0;
 - only an operator gives a negative nice (a higher priority), as at submission.
 
 A running job's limit counts from its run's start, as before: raised, the job runs on
@@ -40,13 +41,28 @@ class JobChange(msgspec.Struct, frozen=True, kw_only=True):
     """What to change; None: leave as it is."""
 
     time_limit_s: int | None = None
+    time_limit_change_s: int | None = None  # added to each job's own limit (+ or -)
     nice: int | None = None
     name: str | None = None
     comment: str | None = None
 
     def fields(self) -> dict[str, object]:
-        """The spec's fields that change, by name."""
+        """The fields that change, by name (the limit as asked: whole, or its change)."""
         return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+
+    def spec_fields(self) -> dict[str, object]:
+        """The spec's fields that change alike on every job (each job's new limit is the
+        decision's `limits`)."""
+        fields = self.fields()
+        for key in ("time_limit_s", "time_limit_change_s"):
+            fields.pop(key, None)
+        return fields
+
+    def limit_of(self, current: int) -> int | None:
+        """A job's new limit from its `current` one; None: the limit does not change."""
+        if self.time_limit_change_s is not None:
+            return current + self.time_limit_change_s
+        return self.time_limit_s
 
 
 class UpdateTarget(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,6 +82,8 @@ NOT_UPDATABLE = "only a pending or running job can be updated (one ending or end
 
 class UpdateDecision(msgspec.Struct, frozen=True, kw_only=True):
     act_on: tuple[int, ...] = ()
+    # each of `act_on` with its new limit, when the change sets one
+    limits: tuple[tuple[int, int], ...] = ()
     # those of `act_on` that have started and whose limit changes: their coordinator
     # re-arms its timers (`job.limit_changed`)
     rearm: tuple[int, ...] = ()
@@ -81,8 +99,12 @@ def check_change(change: JobChange) -> str | None:
             "say what to change: TimeLimit=, Nice=, JobName= or Comment= (--time, --nice,"
             " --name, --comment)"
         )
+    if change.time_limit_s is not None and change.time_limit_change_s is not None:
+        return "give the time limit once: whole (2:00:00) or as a change (+30, -30)"
     if change.time_limit_s is not None and change.time_limit_s <= 0:
         return "a time limit is above 0; write it as MM, HH:MM:SS or D-HH:MM:SS"
+    if change.time_limit_change_s == 0:
+        return "a change of the time limit is not 0; write it as +MM or -MM (+HH:MM:SS)"
     for what, text in (("name", change.name), ("comment", change.comment)):
         if text is None:
             continue
@@ -108,6 +130,7 @@ def decide_update(
         if refused is not None:
             return UpdateDecision(refusal=f"job {t.job_id}: {refused.message}", code="forbidden")
     act: list[int] = []
+    limits: list[tuple[int, int]] = []
     rearm: list[int] = []
     skipped: list[str] = []
     for u in targets:
@@ -116,25 +139,36 @@ def decide_update(
         if state not in PENDING_STATES | STARTED_STATES:
             skipped.append(f"{job} is {state}; {NOT_UPDATABLE}")
             continue
-        refusal = _not_permitted(actor, u, change, config)
+        limit = change.limit_of(u.time_limit_s)
+        if limit is not None and limit <= 0:
+            return UpdateDecision(
+                refusal=f"{job}: its time limit is {format_duration(u.time_limit_s)}, and"
+                f" {format_duration(-(change.time_limit_change_s or 0))} less is none;"
+                " give a smaller change or a whole limit",
+                code="invalid",
+            )
+        refusal = _not_permitted(actor, u, limit, change.nice, config)
         if refusal is not None:
             return UpdateDecision(refusal=f"{job}: {refusal}", code="forbidden")
         act.append(u.target.job_id)
-        if state in STARTED_STATES and change.time_limit_s is not None:
-            rearm.append(u.target.job_id)
+        if limit is not None:
+            limits.append((u.target.job_id, limit))
+            if state in STARTED_STATES:
+                rearm.append(u.target.job_id)
     if not act:
         return UpdateDecision(
             refusal="; ".join(skipped), code="invalid_state", skipped=tuple(skipped)
         )
-    return UpdateDecision(act_on=tuple(act), rearm=tuple(rearm), skipped=tuple(skipped))
+    return UpdateDecision(
+        act_on=tuple(act), limits=tuple(limits), rearm=tuple(rearm), skipped=tuple(skipped)
+    )
 
 
 def _not_permitted(
-    actor: str, u: UpdateTarget, change: JobChange, config: ClusterConfig
+    actor: str, u: UpdateTarget, limit: int | None, niceness: int | None, config: ClusterConfig
 ) -> str | None:
     if actor in config.operators:
         return None
-    limit = change.time_limit_s
     if limit is not None and limit > u.time_limit_s:
         return (
             f"only an operator may raise a time limit ({format_duration(u.time_limit_s)} now);"
@@ -147,6 +181,6 @@ def _not_permitted(
             f"time limit {format_duration(limit)} is over the maximum of partition"
             f" {u.partition!r}: {format_duration(most)}"
         )
-    if change.nice is not None and change.nice < 0:
-        return f"--nice={change.nice}: only an operator may raise a job's priority; use 0 or more"
+    if niceness is not None and niceness < 0:
+        return f"--nice={niceness}: only an operator may raise a job's priority; use 0 or more"
     return None

@@ -253,3 +253,19 @@ def new_time_limit(text: str, what: str) -> int:
     if not seconds:
         raise ValueError(f"invalid {what} {text!r}: give a limit above 0 (UNLIMITED is not one)")
     return seconds
+
+
+def limit_update(text: str, what: str) -> tuple[int | None, int | None]:
+    """A job's new time limit as written: whole (`2:00:00` -> (7200, None)), or a change
+    of each job's own, Slurm's relative form (`+30` -> (None, 1800), `-30` -> (None,
+    -1800))."""
+    body = text.strip()
+    if body[:1] not in ("+", "-"):
+        return new_time_limit(text, what), None
+    try:
+        seconds = new_time_limit(body[1:], what)
+    except ValueError:
+        raise ValueError(
+            f"invalid {what} {text!r}: expected + or - then a duration above 0 ({DURATION_FORMS})"
+        ) from None
+    return None, seconds if body[0] == "+" else -seconds

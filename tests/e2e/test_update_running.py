@@ -7,9 +7,10 @@ launcher's timer fell due at 8 s, found nothing due under the new spec and went 
 polling a due time in the past, and srun's coordinator gave the node up at the old limit
 plus its margin (here 2 s): the step FAILED, and the script with it.
 
-Lowered: a job of a 10-minute limit running `srun sleep` has its limit lowered to 5 s;
-it ends TIMEOUT within seconds, its step's task gone from `ps`. Before, the new limit
-was read only once the old one came due: ten minutes on.
+Lowered: a job of a 10-minute limit running `srun sleep` has its limit lowered by 9:55
+(`TimeLimit=-9:55`, a change of its own limit) to 5 s; it ends TIMEOUT within seconds,
+its step's task gone from `ps`. Before, the new limit was read only once the old one
+came due: ten minutes on.
 """
 
 from __future__ import annotations
@@ -47,8 +48,10 @@ export MUSTER_KEY_DIR={keys}
 """
 
 
-async def update(url: str, job: int, limit_s: int) -> Ok:
-    req = UpdateRequest(user="root", job_refs=(str(job),), time_limit_s=limit_s)
+async def update(url: str, job: int, limit_s: int | None, change_s: int | None = None) -> Ok:
+    req = UpdateRequest(
+        user="root", job_refs=(str(job),), time_limit_s=limit_s, time_limit_change_s=change_s
+    )
     return await call(url, "update", req, Ok)
 
 
@@ -86,7 +89,8 @@ async def test_a_running_jobs_limit_raised_lets_it_and_its_step_finish_and_lower
         lowered = (await submit(nats_url, script, ("-t", "10"), workdir=str(work))).job_ids[0]
         await step_running(db, lowered)
         assert processes("sleep 610.5"), "the step's task runs"
-        await update(nats_url, lowered, 5)
+        await update(nats_url, lowered, None, -595)
+        assert await db.fetchval("SELECT time_limit_s FROM jobs WHERE job_id = $1", lowered) == 5
         assert (await job_end(db, lowered, 60.0))["state"] == "TIMEOUT"  # not in 10 minutes
         await eventually(
             lambda: ready(processes("sleep 610.5")), lambda left: not left, 30, "task gone"

@@ -300,7 +300,8 @@ async def test_a_running_jobs_new_limit_is_told_to_its_coordinator_not_the_queue
 ) -> None:
     """A started job's limit changes in place too, and `job.limit_changed` is owed to
     the launcher (its timers re-armed there, tests/e2e/test_update_running.py); a name
-    alone owes nothing, and a running job is not woken in the queue (`job.submitted`)."""
+    alone owes nothing, and a running job is not woken in the queue (`job.submitted`).
+    A change of each job's own limit (`TimeLimit=-5`) is told as the limit it makes."""
     job = (await api.submit("alice", "-t", "2:00:00")).job_ids[0]
     await db.execute(
         "INSERT INTO job_runs(job_id, state, attempt, started_at) VALUES ($1, 'RUNNING', 1, now())",
@@ -310,13 +311,26 @@ async def test_a_running_jobs_new_limit_is_told_to_its_coordinator_not_the_queue
     await call(api.url, "update", UpdateRequest(user="alice", job_refs=(str(job),), name="n"), Ok)
     lower = UpdateRequest(user="alice", job_refs=(str(job),), time_limit_s=600)
     assert (await call(api.url, "update", lower, Ok)).job_ids == (job,)
+    less = UpdateRequest(user="alice", job_refs=(str(job),), time_limit_change_s=-300)
+    await call(api.url, "update", less, Ok)
     rows = await db.fetch("SELECT subject, payload FROM outbox WHERE id > $1 ORDER BY id", before)
-    assert [r["subject"] for r in rows] == ["muster.job.limit_changed"]
-    event = decode(bytes(rows[0]["payload"]))
-    assert event == JobLimitChanged(
-        job_id=job, time_limit_s=600, by="alice", event_id=event.event_id,
-        occurred_at=event.occurred_at,
-    )  # fmt: skip
+    assert [r["subject"] for r in rows] == ["muster.job.limit_changed"] * 2
+    told = [decode(bytes(r["payload"])) for r in rows]
+    assert told == [
+        JobLimitChanged(
+            job_id=job,
+            time_limit_s=limit,
+            by="alice",
+            event_id=e.event_id,
+            occurred_at=e.occurred_at,
+        )
+        for limit, e in zip((600, 300), told, strict=True)
+    ]
+    limits = await db.fetchrow(
+        "SELECT time_limit_s, (spec->>'time_limit_s')::int AS spec FROM jobs WHERE job_id = $1",
+        job,
+    )
+    assert limits is not None and (limits["time_limit_s"], limits["spec"]) == (300, 300)
     assert await api.state(job) == ("RUNNING", "")
 
 

@@ -18,7 +18,7 @@ from services.admission.update import (
     check_change,
     decide_update,
 )
-from services.admission.values import new_time_limit
+from services.admission.values import limit_update, new_time_limit
 
 CONFIG = load_config(
     (Path(__file__).resolve().parents[3] / "deploy" / "local" / "cluster.toml").read_text()
@@ -35,7 +35,8 @@ def job(
 
 CASES = {
     "the owner lowers a pending job's limit": (
-        "alice", [job(1)], JobChange(time_limit_s=1800), UpdateDecision(act_on=(1,)),
+        "alice", [job(1)], JobChange(time_limit_s=1800),
+        UpdateDecision(act_on=(1,), limits=((1, 1800),)),
     ),
     "and gives it a name, a comment and a nice": (
         "alice", [job(1)], JobChange(name="x", comment="y", nice=10), UpdateDecision(act_on=(1,)),
@@ -61,7 +62,7 @@ CASES = {
     ),
     "an operator raises it, past the partition's maximum too": (
         "root", [job(1, partition="debug")], JobChange(time_limit_s=2 * HOUR),
-        UpdateDecision(act_on=(1,)),
+        UpdateDecision(act_on=(1,), limits=((1, 2 * HOUR),)),
     ),
     "a lower limit still over the partition's maximum (the configuration changed)": (
         "alice", [job(1, limit=2 * HOUR, partition="debug")], JobChange(time_limit_s=HOUR),
@@ -81,11 +82,12 @@ CASES = {
     ),
     "the owner lowers a running job's limit: its coordinator re-arms": (
         "alice", [job(1, state="RUNNING"), job(2)], JobChange(time_limit_s=60),
-        UpdateDecision(act_on=(1, 2), rearm=(1,)),
+        UpdateDecision(act_on=(1, 2), limits=((1, 60), (2, 60)), rearm=(1,)),
     ),
     "an allocated or starting job's too": (
         "alice", [job(1, state="CONFIGURING"), job(2, state="STARTING")],
-        JobChange(time_limit_s=60), UpdateDecision(act_on=(1, 2), rearm=(1, 2)),
+        JobChange(time_limit_s=60),
+        UpdateDecision(act_on=(1, 2), limits=((1, 60), (2, 60)), rearm=(1, 2)),
     ),
     "a running job's name changes with nothing to re-arm": (
         "alice", [job(1, state="RUNNING")], JobChange(name="renamed"),
@@ -101,14 +103,40 @@ CASES = {
     ),
     "an operator raises it": (
         "root", [job(1, state="RUNNING")], JobChange(time_limit_s=2 * HOUR),
-        UpdateDecision(act_on=(1,), rearm=(1,)),
+        UpdateDecision(act_on=(1,), limits=((1, 2 * HOUR),), rearm=(1,)),
     ),
     "a job being stopped is skipped, saying why, the pending one changed": (
         "alice", [job(1, state="COMPLETING"), job(2)], JobChange(time_limit_s=60),
         UpdateDecision(
             act_on=(2,),
+            limits=((2, 60),),
             skipped=("job 1 is COMPLETING; only a pending or running job can be updated"
                      " (one ending or ended is done)",),
+        ),
+    ),
+    "a change of each job's own limit: each its new one": (
+        "alice", [job(1, limit=HOUR), job(2, limit=2 * HOUR, state="RUNNING")],
+        JobChange(time_limit_change_s=-1800),
+        UpdateDecision(act_on=(1, 2), limits=((1, 1800), (2, 5400)), rearm=(2,)),
+    ),
+    "a raise by a change is an operator's too": (
+        "alice", [job(1)], JobChange(time_limit_change_s=60),
+        UpdateDecision(
+            refusal="job 1: only an operator may raise a time limit (01:00:00 now);"
+            " ask for 01:00:00 or less",
+            code="forbidden",
+        ),
+    ),
+    "an operator's raise by a change": (
+        "root", [job(1, state="RUNNING")], JobChange(time_limit_change_s=HOUR),
+        UpdateDecision(act_on=(1,), limits=((1, 2 * HOUR),), rearm=(1,)),
+    ),
+    "a change that leaves no time: refused, saying why": (
+        "root", [job(1, limit=1800)], JobChange(time_limit_change_s=-HOUR),
+        UpdateDecision(
+            refusal="job 1: its time limit is 00:30:00, and 01:00:00 less is none; give a"
+            " smaller change or a whole limit",
+            code="invalid",
         ),
     ),
     "nothing pending or running: refused with why": (
@@ -140,6 +168,11 @@ def test_who_may_change_what_of_which_job(
     [
         (JobChange(), "say what to change: TimeLimit=, Nice=, JobName= or Comment="),
         (JobChange(time_limit_s=0), "a time limit is above 0"),
+        (JobChange(time_limit_change_s=0), "a change of the time limit is not 0"),
+        (
+            JobChange(time_limit_s=60, time_limit_change_s=60),
+            "give the time limit once: whole (2:00:00) or as a change (+30, -30)",
+        ),
         (JobChange(name=" "), "a job's name is not empty"),
         (JobChange(comment="a\nb"), f"a job's comment is one line of at most {MAX_TEXT}"),
         (JobChange(name="x" * (MAX_TEXT + 1)), "a job's name is one line"),
@@ -153,6 +186,24 @@ def test_a_change_that_cannot_be_made_says_what_to_write(change: JobChange, said
 
 def test_a_change_names_only_the_fields_it_sets() -> None:
     assert JobChange(nice=0, comment="").fields() == {"nice": 0, "comment": ""}
+    both = JobChange(time_limit_change_s=60, name="x")
+    assert both.fields() == {"time_limit_change_s": 60, "name": "x"}
+    assert both.spec_fields() == {"name": "x"}  # each job's limit is its own
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("2:00:00", (7200, None)),
+        ("+30", (None, 1800)),
+        ("-1-00:00:00", (None, -86400)),
+        (" +0:00:10", (None, 10)),
+    ],
+)
+def test_a_limit_is_written_whole_or_as_a_change(
+    text: str, want: tuple[int | None, int | None]
+) -> None:
+    assert limit_update(text, "--time") == want
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,11 @@ from shared.api import UpdateRequest
         (["JobName=y", "JOBID=7", "TimeLimit=30"],
          UpdateRequest(user="u", job_refs=("7",), name="y", time_limit_s=1800)),
         (["JobId=7", "Nice=-5"], UpdateRequest(user="u", job_refs=("7",), nice=-5)),
+        # Slurm's relative limits: a change of each job's own
+        (["JobId=7", "TimeLimit=+30"],
+         UpdateRequest(user="u", job_refs=("7",), time_limit_change_s=1800)),
+        (["JobId=7", "TimeLimit=-1:00:00"],
+         UpdateRequest(user="u", job_refs=("7",), time_limit_change_s=-3600)),
     ],
 )  # fmt: skip
 def test_slurms_words_for_a_jobs_change(words: list[str], want: UpdateRequest) -> None:
@@ -30,7 +35,8 @@ def test_slurms_words_for_a_jobs_change(words: list[str], want: UpdateRequest) -
     ("words", "said"),
     [
         (["TimeLimit=1:00:00"], "say which job: JobId=123"),
-        (["JobId=1", "TimeLimit=+30"], "TimeLimit=+30: a relative limit is not kept"),
+        (["JobId=1", "TimeLimit=+soon"], "invalid TimeLimit= '+soon': expected + or - then"),
+        (["JobId=1", "TimeLimit=-0"], "invalid TimeLimit= '-0': expected + or - then"),
         (["JobId=1", "TimeLimit=UNLIMITED"], "invalid TimeLimit= 'UNLIMITED': give a limit above"),
         (["JobId=1", "TimeLimit=soon"], "invalid TimeLimit= 'soon'"),
         (["JobId=1", "Nice=lots"], "invalid Nice= 'lots'"),
