@@ -3,6 +3,7 @@ change read into an `UpdateRequest` (services/admission/update.py says who may c
 what).
 
     scontrol update JobId=123[,124] [TimeLimit=2:00:00] [Nice=10] [JobName=x] [Comment=y]
+    scontrol update NodeName=node[01-02] State=DRAIN|RESUME [Reason="..."]
 
 Keys in any case, as Slurm's; `Name=` is `JobName=`. A time limit is whole or, as
 Slurm's, a change of each job's own (`TimeLimit=+30`, `TimeLimit=-1:00:00`). What the
@@ -14,6 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
+
+from services.admission import hostlist
 from services.admission.values import limit_update, nice
 from shared.api import UpdateRequest
 
@@ -84,3 +88,59 @@ def _limit(value: str) -> tuple[int | None, int | None]:
         return limit_update(value, "TimeLimit=")
     except ValueError as err:
         raise UpdateError(str(err)) from err
+
+
+# `scontrol update NodeName=... State=...`: Slurm's operator words for a drain, read as
+# `muster drain` / `muster resume` of each node the hostlist names.
+NODE_KEYS = "NodeName=, State= (DRAIN, RESUME, UNDRAIN) and Reason="
+NODE_STATES = {"drain": "drain", "resume": "resume", "undrain": "resume"}
+
+
+class NodeUpdate(msgspec.Struct, frozen=True, kw_only=True):
+    """What `scontrol update NodeName=...` asks: one verb for each node."""
+
+    verb: str  # drain | resume (the API's verbs)
+    nodes: tuple[str, ...]
+    reason: str
+
+
+def is_node_update(words: Sequence[str]) -> bool:
+    """Whether `scontrol update WORDS` is about nodes (Slurm's first key says which)."""
+    return bool(words) and words[0].partition("=")[0].lower() in ("nodename", "node")
+
+
+def node_update(words: Sequence[str]) -> NodeUpdate:
+    """`NodeName=node[01-02] State=DRAIN Reason="bad riser"` -> the request. A drain says
+    why, as Slurm asks; a resume needs no reason. DOWN is refused: it would kill the
+    node's jobs at once, which this shim leaves to `scancel`."""
+    names: tuple[str, ...] = ()
+    state = reason = ""
+    for word in words:
+        key, eq, value = word.partition("=")
+        k = key.lower()
+        if not eq:
+            raise UpdateError(f"{word}: write Key=Value ({NODE_KEYS})")
+        if k in ("nodename", "node"):
+            try:
+                names = hostlist.expand(value)
+            except ValueError as err:
+                raise UpdateError(f"NodeName={value}: {err}") from err
+        elif k == "state":
+            state = value.lower()
+        elif k == "reason":
+            reason = value
+        else:
+            raise UpdateError(f"{word}: unknown to this shim; for a node it changes {NODE_KEYS}")
+    if not names:
+        raise UpdateError("say which node: NodeName=node01 (or node[01-04])")
+    verb = NODE_STATES.get(state)
+    if state == "down":
+        raise UpdateError(
+            "State=DOWN is not taken by hand here: State=DRAIN lets the node's jobs end"
+            " and takes no new ones (scancel its jobs to free it at once)"
+        )
+    if verb is None:
+        raise UpdateError(f"State={state.upper() or '(none)'}: give State=DRAIN or State=RESUME")
+    if verb == "drain" and not reason.strip():
+        raise UpdateError('a drain says why: add Reason="..." (e.g. Reason="bad riser")')
+    return NodeUpdate(verb=verb, nodes=names, reason=reason.strip() or "resumed by scontrol")

@@ -26,6 +26,7 @@ from muster.quiet import quietly
 from shared.api import (
     JobSelector,
     JobView,
+    NodeAction,
     NodesReply,
     Ok,
     QueueReply,
@@ -403,13 +404,16 @@ def scontrol(argv: list[str]) -> int:
     raise ShimError(
         f"unsupported: scontrol {' '.join(argv) or '(nothing)'}; this shim knows "
         "show job ID, show node [NAME], hold IDS, release IDS, requeue IDS, requeuehold IDS,"
-        " update JobId=ID [TimeLimit=] [Nice=] [JobName=] [Comment=]"
+        " update JobId=ID [TimeLimit=] [Nice=] [JobName=] [Comment=],"
+        " update NodeName=NODES State=DRAIN|RESUME [Reason=]"
     )
 
 
 def _update(words: list[str]) -> int:
-    from muster.scontrol_update import UpdateError, update_request
+    from muster.scontrol_update import UpdateError, is_node_update, update_request
 
+    if is_node_update(words):
+        return _update_nodes(words)
     try:
         req = update_request(words, current_user())
     except UpdateError as err:
@@ -417,6 +421,22 @@ def _update(words: list[str]) -> int:
     reply = request(_url(), "update", req, Ok)
     for why in reply.skipped:
         print(f"scontrol: {why}", file=sys.stderr)
+    return 0
+
+
+def _update_nodes(words: list[str]) -> int:
+    """`scontrol update NodeName=... State=DRAIN|RESUME Reason=...`: a drain or resume
+    asked for each node named, as `muster drain` asks it (operators alone may); silent
+    on success, as Slurm's."""
+    from muster.scontrol_update import UpdateError, node_update
+
+    try:
+        update = node_update(words)
+    except UpdateError as err:
+        raise ShimError(str(err)) from err
+    url, user = _url(), current_user()
+    for node in update.nodes:
+        request(url, update.verb, NodeAction(user=user, node=node, reason=update.reason), Ok)
     return 0
 
 

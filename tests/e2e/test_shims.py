@@ -2,7 +2,8 @@
 against a local cluster — a script submitted with `sbatch --parsable`, found with
 `squeue -h -o "%i %T"`, the nodes listed by `sinfo -N` (with their partition), put back
 in the queue with `scontrol requeue` (it runs again, same id, restart count 1), a held
-job changed with `scontrol update`,
+job changed with `scontrol update`, a node drained and resumed with `scontrol update
+NodeName=`,
 cancelled with `scancel`, its accounting read with `sacct`, its GPU time with `sreport`,
 and `sbatch --wait` returning the job's exit code."""
 
@@ -138,6 +139,20 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
     moved = await shell("scontrol", "update", f"JobId={held}", "Partition=large")
     assert moved.returncode != 0 and "cancel the job and submit it again" in moved.stderr
     await shell("scancel", held)
+
+    # an operator drains a node in Slurm's words, and resumes it
+    async def node02() -> str:
+        out = await shell("sinfo", "-N", "-h", "-o", "%N %T")
+        return dict(line.split() for line in out.stdout.splitlines()).get("node02", "")
+
+    unsaid = await shell("scontrol", "update", "NodeName=node02", "State=DRAIN")
+    assert unsaid.returncode != 0 and "a drain says why" in unsaid.stderr, unsaid.stderr
+    drain = await shell("scontrol", "update", "NodeName=node02", "State=DRAIN", "Reason=riser")
+    assert (drain.returncode, drain.stdout) == (0, ""), drain.stderr
+    await eventually(node02, lambda s: s in ("drained", "draining"), 30, "node02 drained")
+    resume = await shell("scontrol", "update", "NodeName=node02", "State=RESUME")
+    assert resume.returncode == 0, resume.stderr
+    await eventually(node02, lambda s: s in ("idle", "mixed", "allocated"), 30, "node02 back")
 
     waited = await shell("sbatch", "--wait", "fails.sh")
     assert waited.returncode == 3, (waited.stdout, waited.stderr)

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from muster.scontrol_update import UpdateError, update_request
+from muster.scontrol_update import (
+    NodeUpdate,
+    UpdateError,
+    is_node_update,
+    node_update,
+    update_request,
+)
 from shared.api import UpdateRequest
 
 
@@ -52,3 +58,44 @@ def test_what_the_shim_does_not_change_is_refused_with_what_to_write(
     with pytest.raises(UpdateError) as err:
         update_request(words, "u")
     assert str(err.value).startswith(said), str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("words", "want"),
+    [
+        (["NodeName=node[01-02]", "State=DRAIN", "Reason=bad riser"],
+         NodeUpdate(verb="drain", nodes=("node01", "node02"), reason="bad riser")),
+        (["nodename=node03", "state=resume"],
+         NodeUpdate(verb="resume", nodes=("node03",), reason="resumed by scontrol")),
+        (["NodeName=node03", "State=UNDRAIN", "Reason=fixed"],
+         NodeUpdate(verb="resume", nodes=("node03",), reason="fixed")),
+    ],
+)  # fmt: skip
+def test_slurms_words_for_a_nodes_drain(words: list[str], want: NodeUpdate) -> None:
+    assert is_node_update(words)
+    assert node_update(words) == want
+
+
+@pytest.mark.parametrize(
+    ("words", "said"),
+    [
+        (["NodeName=node01", "State=DRAIN"], 'a drain says why: add Reason="..."'),
+        (["NodeName=node01", "State=DOWN", "Reason=x"], "State=DOWN is not taken by hand"),
+        (["NodeName=node01", "State=IDLE"], "State=IDLE: give State=DRAIN or State=RESUME"),
+        (["NodeName=node01"], "State=(none): give State=DRAIN or State=RESUME"),
+        (["NodeName=node[01", "State=RESUME"], "NodeName=node[01: invalid hostlist"),
+        (["NodeName=node01", "Weight=5"], "Weight=5: unknown to this shim; for a node"),
+        (["NodeName=node01", "Drain"], "Drain: write Key=Value"),
+    ],
+)
+def test_a_node_update_this_shim_does_not_make_says_what_to_write(
+    words: list[str], said: str
+) -> None:
+    with pytest.raises(UpdateError) as err:
+        node_update(words)
+    assert str(err.value).startswith(said), str(err.value)
+
+
+def test_a_job_update_is_not_a_node_update() -> None:
+    assert not is_node_update(["JobId=1", "TimeLimit=30"])
+    assert not is_node_update([])
