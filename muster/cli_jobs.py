@@ -169,6 +169,12 @@ def cmd_update(args: argparse.Namespace) -> int:
         nice=niceness,
         name=args.job_name,
         comment=args.comment,
+        partition=args.partition,
+        qos=args.qos,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        exclude=args.exclude,
+        constraint=args.constraint,
     )
     try:
         reply = request(nats_url(args.state), "update", req, Ok)
@@ -243,6 +249,13 @@ def register(sub: Any) -> None:
     s.add_argument("--nice", help="the new nice (below 0: operators)")
     s.add_argument("-J", "--name", dest="job_name", help="the new job name")
     s.add_argument("--comment", help="the new comment")
+    # what the placer plans a pending job by: checked as a submission is
+    s.add_argument("-p", "--partition", help="a pending job's new partition")
+    s.add_argument("-q", "--qos", help="a pending job's new QOS")
+    s.add_argument("-N", "--nodes", help="a pending job's new node count: N or MIN-MAX")
+    s.add_argument("--gpus-per-node", type=int, help="a pending job's new GPUs per node")
+    s.add_argument("-x", "--exclude", help="nodes a pending job must not run on ('' clears)")
+    s.add_argument("-C", "--constraint", help="features a pending job's nodes need ('' clears)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_update)
 

@@ -21,14 +21,17 @@ from services.admission import hostlist
 from services.admission.values import limit_update, nice
 from shared.api import UpdateRequest
 
-KEYS = "JobId=, TimeLimit=, Nice=, JobName= and Comment="
-# What the placer plans a job by: not changed in place (cancel and submit again).
+KEYS = (
+    "JobId=, TimeLimit=, Nice=, JobName=, Comment=, and for a pending job Partition=, QOS=,"
+    " NumNodes=, Gres=gpu:N, ExcNodeList= and Features="
+)
+# What else the placer plans a job by: not changed in place (cancel and submit again).
 PLANNED = frozenset(
     {
-        "partition", "qos", "numnodes", "numtasks", "numcpus", "minnodes", "gres", "tres",
-        "tresperjob", "tres_per_job", "reqnodelist", "excnodelist", "features", "account",
-        "reservation", "minmemorynode", "minmemorycpu", "dependency", "starttime",
-        "contiguous", "shared", "oversubscribe", "licenses", "arraytaskthrottle",
+        "numtasks", "numcpus", "minnodes", "tres", "tresperjob", "tres_per_job",
+        "reqnodelist", "account", "reservation", "minmemorynode", "minmemorycpu",
+        "dependency", "starttime", "contiguous", "shared", "oversubscribe", "licenses",
+        "arraytaskthrottle",
     }
 )  # fmt: skip
 
@@ -45,6 +48,7 @@ def update_request(words: Sequence[str], user: str) -> UpdateRequest:
     niceness: int | None = None
     name: str | None = None
     comment: str | None = None
+    placement: dict[str, str | int] = {}
     for word in words:
         key, eq, value = word.partition("=")
         k = key.lower()
@@ -63,6 +67,13 @@ def update_request(words: Sequence[str], user: str) -> UpdateRequest:
             name = value
         elif k == "comment":
             comment = value
+        elif k in ("partition", "qos", "excnodelist", "features"):
+            field = {"excnodelist": "exclude", "features": "constraint"}.get(k, k)
+            placement[field] = value
+        elif k == "numnodes":
+            placement["nodes"] = value
+        elif k == "gres":
+            placement["gpus_per_node"] = _gpus(value)
         elif k in PLANNED:
             raise UpdateError(
                 f"{key}= is what the job is placed by and is not changed in place here:"
@@ -72,15 +83,25 @@ def update_request(words: Sequence[str], user: str) -> UpdateRequest:
             raise UpdateError(f"{word}: unknown to this shim; it changes {KEYS}")
     if not refs:
         raise UpdateError("say which job: JobId=123 (or JobId=123,124, 123_4)")
-    return UpdateRequest(
-        user=user,
-        job_refs=tuple(refs),
-        time_limit_s=limit,
-        time_limit_change_s=limit_change,
-        nice=niceness,
-        name=name,
-        comment=comment,
-    )
+    return msgspec.convert(
+        {
+            "user": user, "job_refs": tuple(refs), "time_limit_s": limit,
+            "time_limit_change_s": limit_change, "nice": niceness, "name": name,
+            "comment": comment, **placement,
+        },
+        UpdateRequest,
+    )  # fmt: skip
+
+
+def _gpus(value: str) -> int:
+    """`Gres=gpu:4` (per node) -> 4; a GPU type or another resource is not changed here."""
+    parts = value.split(":")
+    if parts[0] != "gpu" or len(parts) != 2 or not parts[1].isdigit():
+        raise UpdateError(
+            f"Gres={value}: this shim changes the GPUs per node alone, as Gres=gpu:N"
+            " (a GPU type is not changed in place: cancel and submit again)"
+        )
+    return int(parts[1])
 
 
 def _limit(value: str) -> tuple[int | None, int | None]:

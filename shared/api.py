@@ -78,6 +78,13 @@ class UpdateRequest(Request, frozen=True, kw_only=True):
     nice: int | None = None
     name: str | None = None
     comment: str | None = None
+    # what the placer plans a pending job by (services/admission/replan.py)
+    partition: str | None = None
+    qos: str | None = None
+    nodes: str | None = None  # N or MIN-MAX
+    gpus_per_node: int | None = None
+    exclude: str | None = None  # a hostlist; "" clears
+    constraint: str | None = None  # "" clears
 
 
 class QueueRequest(Request, frozen=True, kw_only=True):

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -37,11 +37,13 @@ from shared.states import ACTIVE, TERMINAL, JobState
 
 from . import repo
 from .actions import Decision, Target, Verb, decide, signal_name
+from .cluster_shape import NodeShape, shape
 from .config_model import ClusterConfig
 from .errors_api import Refused
-from .policy import dependency_text, parse_job_ref
+from .policy import dependency_text, job_policy, parse_job_ref
 from .purge import missing_job
-from .update import STARTED_STATES, JobChange, UpdateTarget, decide_update
+from .replan import PlacementChange, parse_nodes, replanned
+from .update import STARTED_STATES, JobChange, UpdateDecision, UpdateTarget, decide_update
 from .views import job_state, job_view, step_view, why_pending
 
 log = logging.getLogger(__name__)
@@ -55,10 +57,12 @@ class JobCommands:
         directory: Callable[[], Directory],
         *,
         kept_s: float | None = None,
+        shapes: Callable[[], Awaitable[list[NodeShape]]] | None = None,
     ) -> None:
         self.ctx = ctx
         self.config = config
         self.directory = directory
+        self.shapes = shapes  # the registered nodes, to check a job's new placement on
         self.kept_s = kept_s  # how long a finished job is kept before its purge (None: ever)
 
     # --- selection ---------------------------------------------------------------------
@@ -243,11 +247,13 @@ class JobCommands:
         coordinator is told of its new limit (`job.limit_changed`)."""
         change = JobChange(
             time_limit_s=req.time_limit_s, time_limit_change_s=req.time_limit_change_s,
-            nice=req.nice, name=req.name, comment=req.comment,
+            nice=req.nice, name=req.name, comment=req.comment, placement=_placement_of(req),
         )  # fmt: skip
         sel = JobSelector(user=req.user, job_refs=req.job_refs)
         async with self.ctx.pool.acquire() as conn, conn.transaction():
             targets, rows = await self._targets(conn, sel)
+            if change.replans():  # read again once locked: a start that took the lock
+                targets, rows = await self._targets(conn, sel)  # first is seen now
             chosen = [
                 UpdateTarget(
                     target=t,
@@ -259,8 +265,11 @@ class JobCommands:
             decision = decide_update(req.user, chosen, change, self.config())
             if decision.refusal is not None:
                 raise Refused(decision.refusal, decision.code, decision.skipped or ())
-            await repo.update_jobs(conn, list(decision.act_on), change.spec_fields())
-            await repo.update_limits(conn, decision.limits)
+            if change.replans():
+                await self._replan(conn, decision, change)
+            else:
+                await repo.update_jobs(conn, list(decision.act_on), change.spec_fields())
+                await repo.update_limits(conn, decision.limits)
             started = {u.target.job_id for u in chosen if u.target.state in STARTED_STATES}
             await _wake(conn, tuple(j for j in decision.act_on if j not in started), rows)
             limits = dict(decision.limits)
@@ -279,6 +288,33 @@ class JobCommands:
             job_ids=decision.act_on,
             skipped=decision.skipped,
         )
+
+    async def _replan(self, conn: Conn, decision: UpdateDecision, change: JobChange) -> None:
+        """Pending jobs' new placement (replan.py), each checked as a submission is and
+        written whole, or the request refused with every job's reasons."""
+        config = self.config()
+        nodes = await self.shapes() if self.shapes is not None else []
+        cluster = shape(config, nodes)
+        placing = config if config.partitions else None  # an identity-only file: none
+        limits = dict(decision.limits)
+        specs = await repo.job_specs(conn, decision.act_on)
+        new: dict[int, JobSpec] = {}
+        refusals: list[str] = []
+        for job_id in decision.act_on:
+            fields = change.spec_fields() | (
+                {"time_limit_s": limits[job_id]} if job_id in limits else {}
+            )
+            spec = msgspec.structs.replace(specs[job_id], **fields)
+            assert change.placement is not None  # change.replans()
+            out = replanned(spec, change.placement, placing, cluster)
+            if isinstance(out, JobSpec):
+                new[job_id] = out
+            else:
+                refusals += [f"job {job_id}: {why}" for why in out]
+        if refusals:
+            raise Refused("; ".join(refusals), "invalid", tuple(refusals))
+        for job_id, spec in new.items():
+            await repo.replace_spec(conn, job_id, spec, job_policy(spec, placing))
 
     # --- reads -------------------------------------------------------------------------
 
@@ -404,6 +440,18 @@ async def _wake(conn: Conn, job_ids: tuple[int, ...], rows: dict[int, Any]) -> N
             for j in job_ids
         ),
     )
+
+
+def _placement_of(req: UpdateRequest) -> PlacementChange | None:
+    try:
+        nodes = None if req.nodes is None else parse_nodes(req.nodes, "--nodes")
+    except ValueError as err:
+        raise Refused(str(err), "invalid") from err
+    change = PlacementChange(
+        partition=req.partition, qos=req.qos, nodes=nodes, gpus_per_node=req.gpus_per_node,
+        exclude=req.exclude, constraint=req.constraint,
+    )  # fmt: skip
+    return change if change.fields() else None
 
 
 def _dependency_of(spec: dict[str, Any]) -> str:

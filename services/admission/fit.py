@@ -146,3 +146,23 @@ def _check_gpus(spec: JobSpec, part: Partition, pool: tuple[NodeShape, ...]) -> 
         )
         return [_err(ErrorCode.TOO_MANY_GPUS, msg, "gpus")]
     return []
+
+
+def unconfigured_fit(spec: JobSpec, nodes: tuple[NodeShape, ...]) -> str | None:
+    """Without partitions configured, the job against the registered nodes alone: why
+    it cannot fit, or None (also when no node has registered yet)."""
+    if not nodes:
+        return None
+    largest = max(s.gpus for s in nodes)
+    if spec.gpus_per_node > largest:
+        return (
+            f"{spec.gpus_per_node} GPUs per node requested, but the largest node has "
+            f"{largest} GPUs; ask for --gpus-per-node={largest} or fewer and more nodes"
+        )
+    fitting = sum(1 for s in nodes if s.gpus >= spec.gpus_per_node)
+    if spec.nodes_min > fitting:
+        return (
+            f"{spec.nodes_min} nodes requested, but only {fitting} nodes have "
+            f"{spec.gpus_per_node} GPUs; ask for --nodes={fitting} or fewer"
+        )
+    return None

@@ -247,6 +247,30 @@ async def update_limits(conn: Conn, limits: Sequence[tuple[int, int]]) -> None:
     )
 
 
+async def replace_spec(conn: Conn, job_id: int, spec: JobSpec, policy: JobPolicy) -> None:
+    """A pending job's new spec after a change of its placement fields (replan.py):
+    the columns that copy it, its policy's, and one more change counted for the placer
+    (`spec_version`, migration 0031). Its id, submit time and holds stay."""
+    await conn.execute(
+        "UPDATE jobs SET spec = $2::jsonb, name = $3, partition = $4, qos = $5,"
+        " nodes_min = $6, nodes_max = $7, gpus_per_node = $8, time_limit_s = $9,"
+        " tier = $10, preemptible = $11, can_preempt = $12, grace_s = $13,"
+        " min_runtime_s = $14, needs_approval = $15, spec_version = spec_version + 1"
+        " WHERE job_id = $1",
+        job_id, msgspec.json.encode(spec).decode(), spec.name, spec.partition, spec.qos,
+        spec.nodes_min, spec.nodes_max, spec.gpus_per_node, spec.time_limit_s, policy.tier,
+        policy.preemptible, policy.can_preempt, policy.grace_s, policy.min_runtime_s,
+        policy.needs_approval,
+    )  # fmt: skip
+
+
+async def job_specs(conn: Conn, job_ids: Sequence[int]) -> dict[int, JobSpec]:
+    rows = await conn.fetch(
+        "SELECT job_id, spec FROM jobs WHERE job_id = ANY($1::bigint[])", list(job_ids)
+    )
+    return {r["job_id"]: msgspec.json.decode(r["spec"], type=JobSpec) for r in rows}
+
+
 async def select_rows(conn: Conn, where: Where, *, lock: bool = False) -> list[asyncpg.Record]:
     sql = JOB_VIEW + where.sql() + " ORDER BY j.job_id" + (" FOR UPDATE OF j" if lock else "")
     return await conn.fetch(sql, *where.args)

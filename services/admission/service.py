@@ -28,6 +28,7 @@ from services.admission.config import ConfigError
 from services.admission.config_model import ClusterConfig, Limits
 from services.admission.config_source import ConfigSource
 from services.admission.errors_api import Refused
+from services.admission.fit import unconfigured_fit
 from services.admission.node_partitions import nodes_reply
 from services.admission.nonces import NonceLedger
 from services.admission.policy import NO_POLICY, JobPolicy, job_policy
@@ -109,8 +110,9 @@ class Admission:
         self.ledger = NonceLedger(ctx.pool)
         self._buckets: dict[str, Bucket] = {}
         self.jobs = JobCommands(
-            ctx, self.authz_config, self.identity.directory, kept_s=self.job_keep_s
-        )
+            ctx, self.authz_config, self.identity.directory, kept_s=self.job_keep_s,
+            shapes=self._node_shapes,
+        )  # fmt: skip
         self.batcher = JobBatcher(ctx.pool, ctx.relay.kick)
         self._shapes: tuple[float, list[NodeShape]] = (0.0, [])
         self._inflight: set[asyncio.Task[None]] = set()
@@ -303,22 +305,9 @@ class Admission:
         return shapes
 
     def _check_cluster(self, spec: JobSpec, shapes: list[NodeShape]) -> None:
-        if not shapes:
-            return  # no node registered yet: nothing to compare against
-        largest = max(s.gpus for s in shapes)
-        if spec.gpus_per_node > largest:
-            raise Refused(
-                f"{spec.gpus_per_node} GPUs per node requested, but the largest node has "
-                f"{largest} GPUs; ask for --gpus-per-node={largest} or fewer and more nodes",
-                "too_large",
-            )
-        fitting = sum(1 for s in shapes if s.gpus >= spec.gpus_per_node)
-        if spec.nodes_min > fitting:
-            raise Refused(
-                f"{spec.nodes_min} nodes requested, but only {fitting} nodes have "
-                f"{spec.gpus_per_node} GPUs; ask for --nodes={fitting} or fewer",
-                "too_large",
-            )
+        why = unconfigured_fit(spec, tuple(shapes))
+        if why is not None:
+            raise Refused(why, "too_large")
 
     async def _check_dependencies(self, spec: JobSpec) -> None:
         wanted = sorted({j for d in spec.dependencies for j in d.job_ids})

@@ -19,9 +19,11 @@ the new limit at its next cycle, as it reads every running job's limit.
 None of the fields changes what a pending job was placed or booked by, so a change that
 loses a race with the placer (which planned the job before the change and starts it
 after) starts the job with the new values: the launcher reads the job's spec when it
-starts it, and a start that read the old spec is re-armed by the event. Partition,
-QOS, nodes and GPUs, which the placer plans by, are not changed here: the request is
-refused, saying to cancel and submit again.
+starts it, and a start that read the old spec is re-armed by the event.
+
+Partition, QOS, nodes, GPUs per node, excluded nodes and features, which the placer
+plans by, change for a pending job alone (a started one is skipped, saying to cancel
+and submit again); the new spec is checked as a submission is (replan.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import msgspec
 from services.admission.actions import Target
 from services.admission.authz import Action, authorize
 from services.admission.config_model import ClusterConfig
+from services.admission.replan import PlacementChange
 from services.admission.timefmt import format_duration
 from shared.states import JobState
 
@@ -45,16 +48,24 @@ class JobChange(msgspec.Struct, frozen=True, kw_only=True):
     nice: int | None = None
     name: str | None = None
     comment: str | None = None
+    # what the placer plans the job by (replan.py): a pending job's alone
+    placement: PlacementChange | None = None
 
     def fields(self) -> dict[str, object]:
-        """The fields that change, by name (the limit as asked: whole, or its change)."""
-        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+        """The fields that change, by name (the limit as asked: whole, or its change;
+        the placement's fields among them)."""
+        fields = {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+        fields.pop("placement", None)
+        return fields | (self.placement.fields() if self.placement else {})
+
+    def replans(self) -> bool:
+        return self.placement is not None and bool(self.placement.fields())
 
     def spec_fields(self) -> dict[str, object]:
         """The spec's fields that change alike on every job (each job's new limit is the
         decision's `limits`)."""
         fields = self.fields()
-        for key in ("time_limit_s", "time_limit_change_s"):
+        for key in ("time_limit_s", "time_limit_change_s", *PlacementChange.__struct_fields__):
             fields.pop(key, None)
         return fields
 
@@ -78,6 +89,10 @@ class UpdateTarget(msgspec.Struct, frozen=True, kw_only=True):
 PENDING_STATES = frozenset({JobState.PENDING})
 STARTED_STATES = frozenset({JobState.CONFIGURING, JobState.STARTING, JobState.RUNNING})
 NOT_UPDATABLE = "only a pending or running job can be updated (one ending or ended is done)"
+PLACED = (
+    "its partition, QOS, nodes and GPUs are placed already: cancel the job and submit it"
+    " again to change them"
+)
 
 
 class UpdateDecision(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,8 +111,9 @@ def check_change(change: JobChange) -> str | None:
     """Why the change itself cannot be made, whatever the job; None when it can."""
     if not change.fields():
         return (
-            "say what to change: TimeLimit=, Nice=, JobName= or Comment= (--time, --nice,"
-            " --name, --comment)"
+            "say what to change: TimeLimit=, Nice=, JobName=, Comment=, Partition=, QOS=,"
+            " NumNodes=, Gres=, ExcNodeList= or Features= (--time, --nice, --name, --comment,"
+            " --partition, --qos, --nodes, --gpus-per-node, --exclude, --constraint)"
         )
     if change.time_limit_s is not None and change.time_limit_change_s is not None:
         return "give the time limit once: whole (2:00:00) or as a change (+30, -30)"
@@ -138,6 +154,9 @@ def decide_update(
         state = u.target.state
         if state not in PENDING_STATES | STARTED_STATES:
             skipped.append(f"{job} is {state}; {NOT_UPDATABLE}")
+            continue
+        if state in STARTED_STATES and change.replans():
+            skipped.append(f"{job} is {state}; {PLACED}")
             continue
         limit = change.limit_of(u.time_limit_s)
         if limit is not None and limit <= 0:

@@ -221,7 +221,8 @@ class Placer:
                     requests, snapshot = await self._predicted(conn, requests, snapshot)
                 plan = place_keeping(snapshot, requests, now, kept, self.policy)
                 attempts = {p.request.job_id: p.attempt for p in pending}
-                owed = await _apply(conn, plan, attempts, epoch)
+                versions = {p.request.job_id: p.version for p in pending}
+                owed = await _apply(conn, plan, attempts, versions, epoch)
                 # Only what changed since this leader last wrote: 50,000 waiting jobs
                 # must not mean 50,000 row writes a second.
                 changed = tuple(w for w in plan.waits if self._reasons.get(w.job_id) != w)
@@ -322,13 +323,27 @@ async def _load_requests(conn: Conn, now: float) -> list[repo.PendingJob]:
     ]
 
 
-async def _apply(conn: Conn, plan: Plan, attempts: dict[int, int], epoch: int) -> list[OutboxRow]:
+async def _apply(
+    conn: Conn, plan: Plan, attempts: dict[int, int], versions: dict[int, int], epoch: int
+) -> list[OutboxRow]:
     """Write the plan's allocations and preemptions; the events they owe go in the
-    outbox (its rows returned, for the relay)."""
+    outbox (its rows returned, for the relay). A start whose job's placement fields
+    changed since the queue was read (`muster update -p/-N/...`) is withdrawn: the next
+    cycle plans it by the new ones."""
+    allocated: dict[int, int] = {}
+    for start in plan.starts:
+        allocated[start.job_id] = await repo.insert_allocation(
+            conn, start, attempts[start.job_id], epoch
+        )
+    changed = await repo.changed_since(conn, {j: versions.get(j, 0) for j in allocated})
+    for job_id in changed:
+        await repo.withdraw_allocation(conn, allocated[job_id])
+        log.info("start withdrawn: the job was changed", extra=kv(job=job_id))
     events: list[JobAllocated | JobPreemptRequested] = []
     for start in plan.starts:
-        attempt = attempts[start.job_id]
-        alloc_id = await repo.insert_allocation(conn, start, attempt, epoch)
+        if start.job_id in changed:
+            continue
+        attempt, alloc_id = attempts[start.job_id], allocated[start.job_id]
         events.append(
             JobAllocated(
                 job_id=start.job_id,

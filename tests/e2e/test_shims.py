@@ -127,8 +127,9 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
         ["root", "", "default"]
     ], top.stdout  # the submitter's one association, as TopUsage names it
 
-    # a held job changed in place: same id, its new limit and name shown; what the
-    # placer plans by is refused, saying what to do
+    # a held job changed in place: same id, its new limit and name shown; its nodes and
+    # GPUs too, and once released it is placed by them; what this shim does not change
+    # is refused, saying what to do
     held = (await shell("sbatch", "--parsable", "-H", "long.sh")).stdout.strip()
     changed = await shell(
         "scontrol", "update", f"JobId={held}", "TimeLimit=10:00", "JobName=renamed"
@@ -136,8 +137,17 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
     assert changed.returncode == 0, changed.stderr
     shown = (await shell("scontrol", "show", "job", held)).stdout
     assert "JobName=renamed" in shown and "TimeLimit=0:10:00" in shown, shown
-    moved = await shell("scontrol", "update", f"JobId={held}", "Partition=large")
+    wider = await shell("scontrol", "update", f"JobId={held}", "NumNodes=2", "Gres=gpu:2")
+    assert wider.returncode == 0, wider.stderr
+    moved = await shell("scontrol", "update", f"JobId={held}", "ReqNodeList=node01")
     assert moved.returncode != 0 and "cancel the job and submit it again" in moved.stderr
+    assert (await shell("scontrol", "release", held)).returncode == 0
+    await eventually(
+        lambda: shell("squeue", "-h", "-j", held, "-o", "%T %D %b"),
+        lambda out: out.stdout.split() == ["RUNNING", "2", "gres/gpu:2"],
+        timeout=60,
+        what="the job running on two nodes of two GPUs",
+    )
     await shell("scancel", held)
 
     # an operator drains a node in Slurm's words, and resumes it

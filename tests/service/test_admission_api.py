@@ -334,6 +334,53 @@ async def test_a_running_jobs_new_limit_is_told_to_its_coordinator_not_the_queue
     assert await api.state(job) == ("RUNNING", "")
 
 
+async def test_a_pending_jobs_placement_changes_in_place_checked_as_a_submission(
+    api: Api, db: asyncpg.Connection
+) -> None:
+    """Partition, nodes and GPUs (scontrol's Partition=, NumNodes=, Gres=) of a pending
+    job: the same job, its spec, columns and policy those of the new partition, one
+    change counted for the placer (`spec_version`); a move the submission checks would
+    refuse is refused saying why, and a running job is skipped."""
+    job = (await api.submit("alice", "-H", "-A", "research", "-t", "2:00:00")).job_ids[0]
+    submitted = await db.fetchval("SELECT submitted_at FROM jobs WHERE job_id = $1", job)
+    move = UpdateRequest(
+        user="alice", job_refs=(str(job),), partition="large", nodes="2", gpus_per_node=4,
+        time_limit_s=3600,
+    )  # fmt: skip
+    ok = await call(api.url, "update", move, Ok)
+    assert ok.job_ids == (job,) and "partition=large" in ok.message, ok
+    row = await db.fetchrow(
+        "SELECT partition, nodes_min, nodes_max, gpus_per_node, time_limit_s, tier,"
+        " needs_approval, spec_version, submitted_at, spec->>'partition' AS spec_partition,"
+        " (spec->>'nodes_min')::int AS spec_nodes FROM jobs WHERE job_id = $1",
+        job,
+    )
+    assert row is not None
+    assert dict(row) == {
+        "partition": "large", "nodes_min": 2, "nodes_max": 2, "gpus_per_node": 4,
+        "time_limit_s": 3600, "tier": 10, "needs_approval": True, "spec_version": 1,
+        "submitted_at": submitted, "spec_partition": "large", "spec_nodes": 2,
+    }  # fmt: skip
+    assert await api.state(job) == ("PENDING", "HELD")
+
+    serve = UpdateRequest(user="alice", job_refs=(str(job),), partition="inference")
+    err = await _refused(call(api.url, "update", serve, Ok))
+    assert err.code == "invalid" and f"job {job}: " in str(err), str(err)
+    assert "account 'research' may not use partition 'inference'" in str(err), str(err)
+    wide = UpdateRequest(user="alice", job_refs=(str(job),), gpus_per_node=8)
+    assert "8" in str(await _refused(call(api.url, "update", wide, Ok)))
+    assert await db.fetchval("SELECT spec_version FROM jobs WHERE job_id = $1", job) == 1
+
+    running = (await api.submit("alice")).job_ids[0]
+    await db.execute(
+        "INSERT INTO job_runs(job_id, state, attempt, started_at) VALUES ($1, 'RUNNING', 1, now())",
+        running,
+    )
+    moved = UpdateRequest(user="alice", job_refs=(str(running),), nodes="2")
+    err = await _refused(call(api.url, "update", moved, Ok))
+    assert err.code == "invalid_state" and "placed already" in str(err), str(err)
+
+
 async def test_a_job_submitted_held_is_released_by_its_owner(api: Api) -> None:
     job = (await api.submit("alice", "-H")).job_ids[0]
     assert await api.state(job) == ("PENDING", "HELD")

@@ -21,6 +21,7 @@ from services.placer.repo.allocations import (
     release_dropped_nodes,
     release_finished,
     swap_nodes,
+    withdraw_allocation,
     write_predictions,
     write_waits,
 )
@@ -28,6 +29,7 @@ from services.placer.repo.history import HISTORY, load_outcomes, outcomes_of
 from services.placer.repo.lease import acquire_lease, lock_lease, release_lease, renew_lease
 from services.placer.repo.pending import (
     PendingJob,
+    changed_since,
     load_blocker_facts,
     load_pending,
     load_up_since,
@@ -47,6 +49,7 @@ __all__ = [
     "LiveAllocation",
     "PendingJob",
     "acquire_lease",
+    "changed_since",
     "insert_allocation",
     "live_allocation",
     "load_blocker_facts",
@@ -68,6 +71,7 @@ __all__ = [
     "release_lease",
     "renew_lease",
     "swap_nodes",
+    "withdraw_allocation",
     "write_predictions",
     "write_waits",
 ]

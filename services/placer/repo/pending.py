@@ -29,6 +29,7 @@ class PendingJob(msgspec.Struct, frozen=True, kw_only=True):
     spec: JobSpec
     run_excluded: tuple[str, ...] = ()  # the nodes the launcher requeued it without
     requeued_at: float | None = None  # when (its run row's last write)
+    version: int = 0  # admission's count of changes to its placement fields (0031)
 
 
 async def load_pending(conn: Conn) -> list[PendingJob]:
@@ -41,7 +42,7 @@ async def load_pending(conn: Conn) -> list[PendingJob]:
         " (SELECT coalesce(max(attempt), 0) FROM allocations a WHERE a.job_id = j.job_id) AS last,"
         # admission's policy columns (migration 0004)
         " j.needs_approval AND j.approved_at IS NULL AS unapproved, j.tier, j.preemptible,"
-        " j.can_preempt, j.grace_s, j.min_runtime_s",
+        " j.can_preempt, j.grace_s, j.min_runtime_s, j.spec_version",
     )
     out = []
     for r in rows:
@@ -53,9 +54,27 @@ async def load_pending(conn: Conn) -> list[PendingJob]:
                 spec=spec,
                 run_excluded=tuple(r["run_excluded"]),
                 requeued_at=r["requeued_at"],
+                version=r["spec_version"],
             )
         )
     return out
+
+
+async def changed_since(conn: Conn, versions: dict[int, int]) -> set[int]:
+    """Those of these jobs whose placement fields admission changed since the queue was
+    read (`versions`: each job's count then). Read after the cycle's allocations are
+    written: an update that held the job's row made their insert wait, so this read
+    sees it."""
+    if not versions:
+        return set()
+    rows = await conn.fetch(
+        "SELECT j.job_id FROM jobs j"
+        " JOIN unnest($1::bigint[], $2::int[]) AS x(job_id, version) USING (job_id)"
+        " WHERE j.spec_version <> x.version",
+        list(versions),
+        list(versions.values()),
+    )
+    return {r["job_id"] for r in rows}
 
 
 async def load_up_since(conn: Conn) -> dict[str, float]:

@@ -10,6 +10,7 @@ import pytest
 
 from services.admission.actions import Target
 from services.admission.config import load_config
+from services.admission.replan import PlacementChange
 from services.admission.update import (
     MAX_TEXT,
     JobChange,
@@ -139,6 +140,15 @@ CASES = {
             code="invalid",
         ),
     ),
+    "a pending job's placement changes; a running one's is placed already: skipped": (
+        "alice", [job(1, state="RUNNING"), job(2)],
+        JobChange(placement=PlacementChange(partition="large", nodes=(2, 2))),
+        UpdateDecision(
+            act_on=(2,),
+            skipped=("job 1 is RUNNING; its partition, QOS, nodes and GPUs are placed"
+                     " already: cancel the job and submit it again to change them",),
+        ),
+    ),
     "nothing pending or running: refused with why": (
         "alice", [job(1, state="COMPLETED")], JobChange(nice=1),
         UpdateDecision(
@@ -166,7 +176,7 @@ def test_who_may_change_what_of_which_job(
 @pytest.mark.parametrize(
     ("change", "said"),
     [
-        (JobChange(), "say what to change: TimeLimit=, Nice=, JobName= or Comment="),
+        (JobChange(), "say what to change: TimeLimit=, Nice=, JobName=, Comment=, Partition="),
         (JobChange(time_limit_s=0), "a time limit is above 0"),
         (JobChange(time_limit_change_s=0), "a change of the time limit is not 0"),
         (
@@ -189,6 +199,10 @@ def test_a_change_names_only_the_fields_it_sets() -> None:
     both = JobChange(time_limit_change_s=60, name="x")
     assert both.fields() == {"time_limit_change_s": 60, "name": "x"}
     assert both.spec_fields() == {"name": "x"}  # each job's limit is its own
+    moved = JobChange(nice=1, placement=PlacementChange(partition="large", exclude=""))
+    assert moved.fields() == {"nice": 1, "partition": "large", "exclude": ""}
+    assert moved.spec_fields() == {"nice": 1} and moved.replans()
+    assert not JobChange(nice=1, placement=PlacementChange()).replans()
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,13 @@ from shared.api import UpdateRequest
          UpdateRequest(user="u", job_refs=("7",), time_limit_change_s=1800)),
         (["JobId=7", "TimeLimit=-1:00:00"],
          UpdateRequest(user="u", job_refs=("7",), time_limit_change_s=-3600)),
+        # a pending job's placement (admission checks it as a submission)
+        (["JobId=7", "Partition=large", "QOS=high", "NumNodes=2-4", "Gres=gpu:8",
+          "ExcNodeList=node[01-02]", "Features=a100"],
+         UpdateRequest(user="u", job_refs=("7",), partition="large", qos="high", nodes="2-4",
+                       gpus_per_node=8, exclude="node[01-02]", constraint="a100")),
+        (["JobId=7", "ExcNodeList=", "Features="],
+         UpdateRequest(user="u", job_refs=("7",), exclude="", constraint="")),
     ],
 )  # fmt: skip
 def test_slurms_words_for_a_jobs_change(words: list[str], want: UpdateRequest) -> None:
@@ -46,8 +53,10 @@ def test_slurms_words_for_a_jobs_change(words: list[str], want: UpdateRequest) -
         (["JobId=1", "TimeLimit=UNLIMITED"], "invalid TimeLimit= 'UNLIMITED': give a limit above"),
         (["JobId=1", "TimeLimit=soon"], "invalid TimeLimit= 'soon'"),
         (["JobId=1", "Nice=lots"], "invalid Nice= 'lots'"),
-        (["JobId=1", "Partition=large"], "Partition= is what the job is placed by"),
-        (["JobId=1", "NumNodes=4"], "NumNodes= is what the job is placed by"),
+        (["JobId=1", "ReqNodeList=node01"], "ReqNodeList= is what the job is placed by"),
+        (["JobId=1", "NumTasks=4"], "NumTasks= is what the job is placed by"),
+        (["JobId=1", "Gres=gpu:a100:2"], "Gres=gpu:a100:2: this shim changes the GPUs per"),
+        (["JobId=1", "Gres=nic:1"], "Gres=nic:1: this shim changes the GPUs per node alone"),
         (["JobId=1", "Hold"], "Hold: write Key=Value"),
         (["JobId=1", "Color=red"], "Color=red: unknown to this shim; it changes JobId=,"),
     ],

@@ -1,0 +1,101 @@
+"""Pure: a pending job's placement fields changed in place.
+
+`muster update -p/-q/-N/--gpus-per-node/-x/-C` and scontrol's `Partition=`, `QOS=`,
+`NumNodes=`, `Gres=gpu:N`, `ExcNodeList=` and `Features=` change what the placer plans a
+job by. The job keeps its id and its place in the queue (its submit time); its spec
+with the new fields is checked as a submission is (`validate`: the partition exists and
+the account and QOS may use it, the limit fits its maximum, the nodes and GPUs exist
+there), and its policy columns and I/O settings are those of its new partition and QOS.
+
+Only a pending job changes so (`update.py` skips a started one: its nodes are placed).
+The race with a placer that planned the job by the old fields is settled by the rows
+(migration 0031): admission counts the change in `jobs.spec_version`, and the placer
+withdraws a start whose job's count moved.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from shared.jobspec import JobSpec
+
+from .cluster_shape import ClusterShape
+from .config_io import job_io
+from .config_model import ClusterConfig
+from .fit import unconfigured_fit
+from .hostlist import expand
+from .validate import validate
+
+
+class PlacementChange(msgspec.Struct, frozen=True, kw_only=True):
+    """The placement fields to change; None: leave as it is."""
+
+    partition: str | None = None
+    qos: str | None = None
+    nodes: tuple[int, int] | None = None  # (min, max)
+    gpus_per_node: int | None = None
+    exclude: str | None = None  # a hostlist; "" clears it
+    constraint: str | None = None  # "" clears it
+
+    def fields(self) -> dict[str, object]:
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+
+
+def parse_nodes(text: str, what: str) -> tuple[int, int]:
+    """`4` -> (4, 4); `2-4` -> (2, 4), as `--nodes` and `NumNodes=` take it."""
+    lo, dash, hi = text.strip().partition("-")
+    try:
+        low, high = int(lo), int(hi if dash else lo)
+    except ValueError:
+        raise ValueError(f"invalid {what} {text!r}: expected N or MIN-MAX, e.g. 4 or 2-4") from None
+    if low < 1 or high < low:
+        raise ValueError(f"invalid {what} {text!r}: at least 1 node, and MIN no more than MAX")
+    return low, high
+
+
+def replanned(
+    spec: JobSpec, change: PlacementChange, config: ClusterConfig | None, cluster: ClusterShape
+) -> JobSpec | tuple[str, ...]:
+    """The job's spec with `change`, or why it cannot be (each reason says what to
+    change). `spec` carries the request's other changes already (its limit, name...).
+    Without partitions configured (`config` None), as a submission there: its nodes
+    and GPUs against the registered nodes alone, and no partition or QOS to move to."""
+    if config is None and (change.partition is not None or change.qos is not None):
+        return (
+            "this cluster configures no partitions or QOS to move a job to: change its"
+            " nodes, GPUs, excluded nodes or features, or cancel it and submit again",
+        )
+    if change.gpus_per_node is not None and (spec.gpus_per_task or spec.gpus_total):
+        asked = "--gpus-per-task" if spec.gpus_per_task else "--gpus (a total)"
+        return (
+            f"its GPUs were asked as {asked}; a GPU count per node would contradict it:"
+            " cancel the job and submit it again",
+        )
+    fields: dict[str, object] = {}
+    if change.partition is not None:
+        fields |= {"partition": change.partition, "partitions": ()}
+    if change.qos is not None:
+        fields["qos"] = change.qos
+    if change.nodes is not None:
+        low, high = change.nodes
+        fields |= {"nodes_min": low, "nodes_max": high, "elastic": low < high}
+    if change.gpus_per_node is not None:
+        fields["gpus_per_node"] = change.gpus_per_node
+    if change.exclude is not None:
+        try:
+            fields["excluded_nodes"] = expand(change.exclude) if change.exclude else ()
+        except ValueError as err:
+            return (f"--exclude: {err}",)
+    if change.constraint is not None:
+        fields["constraint"] = change.constraint or None
+    new = msgspec.structs.replace(spec, **fields)
+    if config is None:
+        why = unconfigured_fit(new, cluster.nodes)
+        return new if why is None else (why,)
+    errors = validate(new, config, cluster)
+    if errors:
+        return tuple(e.message for e in errors)
+    io = job_io(config, new.account, new.partition)
+    return msgspec.structs.replace(
+        new, io_weight=io.weight, io_read_bps=io.read_bps, io_write_bps=io.write_bps
+    )

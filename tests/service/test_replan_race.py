@@ -1,0 +1,117 @@
+"""A pending job's placement changed while the placer places it, on real PostgreSQL
+(migration 0031, services/placer/service.py `_apply`, services/admission/commands.py
+`update`): whichever commits first, the other sees it.
+
+- The placer's allocation insert takes a key-share lock on the job's row (the foreign
+  key); admission's update selects the row FOR UPDATE, so it waits for the placer's
+  commit and then reads the job allocated: it is no longer pending, and is skipped.
+- Admission's update, holding the row, makes the insert wait; the placer then reads
+  the job's change count moved and withdraws the start (no `job.allocated`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+
+from services.admission import repo as admission
+from services.admission.repo import insert_job
+from services.placer.core import Grant, Plan, Start
+from services.placer.repo import acquire_lease
+from services.placer.service import _apply
+from shared.jobspec import JobSpec
+
+SPEC = JobSpec(
+    user="alice", account="a", partition="normal", script="#!/bin/bash\ntrue\n",
+    nodes_min=1, nodes_max=1, gpus_per_node=1, time_limit_s=600,
+)  # fmt: skip
+WAIT_S = 0.5  # long enough for a statement that does not wait to have answered
+
+
+def start(job_id: int) -> Plan:
+    return Plan(starts=(Start(job_id=job_id, grants=(Grant(node="n1", gpus=(0,)),)),))
+
+
+async def allocated(db: asyncpg.Connection, job_id: int) -> tuple[int, int]:
+    """(allocations, job.allocated events) of the job."""
+    allocs = await db.fetchval("SELECT count(*) FROM allocations WHERE job_id = $1", job_id)
+    events = await db.fetchval(
+        "SELECT count(*) FROM outbox WHERE subject = 'muster.job.allocated'"
+        " AND convert_from(payload, 'UTF8')::jsonb->>'job_id' = $1::text",
+        str(job_id),
+    )
+    return allocs, events
+
+
+async def locked_rows(conn: asyncpg.Connection, job_id: int) -> list[asyncpg.Record]:
+    """Admission's read of the jobs to update (the statement `update` locks them with)."""
+    where = admission.Where()
+    where.add(f"j.job_id = {where.arg(job_id)}")
+    return await admission.select_rows(conn, where, lock=True)
+
+
+async def test_a_start_planned_by_old_fields_is_withdrawn(db: asyncpg.Connection) -> None:
+    epoch = await acquire_lease(db, "test", 60.0)
+    assert epoch is not None
+    job = await insert_job(db, SPEC)
+    await db.execute("UPDATE jobs SET spec_version = 1 WHERE job_id = $1", job)
+    async with db.transaction():
+        await _apply(db, start(job), {job: 1}, {job: 0}, epoch)  # read before the change
+    assert await allocated(db, job) == (0, 0)
+    assert await db.fetchval("SELECT count(*) FROM allocation_gpus") == 0
+    async with db.transaction():
+        await _apply(db, start(job), {job: 1}, {job: 1}, epoch)  # the next cycle's read
+    assert await allocated(db, job) == (1, 1)
+
+
+async def test_an_update_waits_for_a_start_in_flight_then_reads_it(
+    db: asyncpg.Connection, database_url: str
+) -> None:
+    epoch = await acquire_lease(db, "test", 60.0)
+    assert epoch is not None
+    job = await insert_job(db, SPEC)
+    placer = await asyncpg.connect(database_url)
+    update = await asyncpg.connect(database_url)
+    try:
+        tx = placer.transaction()
+        await tx.start()
+        await _apply(placer, start(job), {job: 1}, {job: 0}, epoch)  # not yet committed
+        async with update.transaction():
+            read = asyncio.ensure_future(locked_rows(update, job))
+            done, _ = await asyncio.wait({read}, timeout=WAIT_S)
+            assert not done, "the update did not wait for the start in flight"
+            await tx.commit()
+            await read  # the lock, once the start committed
+            rows = await locked_rows(update, job)  # read again, as `update` does
+        assert rows[0]["alloc_nodes"] == ["n1"], "the update reads the job allocated"
+    finally:
+        await placer.close()
+        await update.close()
+
+
+async def test_a_start_waits_for_an_update_in_flight_then_is_withdrawn(
+    db: asyncpg.Connection, database_url: str
+) -> None:
+    epoch = await acquire_lease(db, "test", 60.0)
+    assert epoch is not None
+    job = await insert_job(db, SPEC)
+    placer = await asyncpg.connect(database_url)
+    update = await asyncpg.connect(database_url)
+    try:
+        tx = update.transaction()
+        await tx.start()
+        await locked_rows(update, job)
+        await update.execute(
+            "UPDATE jobs SET spec_version = spec_version + 1 WHERE job_id = $1", job
+        )
+        async with placer.transaction():
+            placing = asyncio.ensure_future(_apply(placer, start(job), {job: 1}, {job: 0}, epoch))
+            done, _ = await asyncio.wait({placing}, timeout=WAIT_S)
+            assert not done, "the start did not wait for the update in flight"
+            await tx.commit()
+            await placing
+        assert await allocated(db, job) == (0, 0), "the start was withdrawn"
+    finally:
+        await placer.close()
+        await update.close()

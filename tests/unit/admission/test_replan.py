@@ -1,0 +1,113 @@
+"""Pure: a pending job's placement fields changed in place (services/admission/
+replan.py), checked as a submission is, against the shipped configuration and its four
+nodes of four GPUs (node04 also the debug partition's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from services.admission.cluster_shape import NodeShape, shape
+from services.admission.config import load_config
+from services.admission.replan import PlacementChange, parse_nodes, replanned
+from shared.jobspec import JobSpec
+
+CONFIG = load_config(
+    (Path(__file__).resolve().parents[3] / "deploy" / "local" / "cluster.toml").read_text()
+)
+CLUSTER = shape(
+    CONFIG,
+    [
+        NodeShape(name=f"node0{i}", gpus=4, features=("a100",) if i > 2 else ())
+        for i in (1, 2, 3, 4)
+    ],
+)
+SPEC = JobSpec(
+    user="alice", account="research", partition="normal", qos="normal", script="true",
+    nodes_min=1, nodes_max=1, gpus_per_node=1, time_limit_s=3600, partitions=("normal", "debug"),
+)  # fmt: skip
+
+CHANGED = {
+    "to another partition: the list asked at submission goes": (
+        PlacementChange(partition="large"),
+        {"partition": "large", "partitions": ()},
+    ),
+    "more nodes, elastic": (
+        PlacementChange(nodes=(2, 4)),
+        {"nodes_min": 2, "nodes_max": 4, "elastic": True},
+    ),
+    "fixed nodes, more GPUs each": (
+        PlacementChange(nodes=(2, 2), gpus_per_node=4),
+        {"nodes_min": 2, "nodes_max": 2, "elastic": False, "gpus_per_node": 4},
+    ),
+    "nodes excluded, and features asked": (
+        PlacementChange(exclude="node[01-02]", constraint="a100"),
+        {"excluded_nodes": ("node01", "node02"), "constraint": "a100"},
+    ),
+    "a QOS": (PlacementChange(qos="low"), {"qos": "low"}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("change", "fields"), CHANGED.values(), ids=CHANGED.keys())
+def test_a_change_that_fits_gives_the_spec_with_it(
+    change: PlacementChange, fields: dict[str, object]
+) -> None:
+    assert replanned(SPEC, change, CONFIG, CLUSTER) == msgspec.structs.replace(SPEC, **fields)
+
+
+def test_an_empty_value_clears_the_exclusions_and_the_features() -> None:
+    asked = msgspec.structs.replace(SPEC, excluded_nodes=("node01",), constraint="a100")
+    assert replanned(asked, PlacementChange(exclude="", constraint=""), CONFIG, CLUSTER) == (
+        msgspec.structs.replace(asked, excluded_nodes=(), constraint=None)
+    )
+
+
+REFUSED = {
+    "no such partition": (SPEC, PlacementChange(partition="huge"), "no partition 'huge'"),
+    "a partition the account may not use": (
+        SPEC, PlacementChange(partition="inference"), "account 'research' may not",
+    ),
+    "a limit over the new partition's maximum": (
+        SPEC, PlacementChange(partition="debug"), "time limit",
+    ),
+    "more nodes than the partition has": (SPEC, PlacementChange(nodes=(5, 5)), "5"),
+    "more GPUs per node than any node has": (SPEC, PlacementChange(gpus_per_node=8), "8"),
+    "GPUs asked per task": (
+        msgspec.structs.replace(SPEC, gpus_per_task=1), PlacementChange(gpus_per_node=2),
+        "its GPUs were asked as --gpus-per-task",
+    ),
+    "features no node has": (SPEC, PlacementChange(constraint="h100"), "h100"),
+    "a bad hostlist": (SPEC, PlacementChange(exclude="node[01"), "--exclude: invalid hostlist"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("spec", "change", "said"), REFUSED.values(), ids=REFUSED.keys())
+def test_a_change_that_does_not_fit_says_why(
+    spec: JobSpec, change: PlacementChange, said: str
+) -> None:
+    out = replanned(spec, change, CONFIG, CLUSTER)
+    assert isinstance(out, tuple) and any(said in why for why in out), out
+
+
+@pytest.mark.parametrize(("text", "want"), [("4", (4, 4)), ("2-4", (2, 4)), (" 1 ", (1, 1))])
+def test_nodes_are_a_count_or_a_range(text: str, want: tuple[int, int]) -> None:
+    assert parse_nodes(text, "NumNodes=") == want
+
+
+@pytest.mark.parametrize("text", ["0", "4-2", "x", "1-", ""])
+def test_a_node_count_that_is_not_one_says_what_to_write(text: str) -> None:
+    with pytest.raises(ValueError, match="NumNodes="):
+        parse_nodes(text, "NumNodes=")
+
+
+def test_without_partitions_a_job_is_checked_against_the_registered_nodes_alone() -> None:
+    wider = replanned(SPEC, PlacementChange(nodes=(2, 2), gpus_per_node=4), None, CLUSTER)
+    assert isinstance(wider, JobSpec) and (wider.nodes_max, wider.gpus_per_node) == (2, 4)
+    assert replanned(SPEC, PlacementChange(gpus_per_node=8), None, CLUSTER) == (
+        "8 GPUs per node requested, but the largest node has 4 GPUs; ask for"
+        " --gpus-per-node=4 or fewer and more nodes",
+    )
+    moved = replanned(SPEC, PlacementChange(partition="large"), None, CLUSTER)
+    assert isinstance(moved, tuple) and "configures no partitions" in moved[0]
