@@ -64,7 +64,7 @@ from services.health.monitor_model import (
     TransitionKind,
     WorkersFound,
 )
-from services.health.utilization import counted_s, hour_of, tally
+from services.health.utilization import counted_s, hours_of, tally
 from shared.api import AGENT_PREFIX, HEARTBEAT_PREFIX, AgentReply, InjectFault
 from shared.db import Conn, idle_at_most, inbox_first_time, outbox_add
 from shared.events import (
@@ -325,8 +325,10 @@ class Monitor:
         self._tallied_at = now
         if seconds:
             held = await repo.allocated_gpus(conn)
-            counted = tally(nodes.values(), held, seconds)
-            await repo.add_gpu_time(conn, hour_of(now), {str(k): v for k, v in counted.items()})
+            per_second = tally(nodes.values(), held, 1.0)
+            for hour, part in hours_of(now, seconds):  # an hour's start between: shared
+                counted = {str(k): v * part for k, v in per_second.items()}
+                await repo.add_gpu_time(conn, hour, counted)
 
     def _connected_since(self, now: float) -> float | None:
         """When our NATS connection last came up, as this pass sees it: a drop between

@@ -12,8 +12,9 @@ time since its previous pass to each GPU's state as that pass loaded it:
 - DOWN: every other GPU held by none: its node DOWN, FAILED, SUSPECT (silent),
   CLEANING, or drained by the health monitor for a fault, or the GPU itself unhealthy.
 
-A gap between two passes longer than `MAX_TALLY_S` (the monitor paused, PostgreSQL
-away, the lease changing hands) counts only that much: what the GPUs did in the rest of
+A pass's time that crosses an hour's start is shared between the two hours
+(`hours_of`). A gap between two passes longer than `MAX_TALLY_S` (the monitor paused,
+PostgreSQL away, the lease changing hands) counts only that much: what the GPUs did in the rest of
 it is not known, and the report's `Reported` total says how much was counted.
 """
 
@@ -63,3 +64,14 @@ def counted_s(now: float, last: float | None) -> float:
 
 def hour_of(epoch: float) -> float:
     return epoch // HOUR_S * HOUR_S
+
+
+def hours_of(now: float, seconds: float) -> list[tuple[float, float]]:
+    """The counted span, the `seconds` up to `now`, by the hours it falls in: (hour,
+    seconds of the span in it). One hour, or two when the span crosses an hour's start
+    (a span is at most `MAX_TALLY_S`), so each hour gets its own share."""
+    start, boundary = now - seconds, hour_of(now)
+    if start >= boundary:
+        return [(boundary, seconds)] if seconds > 0 else []
+    parts = [(hour_of(start), boundary - start), (boundary, now - boundary)]
+    return [(hour, part) for hour, part in parts if part > 0]

@@ -7,7 +7,14 @@ from __future__ import annotations
 import pytest
 
 from services.health.monitor_model import GpuHealth, NodeHealth
-from services.health.utilization import MAX_TALLY_S, counted_s, gpu_time, hour_of, tally
+from services.health.utilization import (
+    MAX_TALLY_S,
+    counted_s,
+    gpu_time,
+    hour_of,
+    hours_of,
+    tally,
+)
 from shared.states import GpuTime, NodeState
 
 T = GpuTime
@@ -69,3 +76,20 @@ def test_a_pass_counts_the_time_since_the_last_at_most_a_bound(
 def test_a_pass_counts_into_the_hour_it_ran_in() -> None:
     assert hour_of(7200.0) == 7200.0
     assert hour_of(10799.5) == 7200.0
+
+
+@pytest.mark.parametrize(
+    ("now", "seconds", "parts"),
+    [
+        (7205.0, 1.0, [(7200.0, 1.0)]),  # inside an hour
+        (7203.0, 5.0, [(3600.0, 2.0), (7200.0, 3.0)]),  # across its start: shared
+        (7200.0, 4.0, [(3600.0, 4.0)]),  # ending on the start: all the hour before
+        (7204.0, 4.0, [(7200.0, 4.0)]),  # starting on it: all the hour after
+        (7205.0, 0.0, []),
+    ],
+)
+def test_a_pass_that_crosses_an_hours_start_gives_each_hour_its_share(
+    now: float, seconds: float, parts: list[tuple[float, float]]
+) -> None:
+    assert hours_of(now, seconds) == parts
+    assert sum(part for _, part in parts) == seconds
