@@ -13,7 +13,7 @@ and submit again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import msgspec
 
@@ -49,11 +49,7 @@ def update_request(words: Sequence[str], user: str) -> UpdateRequest:
     name: str | None = None
     comment: str | None = None
     placement: dict[str, str | int] = {}
-    for word in words:
-        key, eq, value = word.partition("=")
-        k = key.lower()
-        if not eq:
-            raise UpdateError(f"{word}: write Key=Value ({KEYS})")
+    for word, key, k, value in _pairs(words, KEYS):
         if k in ("jobid", "job"):
             refs += [r for r in value.split(",") if r]
         elif k == "timelimit":
@@ -136,11 +132,7 @@ def node_update(words: Sequence[str]) -> NodeUpdate:
     node's jobs at once, which this shim leaves to `scancel`."""
     names: tuple[str, ...] = ()
     state = reason = ""
-    for word in words:
-        key, eq, value = word.partition("=")
-        k = key.lower()
-        if not eq:
-            raise UpdateError(f"{word}: write Key=Value ({NODE_KEYS})")
+    for word, _, k, value in _pairs(words, NODE_KEYS):
         if k in ("nodename", "node"):
             try:
                 names = hostlist.expand(value)
@@ -165,3 +157,13 @@ def node_update(words: Sequence[str]) -> NodeUpdate:
     if verb == "drain" and not reason.strip():
         raise UpdateError('a drain says why: add Reason="..." (e.g. Reason="bad riser")')
     return NodeUpdate(verb=verb, nodes=names, reason=reason.strip() or "resumed by scontrol")
+
+
+def _pairs(words: Sequence[str], keys: str) -> Iterator[tuple[str, str, str, str]]:
+    """Each `Key=Value` word as (word, key, key in lower case, value); a word without
+    `=` is refused, naming the `keys` this command takes."""
+    for word in words:
+        key, eq, value = word.partition("=")
+        if not eq:
+            raise UpdateError(f"{word}: write Key=Value ({keys})")
+        yield word, key, key.lower(), value

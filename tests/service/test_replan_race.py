@@ -12,8 +12,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from typing import NamedTuple
 
 import asyncpg
+import pytest
 
 from services.admission import repo as admission
 from services.admission.repo import insert_job
@@ -65,53 +68,56 @@ async def test_a_start_planned_by_old_fields_is_withdrawn(db: asyncpg.Connection
     assert await allocated(db, job) == (1, 1)
 
 
-async def test_an_update_waits_for_a_start_in_flight_then_reads_it(
-    db: asyncpg.Connection, database_url: str
-) -> None:
+class Sides(NamedTuple):
+    """One job and an epoch to place it under, with a connection for each side."""
+
+    job: int
+    epoch: int
+    placer: asyncpg.Connection
+    update: asyncpg.Connection
+
+
+@pytest.fixture
+async def sides(db: asyncpg.Connection, database_url: str) -> AsyncIterator[Sides]:
     epoch = await acquire_lease(db, "test", 60.0)
     assert epoch is not None
     job = await insert_job(db, SPEC)
     placer = await asyncpg.connect(database_url)
     update = await asyncpg.connect(database_url)
     try:
-        tx = placer.transaction()
-        await tx.start()
-        await _apply(placer, start(job), {job: 1}, {job: 0}, epoch)  # not yet committed
-        async with update.transaction():
-            read = asyncio.ensure_future(locked_rows(update, job))
-            done, _ = await asyncio.wait({read}, timeout=WAIT_S)
-            assert not done, "the update did not wait for the start in flight"
-            await tx.commit()
-            await read  # the lock, once the start committed
-            rows = await locked_rows(update, job)  # read again, as `update` does
-        assert rows[0]["alloc_nodes"] == ["n1"], "the update reads the job allocated"
+        yield Sides(job, epoch, placer, update)
     finally:
         await placer.close()
         await update.close()
+
+
+async def test_an_update_waits_for_a_start_in_flight_then_reads_it(sides: Sides) -> None:
+    job, epoch, placer, update = sides
+    tx = placer.transaction()
+    await tx.start()
+    await _apply(placer, start(job), {job: 1}, {job: 0}, epoch)  # not yet committed
+    async with update.transaction():
+        read = asyncio.ensure_future(locked_rows(update, job))
+        done, _ = await asyncio.wait({read}, timeout=WAIT_S)
+        assert not done, "the update did not wait for the start in flight"
+        await tx.commit()
+        await read  # the lock, once the start committed
+        rows = await locked_rows(update, job)  # read again, as `update` does
+    assert rows[0]["alloc_nodes"] == ["n1"], "the update reads the job allocated"
 
 
 async def test_a_start_waits_for_an_update_in_flight_then_is_withdrawn(
-    db: asyncpg.Connection, database_url: str
+    db: asyncpg.Connection, sides: Sides
 ) -> None:
-    epoch = await acquire_lease(db, "test", 60.0)
-    assert epoch is not None
-    job = await insert_job(db, SPEC)
-    placer = await asyncpg.connect(database_url)
-    update = await asyncpg.connect(database_url)
-    try:
-        tx = update.transaction()
-        await tx.start()
-        await locked_rows(update, job)
-        await update.execute(
-            "UPDATE jobs SET spec_version = spec_version + 1 WHERE job_id = $1", job
-        )
-        async with placer.transaction():
-            placing = asyncio.ensure_future(_apply(placer, start(job), {job: 1}, {job: 0}, epoch))
-            done, _ = await asyncio.wait({placing}, timeout=WAIT_S)
-            assert not done, "the start did not wait for the update in flight"
-            await tx.commit()
-            await placing
-        assert await allocated(db, job) == (0, 0), "the start was withdrawn"
-    finally:
-        await placer.close()
-        await update.close()
+    job, epoch, placer, update = sides
+    tx = update.transaction()
+    await tx.start()
+    await locked_rows(update, job)
+    await update.execute("UPDATE jobs SET spec_version = spec_version + 1 WHERE job_id = $1", job)
+    async with placer.transaction():
+        placing = asyncio.ensure_future(_apply(placer, start(job), {job: 1}, {job: 0}, epoch))
+        done, _ = await asyncio.wait({placing}, timeout=WAIT_S)
+        assert not done, "the start did not wait for the update in flight"
+        await tx.commit()
+        await placing
+    assert await allocated(db, job) == (0, 0), "the start was withdrawn"
