@@ -265,13 +265,15 @@ class JobCommands:
             decision = decide_update(req.user, chosen, change, self.config())
             if decision.refusal is not None:
                 raise Refused(decision.refusal, decision.code, decision.skipped or ())
+            moved: dict[int, str] = {}  # a replanned job's new partition
             if change.replans():
-                await self._replan(conn, decision, change)
+                moved = await self._replan(conn, decision, change)
             else:
                 await repo.update_jobs(conn, list(decision.act_on), change.spec_fields())
                 await repo.update_limits(conn, decision.limits)
             started = {u.target.job_id for u in chosen if u.target.state in STARTED_STATES}
-            await _wake(conn, tuple(j for j in decision.act_on if j not in started), rows)
+            pending = tuple(j for j in decision.act_on if j not in started)
+            await _wake(conn, pending, rows, moved)
             limits = dict(decision.limits)
             await outbox_add(
                 conn,
@@ -289,9 +291,12 @@ class JobCommands:
             skipped=decision.skipped,
         )
 
-    async def _replan(self, conn: Conn, decision: UpdateDecision, change: JobChange) -> None:
+    async def _replan(
+        self, conn: Conn, decision: UpdateDecision, change: JobChange
+    ) -> dict[int, str]:
         """Pending jobs' new placement (replan.py), each checked as a submission is and
-        written whole, or the request refused with every job's reasons."""
+        written whole, or the request refused with every job's reasons; each job's
+        partition now."""
         config = self.config()
         nodes = await self.shapes() if self.shapes is not None else []
         cluster = shape(config, nodes)
@@ -315,6 +320,7 @@ class JobCommands:
             raise Refused("; ".join(refusals), "invalid", tuple(refusals))
         for job_id, spec in new.items():
             await repo.replace_spec(conn, job_id, spec, job_policy(spec, placing))
+        return {job_id: spec.partition for job_id, spec in new.items()}
 
     # --- reads -------------------------------------------------------------------------
 
@@ -426,8 +432,12 @@ def _ok(message: str, decision: Decision) -> Ok:
     return Ok(message=message, job_ids=decision.act_on, skipped=decision.skipped)
 
 
-async def _wake(conn: Conn, job_ids: tuple[int, ...], rows: dict[int, Any]) -> None:
-    """A released or approved job is news to the placer."""
+async def _wake(
+    conn: Conn, job_ids: tuple[int, ...], rows: dict[int, Any], moved: dict[int, str] | None = None
+) -> None:
+    """A released, approved or changed job is news to the placer (`moved`: the new
+    partition of a job an update moved, which its row read before)."""
+    moved = moved or {}
     await outbox_add(
         conn,
         *(
@@ -435,7 +445,7 @@ async def _wake(conn: Conn, job_ids: tuple[int, ...], rows: dict[int, Any]) -> N
                 job_id=j,
                 user=rows[j]["user_name"],
                 account=rows[j]["account"],
-                partition=rows[j]["partition"],
+                partition=moved.get(j, rows[j]["partition"]),
             )
             for j in job_ids
         ),

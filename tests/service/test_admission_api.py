@@ -30,7 +30,7 @@ from shared.api import (
     SubmitRequest,
     UpdateRequest,
 )
-from shared.events import JobLimitChanged, decode
+from shared.events import JobLimitChanged, JobSubmitted, decode
 from shared.runtime import service_context
 from shared.settings import AdmissionSettings
 from tests.support.cluster import use_test_keys
@@ -362,6 +362,13 @@ async def test_a_pending_jobs_placement_changes_in_place_checked_as_a_submission
         "submitted_at": submitted, "spec_partition": "large", "spec_nodes": 2,
     }  # fmt: skip
     assert await api.state(job) == ("PENDING", "HELD")
+    woken = await db.fetchval(
+        "SELECT payload FROM outbox WHERE subject = 'muster.job.submitted' ORDER BY id DESC"
+    )
+    assert decode(bytes(woken)) == JobSubmitted(
+        job_id=job, user="alice", account="research", partition="large",
+        event_id=decode(bytes(woken)).event_id, occurred_at=decode(bytes(woken)).occurred_at,
+    )  # fmt: skip
 
     serve = UpdateRequest(user="alice", job_refs=(str(job),), partition="inference")
     err = await _refused(call(api.url, "update", serve, Ok))
