@@ -490,12 +490,18 @@ class StepService:
     async def _later(self, job_id: int, deadline: float) -> float | None:
         """A new deadline for a node's answer when the old one has come but the job's
         limit was raised since (`muster update --time`): its time left plus the margin.
-        None: no answer came in time after all."""
+        None: no answer came in time after all (or the limit cannot be read now)."""
         loop = asyncio.get_running_loop()
         if loop.time() < deadline - 1.0:  # answered (a failure) before the deadline
             return None
-        async with self.ctx.pool.acquire() as conn:
-            left = await repo.time_left(conn, job_id)
+        try:
+            async with self.ctx.pool.acquire() as conn:
+                left = await repo.time_left(conn, job_id)
+        except Exception as err:
+            if not is_transient(err):
+                raise
+            log.warning("time left not read", extra=kv(job=job_id, error=repr(err)))
+            return None
         more = None if left is None else left + self.margin_s
         return None if more is None or more <= 1.0 else loop.time() + more
 
