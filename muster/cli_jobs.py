@@ -175,6 +175,8 @@ def cmd_update(args: argparse.Namespace) -> int:
         gpus_per_node=args.gpus_per_node,
         exclude=args.exclude,
         constraint=args.constraint,
+        begin=args.begin,
+        dependency=args.dependency,
     )
     try:
         reply = request(nats_url(args.state), "update", req, Ok)
@@ -256,6 +258,8 @@ def register(sub: Any) -> None:
     s.add_argument("--gpus-per-node", type=int, help="a pending job's new GPUs per node")
     s.add_argument("-x", "--exclude", help="nodes a pending job must not run on ('' clears)")
     s.add_argument("-C", "--constraint", help="features a pending job's nodes need ('' clears)")
+    s.add_argument("--begin", help="when a pending job may start: now+1hour, 2026-12-08T10:00")
+    s.add_argument("-d", "--dependency", help="a pending job's new dependency ('' clears)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_update)
 

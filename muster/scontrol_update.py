@@ -23,15 +23,14 @@ from shared.api import UpdateRequest
 
 KEYS = (
     "JobId=, TimeLimit=, Nice=, JobName=, Comment=, and for a pending job Partition=, QOS=,"
-    " NumNodes=, Gres=gpu:N, ExcNodeList= and Features="
+    " NumNodes=, Gres=gpu:N, ExcNodeList=, Features=, StartTime= and Dependency="
 )
 # What else the placer plans a job by: not changed in place (cancel and submit again).
 PLANNED = frozenset(
     {
         "numtasks", "numcpus", "minnodes", "tres", "tresperjob", "tres_per_job",
         "reqnodelist", "account", "reservation", "minmemorynode", "minmemorycpu",
-        "dependency", "starttime", "contiguous", "shared", "oversubscribe", "licenses",
-        "arraytaskthrottle",
+        "contiguous", "shared", "oversubscribe", "licenses", "arraytaskthrottle",
     }
 )  # fmt: skip
 
@@ -63,9 +62,9 @@ def update_request(words: Sequence[str], user: str) -> UpdateRequest:
             name = value
         elif k == "comment":
             comment = value
-        elif k in ("partition", "qos", "excnodelist", "features"):
-            field = {"excnodelist": "exclude", "features": "constraint"}.get(k, k)
-            placement[field] = value
+        elif k in ("partition", "qos", "excnodelist", "features", "starttime", "dependency"):
+            renamed = {"excnodelist": "exclude", "features": "constraint", "starttime": "begin"}
+            placement[renamed.get(k, k)] = value
         elif k == "numnodes":
             placement["nodes"] = value
         elif k == "gres":

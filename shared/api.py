@@ -85,6 +85,8 @@ class UpdateRequest(Request, frozen=True, kw_only=True):
     gpus_per_node: int | None = None
     exclude: str | None = None  # a hostlist; "" clears
     constraint: str | None = None  # "" clears
+    begin: str | None = None  # as --begin takes it (now+1hour, 2026-12-08T10:00, now)
+    dependency: str | None = None  # as --dependency takes it; "" clears
 
 
 class QueueRequest(Request, frozen=True, kw_only=True):

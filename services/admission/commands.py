@@ -41,8 +41,9 @@ from .cluster_shape import NodeShape, shape
 from .config_model import ClusterConfig
 from .errors_api import Refused
 from .policy import dependency_text, job_policy, parse_job_ref
-from .purge import missing_job
+from .purge import missing_dependencies, missing_job
 from .replan import PlacementChange, parse_nodes, replanned
+from .timefmt import parse_begin
 from .update import STARTED_STATES, JobChange, UpdateDecision, UpdateTarget, decide_update
 from .views import job_state, job_view, step_view, why_pending
 
@@ -316,11 +317,27 @@ class JobCommands:
                 new[job_id] = out
             else:
                 refusals += [f"job {job_id}: {why}" for why in out]
+        refusals += await self._dependencies_refused(conn, new)
         if refusals:
             raise Refused("; ".join(refusals), "invalid", tuple(refusals))
         for job_id, spec in new.items():
             await repo.replace_spec(conn, job_id, spec, job_policy(spec, placing))
         return {job_id: spec.partition for job_id, spec in new.items()}
+
+    async def _dependencies_refused(self, conn: Conn, specs: dict[int, JobSpec]) -> list[str]:
+        """Why the jobs' new dependencies cannot be kept: a job that does not exist (as
+        at submission), or the job itself (it would wait for ever)."""
+        wanted = sorted({j for s in specs.values() for d in s.dependencies for j in d.job_ids})
+        found = await repo.existing_jobs(conn, wanted) if wanted else set()
+        refusals = []
+        for job_id, spec in specs.items():
+            named = {j for d in spec.dependencies for j in d.job_ids}
+            if job_id in named:
+                refusals.append(f"job {job_id}: --dependency names the job itself")
+            missing = sorted(named - set(found))
+            if missing:
+                refusals.append(f"job {job_id}: {missing_dependencies(missing, self.kept_s)}")
+        return refusals
 
     # --- reads -------------------------------------------------------------------------
 
@@ -455,11 +472,13 @@ async def _wake(
 def _placement_of(req: UpdateRequest) -> PlacementChange | None:
     try:
         nodes = None if req.nodes is None else parse_nodes(req.nodes, "--nodes")
+        begin = None if req.begin is None else parse_begin(req.begin, now=time.time())
     except ValueError as err:
         raise Refused(str(err), "invalid") from err
     change = PlacementChange(
         partition=req.partition, qos=req.qos, nodes=nodes, gpus_per_node=req.gpus_per_node,
-        exclude=req.exclude, constraint=req.constraint,
+        exclude=req.exclude, constraint=req.constraint, begin_at=begin,
+        dependency=req.dependency,
     )  # fmt: skip
     return change if change.fields() else None
 

@@ -1,11 +1,13 @@
 """Pure: a pending job's placement fields changed in place.
 
-`muster update -p/-q/-N/--gpus-per-node/-x/-C` and scontrol's `Partition=`, `QOS=`,
-`NumNodes=`, `Gres=gpu:N`, `ExcNodeList=` and `Features=` change what the placer plans a
-job by. The job keeps its id and its place in the queue (its submit time); its spec
-with the new fields is checked as a submission is (`validate`: the partition exists and
-the account and QOS may use it, the limit fits its maximum, the nodes and GPUs exist
-there), and its policy columns and I/O settings are those of its new partition and QOS.
+`muster update -p/-q/-N/--gpus-per-node/-x/-C/--begin/-d` and scontrol's `Partition=`,
+`QOS=`, `NumNodes=`, `Gres=gpu:N`, `ExcNodeList=`, `Features=`, `StartTime=` and
+`Dependency=` change what the placer plans a job by (the last two: when it may start).
+The job keeps its id and its place in the queue (its submit time); its spec with the
+new fields is checked as a submission is (`validate`: the partition exists and the
+account and QOS may use it, the limit fits its maximum, the nodes and GPUs exist there;
+the jobs a dependency names exist), and its policy columns and I/O settings are those
+of its new partition and QOS.
 
 Only a pending job changes so (`update.py` skips a started one: its nodes are placed).
 The race with a placer that planned the job by the old fields is settled by the rows
@@ -25,6 +27,7 @@ from .config_model import ClusterConfig
 from .fit import unconfigured_fit
 from .hostlist import expand
 from .validate import validate
+from .values import dependencies
 
 
 class PlacementChange(msgspec.Struct, frozen=True, kw_only=True):
@@ -36,6 +39,8 @@ class PlacementChange(msgspec.Struct, frozen=True, kw_only=True):
     gpus_per_node: int | None = None
     exclude: str | None = None  # a hostlist; "" clears it
     constraint: str | None = None  # "" clears it
+    begin_at: float | None = None  # epoch seconds (`StartTime=now` for none)
+    dependency: str | None = None  # as --dependency takes it; "" clears it
 
     def fields(self) -> dict[str, object]:
         return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
@@ -88,6 +93,14 @@ def replanned(
             return (f"--exclude: {err}",)
     if change.constraint is not None:
         fields["constraint"] = change.constraint or None
+    if change.begin_at is not None:
+        fields["begin_at"] = change.begin_at
+    if change.dependency is not None:
+        try:
+            terms, any_of = dependencies(change.dependency) if change.dependency else ((), False)
+        except ValueError as err:
+            return (str(err),)
+        fields |= {"dependencies": terms, "dependency_any": any_of}
     new = msgspec.structs.replace(spec, **fields)
     if config is None:
         why = unconfigured_fit(new, cluster.nodes)

@@ -5,6 +5,7 @@ every refusal goes through a real request-reply round trip."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -386,6 +387,38 @@ async def test_a_pending_jobs_placement_changes_in_place_checked_as_a_submission
     moved = UpdateRequest(user="alice", job_refs=(str(running),), nodes="2")
     err = await _refused(call(api.url, "update", moved, Ok))
     assert err.code == "invalid_state" and "placed already" in str(err), str(err)
+
+
+async def test_a_pending_jobs_start_time_and_dependency_change_in_place(
+    api: Api, db: asyncpg.Connection
+) -> None:
+    """scontrol's StartTime= and Dependency= of a pending job: stored, counted for the
+    placer; a dependency on a job that does not exist, or on the job itself, refused."""
+    first = (await api.submit("alice", "-H")).job_ids[0]
+    job = (await api.submit("alice", "-H")).job_ids[0]
+    later = UpdateRequest(
+        user="alice", job_refs=(str(job),), begin="now+1hour", dependency=f"afterok:{first}"
+    )
+    await call(api.url, "update", later, Ok)
+    row = await db.fetchrow(
+        "SELECT (spec->>'begin_at')::float8 - extract(epoch FROM now()) AS wait_s,"
+        " spec->'dependencies' AS deps, spec_version FROM jobs WHERE job_id = $1",
+        job,
+    )
+    assert row is not None and 3500 < row["wait_s"] <= 3600, row
+    assert json.loads(row["deps"]) == [{"kind": "afterok", "job_ids": [first], "delay_s": 0}]
+    assert row["spec_version"] == 1
+    for dependency, said in (
+        (f"afterok:{job}", "--dependency names the job itself"),
+        ("afterok:999999", "--dependency names job(s) that do not exist: 999999"),
+    ):
+        bad = UpdateRequest(user="alice", job_refs=(str(job),), dependency=dependency)
+        err = await _refused(call(api.url, "update", bad, Ok))
+        assert err.code == "invalid" and said in str(err), str(err)
+    cleared = UpdateRequest(user="alice", job_refs=(str(job),), dependency="")
+    await call(api.url, "update", cleared, Ok)
+    deps = await db.fetchval("SELECT spec->'dependencies' FROM jobs WHERE job_id = $1", job)
+    assert json.loads(deps) == []
 
 
 async def test_a_job_submitted_held_is_released_by_its_owner(api: Api) -> None:

@@ -12,7 +12,7 @@ import pytest
 from services.admission.cluster_shape import NodeShape, shape
 from services.admission.config import load_config
 from services.admission.replan import PlacementChange, parse_nodes, replanned
-from shared.jobspec import JobSpec
+from shared.jobspec import Dependency, JobSpec
 
 CONFIG = load_config(
     (Path(__file__).resolve().parents[3] / "deploy" / "local" / "cluster.toml").read_text()
@@ -47,6 +47,12 @@ CHANGED = {
         {"excluded_nodes": ("node01", "node02"), "constraint": "a100"},
     ),
     "a QOS": (PlacementChange(qos="low"), {"qos": "low"}),
+    "a later start": (PlacementChange(begin_at=2e9), {"begin_at": 2e9}),
+    "a dependency": (
+        PlacementChange(dependency="afterok:3?afterany:4"),
+        {"dependencies": (Dependency(kind="afterok", job_ids=(3,)),
+                          Dependency(kind="afterany", job_ids=(4,))), "dependency_any": True},
+    ),
 }  # fmt: skip
 
 
@@ -57,10 +63,14 @@ def test_a_change_that_fits_gives_the_spec_with_it(
     assert replanned(SPEC, change, CONFIG, CLUSTER) == msgspec.structs.replace(SPEC, **fields)
 
 
-def test_an_empty_value_clears_the_exclusions_and_the_features() -> None:
-    asked = msgspec.structs.replace(SPEC, excluded_nodes=("node01",), constraint="a100")
-    assert replanned(asked, PlacementChange(exclude="", constraint=""), CONFIG, CLUSTER) == (
-        msgspec.structs.replace(asked, excluded_nodes=(), constraint=None)
+def test_an_empty_value_clears_the_exclusions_features_and_dependency() -> None:
+    asked = msgspec.structs.replace(
+        SPEC, excluded_nodes=("node01",), constraint="a100",
+        dependencies=(Dependency(kind="afterok", job_ids=(3,)),),
+    )  # fmt: skip
+    cleared = PlacementChange(exclude="", constraint="", dependency="")
+    assert replanned(asked, cleared, CONFIG, CLUSTER) == (
+        msgspec.structs.replace(asked, excluded_nodes=(), constraint=None, dependencies=())
     )
 
 
@@ -80,6 +90,9 @@ REFUSED = {
     ),
     "features no node has": (SPEC, PlacementChange(constraint="h100"), "h100"),
     "a bad hostlist": (SPEC, PlacementChange(exclude="node[01"), "--exclude: invalid hostlist"),
+    "a dependency of no kind Slurm has": (
+        SPEC, PlacementChange(dependency="before:3"), "invalid --dependency 'before:3'",
+    ),
 }  # fmt: skip
 
 

@@ -38,6 +38,8 @@ from shared.api import UpdateRequest
                        gpus_per_node=8, exclude="node[01-02]", constraint="a100")),
         (["JobId=7", "ExcNodeList=", "Features="],
          UpdateRequest(user="u", job_refs=("7",), exclude="", constraint="")),
+        (["JobId=7", "StartTime=now+1hour", "Dependency=afterok:5"],
+         UpdateRequest(user="u", job_refs=("7",), begin="now+1hour", dependency="afterok:5")),
     ],
 )  # fmt: skip
 def test_slurms_words_for_a_jobs_change(words: list[str], want: UpdateRequest) -> None:
