@@ -1,9 +1,9 @@
 """End to end on a local cluster: a running job's time limit changed in place (`muster
 update --time`, `scontrol update TimeLimit=`), with its srun step.
 
-Raised: a job of an 8 s limit whose batch script's srun step sleeps 14 s has its limit
+Raised: a job of a 15 s limit whose batch script's srun step sleeps 22 s has its limit
 raised to two minutes once it runs; the step and the job complete. Before, the
-launcher's timer fell due at 8 s, found nothing due under the new spec and went on
+launcher's timer fell due at 15 s, found nothing due under the new spec and went on
 polling a due time in the past, and srun's coordinator gave the node up at the old limit
 plus its margin (here 2 s): the step FAILED, and the script with it.
 
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.slow
 MUSTER = f"{sys.executable} -m muster.cli"
 RAISED = """#!/bin/bash
 export MUSTER_KEY_DIR={keys}
-{muster} srun sleep 14.5 || exit 7
+{muster} srun sleep 22.5 || exit 7
 touch {work}/raised-done
 """
 LOWERED = """#!/bin/bash
@@ -75,7 +75,7 @@ async def test_a_running_jobs_limit_raised_lets_it_and_its_step_finish_and_lower
     async with running_cluster(tmp_path / "state", nats_url, database_url, db, nodes(1), env=env):
         keys = tmp_path / "state" / "keys"
         script = RAISED.format(keys=keys, muster=MUSTER, work=work)
-        raised = (await submit(nats_url, script, ("-t", "0:08"), workdir=str(work))).job_ids[0]
+        raised = (await submit(nats_url, script, ("-t", "0:15"), workdir=str(work))).job_ids[0]
         await step_running(db, raised)
         said = await update(nats_url, raised, 120)
         assert said.job_ids == (raised,), said
