@@ -246,7 +246,8 @@ def register(sub: Any) -> None:
     s.add_argument(
         "-t",
         "--time",
-        help="the new time limit: MM, HH:MM:SS, D-HH:MM:SS; +T or -T changes each job's own",
+        help="the new time limit: MM, HH:MM:SS, D-HH:MM:SS; +T or -T changes each job's own"
+        " (write a decrease as --time=-1:00:00)",
     )
     s.add_argument("--nice", help="the new nice (below 0: operators)")
     s.add_argument("-J", "--name", dest="job_name", help="the new job name")
