@@ -99,6 +99,9 @@ def show_lines(reply: ShowJobReply) -> list[str]:
         lines.append(f"   ArrayJobId={j.array_job_id} ArrayTaskId={j.array_task_id}")
     if reply.dependency:
         lines.append(f"   Dependency={reply.dependency}")
+    begin = reply.spec.get("begin_at")
+    if isinstance(begin, int | float) and j.started_at is None:  # --begin, StartTime=
+        lines.append(f"   EligibleTime={_stamp(float(begin))}")
     if reply.approval:
         lines.append(f"   Approval: {reply.approval}")
     if reply.why_pending:

@@ -168,3 +168,11 @@ def test_a_pending_job_shows_its_estimated_start(utc: None) -> None:
     assert show_lines(ShowJobReply(job=pending, spec={}))[4:] == [
         "   StartTime=2023-11-14T23:20:00 (estimated)"
     ]
+
+
+def test_a_pending_job_shows_when_it_may_start(utc: None) -> None:
+    """scontrol's EligibleTime: the --begin (or StartTime= update) of a job not started."""
+    pending = job(state="PENDING", started_at=None)
+    reply = ShowJobReply(job=pending, spec={"begin_at": 1_700_004_000.0})
+    assert show_lines(reply)[4:] == ["   EligibleTime=2023-11-14T23:20:00"]
+    assert "EligibleTime" not in "".join(show_lines(ShowJobReply(job=job(), spec={})))
