@@ -42,9 +42,10 @@ from .config_model import ClusterConfig
 from .errors_api import Refused
 from .policy import dependency_text, job_policy, parse_job_ref
 from .purge import missing_dependencies, missing_job
-from .replan import PlacementChange, parse_nodes, replanned
+from .replan import PlacementChange, replanned
 from .timefmt import parse_begin
 from .update import STARTED_STATES, JobChange, UpdateDecision, UpdateTarget, decide_update
+from .values import node_range
 from .views import job_state, job_view, step_view, why_pending
 
 log = logging.getLogger(__name__)
@@ -471,7 +472,7 @@ async def _wake(
 
 def _placement_of(req: UpdateRequest) -> PlacementChange | None:
     try:
-        nodes = None if req.nodes is None else parse_nodes(req.nodes, "--nodes")
+        nodes = None if req.nodes is None else node_range(req.nodes)
         begin = None if req.begin is None else parse_begin(req.begin, now=time.time())
     except ValueError as err:
         raise Refused(str(err), "invalid") from err

@@ -46,18 +46,6 @@ class PlacementChange(msgspec.Struct, frozen=True, kw_only=True):
         return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
 
 
-def parse_nodes(text: str, what: str) -> tuple[int, int]:
-    """`4` -> (4, 4); `2-4` -> (2, 4), as `--nodes` and `NumNodes=` take it."""
-    lo, dash, hi = text.strip().partition("-")
-    try:
-        low, high = int(lo), int(hi if dash else lo)
-    except ValueError:
-        raise ValueError(f"invalid {what} {text!r}: expected N or MIN-MAX, e.g. 4 or 2-4") from None
-    if low < 1 or high < low:
-        raise ValueError(f"invalid {what} {text!r}: at least 1 node, and MIN no more than MAX")
-    return low, high
-
-
 def replanned(
     spec: JobSpec, change: PlacementChange, config: ClusterConfig | None, cluster: ClusterShape
 ) -> JobSpec | tuple[str, ...]:
@@ -70,6 +58,8 @@ def replanned(
             "this cluster configures no partitions or QOS to move a job to: change its"
             " nodes, GPUs, excluded nodes or features, or cancel it and submit again",
         )
+    if change.gpus_per_node is not None and change.gpus_per_node < 0:
+        return (f"--gpus-per-node={change.gpus_per_node}: a node's GPU count is 0 or more",)
     if change.gpus_per_node is not None and (spec.gpus_per_task or spec.gpus_total):
         asked = "--gpus-per-task" if spec.gpus_per_task else "--gpus (a total)"
         return (

@@ -31,6 +31,7 @@ from __future__ import annotations
 import msgspec
 
 from services.admission.actions import Target
+from services.admission.apply import UNLIMITED_TIME_S
 from services.admission.authz import Action, authorize
 from services.admission.config_model import ClusterConfig
 from services.admission.replan import PlacementChange
@@ -164,6 +165,12 @@ def decide_update(
                 refusal=f"{job}: its time limit is {format_duration(u.time_limit_s)}, and"
                 f" {format_duration(-(change.time_limit_change_s or 0))} less is none;"
                 " give a smaller change or a whole limit",
+                code="invalid",
+            )
+        if limit is not None and limit > UNLIMITED_TIME_S:
+            return UpdateDecision(
+                refusal=f"{job}: a time limit of {limit} s is past UNLIMITED"
+                f" ({UNLIMITED_TIME_S} s); give a smaller one",
                 code="invalid",
             )
         refusal = _not_permitted(actor, u, limit, change.nice, config)

@@ -11,7 +11,7 @@ import pytest
 
 from services.admission.cluster_shape import NodeShape, shape
 from services.admission.config import load_config
-from services.admission.replan import PlacementChange, parse_nodes, replanned
+from services.admission.replan import PlacementChange, replanned
 from shared.jobspec import Dependency, JobSpec
 
 CONFIG = load_config(
@@ -89,6 +89,7 @@ REFUSED = {
         "its GPUs were asked as --gpus-per-task",
     ),
     "features no node has": (SPEC, PlacementChange(constraint="h100"), "h100"),
+    "fewer than no GPUs": (SPEC, PlacementChange(gpus_per_node=-1), "0 or more"),
     "a bad hostlist": (SPEC, PlacementChange(exclude="node[01"), "--exclude: invalid hostlist"),
     "a dependency of no kind Slurm has": (
         SPEC, PlacementChange(dependency="before:3"), "invalid --dependency 'before:3'",
@@ -102,17 +103,6 @@ def test_a_change_that_does_not_fit_says_why(
 ) -> None:
     out = replanned(spec, change, CONFIG, CLUSTER)
     assert isinstance(out, tuple) and any(said in why for why in out), out
-
-
-@pytest.mark.parametrize(("text", "want"), [("4", (4, 4)), ("2-4", (2, 4)), (" 1 ", (1, 1))])
-def test_nodes_are_a_count_or_a_range(text: str, want: tuple[int, int]) -> None:
-    assert parse_nodes(text, "NumNodes=") == want
-
-
-@pytest.mark.parametrize("text", ["0", "4-2", "x", "1-", ""])
-def test_a_node_count_that_is_not_one_says_what_to_write(text: str) -> None:
-    with pytest.raises(ValueError, match="NumNodes="):
-        parse_nodes(text, "NumNodes=")
 
 
 def test_without_partitions_a_job_is_checked_against_the_registered_nodes_alone() -> None:

@@ -149,6 +149,14 @@ CASES = {
                      " already: cancel the job and submit it again to change them",),
         ),
     ),
+    "a change past UNLIMITED: refused, not written": (
+        "root", [job(1, limit=2**31 - 1)], JobChange(time_limit_change_s=60),
+        UpdateDecision(
+            refusal="job 1: a time limit of 2147483707 s is past UNLIMITED (2147483647 s);"
+            " give a smaller one",
+            code="invalid",
+        ),
+    ),
     "nothing pending or running: refused with why": (
         "alice", [job(1, state="COMPLETED")], JobChange(nice=1),
         UpdateDecision(
