@@ -99,3 +99,8 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def gpus_requested(self) -> int:
         return self.gpus_per_node * self.nodes_max
+
+    @property
+    def depends_on(self) -> frozenset[int]:
+        """The jobs its dependencies name."""
+        return frozenset(j for d in self.dependencies for j in d.job_ids)

@@ -328,14 +328,12 @@ class JobCommands:
     async def _dependencies_refused(self, conn: Conn, specs: dict[int, JobSpec]) -> list[str]:
         """Why the jobs' new dependencies cannot be kept: a job that does not exist (as
         at submission), or the job itself (it would wait for ever)."""
-        wanted = sorted({j for s in specs.values() for d in s.dependencies for j in d.job_ids})
-        found = await repo.existing_jobs(conn, wanted) if wanted else set()
+        absent = await repo.absent_jobs(conn, (j for s in specs.values() for j in s.depends_on))
         refusals = []
         for job_id, spec in specs.items():
-            named = {j for d in spec.dependencies for j in d.job_ids}
-            if job_id in named:
+            if job_id in spec.depends_on:
                 refusals.append(f"job {job_id}: --dependency names the job itself")
-            missing = sorted(named - set(found))
+            missing = sorted(spec.depends_on & absent)
             if missing:
                 refusals.append(f"job {job_id}: {missing_dependencies(missing, self.kept_s)}")
         return refusals

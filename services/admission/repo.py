@@ -4,7 +4,7 @@ Functions run inside the caller's transaction (reads may run outside one)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import asyncpg
 import msgspec
@@ -73,9 +73,15 @@ async def submit_counts(conn: Conn, user: str, account: str, qos: str) -> tuple[
     return int(row["u"]), int(row["a"])
 
 
-async def existing_jobs(conn: Conn, job_ids: list[int]) -> set[int]:
-    rows = await conn.fetch("SELECT job_id FROM jobs WHERE job_id = ANY($1::bigint[])", job_ids)
-    return {r["job_id"] for r in rows}
+async def absent_jobs(conn: Conn, job_ids: Iterable[int]) -> set[int]:
+    """Those of `job_ids` the database does not hold (never submitted, or purged)."""
+    wanted = set(job_ids)
+    if not wanted:
+        return set()
+    rows = await conn.fetch(
+        "SELECT job_id FROM jobs WHERE job_id = ANY($1::bigint[])", sorted(wanted)
+    )
+    return wanted - {r["job_id"] for r in rows}
 
 
 async def set_array_job(conn: Conn, job_id: int, spec: JobSpec) -> None:

@@ -310,14 +310,12 @@ class Admission:
             raise Refused(why, "too_large")
 
     async def _check_dependencies(self, spec: JobSpec) -> None:
-        wanted = sorted({j for d in spec.dependencies for j in d.job_ids})
-        if not wanted:
+        if not spec.depends_on:
             return
         async with self.ctx.pool.acquire() as conn:
-            found = await repo.existing_jobs(conn, wanted)
-        missing = [j for j in wanted if j not in found]
+            missing = await repo.absent_jobs(conn, spec.depends_on)
         if missing:
-            raise Refused(missing_dependencies(missing, self.job_keep_s), "bad_dependency")
+            raise Refused(missing_dependencies(sorted(missing), self.job_keep_s), "bad_dependency")
 
     async def _persist(
         self,
