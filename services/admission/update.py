@@ -64,11 +64,9 @@ class JobChange(msgspec.Struct, frozen=True, kw_only=True):
 
     def spec_fields(self) -> dict[str, object]:
         """The spec's fields that change alike on every job (each job's new limit is the
-        decision's `limits`)."""
-        fields = self.fields()
-        for key in ("time_limit_s", "time_limit_change_s", *PlacementChange.__struct_fields__):
-            fields.pop(key, None)
-        return fields
+        decision's `limits`; its placement, replan.py's)."""
+        alike = {"nice": self.nice, "name": self.name, "comment": self.comment}
+        return {k: v for k, v in alike.items() if v is not None}
 
     def limit_of(self, current: int) -> int | None:
         """A job's new limit from its `current` one; None: the limit does not change."""

@@ -142,9 +142,12 @@ class Coordinator:
                 await self.offer_growth()
             case JobAllocated() | WorkerExited() | JobCancelRequested() | JobNodeLost():
                 await self.dispatch(event.job_id, event)
-            case JobSparesAnswered() | JobPreemptRequested() | JobRequeueRequested():
-                await self.dispatch(event.job_id, event)
-            case JobLimitChanged():
+            case (
+                JobSparesAnswered()
+                | JobPreemptRequested()
+                | JobRequeueRequested()
+                | JobLimitChanged()
+            ):
                 await self.dispatch(event.job_id, event)
             case _:
                 return

@@ -335,7 +335,7 @@ async def _apply(
         allocated[start.job_id] = await repo.insert_allocation(
             conn, start, attempts[start.job_id], epoch
         )
-    changed = await repo.changed_since(conn, {j: versions.get(j, 0) for j in allocated})
+    changed = await repo.changed_since(conn, {j: versions[j] for j in allocated})
     for job_id in changed:
         await repo.withdraw_allocation(conn, allocated[job_id])
         log.info("start withdrawn: the job was changed", extra=kv(job=job_id))

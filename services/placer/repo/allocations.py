@@ -197,12 +197,21 @@ async def record_preemption(conn: Conn, victim_job_id: int, for_job_id: int, epo
     return bool(row)
 
 
+# One statement, as the insert is: the GPU and node rows, then the allocation they name.
+_WITHDRAW = """
+WITH g AS (
+    DELETE FROM allocation_gpus WHERE alloc_id = $1
+), n AS (
+    DELETE FROM allocation_nodes WHERE alloc_id = $1
+)
+DELETE FROM allocations WHERE alloc_id = $1
+"""
+
+
 async def withdraw_allocation(conn: Conn, alloc_id: int) -> None:
     """Remove an allocation this cycle wrote for a job whose placement fields changed
     meanwhile (`changed_since`): it was planned by the old ones. Nothing has seen it."""
-    await conn.execute("DELETE FROM allocation_gpus WHERE alloc_id = $1", alloc_id)
-    await conn.execute("DELETE FROM allocation_nodes WHERE alloc_id = $1", alloc_id)
-    await conn.execute("DELETE FROM allocations WHERE alloc_id = $1", alloc_id)
+    await conn.execute(_WITHDRAW, alloc_id)
 
 
 class LiveAllocation(msgspec.Struct, frozen=True, kw_only=True):
