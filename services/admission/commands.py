@@ -253,9 +253,9 @@ class JobCommands:
         )  # fmt: skip
         sel = JobSelector(user=req.user, job_refs=req.job_refs)
         async with self.ctx.pool.acquire() as conn, conn.transaction():
+            if change.replans():  # the read below sees a start that held a row first
+                await repo.lock_rows(conn, self._where(sel))
             targets, rows = await self._targets(conn, sel)
-            if change.replans():  # read again once locked: a start that took the lock
-                targets, rows = await self._targets(conn, sel)  # first is seen now
             chosen = [
                 UpdateTarget(
                     target=t,

@@ -277,6 +277,13 @@ async def job_specs(conn: Conn, job_ids: Sequence[int]) -> dict[int, JobSpec]:
     return {r["job_id"]: msgspec.json.decode(r["spec"], type=JobSpec) for r in rows}
 
 
+async def lock_rows(conn: Conn, where: Where) -> None:
+    """Hold the selected jobs' rows, reading nothing else: a read after this one (a new
+    statement) sees what committed while it waited (an allocation's insert holds its
+    job's row until the placer's cycle commits)."""
+    await conn.execute("SELECT 1 FROM jobs j" + where.sql() + " FOR UPDATE OF j", *where.args)
+
+
 async def select_rows(conn: Conn, where: Where, *, lock: bool = False) -> list[asyncpg.Record]:
     sql = JOB_VIEW + where.sql() + " ORDER BY j.job_id" + (" FOR UPDATE OF j" if lock else "")
     return await conn.fetch(sql, *where.args)

@@ -47,11 +47,20 @@ async def allocated(db: asyncpg.Connection, job_id: int) -> tuple[int, int]:
     return allocs, events
 
 
-async def locked_rows(conn: asyncpg.Connection, job_id: int) -> list[asyncpg.Record]:
-    """Admission's read of the jobs to update (the statement `update` locks them with)."""
+def selected(job_id: int) -> admission.Where:
     where = admission.Where()
     where.add(f"j.job_id = {where.arg(job_id)}")
-    return await admission.select_rows(conn, where, lock=True)
+    return where
+
+
+async def lock(conn: asyncpg.Connection, job_id: int) -> None:
+    """Admission's hold on the jobs to update (`update`'s first statement)."""
+    await admission.lock_rows(conn, selected(job_id))
+
+
+async def rows_of(conn: asyncpg.Connection, job_id: int) -> list[asyncpg.Record]:
+    """Admission's read of the jobs it holds (`update`'s next)."""
+    return await admission.select_rows(conn, selected(job_id), lock=True)
 
 
 async def test_a_start_planned_by_old_fields_is_withdrawn(db: asyncpg.Connection) -> None:
@@ -97,12 +106,12 @@ async def test_an_update_waits_for_a_start_in_flight_then_reads_it(sides: Sides)
     await tx.start()
     await _apply(placer, start(job), {job: 1}, {job: 0}, epoch)  # not yet committed
     async with update.transaction():
-        read = asyncio.ensure_future(locked_rows(update, job))
+        read = asyncio.ensure_future(lock(update, job))
         done, _ = await asyncio.wait({read}, timeout=WAIT_S)
         assert not done, "the update did not wait for the start in flight"
         await tx.commit()
         await read  # the lock, once the start committed
-        rows = await locked_rows(update, job)  # read again, as `update` does
+        rows = await rows_of(update, job)  # the read after the hold, as `update`'s
     assert rows[0]["alloc_nodes"] == ["n1"], "the update reads the job allocated"
 
 
@@ -112,7 +121,7 @@ async def test_a_start_waits_for_an_update_in_flight_then_is_withdrawn(
     job, epoch, placer, update = sides
     tx = update.transaction()
     await tx.start()
-    await locked_rows(update, job)
+    await lock(update, job)
     await update.execute("UPDATE jobs SET spec_version = spec_version + 1 WHERE job_id = $1", job)
     async with placer.transaction():
         placing = asyncio.ensure_future(_apply(placer, start(job), {job: 1}, {job: 0}, epoch))
