@@ -18,11 +18,13 @@ from shared.api import StepRequest
 from shared.db import Conn
 from shared.jobspec import JobSpec
 
+# Seconds until a job's time limit as it stands (`jobs j`, its run `job_runs r`).
+REMAINING = "j.time_limit_s - coalesce(extract(epoch FROM now() - r.started_at), 0)"
 # What a coordinator (a fresh one or an adopting one) needs of a step and its job.
 STEP_COLUMNS = (
     "s.job_id, s.step_id, s.attempt, s.generation, s.argv, s.nodes, s.ntasks, s.state,"
     " s.exit_code, s.signal, s.message, j.user_name, s.output_dir, s.kill_on_bad_exit,"
-    " j.time_limit_s - coalesce(extract(epoch FROM now() - r.started_at), 0) AS remaining_s"
+    f" {REMAINING} AS remaining_s"
 )
 STEP_FROM = (
     " FROM job_steps s JOIN jobs j USING (job_id) LEFT JOIN job_runs r ON r.job_id = s.job_id"
@@ -48,8 +50,7 @@ async def time_left(conn: Conn, job_id: int) -> float | None:
     """Seconds until the job's time limit as it stands now (`muster update` may have
     changed it since a step started); None once its run is no longer live."""
     left = await conn.fetchval(
-        "SELECT j.time_limit_s - extract(epoch FROM now() - r.started_at)"
-        " FROM jobs j JOIN job_runs r USING (job_id)"
+        f"SELECT {REMAINING} FROM jobs j JOIN job_runs r USING (job_id)"
         " WHERE j.job_id = $1 AND r.state IN ('RUNNING', 'STARTING')",
         job_id,
     )
