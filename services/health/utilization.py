@@ -14,8 +14,9 @@ time since its previous pass to each GPU's state as that pass loaded it:
 
 A pass's time that crosses an hour's start is shared between the two hours
 (`hours_of`). A gap between two passes longer than `MAX_TALLY_S` (the monitor paused,
-PostgreSQL away, the lease changing hands) counts only that much: what the GPUs did in the rest of
-it is not known, and the report's `Reported` total says how much was counted.
+PostgreSQL away, the lease changing hands) counts only that much: what the GPUs did in
+the rest of it is not known, and the report's `Reported` total says how much was
+counted.
 """
 
 from __future__ import annotations
