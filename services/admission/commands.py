@@ -45,6 +45,7 @@ from .purge import missing_dependencies, missing_job
 from .replan import PlacementChange, replanned
 from .timefmt import parse_begin
 from .update import STARTED_STATES, JobChange, UpdateDecision, UpdateTarget, decide_update
+from .validate import NO_JOBS, SubmitCounts
 from .values import node_range
 from .views import job_state, job_view, step_view, why_pending
 
@@ -307,15 +308,19 @@ class JobCommands:
         specs = await repo.job_specs(conn, decision.act_on)
         new: dict[int, JobSpec] = {}
         refusals: list[str] = []
+        moved_in: Counter[tuple[str, str]] = Counter()  # into a capped QOS, by owner, account
         for job_id in decision.act_on:
             fields = change.spec_fields() | (
                 {"time_limit_s": limits[job_id]} if job_id in limits else {}
             )
             spec = msgspec.structs.replace(specs[job_id], **fields)
             assert change.placement is not None  # change.replans()
-            out = replanned(spec, change.placement, placing, cluster)
+            counts = await self._counts_into(conn, spec, change.placement.qos, moved_in)
+            out = replanned(spec, change.placement, placing, cluster, counts)
             if isinstance(out, JobSpec):
                 new[job_id] = out
+                if counts is not NO_JOBS:
+                    moved_in.update({("user", spec.user): 1, ("account", spec.account): 1})
             else:
                 refusals += [f"job {job_id}: {why}" for why in out]
         refusals += await self._dependencies_refused(conn, new)
@@ -324,6 +329,22 @@ class JobCommands:
         for job_id, spec in new.items():
             await repo.replace_spec(conn, job_id, spec, job_policy(spec, placing))
         return {job_id: spec.partition for job_id, spec in new.items()}
+
+    async def _counts_into(
+        self, conn: Conn, spec: JobSpec, qos_name: str | None, moved_in: Counter[tuple[str, str]]
+    ) -> SubmitCounts:
+        """The unfinished jobs of `spec`'s owner and account already under the QOS it
+        moves to, with those this request moved there before it, for that QOS's submit
+        limits, counted under the lock a submission takes. None when the job stays in
+        its QOS (it is counted there already) or the QOS caps nothing."""
+        qos = self.config().qos.get(qos_name) if qos_name not in (None, spec.qos) else None
+        if qos is None or not qos.limits_submissions:
+            return NO_JOBS
+        user, account = await repo.submit_counts(conn, spec.user, spec.account, qos.name)
+        return SubmitCounts(
+            user_jobs=user + moved_in["user", spec.user],
+            account_jobs=account + moved_in["account", spec.account],
+        )
 
     async def _dependencies_refused(self, conn: Conn, specs: dict[int, JobSpec]) -> list[str]:
         """Why the jobs' new dependencies cannot be kept: a job that does not exist (as

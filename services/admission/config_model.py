@@ -72,6 +72,15 @@ class Qos(msgspec.Struct, frozen=True, kw_only=True):
     min_runtime_s: int = 0  # a job runs at least this long before it can be preempted
     preempt: tuple[str, ...] = ()  # QOS names this one may preempt
 
+    @property
+    def limits_submissions(self) -> bool:
+        """A cap on a user's or an account's unfinished jobs: a submission into it is
+        counted, under its lock."""
+        return (
+            self.max_submitted_jobs_per_user is not None
+            or self.max_submitted_jobs_per_account is not None
+        )
+
 
 class Account(msgspec.Struct, frozen=True, kw_only=True):
     name: str

@@ -26,7 +26,7 @@ from .config_io import job_io
 from .config_model import ClusterConfig
 from .fit import unconfigured_fit
 from .hostlist import expand
-from .validate import validate
+from .validate import NO_JOBS, SubmitCounts, validate
 from .values import dependencies
 
 
@@ -47,10 +47,16 @@ class PlacementChange(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def replanned(
-    spec: JobSpec, change: PlacementChange, config: ClusterConfig | None, cluster: ClusterShape
+    spec: JobSpec,
+    change: PlacementChange,
+    config: ClusterConfig | None,
+    cluster: ClusterShape,
+    counts: SubmitCounts = NO_JOBS,
 ) -> JobSpec | tuple[str, ...]:
     """The job's spec with `change`, or why it cannot be (each reason says what to
     change). `spec` carries the request's other changes already (its limit, name...).
+    `counts`: the owner's and the account's unfinished jobs already under the QOS the
+    job moves to, for its submit limits (none when it stays in its own: counted there).
     Without partitions configured (`config` None), as a submission there: its nodes
     and GPUs against the registered nodes alone, and no partition or QOS to move to."""
     if config is None and (change.partition is not None or change.qos is not None):
@@ -95,7 +101,7 @@ def replanned(
     if config is None:
         why = unconfigured_fit(new, cluster.nodes)
         return new if why is None else (why,)
-    errors = validate(new, config, cluster)
+    errors = validate(new, config, cluster, counts)
     if errors:
         return tuple(e.message for e in errors)
     io = job_io(config, new.account, new.partition)

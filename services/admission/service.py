@@ -325,11 +325,7 @@ class Admission:
         shapes: list[NodeShape],
     ) -> list[int]:
         qos = config.qos.get(spec.qos) if config else None
-        limited = qos is not None and (
-            qos.max_submitted_jobs_per_user is not None
-            or qos.max_submitted_jobs_per_account is not None
-        )
-        if not spec.array_spec and not limited:
+        if not spec.array_spec and not (qos and qos.limits_submissions):
             return [await self.batcher.insert(spec, policy)]  # group commit
         tasks: tuple[int | None, ...] = (None,)
         if spec.array_spec:
@@ -339,15 +335,7 @@ class Admission:
                 raise Refused(str(err)) from err
         ids: list[int] = []
         async with self.ctx.pool.acquire() as conn, conn.transaction():
-            qos = config.qos.get(spec.qos) if config else None
-            if (
-                config
-                and qos
-                and (
-                    qos.max_submitted_jobs_per_user is not None
-                    or qos.max_submitted_jobs_per_account is not None
-                )
-            ):
+            if config and qos and qos.limits_submissions:
                 user, account = await repo.submit_counts(conn, spec.user, spec.account, spec.qos)
                 counts = SubmitCounts(user_jobs=user, account_jobs=account)
                 errors = validate(spec, config, shape(config, shapes), counts)

@@ -182,7 +182,9 @@ def _check_array(spec: JobSpec, config: ClusterConfig) -> list[SubmitError]:
 
 
 def _task_count(spec: JobSpec) -> int:
-    if spec.array_spec is None:
+    """The jobs a spec adds to the queue: an array's tasks, but one for a task already
+    split from its array (a queued task's placement changed in place)."""
+    if spec.array_spec is None or spec.array_task_id is not None:
         return 1
     try:
         return len(parse_array(spec.array_spec, max_index=2**31).task_ids)

@@ -389,6 +389,42 @@ async def test_a_pending_jobs_placement_changes_in_place_checked_as_a_submission
     assert err.code == "invalid_state" and "placed already" in str(err), str(err)
 
 
+async def test_a_job_moved_to_another_qos_counts_against_its_submit_limit(
+    api: Api, db: asyncpg.Connection
+) -> None:
+    """A move into a QOS is a submission there: the owner's jobs already under it, and
+    those the same request moves before, count; a job staying in its QOS is not counted
+    again (its partition changes at the limit)."""
+    text = api.config.read_text().replace(
+        "max_submitted_jobs_per_user = 100", "max_submitted_jobs_per_user = 2"
+    )
+    api.config.write_text(text)
+    await call(api.url, "reload", Request(user="root"), ReloadReply)
+    high = (await api.submit("alice", "-q", "high", "-H")).job_ids[0]
+    held = [(await api.submit("alice", "-H")).job_ids[0] for _ in range(2)]
+
+    both = UpdateRequest(user="alice", job_refs=tuple(map(str, held)), qos="high")
+    err = await _refused(call(api.url, "update", both, Ok))
+    assert err.code == "invalid" and f"job {held[1]}: user 'alice' already has 2" in str(err)
+    assert f"job {held[0]}:" not in str(err) and "limit of 2" in str(err), str(err)
+    qos = await db.fetch("SELECT qos FROM jobs WHERE job_id = ANY($1::bigint[])", held)
+    assert {r["qos"] for r in qos} == {"normal"}  # refused whole: neither moved
+
+    await call(
+        api.url, "update", UpdateRequest(user="alice", job_refs=(str(held[0]),), qos="high"), Ok
+    )
+    err = await _refused(
+        call(
+            api.url, "update", UpdateRequest(user="alice", job_refs=(str(held[1]),), qos="high"), Ok
+        )
+    )
+    assert "already has 2 job(s) queued or running under QOS 'high'" in str(err), str(err)
+    for job in (high, held[0]):  # at the limit, a job inside it still changes
+        await call(
+            api.url, "update", UpdateRequest(user="alice", job_refs=(str(job),), nodes="2"), Ok
+        )
+
+
 async def test_a_pending_jobs_start_time_and_dependency_change_in_place(
     api: Api, db: asyncpg.Connection
 ) -> None:

@@ -12,6 +12,7 @@ import pytest
 from services.admission.cluster_shape import NodeShape, shape
 from services.admission.config import load_config
 from services.admission.replan import PlacementChange, replanned
+from services.admission.validate import SubmitCounts
 from shared.jobspec import Dependency, JobSpec
 
 CONFIG = load_config(
@@ -114,3 +115,16 @@ def test_without_partitions_a_job_is_checked_against_the_registered_nodes_alone(
     )
     moved = replanned(SPEC, PlacementChange(partition="large"), None, CLUSTER)
     assert isinstance(moved, tuple) and "configures no partitions" in moved[0]
+
+
+def test_a_move_into_a_qos_counts_the_job_once_even_as_an_array_task() -> None:
+    """`low` caps a user at 1000 unfinished jobs: the job moving there adds one, though
+    it is a task of an array larger than the room left."""
+    task = msgspec.structs.replace(SPEC, array_spec="0-99", array_task_id=7, array_job_id=1)
+    to_low = PlacementChange(qos="low")
+    room = SubmitCounts(user_jobs=999)
+    assert replanned(task, to_low, CONFIG, CLUSTER, room) == msgspec.structs.replace(
+        task, qos="low"
+    )
+    full = replanned(task, to_low, CONFIG, CLUSTER, SubmitCounts(user_jobs=1000))
+    assert isinstance(full, tuple) and "adding 1 would pass its limit of 1000" in full[0], full
