@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import NamedTuple, TypeAlias
 
@@ -36,6 +36,10 @@ Conn: TypeAlias = (
 Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
 
 MIGRATION_LOCK = 7_331_001
+# A pending job's placement fields changed in place (admission's update) against the
+# placer's preemptions planned for it by the old ones: advisory locks keyed by this and
+# the job's id (`hold_job_changes`). Starts need none: their insert waits on the row.
+JOB_CHANGE_LOCK = 7_331_002
 
 
 async def create_pool(settings: Settings, *, min_size: int = 0, max_size: int = 5) -> Pool:
@@ -64,6 +68,24 @@ async def create_pool(settings: Settings, *, min_size: int = 0, max_size: int = 
     )
     assert pool is not None
     return pool
+
+
+async def hold_job_changes(conn: Conn, job_ids: Iterable[int], *, shared: bool) -> None:
+    """Hold these jobs' change locks until the transaction ends: exclusive for the
+    change, shared for a plan made by the fields read before it. Taken in id order, and
+    after any row lock the same transaction takes (admission holds the jobs' rows first;
+    the placer's allocation inserts take theirs first), so neither side can wait on the
+    other in a circle. Ids past 32 bits share a key with another job: a needless wait,
+    never a missed one."""
+    ids = sorted(set(job_ids))
+    if not ids:
+        return
+    fn = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+    await conn.execute(
+        f"SELECT {fn}($1, (id % 2147483648)::int) FROM unnest($2::bigint[]) AS id",
+        JOB_CHANGE_LOCK,
+        ids,
+    )
 
 
 async def idle_at_most(conn: Conn, seconds: float) -> None:

@@ -10,7 +10,7 @@ import asyncpg
 import msgspec
 
 from services.admission.config_model import ClusterConfig
-from shared.db import Conn
+from shared.db import Conn, hold_job_changes
 from shared.jobspec import JobSpec
 from shared.states import TERMINAL, JobState
 
@@ -278,10 +278,15 @@ async def job_specs(conn: Conn, job_ids: Sequence[int]) -> dict[int, JobSpec]:
 
 
 async def lock_rows(conn: Conn, where: Where) -> None:
-    """Hold the selected jobs' rows, reading nothing else: a read after this one (a new
-    statement) sees what committed while it waited (an allocation's insert holds its
-    job's row until the placer's cycle commits)."""
-    await conn.execute("SELECT 1 FROM jobs j" + where.sql() + " FOR UPDATE OF j", *where.args)
+    """Hold the selected jobs' rows, then their change locks, reading nothing else: a
+    read after this one (a new statement) sees what committed while it waited (an
+    allocation's insert holds its job's row until the placer's cycle commits), and a
+    placer that planned a preemption for one of them by its old fields, committing
+    after this transaction, reads its change (`hold_job_changes`)."""
+    rows = await conn.fetch(
+        "SELECT j.job_id FROM jobs j" + where.sql() + " FOR UPDATE OF j", *where.args
+    )
+    await hold_job_changes(conn, (r["job_id"] for r in rows), shared=False)
 
 
 async def select_rows(conn: Conn, where: Where, *, lock: bool = False) -> list[asyncpg.Record]:

@@ -31,7 +31,7 @@ from services.placer.core.blockers import blockers
 from services.placer.core.exclusions import standing
 from services.placer.core.predict import Predictor, explained_end, with_predictions
 from shared.bus import NotMine
-from shared.db import Conn, OutboxRow, inbox_first_time, outbox_add
+from shared.db import Conn, OutboxRow, hold_job_changes, inbox_first_time, outbox_add
 from shared.events import (
     AnyEvent,
     Grant,
@@ -328,15 +328,21 @@ async def _apply(
 ) -> list[OutboxRow]:
     """Write the plan's allocations and preemptions; the events they owe go in the
     outbox (its rows returned, for the relay). A start whose job's placement fields
-    changed since the queue was read (`muster update -p/-N/...`) is withdrawn: the next
-    cycle plans it by the new ones."""
+    changed since the queue was read (`muster update -p/-N/...`) is withdrawn, and a
+    preemption for such a job is not asked: the next cycle plans it by the new ones.
+    The change is seen whichever commits first: an allocation's insert waits on the
+    job's row an update holds, a preemption on its change lock (`hold_job_changes`)."""
     allocated: dict[int, int] = {}
     for start in plan.starts:
         allocated[start.job_id] = await repo.insert_allocation(
             conn, start, attempts[start.job_id], epoch
         )
-    changed = await repo.changed_since(conn, {j: versions[j] for j in allocated})
-    for job_id in changed:
+    preempting_for = {pre.for_job_id for pre in plan.preemptions}
+    await hold_job_changes(conn, preempting_for, shared=True)
+    changed = await repo.changed_since(
+        conn, {j: versions[j] for j in (*allocated, *preempting_for)}
+    )
+    for job_id in changed & allocated.keys():
         await repo.withdraw_allocation(conn, allocated[job_id])
         log.info("start withdrawn: the job was changed", extra=kv(job=job_id))
     events: list[JobAllocated | JobPreemptRequested] = []
@@ -355,6 +361,9 @@ async def _apply(
             )
         )
     for pre in plan.preemptions:
+        if pre.for_job_id in changed:
+            log.info("preemption not asked: its job was changed", extra=kv(job=pre.for_job_id))
+            continue
         if not await repo.record_preemption(conn, pre.victim_job_id, pre.for_job_id, epoch):
             continue  # already asked: the victim is in its grace time
         events.append(

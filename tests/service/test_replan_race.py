@@ -7,6 +7,10 @@
   commit and then reads the job allocated: it is no longer pending, and is skipped.
 - Admission's update, holding the row, makes the insert wait; the placer then reads
   the job's change count moved and withdraws the start (no `job.allocated`).
+- A preemption for the job writes nothing on its row: the update's exclusive change
+  lock makes the placer's shared one wait, and the placer then reads the change and
+  does not ask it (no `preemptions` row, no `job.preempt_requested`). A preemption in
+  flight first makes the update wait for it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import pytest
 
 from services.admission import repo as admission
 from services.admission.repo import insert_job
-from services.placer.core import Grant, Plan, Start
+from services.placer.core import Grant, Plan, Preempt, Start
 from services.placer.repo import acquire_lease
 from services.placer.service import _apply
 from shared.jobspec import JobSpec
@@ -34,6 +38,21 @@ WAIT_S = 0.5  # long enough for a statement that does not wait to have answered
 
 def start(job_id: int) -> Plan:
     return Plan(starts=(Start(job_id=job_id, grants=(Grant(node="n1", gpus=(0,)),)),))
+
+
+def preempt(victim: int, for_job: int) -> Plan:
+    return Plan(preemptions=(Preempt(victim_job_id=victim, for_job_id=for_job, grace_s=30),))
+
+
+async def preempted(db: asyncpg.Connection, victim: int) -> tuple[int, int]:
+    """(preemptions recorded, job.preempt_requested events) of the victim."""
+    rows = await db.fetchval("SELECT count(*) FROM preemptions WHERE victim_job_id = $1", victim)
+    events = await db.fetchval(
+        "SELECT count(*) FROM outbox WHERE subject = 'muster.job.preempt_requested'"
+        " AND convert_from(payload, 'UTF8')::jsonb->>'job_id' = $1::text",
+        str(victim),
+    )
+    return rows, events
 
 
 async def allocated(db: asyncpg.Connection, job_id: int) -> tuple[int, int]:
@@ -130,3 +149,60 @@ async def test_a_start_waits_for_an_update_in_flight_then_is_withdrawn(
         await tx.commit()
         await placing
     assert await allocated(db, job) == (0, 0), "the start was withdrawn"
+
+
+async def running_victim(db: asyncpg.Connection, epoch: int) -> int:
+    """A job holding node n1's GPU 0, for a preemption to ask."""
+    victim = await insert_job(db, SPEC)
+    async with db.transaction():
+        await _apply(db, start(victim), {victim: 1}, {victim: 0}, epoch)
+    return victim
+
+
+async def test_a_preemption_planned_by_old_fields_is_not_asked(db: asyncpg.Connection) -> None:
+    epoch = await acquire_lease(db, "test", 60.0)
+    assert epoch is not None
+    victim = await running_victim(db, epoch)
+    job = await insert_job(db, SPEC)
+    await db.execute("UPDATE jobs SET spec_version = 1 WHERE job_id = $1", job)
+    async with db.transaction():
+        await _apply(db, preempt(victim, job), {}, {job: 0}, epoch)  # read before the change
+    assert await preempted(db, victim) == (0, 0)
+    async with db.transaction():
+        await _apply(db, preempt(victim, job), {}, {job: 1}, epoch)  # the next cycle's read
+    assert await preempted(db, victim) == (1, 1)
+
+
+async def test_a_preemption_waits_for_an_update_in_flight_then_is_not_asked(
+    db: asyncpg.Connection, sides: Sides
+) -> None:
+    job, epoch, placer, update = sides
+    victim = await running_victim(db, epoch)
+    tx = update.transaction()
+    await tx.start()
+    await lock(update, job)
+    await update.execute("UPDATE jobs SET spec_version = spec_version + 1 WHERE job_id = $1", job)
+    async with placer.transaction():
+        placing = asyncio.ensure_future(_apply(placer, preempt(victim, job), {}, {job: 0}, epoch))
+        done, _ = await asyncio.wait({placing}, timeout=WAIT_S)
+        assert not done, "the preemption did not wait for the update in flight"
+        await tx.commit()
+        await placing
+    assert await preempted(db, victim) == (0, 0), "the preemption was asked"
+
+
+async def test_an_update_waits_for_a_preemption_in_flight(
+    db: asyncpg.Connection, sides: Sides
+) -> None:
+    job, epoch, placer, update = sides
+    victim = await running_victim(db, epoch)
+    tx = placer.transaction()
+    await tx.start()
+    await _apply(placer, preempt(victim, job), {}, {job: 0}, epoch)  # not yet committed
+    async with update.transaction():
+        held = asyncio.ensure_future(lock(update, job))
+        done, _ = await asyncio.wait({held}, timeout=WAIT_S)
+        assert not done, "the update did not wait for the preemption in flight"
+        await tx.commit()
+        await held
+    assert await preempted(db, victim) == (1, 1), "planned before the change: asked"
