@@ -177,6 +177,8 @@ def cmd_update(args: argparse.Namespace) -> int:
         constraint=args.constraint,
         begin=args.begin,
         dependency=args.dependency,
+        nodelist=args.nodelist,
+        account=args.account,
     )
     try:
         reply = request(nats_url(args.state), "update", req, Ok)
@@ -255,8 +257,10 @@ def register(sub: Any) -> None:
     # what the placer plans a pending job by: checked as a submission is
     s.add_argument("-p", "--partition", help="a pending job's new partition")
     s.add_argument("-q", "--qos", help="a pending job's new QOS")
+    s.add_argument("-A", "--account", help="a pending job's new account (one of its owner's)")
     s.add_argument("-N", "--nodes", help="a pending job's new node count: N or MIN-MAX")
     s.add_argument("--gpus-per-node", type=int, help="a pending job's new GPUs per node")
+    s.add_argument("-w", "--nodelist", help="nodes a pending job must run on ('' clears)")
     s.add_argument("-x", "--exclude", help="nodes a pending job must not run on ('' clears)")
     s.add_argument("-C", "--constraint", help="features a pending job's nodes need ('' clears)")
     s.add_argument("--begin", help="when a pending job may start: now+1hour, 2026-12-08T10:00")

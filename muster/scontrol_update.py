@@ -6,9 +6,10 @@ what).
     scontrol update NodeName=node[01-02] State=DRAIN|RESUME [Reason="..."]
 
 Keys in any case, as Slurm's; `Name=` is `JobName=`. A time limit is whole or, as
-Slurm's, a change of each job's own (`TimeLimit=+30`, `TimeLimit=-1:00:00`). What the
-placer plans a job by (partition, QOS, nodes, GPUs, ...) is refused, saying to cancel
-and submit again.
+Slurm's, a change of each job's own (`TimeLimit=+30`, `TimeLimit=-1:00:00`). A pending
+job's placement changes too (`KEYS`); the rest of what the placer plans a job by
+(`PLANNED`: tasks, CPUs, memory, a GPU type...) is refused, saying to cancel and submit
+again.
 """
 
 from __future__ import annotations
@@ -23,16 +24,25 @@ from shared.api import UpdateRequest
 
 KEYS = (
     "JobId=, TimeLimit=, Nice=, JobName=, Comment=, and for a pending job Partition=, QOS=,"
-    " NumNodes=, Gres=gpu:N, ExcNodeList=, Features=, StartTime= and Dependency="
+    " Account=, NumNodes=, Gres=gpu:N, ReqNodeList=, ExcNodeList=, Features=, StartTime="
+    " and Dependency="
 )
 # What else the placer plans a job by: not changed in place (cancel and submit again).
 PLANNED = frozenset(
     {
         "numtasks", "numcpus", "minnodes", "tres", "tresperjob", "tres_per_job",
-        "reqnodelist", "account", "reservation", "minmemorynode", "minmemorycpu",
+        "reservation", "minmemorynode", "minmemorycpu",
         "contiguous", "shared", "oversubscribe", "licenses", "arraytaskthrottle",
     }
 )  # fmt: skip
+
+
+# Slurm's keys of a pending job's placement that are one value each: the request's field.
+RENAMED = {
+    "partition": "partition", "qos": "qos", "account": "account", "reqnodelist": "nodelist",
+    "nodelist": "nodelist", "excnodelist": "exclude", "features": "constraint",
+    "starttime": "begin", "dependency": "dependency",
+}  # fmt: skip
 
 
 class UpdateError(ValueError):
@@ -62,9 +72,8 @@ def update_request(words: Sequence[str], user: str) -> UpdateRequest:
             name = value
         elif k == "comment":
             comment = value
-        elif k in ("partition", "qos", "excnodelist", "features", "starttime", "dependency"):
-            renamed = {"excnodelist": "exclude", "features": "constraint", "starttime": "begin"}
-            placement[renamed.get(k, k)] = value
+        elif k in RENAMED:
+            placement[RENAMED[k]] = value
         elif k == "numnodes":
             placement["nodes"] = value
         elif k == "gres":

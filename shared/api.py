@@ -87,6 +87,8 @@ class UpdateRequest(Request, frozen=True, kw_only=True):
     constraint: str | None = None  # "" clears
     begin: str | None = None  # as --begin takes it (now+1hour, 2026-12-08T10:00, now)
     dependency: str | None = None  # as --dependency takes it; "" clears
+    nodelist: str | None = None  # a hostlist the job must run on; "" clears
+    account: str | None = None
 
 
 class QueueRequest(Request, frozen=True, kw_only=True):

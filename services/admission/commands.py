@@ -268,7 +268,7 @@ class JobCommands:
             decision = decide_update(req.user, chosen, change, self.config())
             if decision.refusal is not None:
                 raise Refused(decision.refusal, decision.code, decision.skipped or ())
-            moved: dict[int, str] = {}  # a replanned job's new partition
+            moved: dict[int, JobSpec] = {}  # a replanned job's new spec
             if change.replans():
                 moved = await self._replan(conn, decision, change)
             else:
@@ -296,10 +296,10 @@ class JobCommands:
 
     async def _replan(
         self, conn: Conn, decision: UpdateDecision, change: JobChange
-    ) -> dict[int, str]:
+    ) -> dict[int, JobSpec]:
         """Pending jobs' new placement (replan.py), each checked as a submission is and
         written whole, or the request refused with every job's reasons; each job's
-        partition now."""
+        spec now."""
         config = self.config()
         nodes = await self.shapes() if self.shapes is not None else []
         cluster = shape(config, nodes)
@@ -308,19 +308,18 @@ class JobCommands:
         specs = await repo.job_specs(conn, decision.act_on)
         new: dict[int, JobSpec] = {}
         refusals: list[str] = []
-        moved_in: Counter[tuple[str, str]] = Counter()  # into a capped QOS, by owner, account
+        moved = Moved()  # what the jobs accepted so far change in the submit counts
         for job_id in decision.act_on:
             fields = change.spec_fields() | (
                 {"time_limit_s": limits[job_id]} if job_id in limits else {}
             )
             spec = msgspec.structs.replace(specs[job_id], **fields)
             assert change.placement is not None  # change.replans()
-            counts = await self._counts_into(conn, spec, change.placement.qos, moved_in)
+            counts = await self._counts_into(conn, job_id, spec, change.placement, moved)
             out = replanned(spec, change.placement, placing, cluster, counts)
             if isinstance(out, JobSpec):
                 new[job_id] = out
-                if counts is not NO_JOBS:
-                    moved_in.update({("user", spec.user): 1, ("account", spec.account): 1})
+                moved.count(spec, out)
             else:
                 refusals += [f"job {job_id}: {why}" for why in out]
         refusals += await self._dependencies_refused(conn, new)
@@ -328,22 +327,27 @@ class JobCommands:
             raise Refused("; ".join(refusals), "invalid", tuple(refusals))
         for job_id, spec in new.items():
             await repo.replace_spec(conn, job_id, spec, job_policy(spec, placing))
-        return {job_id: spec.partition for job_id, spec in new.items()}
+        return new
 
     async def _counts_into(
-        self, conn: Conn, spec: JobSpec, qos_name: str | None, moved_in: Counter[tuple[str, str]]
+        self, conn: Conn, job_id: int, spec: JobSpec, change: PlacementChange, moved: Moved
     ) -> SubmitCounts:
-        """The unfinished jobs of `spec`'s owner and account already under the QOS it
-        moves to, with those this request moved there before it, for that QOS's submit
-        limits, counted under the lock a submission takes. None when the job stays in
-        its QOS (it is counted there already) or the QOS caps nothing."""
-        qos = self.config().qos.get(qos_name) if qos_name not in (None, spec.qos) else None
-        if qos is None or not qos.limits_submissions:
+        """The other unfinished jobs, under the QOS a job moves to, of its owner and of
+        the account it moves to, for that QOS's submit limits: counted under the lock a
+        submission takes, with what the same request moved before it. None when the job
+        keeps its QOS and account (it is counted there already) or the QOS caps nothing."""
+        qos_name, account = change.qos or spec.qos, change.account or spec.account
+        qos = self.config().qos.get(qos_name)
+        if (qos_name, account) == (spec.qos, spec.account) or qos is None:
             return NO_JOBS
-        user, account = await repo.submit_counts(conn, spec.user, spec.account, qos.name)
+        if not qos.limits_submissions:
+            return NO_JOBS
+        user_jobs, account_jobs = await repo.submit_counts(
+            conn, spec.user, account, qos_name, besides=job_id
+        )
         return SubmitCounts(
-            user_jobs=user + moved_in["user", spec.user],
-            account_jobs=account + moved_in["account", spec.account],
+            user_jobs=user_jobs + moved.delta["user", spec.user, qos_name],
+            account_jobs=account_jobs + moved.delta["account", account, qos_name],
         )
 
     async def _dependencies_refused(self, conn: Conn, specs: dict[int, JobSpec]) -> list[str]:
@@ -469,24 +473,43 @@ def _ok(message: str, decision: Decision) -> Ok:
     return Ok(message=message, job_ids=decision.act_on, skipped=decision.skipped)
 
 
+class Moved:
+    """Jobs one update request moves between QOS and accounts, as the submit counts see
+    them: the database still counts each where it was until the request commits."""
+
+    def __init__(self) -> None:
+        self.delta: Counter[tuple[str, str, str]] = Counter()  # (kind, name, QOS): jobs
+
+    def count(self, old: JobSpec, new: JobSpec) -> None:
+        for kind, before, after in (
+            ("user", old.user, new.user),
+            ("account", old.account, new.account),
+        ):
+            self.delta[kind, before, old.qos] -= 1
+            self.delta[kind, after, new.qos] += 1
+
+
 async def _wake(
-    conn: Conn, job_ids: tuple[int, ...], rows: dict[int, Any], moved: dict[int, str] | None = None
+    conn: Conn,
+    job_ids: tuple[int, ...],
+    rows: dict[int, Any],
+    moved: dict[int, JobSpec] | None = None,
 ) -> None:
-    """A released, approved or changed job is news to the placer (`moved`: the new
-    partition of a job an update moved, which its row read before)."""
+    """A released, approved or changed job is news to the placer (`moved`: the new spec
+    of a job an update moved, whose partition and account its row read before)."""
     moved = moved or {}
-    await outbox_add(
-        conn,
-        *(
-            JobSubmitted(
-                job_id=j,
-                user=rows[j]["user_name"],
-                account=rows[j]["account"],
-                partition=moved.get(j, rows[j]["partition"]),
+
+    def news(j: int) -> JobSubmitted:
+        if (spec := moved.get(j)) is not None:
+            return JobSubmitted(
+                job_id=j, user=spec.user, account=spec.account, partition=spec.partition
             )
-            for j in job_ids
-        ),
-    )
+        row = rows[j]
+        return JobSubmitted(
+            job_id=j, user=row["user_name"], account=row["account"], partition=row["partition"]
+        )
+
+    await outbox_add(conn, *(news(j) for j in job_ids))
 
 
 def _placement_of(req: UpdateRequest) -> PlacementChange | None:
@@ -498,7 +521,7 @@ def _placement_of(req: UpdateRequest) -> PlacementChange | None:
     change = PlacementChange(
         partition=req.partition, qos=req.qos, nodes=nodes, gpus_per_node=req.gpus_per_node,
         exclude=req.exclude, constraint=req.constraint, begin_at=begin,
-        dependency=req.dependency,
+        dependency=req.dependency, nodelist=req.nodelist, account=req.account,
     )  # fmt: skip
     return change if change.fields() else None
 

@@ -1,13 +1,16 @@
 """Pure: a pending job's placement fields changed in place.
 
-`muster update -p/-q/-N/--gpus-per-node/-x/-C/--begin/-d` and scontrol's `Partition=`,
-`QOS=`, `NumNodes=`, `Gres=gpu:N`, `ExcNodeList=`, `Features=`, `StartTime=` and
-`Dependency=` change what the placer plans a job by (the last two: when it may start).
+`muster update -p/-q/-A/-N/--gpus-per-node/-w/-x/-C/--begin/-d` and scontrol's
+`Partition=`, `QOS=`, `Account=`, `NumNodes=`, `Gres=gpu:N`, `ReqNodeList=`,
+`ExcNodeList=`, `Features=`, `StartTime=` and `Dependency=` change what the placer plans
+a job by (the last two: when it may start).
 The job keeps its id and its place in the queue (its submit time); its spec with the
 new fields is checked as a submission is (`validate`: the partition exists and the
-account and QOS may use it, the limit fits its maximum, the nodes and GPUs exist there;
-the jobs a dependency names exist), and its policy columns and I/O settings are those
-of its new partition and QOS.
+account and QOS may use it, the owner is in the account, the limit fits its maximum,
+the nodes and GPUs exist there, the nodes it requires are in the partition and not
+excluded; the jobs a dependency names exist; a move into a QOS or an account counts
+against the QOS's submit limits), and its policy columns and I/O settings are those of
+its new partition, QOS and account.
 
 Only a pending job changes so (`update.py` skips a started one: its nodes are placed).
 The race with a placer that planned the job by the old fields is settled by the rows
@@ -41,6 +44,8 @@ class PlacementChange(msgspec.Struct, frozen=True, kw_only=True):
     constraint: str | None = None  # "" clears it
     begin_at: float | None = None  # epoch seconds (`StartTime=now` for none)
     dependency: str | None = None  # as --dependency takes it; "" clears it
+    nodelist: str | None = None  # a hostlist of nodes the job must run on; "" clears it
+    account: str | None = None  # one of its owner's accounts
 
     def fields(self) -> dict[str, object]:
         return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
@@ -55,8 +60,8 @@ def replanned(
 ) -> JobSpec | tuple[str, ...]:
     """The job's spec with `change`, or why it cannot be (each reason says what to
     change). `spec` carries the request's other changes already (its limit, name...).
-    `counts`: the owner's and the account's unfinished jobs already under the QOS the
-    job moves to, for its submit limits (none when it stays in its own: counted there).
+    `counts`: the owner's and the account's other unfinished jobs under the QOS the job
+    moves to, for its submit limits (none when its QOS and account stay: counted there).
     Without partitions configured (`config` None), as a submission there: its nodes
     and GPUs against the registered nodes alone, and no partition or QOS to move to."""
     if config is None and (change.partition is not None or change.qos is not None):
@@ -64,6 +69,8 @@ def replanned(
             "this cluster configures no partitions or QOS to move a job to: change its"
             " nodes, GPUs, excluded nodes or features, or cancel it and submit again",
         )
+    if change.account is not None and (config is None or not config.accounts):
+        return ("this cluster keeps no accounts to move a job to (accounting is off)",)
     if change.gpus_per_node is not None and change.gpus_per_node < 0:
         return (f"--gpus-per-node={change.gpus_per_node}: a node's GPU count is 0 or more",)
     if change.gpus_per_node is not None and (spec.gpus_per_task or spec.gpus_total):
@@ -82,11 +89,17 @@ def replanned(
         fields |= {"nodes_min": low, "nodes_max": high, "elastic": low < high}
     if change.gpus_per_node is not None:
         fields["gpus_per_node"] = change.gpus_per_node
-    if change.exclude is not None:
-        try:
-            fields["excluded_nodes"] = expand(change.exclude) if change.exclude else ()
-        except ValueError as err:
-            return (f"--exclude: {err}",)
+    for key, hosts, option in (
+        ("excluded_nodes", change.exclude, "--exclude"),
+        ("required_nodes", change.nodelist, "--nodelist"),
+    ):
+        if hosts is not None:
+            try:
+                fields[key] = expand(hosts) if hosts else ()
+            except ValueError as err:
+                return (f"{option}: {err}",)
+    if change.account is not None:
+        fields["account"] = change.account
     if change.constraint is not None:
         fields["constraint"] = change.constraint or None
     if change.begin_at is not None:

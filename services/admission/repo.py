@@ -51,11 +51,14 @@ async def insert_job(conn: Conn, spec: JobSpec, policy: JobPolicy = NO_POLICY) -
 UNFINISHED_RUNS = sorted(str(s) for s in JobState if s not in TERMINAL)
 
 
-async def submit_counts(conn: Conn, user: str, account: str, qos: str) -> tuple[int, int]:
-    """Unfinished jobs under `qos` of `user` and of `account`, serialised per QOS so two
-    concurrent submissions cannot both slip under a limit. Unfinished: waiting (no run,
-    or a requeued one: `waiting_jobs`) or with a run in a live state, both read by
-    index: a user's finished jobs, which only grow, are never read."""
+async def submit_counts(
+    conn: Conn, user: str, account: str, qos: str, besides: int | None = None
+) -> tuple[int, int]:
+    """Unfinished jobs under `qos` of `user` and of `account` (but job `besides`, one
+    being moved), serialised per QOS so two concurrent submissions cannot both slip
+    under a limit. Unfinished: waiting (no run, or a requeued one: `waiting_jobs`) or
+    with a run in a live state, both read by index: a user's finished jobs, which only
+    grow, are never read."""
     await conn.execute("SELECT pg_advisory_xact_lock(hashtext('admission.qos.' || $1))", qos)
     row = await conn.fetchrow(
         "SELECT count(*) FILTER (WHERE j.user_name = $1) AS u,"
@@ -63,11 +66,12 @@ async def submit_counts(conn: Conn, user: str, account: str, qos: str) -> tuple[
         " FROM jobs j WHERE j.job_id IN (SELECT job_id FROM waiting_jobs"
         "   UNION SELECT job_id FROM job_runs WHERE state = ANY($4::text[]))"
         " AND j.qos = $3 AND (j.user_name = $1 OR j.account = $2)"
-        " AND j.cancel_requested_at IS NULL",
+        " AND j.cancel_requested_at IS NULL AND j.job_id IS DISTINCT FROM $5",
         user,
         account,
         qos,
         UNFINISHED_RUNS,
+        besides,
     )
     assert row is not None
     return int(row["u"]), int(row["a"])
@@ -261,12 +265,12 @@ async def replace_spec(conn: Conn, job_id: int, spec: JobSpec, policy: JobPolicy
         "UPDATE jobs SET spec = $2::jsonb, name = $3, partition = $4, qos = $5,"
         " nodes_min = $6, nodes_max = $7, gpus_per_node = $8, time_limit_s = $9,"
         " tier = $10, preemptible = $11, can_preempt = $12, grace_s = $13,"
-        " min_runtime_s = $14, needs_approval = $15, spec_version = spec_version + 1"
-        " WHERE job_id = $1",
+        " min_runtime_s = $14, needs_approval = $15, account = $16,"
+        " spec_version = spec_version + 1 WHERE job_id = $1",
         job_id, msgspec.json.encode(spec).decode(), spec.name, spec.partition, spec.qos,
         spec.nodes_min, spec.nodes_max, spec.gpus_per_node, spec.time_limit_s, policy.tier,
         policy.preemptible, policy.can_preempt, policy.grace_s, policy.min_runtime_s,
-        policy.needs_approval,
+        policy.needs_approval, spec.account,
     )  # fmt: skip
 
 

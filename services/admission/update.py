@@ -21,9 +21,10 @@ loses a race with the placer (which planned the job before the change and starts
 after) starts the job with the new values: the launcher reads the job's spec when it
 starts it, and a start that read the old spec is re-armed by the event.
 
-Partition, QOS, nodes, GPUs per node, excluded nodes and features, which the placer
-plans by, change for a pending job alone (a started one is skipped, saying to cancel
-and submit again); the new spec is checked as a submission is (replan.py).
+Partition, QOS, account, nodes, GPUs per node, required and excluded nodes, features,
+begin time and dependency, which the placer plans by, change for a pending job alone (a
+started one is skipped, saying to cancel and submit again); the new spec is checked as
+a submission is (replan.py).
 """
 
 from __future__ import annotations
@@ -89,8 +90,8 @@ PENDING_STATES = frozenset({JobState.PENDING})
 STARTED_STATES = frozenset({JobState.CONFIGURING, JobState.STARTING, JobState.RUNNING})
 NOT_UPDATABLE = "only a pending or running job can be updated (one ending or ended is done)"
 PLACED = (
-    "its partition, QOS, nodes and GPUs are placed already: cancel the job and submit it"
-    " again to change them"
+    "its partition, QOS, account, nodes and GPUs are placed already: cancel the job and"
+    " submit it again to change them"
 )
 
 
@@ -111,8 +112,10 @@ def check_change(change: JobChange) -> str | None:
     if not change.fields():
         return (
             "say what to change: TimeLimit=, Nice=, JobName=, Comment=, Partition=, QOS=,"
-            " NumNodes=, Gres=, ExcNodeList= or Features= (--time, --nice, --name, --comment,"
-            " --partition, --qos, --nodes, --gpus-per-node, --exclude, --constraint)"
+            " Account=, NumNodes=, Gres=, ReqNodeList=, ExcNodeList=, Features=, StartTime="
+            " or Dependency= (--time, --nice, --name, --comment, --partition, --qos,"
+            " --account, --nodes, --gpus-per-node, --nodelist, --exclude, --constraint,"
+            " --begin, --dependency)"
         )
     if change.time_limit_s is not None and change.time_limit_change_s is not None:
         return "give the time limit once: whole (2:00:00) or as a change (+30, -30)"

@@ -425,6 +425,47 @@ async def test_a_job_moved_to_another_qos_counts_against_its_submit_limit(
         )
 
 
+async def test_a_job_moved_to_another_account_counts_there_and_is_news_under_it(
+    api: Api, db: asyncpg.Connection
+) -> None:
+    """`Account=` of a pending job: the owner's other account, counted against the QOS's
+    per-account submit limit there; the row, the spec and the placer's wake-up name it.
+    `ReqNodeList=` is stored as the job's required nodes."""
+    text = api.config.read_text().replace(
+        "max_submitted_jobs_per_account = 2000", "max_submitted_jobs_per_account = 1"
+    )
+    api.config.write_text(text)
+    await call(api.url, "reload", Request(user="root"), ReloadReply)
+    daves = (await api.submit("dave", "-H")).job_ids[0]  # prod's one job
+    job = (await api.submit("bob", "-H")).job_ids[0]  # research's
+    to_prod = UpdateRequest(user="bob", job_refs=(str(job),), account="prod")
+    err = await _refused(call(api.url, "update", to_prod, Ok))
+    assert "account 'prod' already has 1 job(s) queued or running" in str(err), str(err)
+    await api.act("cancel", "dave", str(daves))
+    await call(api.url, "update", to_prod, Ok)
+    row = await db.fetchrow(
+        "SELECT account, spec->>'account' AS spec_account FROM jobs WHERE job_id = $1", job
+    )
+    assert row is not None and dict(row) == {"account": "prod", "spec_account": "prod"}
+    woken = await db.fetchval(
+        "SELECT payload FROM outbox WHERE subject = 'muster.job.submitted' ORDER BY id DESC"
+    )
+    news = decode(bytes(woken))
+    assert isinstance(news, JobSubmitted) and news.account == "prod", news
+    err = await _refused(
+        call(api.url, "update", UpdateRequest(user="alice", job_refs=(str(job),), name="x"), Ok)
+    )
+    assert err.code == "forbidden", str(err)  # alice coordinates neither account
+
+    pinned = UpdateRequest(user="bob", job_refs=(str(job),), nodelist="node0[3-4]", nodes="2")
+    await call(api.url, "update", pinned, Ok)
+    got = await db.fetchval("SELECT spec->'required_nodes' FROM jobs WHERE job_id = $1", job)
+    assert json.loads(got) == ["node03", "node04"]
+    wider = UpdateRequest(user="bob", job_refs=(str(job),), nodelist="node0[1-3]")
+    err = await _refused(call(api.url, "update", wider, Ok))
+    assert "--nodelist names 3 nodes but the job asks for at most 2" in str(err), str(err)
+
+
 async def test_a_pending_jobs_start_time_and_dependency_change_in_place(
     api: Api, db: asyncpg.Connection
 ) -> None:

@@ -48,6 +48,11 @@ CHANGED = {
         {"excluded_nodes": ("node01", "node02"), "constraint": "a100"},
     ),
     "a QOS": (PlacementChange(qos="low"), {"qos": "low"}),
+    "nodes required": (
+        PlacementChange(nodelist="node[02-03]", nodes=(2, 2)),
+        {"required_nodes": ("node02", "node03"), "nodes_min": 2, "nodes_max": 2,
+         "elastic": False},
+    ),
     "a later start": (PlacementChange(begin_at=2e9), {"begin_at": 2e9}),
     "a dependency": (
         PlacementChange(dependency="afterok:3?afterany:4"),
@@ -92,6 +97,22 @@ REFUSED = {
     "features no node has": (SPEC, PlacementChange(constraint="h100"), "h100"),
     "fewer than no GPUs": (SPEC, PlacementChange(gpus_per_node=-1), "0 or more"),
     "a bad hostlist": (SPEC, PlacementChange(exclude="node[01"), "--exclude: invalid hostlist"),
+    "a node not in the cluster required": (
+        SPEC, PlacementChange(nodelist="node09"), "node09",
+    ),
+    "more nodes required than the job asks": (
+        SPEC, PlacementChange(nodelist="node[01-02]"), "--nodelist names 2 nodes",
+    ),
+    "a node both required and excluded": (
+        SPEC, PlacementChange(nodelist="node01", exclude="node01"), "both required",
+    ),
+    "an account the owner is not in": (
+        SPEC, PlacementChange(account="prod"), "user 'alice' is not in account 'prod'",
+    ),
+    "an account no partition of it allows": (
+        msgspec.structs.replace(SPEC, user="bob", partition="large"),
+        PlacementChange(account="prod"), "account 'prod' may not use partition 'large'",
+    ),
     "a dependency of no kind Slurm has": (
         SPEC, PlacementChange(dependency="before:3"), "invalid --dependency 'before:3'",
     ),
@@ -128,3 +149,11 @@ def test_a_move_into_a_qos_counts_the_job_once_even_as_an_array_task() -> None:
     )
     full = replanned(task, to_low, CONFIG, CLUSTER, SubmitCounts(user_jobs=1000))
     assert isinstance(full, tuple) and "adding 1 would pass its limit of 1000" in full[0], full
+
+
+def test_an_owner_in_two_accounts_moves_a_job_between_them() -> None:
+    bobs = msgspec.structs.replace(SPEC, user="bob")
+    moved = replanned(bobs, PlacementChange(account="prod"), CONFIG, CLUSTER)
+    assert isinstance(moved, JobSpec) and moved.account == "prod", moved
+    nowhere = replanned(bobs, PlacementChange(account="prod"), None, CLUSTER)
+    assert nowhere == ("this cluster keeps no accounts to move a job to (accounting is off)",)

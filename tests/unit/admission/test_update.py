@@ -145,8 +145,8 @@ CASES = {
         JobChange(placement=PlacementChange(partition="large", nodes=(2, 2))),
         UpdateDecision(
             act_on=(2,),
-            skipped=("job 1 is RUNNING; its partition, QOS, nodes and GPUs are placed"
-                     " already: cancel the job and submit it again to change them",),
+            skipped=("job 1 is RUNNING; its partition, QOS, account, nodes and GPUs are"
+                     " placed already: cancel the job and submit it again to change them",),
         ),
     ),
     "a change past UNLIMITED: refused, not written": (

@@ -40,6 +40,9 @@ from shared.api import UpdateRequest
          UpdateRequest(user="u", job_refs=("7",), exclude="", constraint="")),
         (["JobId=7", "StartTime=now+1hour", "Dependency=afterok:5"],
          UpdateRequest(user="u", job_refs=("7",), begin="now+1hour", dependency="afterok:5")),
+        (["JobId=7", "ReqNodeList=node[03-04]", "Account=prod"],
+         UpdateRequest(user="u", job_refs=("7",), nodelist="node[03-04]", account="prod")),
+        (["JobId=7", "NodeList="], UpdateRequest(user="u", job_refs=("7",), nodelist="")),
     ],
 )  # fmt: skip
 def test_slurms_words_for_a_jobs_change(words: list[str], want: UpdateRequest) -> None:
@@ -55,7 +58,7 @@ def test_slurms_words_for_a_jobs_change(words: list[str], want: UpdateRequest) -
         (["JobId=1", "TimeLimit=UNLIMITED"], "invalid TimeLimit= 'UNLIMITED': give a limit above"),
         (["JobId=1", "TimeLimit=soon"], "invalid TimeLimit= 'soon'"),
         (["JobId=1", "Nice=lots"], "invalid Nice= 'lots'"),
-        (["JobId=1", "ReqNodeList=node01"], "ReqNodeList= is what the job is placed by"),
+        (["JobId=1", "MinMemoryNode=8G"], "MinMemoryNode= is what the job is placed by"),
         (["JobId=1", "NumTasks=4"], "NumTasks= is what the job is placed by"),
         (["JobId=1", "Gres=gpu:a100:2"], "Gres=gpu:a100:2: this shim changes the GPUs per"),
         (["JobId=1", "Gres=nic:1"], "Gres=nic:1: this shim changes the GPUs per node alone"),
