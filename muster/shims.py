@@ -388,6 +388,10 @@ def _when(text: str) -> float:
 
 
 def scontrol(argv: list[str]) -> int:
+    from muster.hostnames import ENTITIES
+
+    if argv[:1] == ["show"] and len(argv) >= 2 and argv[1].lower() in ENTITIES:
+        return _show_hosts(argv[1].lower(), argv[2:])
     if argv[:2] == ["show", "job"] and len(argv) >= 3:
         return _show_job(argv[2])
     if argv[:2] == ["show", "node"] or argv[:2] == ["show", "nodes"]:
@@ -403,10 +407,26 @@ def scontrol(argv: list[str]) -> int:
         return _act("scontrol", "requeue", refs, hold=True)
     raise ShimError(
         f"unsupported: scontrol {' '.join(argv) or '(nothing)'}; this shim knows "
-        "show job ID, show node [NAME], hold IDS, release IDS, requeue IDS, requeuehold IDS,"
+        "show job ID, show node [NAME], show hostnames [LIST], show hostlist[sorted] NAMES,"
+        " hold IDS, release IDS, requeue IDS, requeuehold IDS,"
         " update JobId=ID [TimeLimit=] [Nice=] [JobName=] [Comment=],"
         " update NodeName=NODES State=DRAIN|RESUME [Reason=]"
     )
+
+
+def _show_hosts(entity: str, args: list[str]) -> int:
+    """`scontrol show hostnames [LIST]` and `show hostlist[sorted] NAMES`, from the
+    arguments alone (muster/hostnames.py)."""
+    from pathlib import Path
+
+    from muster.hostnames import HostlistError, show
+
+    try:
+        lines = show(entity, args, os.environ, lambda path: Path(path).read_text())
+    except HostlistError as err:
+        raise ShimError(str(err)) from err
+    _print(lines)
+    return 0
 
 
 def _update(words: list[str]) -> int:

@@ -1,7 +1,8 @@
 """End to end: sbatch runs a script on the job's first node only, as Slurm's batch host
 does, so the script Slurm users write — an unguarded `srun` on a two-node job — makes
 one step with a task on each node (or the job's `--ntasks-per-node` on each, each
-bound to the job's `--gpus-per-task`) and completes. The other node holds its share of
+bound to the job's `--gpus-per-task`) and completes; `scontrol show hostnames` names its
+first node, the rendezvous host. The other node holds its share of
 the allocation for the step and is let go when the script ends; its exit status is the
 job's (docs/steps.md). And an srun that comes before every node's worker started (a
 node's site prolog still running) waits for them, as Slurm's, where it was refused."""
@@ -29,11 +30,14 @@ export MUSTER_KEY_DIR={{keys}}  # the launcher passes no MUSTER_ variable of the
 echo "batch on $SLURMD_NODENAME"
 {sys.executable} -m muster.shims srun bash -c '{TASK}' 2> srun-$SLURM_JOB_ID.err | sort
 """
-# sbatch's --ntasks-per-node: the script is told the job's tasks, and srun runs them
+# sbatch's --ntasks-per-node: the script is told the job's tasks, and srun runs them;
+# its first node is the rendezvous host, found as every Slurm training script finds it
 TASKS = f"""#!/bin/bash
 #SBATCH -N 2 --ntasks-per-node=2 -t 5
 export MUSTER_KEY_DIR={{keys}}
 echo "tasks $SLURM_NTASKS"
+hosts=$({sys.executable} -m muster.shims scontrol show hostnames "$SLURM_JOB_NODELIST")
+echo "master $(echo "$hosts" | head -n 1)"
 {sys.executable} -m muster.shims srun bash -c '{TASK}' 2> /dev/null | sort
 """
 # sbatch's --gpus-per-task: a bare srun binds each task to its own GPU, as Slurm's
@@ -112,7 +116,7 @@ async def test_sbatch_runs_the_script_on_the_first_node_and_its_srun_on_both(
         four = sbatch("tasks.sh")
         row = await eventually(lambda: db.fetchrow(ENDED, four, ENDS), lambda r: r is not None)
         assert row is not None and row["state"] == "COMPLETED"
-        lines = "tasks 4\nR0@node01\nR1@node01\nR2@node02\nR3@node02\n"
+        lines = "tasks 4\nmaster node01\nR0@node01\nR1@node01\nR2@node02\nR3@node02\n"
         assert (work / f"slurm-{four}.out").read_text() == lines
 
         (work / "gpus.sh").write_text(GPU_TASKS.format(keys=state / "keys"))
