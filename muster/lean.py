@@ -235,8 +235,7 @@ def _squeue(got: dict[str, Any]) -> int:
 
     states, all_states = fmt.state_filter(csv(got.get("states")))
     fields = queue_fields(got, states, all_states)
-    if got.get("me"):
-        fields["users"] += (client_env.current_user() or os.environ.get("USER", ""),)
+    fields["mine"] = bool(got.get("me"))  # the server knows who signed
     try:
         jobs = View(call(_url(), "queue", fields)).jobs  # type: ignore[attr-defined]
         lines = fmt.squeue_lines(jobs, got.get("format"), None, header=not got.get("noheader"))

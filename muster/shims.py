@@ -146,10 +146,10 @@ def squeue(argv: list[str]) -> int:
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     states, all_states = _states(a.states)
-    me = (current_user() or os.environ.get("USER", ""),) if a.me else ()
     req = QueueRequest(
         user=current_user(),
-        users=_csv(a.user) + me,
+        users=_csv(a.user),
+        mine=a.me,
         partitions=_csv(a.partition),
         states=states,
         all_states=all_states,
@@ -208,16 +208,16 @@ def scancel(argv: list[str]) -> int:
     p.add_argument("-s", "--signal")
     a = p.parse_args(argv)
     states, _ = _states(a.state)
-    owner = a.user or ((current_user() or os.environ.get("USER")) if a.me else None)
-    if not (a.job_ids or a.name or owner):
-        raise ShimError("no job specification given: name job ids, -n NAME or -u USER")
+    owner, mine = a.user, a.me and not a.user  # --me: whoever signs, as the server knows
+    if not (a.job_ids or a.name or owner or mine):
+        raise ShimError("no job specification given: name job ids, -n NAME, -u USER or --me")
     from muster import step_refs  # JOB.STEP: the launcher ends the step
 
     steps, refs = step_refs.split(_csv(a.job_ids))
     if steps and a.signal:
         raise ShimError("-s with JOB.STEP: a step takes no signal here; signal its job")
     ended = step_refs.cancel(_url(), steps, "scancel") if steps else 0
-    if steps and not (refs or a.name or owner):
+    if steps and not (refs or a.name or owner or mine):
         return ended
     return ended | _act(
         "scancel",
@@ -225,6 +225,7 @@ def scancel(argv: list[str]) -> int:
         refs,
         name=a.name,
         owner=owner,
+        mine=mine,
         states=states,
         partition=a.partition,
         signal=a.signal,

@@ -55,6 +55,7 @@ class JobSelector(Request, frozen=True, kw_only=True):
     job_ids: tuple[int, ...] = ()
     name: str | None = None
     owner: str | None = None  # every job of this user
+    mine: bool = False  # every job of the requester (`scancel --me`), as the key says
     signal: str | None = None
     # With a cancel: end a running job as if its script had exited so, COMPLETED for 0
     # and FAILED otherwise (salloc's release, and an srun that made its own allocation:
@@ -101,6 +102,9 @@ class QueueRequest(Request, frozen=True, kw_only=True):
     accounts: tuple[str, ...] = ()
     names: tuple[str, ...] = ()
     steps: bool = False  # the selected jobs' running srun steps too (`squeue -s`)
+    # The requester's own jobs as well as `users`' (`squeue --me`): whoever signed the
+    # request, which a client without MUSTER_USER or $USER cannot name itself.
+    mine: bool = False
     # A page of the selection (the gateway's dashboard at 10,000 jobs: the whole list
     # would not fit one NATS message): `limit` jobs from `offset`; 0: every job.
     offset: Annotated[int, msgspec.Meta(ge=0)] = 0

@@ -76,6 +76,8 @@ class JobCommands:
             where.add(f"j.name = {where.arg(sel.name)}")
         if sel.owner is not None:
             where.add(f"j.user_name = {where.arg(sel.owner)}")
+        if sel.mine:
+            where.add(f"j.user_name = {where.arg(sel.user)}")
         if sel.partition is not None:
             where.add(f"j.partition = {where.arg(sel.partition)}")
         if not where.parts:
@@ -368,7 +370,7 @@ class JobCommands:
     async def queue(self, req: QueueRequest) -> QueueReply:
         where = _by_refs(req.job_ids, req.job_refs)
         for column, values in (
-            ("user_name", req.users),
+            ("user_name", req.users + ((req.user,) if req.mine else ())),
             ("partition", req.partitions),
             ("account", req.accounts),
             ("name", req.names),

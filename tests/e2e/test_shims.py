@@ -70,11 +70,11 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
     job = sub.stdout.strip()
     assert job.isdigit(), sub.stdout
 
-    await eventually(
-        lambda: shell("squeue", "-h", "-o", "%i %T %R"),
-        lambda out: out.stdout.startswith(f"{job} RUNNING "),
+    await eventually(  # --me in a shell with no $USER (cron, a container): the key's user
+        lambda: shell("env", "-u", "USER", "-u", "LOGNAME", "squeue", "--me", "-h", "-o", "%i %T"),
+        lambda out: out.stdout.split() == [job, "RUNNING"],
         timeout=60,
-        what="squeue shows the job RUNNING",
+        what="squeue --me shows the job RUNNING",
     )
     info = await shell("sinfo", "-N", "-h", "-o", "%N %T")
     assert sorted(info.stdout.split()) == sorted(["node01", "node02", "idle", "mixed"]), info.stdout
@@ -139,8 +139,10 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
     assert "JobName=renamed" in shown and "TimeLimit=0:10:00" in shown, shown
     wider = await shell("scontrol", "update", f"JobId={held}", "NumNodes=2", "Gres=gpu:2")
     assert wider.returncode == 0, wider.stderr
-    moved = await shell("scontrol", "update", f"JobId={held}", "ReqNodeList=node01")
-    assert moved.returncode != 0 and "cancel the job and submit it again" in moved.stderr
+    pinned = await shell("scontrol", "update", f"JobId={held}", "ReqNodeList=node[01-02]")
+    assert pinned.returncode == 0, pinned.stderr
+    tasks = await shell("scontrol", "update", f"JobId={held}", "NumTasks=4")
+    assert tasks.returncode != 0 and "cancel the job and submit it again" in tasks.stderr
     assert (await shell("scontrol", "release", held)).returncode == 0
     await eventually(
         lambda: shell("squeue", "-h", "-j", held, "-o", "%T %D %b"),

@@ -498,6 +498,17 @@ async def test_a_pending_jobs_start_time_and_dependency_change_in_place(
     assert json.loads(deps) == []
 
 
+async def test_mine_selects_the_requesters_own_jobs(api: Api) -> None:
+    """`squeue --me` / `scancel --me`: the signer's jobs, named by no client variable."""
+    alices = (await api.submit("alice", "-H")).job_ids[0]
+    bobs = (await api.submit("bob", "-H")).job_ids[0]
+    mine = await api.queue("root", users=("root",), mine=True)
+    assert mine.jobs == ()
+    assert [j.job_id for j in (await api.queue("alice", mine=True)).jobs] == [alices]
+    assert (await api.act("cancel", "bob", mine=True)).job_ids == (bobs,)
+    assert await api.state(alices) == ("PENDING", "HELD")
+
+
 async def test_a_job_submitted_held_is_released_by_its_owner(api: Api) -> None:
     job = (await api.submit("alice", "-H")).job_ids[0]
     assert await api.state(job) == ("PENDING", "HELD")
