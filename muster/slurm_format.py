@@ -117,11 +117,37 @@ def job_id(job: JobView) -> str:
     return str(job.job_id)
 
 
-SLURM_REASON = {"HELD": "JobHeldUser", "HELD_ADMIN": "JobHeldAdmin"}  # Slurm's names
+# A pending job's reason codes (services/placer/core/model.py `Waiting`, and the holds)
+# by Slurm's names, which scripts and dashboards test `squeue -o %r` for. Those without
+# an equal in Slurm (TOPOLOGY, PREEMPTING, NOT_TESTED) keep Muster's.
+SLURM_REASON = {
+    "HELD": "JobHeldUser", "HELD_ADMIN": "JobHeldAdmin", "APPROVAL": "JobHeldAdmin",
+    "PRIORITY": "Priority", "RESOURCES": "Resources", "BEGIN_TIME": "BeginTime",
+    "DEPENDENCY": "Dependency", "SINGLETON": "Dependency",
+    "DEPENDENCY_NEVER_SATISFIED": "DependencyNeverSatisfied",
+    "JOB_ARRAY_TASK_LIMIT": "JobArrayTaskLimit", "RESERVATION": "Reservation",
+    "NODES_EXCLUDED": "ReqNodeNotAvail", "BAD_CONSTRAINTS": "BadConstraints",
+    "PARTITION_DOWN": "PartitionDown",
+    "USER_MAX_GPUS": "AssocGrpGRES", "ACCOUNT_MAX_GPUS": "AssocGrpGRES",
+    "USER_MAX_JOBS": "AssocMaxJobsLimit", "ACCOUNT_MAX_JOBS": "AssocGrpJobsLimit",
+    "QOS_MAX_GPUS": "QOSGrpGRES", "QOS_MAX_JOBS": "QOSGrpJobsLimit",
+    "QOS_MAX_GPUS_PER_USER": "QOSMaxGRESPerUser",
+    "QOS_MAX_JOBS_PER_USER": "QOSMaxJobsPerUserLimit",
+    "QOS_MAX_GPUS_PER_ACCOUNT": "QOSMaxGRESPerAccount",
+    "QOS_MAX_JOBS_PER_ACCOUNT": "QOSMaxJobsPerAccount",
+}  # fmt: skip
+# A job that ran: its reason is how it ended, a sentence; Slurm's `%r` gives a code.
+ENDED_REASON = {
+    "FAILED": "NonZeroExitCode", "TIMEOUT": "TimeLimit", "NODE_FAIL": "NodeDown",
+    "OUT_OF_MEMORY": "OutOfMemory",
+}  # fmt: skip
 
 
 def reason(job: JobView) -> str:
-    """`%r`: the reason's code, as Slurm names it where it has a name of its own."""
+    """`%r`: a pending job's reason code, as Slurm names it where it has a name of its
+    own; for any other job Slurm's code for how it ended, or None."""
+    if job.state != "PENDING":
+        return ENDED_REASON.get(job.state, "None")
     code = job.reason.split(" ", 1)[0]
     return SLURM_REASON.get(code, code) or "None"
 

@@ -119,9 +119,10 @@ def test_show_lines_name_the_batch_host_of_a_script_on_the_first_node_only() -> 
 SHOW_REASON = {
     "a hold by its owner has Slurm's name": ("PENDING", "HELD", "JobHeldUser"),
     "a hold by an operator has Slurm's name": ("PENDING", "HELD_ADMIN", "JobHeldAdmin"),
-    "a reason Slurm has no name for stays": ("PENDING", "PRIORITY", "PRIORITY"),
+    "a wait by Slurm's name": ("PENDING", "PRIORITY", "Priority"),
+    "a reason Slurm has no name for stays": ("PENDING", "TOPOLOGY", "TOPOLOGY"),
     "a requeued wait keeps its detail": (
-        "PENDING", "PRIORITY (requeued: xid 79)", "PRIORITY (requeued: xid 79)",
+        "PENDING", "PRIORITY (requeued: xid 79)", "Priority (requeued: xid 79)",
     ),
     "an ended job keeps its whole reason": (
         "COMPLETED", "all 2 workers exited 0", "all 2 workers exited 0",

@@ -119,7 +119,7 @@ SQUEUE = {
         [
             "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)",
             "                42       gpu pretrain    alice  R    1:02:05      2 node[01-02]",
-            "                43       gpu pretrain    alice PD    1:02:05      2 (RESOURCES)",
+            "                43       gpu pretrain    alice PD    1:02:05      2 (Resources)",
         ],
     ),
     "every asked letter: %i %j %u %T %M %D %R %P": (
