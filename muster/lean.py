@@ -238,7 +238,9 @@ def _squeue(got: dict[str, Any]) -> int:
     fields["mine"] = bool(got.get("me"))  # the server knows who signed
     try:
         jobs = View(call(_url(), "queue", fields)).jobs  # type: ignore[attr-defined]
-        lines = fmt.squeue_lines(jobs, got.get("format"), None, header=not got.get("noheader"))
+        lines = fmt.squeue_lines(
+            jobs, got.get("format"), None, not got.get("noheader"), bool(got.get("array"))
+        )
     except (ApiRefused, fmt.FormatError) as err:
         print(f"squeue: error: {err}", file=sys.stderr)
         return 1

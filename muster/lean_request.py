@@ -35,7 +35,10 @@ LIST_OPTIONS = {
 QUEUE_OPTIONS = {**LIST_OPTIONS, "-t": "states", "--states": "states"}
 QUEUE_FLAGS = {"-a": "all", "--all": "all", "--start": "start"}
 SQUEUE_OPTIONS = {**QUEUE_OPTIONS, "-o": "format", "--format": "format"}
-SQUEUE_FLAGS = {"-h": "noheader", "--noheader": "noheader", "--me": "me", "-a": "every"}
+SQUEUE_FLAGS = {
+    "-h": "noheader", "--noheader": "noheader", "--me": "me", "-a": "every",
+    "-r": "array", "--array": "array",
+}  # fmt: skip
 SINGLE = ("format",)  # the last one given counts, as argparse's store
 
 

@@ -143,6 +143,7 @@ def squeue(argv: list[str]) -> int:
     p.add_argument("-n", "--name", action="append")
     p.add_argument("-a", "--all", action="store_true", help="accepted: every partition is shown")
     p.add_argument("-s", "--steps", action="store_true")
+    p.add_argument("-r", "--array", action="store_true", help="a line per array task")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     states, all_states = _states(a.states)
@@ -167,7 +168,7 @@ def squeue(argv: list[str]) -> int:
         return 0
     if a.json:
         return _print_json({"jobs": [_job_json(j) for j in jobs]})
-    _print(fmt.squeue_lines(jobs, a.format, a.long_format, header=not a.noheader))
+    _print(fmt.squeue_lines(jobs, a.format, a.long_format, not a.noheader, a.array))
     return 0
 
 

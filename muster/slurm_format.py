@@ -111,10 +111,67 @@ def stamp(epoch: float | None) -> str:
 
 
 def job_id(job: JobView) -> str:
-    """`123`, or `120_3` for an array task, as squeue's `%i` shows it."""
+    """`123`, or `120_3` for an array task, as squeue's `%i` shows it (`120_[3-9]` for
+    an array's pending tasks on one line)."""
     if job.array_job_id is not None and job.array_task_id is not None:
-        return f"{job.array_job_id}_{job.array_task_id}"
+        return f"{job.array_job_id}_{task_id(job)}"
     return str(job.job_id)
+
+
+def task_id(job: JobView) -> str:
+    """`%K`: an array task's id, `[3-9]` for pending tasks on one line, or N/A."""
+    if isinstance(job, PendingTasks):
+        return job.tasks
+    return _or_na(job.array_task_id)
+
+
+class PendingTasks:
+    """An array's pending tasks that wait for the same reason, on one line, as squeue
+    shows them without `-r`: the first task's fields, its task id their ranges."""
+
+    __slots__ = ("first", "tasks")
+
+    def __init__(self, first: Any, tasks: str) -> None:
+        self.first = first
+        self.tasks = tasks
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.first, name)
+
+
+def collapse_arrays(jobs: Iterable[Any]) -> list[Any]:
+    """Each array's pending tasks of one reason as one row, where the first of them
+    was (squeue's default; `-r` lists every task). Running and finished tasks, and a
+    lone pending one, keep a row each."""
+    out: list[Any] = []
+    groups: dict[tuple[int, str], list[int]] = {}  # (array, reason): task ids
+    first: dict[tuple[int, str], int] = {}  # the row the group takes
+    for j in jobs:
+        if j.state == "PENDING" and j.array_job_id is not None and j.array_task_id is not None:
+            key = (j.array_job_id, j.reason)
+            if key in groups:
+                groups[key].append(j.array_task_id)
+                continue
+            groups[key], first[key] = [j.array_task_id], len(out)
+        out.append(j)
+    for key, tasks in groups.items():
+        if len(tasks) > 1:
+            out[first[key]] = PendingTasks(out[first[key]], f"[{_spans(sorted(tasks))}]")
+    return out
+
+
+def _spans(numbers: list[int]) -> str:
+    """[2, 3, 4, 7] -> `2-4,7`."""
+    spans: list[str] = []
+    start = prev = numbers[0]
+    for n in [*numbers[1:], None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if n is not None:
+            start = prev = n
+    return ",".join(spans)
 
 
 # A pending job's reason codes (services/placer/core/model.py `Waiting`, and the holds)
@@ -207,7 +264,7 @@ JOB_COLUMNS: dict[str, Column] = {
     "jobid": ("JOBID", job_id),
     "jobidraw": ("JOBID", lambda j: str(j.job_id)),
     "arrayjobid": ("ARRAY_JOB_ID", lambda j: str(j.array_job_id or j.job_id)),
-    "arraytaskid": ("ARRAY_TASK_ID", lambda j: _or_na(j.array_task_id)),
+    "arraytaskid": ("ARRAY_TASK_ID", task_id),
     "name": ("NAME", lambda j: j.name),
     "username": ("USER", lambda j: j.user),
     "account": ("ACCOUNT", lambda j: j.account),
@@ -523,8 +580,14 @@ def _value(columns: dict[str, Column], row: Any, f: Field) -> str:
 
 
 def squeue_lines(
-    jobs: Iterable[JobView], fmt: str | None, long_fmt: str | None, header: bool
+    jobs: Iterable[JobView],
+    fmt: str | None,
+    long_fmt: str | None,
+    header: bool,
+    every_task: bool = False,
 ) -> list[str]:
+    """squeue's lines; an array's pending tasks on one line unless `every_task` (-r)."""
+    rows = jobs if every_task else collapse_arrays(jobs)
     if long_fmt is not None:
         # --Format puts no space between fields: the widths do
         parts = parse_names(
@@ -532,7 +595,7 @@ def squeue_lines(
         )
     else:
         parts = parse_percent(fmt or SQUEUE_DEFAULT, SQUEUE_LETTERS)
-    return render(parts, jobs, JOB_COLUMNS, header=header)
+    return render(parts, rows, JOB_COLUMNS, header=header)
 
 
 def step_lines(

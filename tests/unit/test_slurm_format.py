@@ -146,6 +146,33 @@ SQUEUE = {
 }
 
 
+def task(task: int, state: str = "PENDING", reason: str = "JOB_ARRAY_TASK_LIMIT") -> JobView:
+    return job(
+        job_id=60 + task, array_job_id=60, array_task_id=task, state=state,
+        reason="" if state != "PENDING" else reason,
+        nodelist=("node01",) if state != "PENDING" else (),
+    )  # fmt: skip
+
+
+SWEEP = [task(0, "RUNNING"), task(1, "RUNNING"), *(task(t) for t in (2, 3, 4, 6)),
+         task(5, reason="HELD"), task(7, reason="HELD")]  # fmt: skip
+
+
+def test_an_arrays_pending_tasks_share_a_line_unless_r_asks_for_each() -> None:
+    """squeue's default: pending tasks that wait alike on one line, `60_[2-4,6]`;
+    running tasks, and another reason's, their own; `-r` a line each."""
+    assert squeue_lines(SWEEP, "%i %T %r %K", None, False) == [
+        "60_0 RUNNING None 0",
+        "60_1 RUNNING None 1",
+        "60_[2-4,6] PENDING JobArrayTaskLimit [2-4,6]",
+        "60_[5,7] PENDING JobHeldUser [5,7]",
+    ]
+    every = squeue_lines(SWEEP, "%i", None, False, every_task=True)
+    assert every == [f"60_{t}" for t in (0, 1, 2, 3, 4, 6, 5, 7)]
+    alone = squeue_lines([task(9)], "%i %K", None, False)
+    assert alone == ["60_9 9"]
+
+
 @pytest.mark.parametrize(("jobs", "fmt", "long", "header", "want"), SQUEUE.values(),
                          ids=SQUEUE.keys())  # fmt: skip
 def test_squeue(
