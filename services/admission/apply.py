@@ -12,9 +12,9 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from shared.arrays import format_array, parse_array
 from shared.constraint import CONTAINER, with_feature
 
-from .arrays import format_array, parse_array
 from .errors import ErrorCode, SubmitError
 from .hostlist import expand
 from .timefmt import parse_begin

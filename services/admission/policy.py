@@ -13,9 +13,9 @@ import re
 
 import msgspec
 
+from shared.arrays import parse_array
 from shared.jobspec import JobSpec
 
-from .arrays import parse_array
 from .config_model import ClusterConfig, PreemptMode
 
 

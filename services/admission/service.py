@@ -18,7 +18,6 @@ from nats.aio.msg import Msg
 from opentelemetry import trace
 
 from services.admission import repo
-from services.admission.arrays import parse_array
 from services.admission.authz import Action, authorize
 from services.admission.batch import JobBatcher
 from services.admission.bus_users import BusUsers
@@ -52,6 +51,7 @@ from shared.api import (
     UpdateRequest,
 )
 from shared.apiserve import Route, enveloped
+from shared.arrays import parse_array
 from shared.db import outbox_add
 from shared.events import JobSubmitted, NodeDrainRequested
 from shared.exports import with_environment

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import msgspec
 
+from shared.arrays import parse_array
 from shared.constraint import CONTAINER
 from shared.jobspec import JobSpec
 
 from .apply import UNLIMITED_TIME_S
-from .arrays import parse_array
 from .cluster_shape import ClusterShape, NodeShape
 from .config_io import job_io
 from .config_model import ClusterConfig, Partition

@@ -15,6 +15,7 @@ from itertools import groupby
 
 import msgspec
 
+from shared.arrays import parse_array
 from shared.exports import export_assignments, exported_env
 from shared.jobspec import JobSpec
 
@@ -245,8 +246,27 @@ def slurm_vars(spec: JobSpec, p: WorkerPlacement) -> dict[str, str]:
     if p.array_task_id is not None:
         env["SLURM_ARRAY_TASK_ID"] = str(p.array_task_id)
         env["SLURM_ARRAY_JOB_ID"] = str(p.array_job_id if p.array_job_id is not None else p.job_id)
+        env |= array_vars(spec.array_spec)
     if spec.mem_mib is not None:
         env["SLURM_MEM_PER_NODE"] = str(spec.mem_mib)
+    return env
+
+
+def array_vars(array_spec: str | None) -> dict[str, str]:
+    """An array task is told its array's shape, as Slurm tells it: how many tasks, the
+    lowest and highest id, and the ids' step when they have one (`0-15:4`: 4; none
+    for `1,2,5`). A script shards its data by them (task ID of COUNT)."""
+    try:
+        ids = parse_array(array_spec or "", max_index=2**31)
+    except ValueError:  # admission accepted it; a spec it cannot read tells nothing
+        return {}
+    env = {
+        "SLURM_ARRAY_TASK_COUNT": str(len(ids.task_ids)),
+        "SLURM_ARRAY_TASK_MIN": str(ids.task_ids[0]),
+        "SLURM_ARRAY_TASK_MAX": str(ids.task_ids[-1]),
+    }
+    if ids.step is not None:
+        env["SLURM_ARRAY_TASK_STEP"] = str(ids.step)
     return env
 
 

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.admission.arrays import ArraySpec, format_array, parse_array
 from services.admission.hostlist import compress, expand
 from services.admission.timefmt import format_duration, parse_begin, parse_duration
 from services.admission.values import dependencies, signal_spec
+from shared.arrays import ArraySpec, format_array, parse_array
 from shared.jobspec import Dependency
 
 from .builders import NOW

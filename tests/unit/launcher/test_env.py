@@ -112,7 +112,8 @@ def test_tasks_per_node_is_written_as_slurm_writes_it(counts: tuple[int, ...], t
 
 def test_slurm_and_muster_set_of_an_array_task() -> None:
     s = spec(gpus_per_node=2, account="physics", partition="gpu", array_job_id=40,
-             array_task_id=7, workdir="/home/alice/run", mem_mib=4096, cpus_per_task=4)  # fmt: skip
+             array_task_id=7, array_spec="1-9:2%2", workdir="/home/alice/run", mem_mib=4096,
+             cpus_per_task=4)  # fmt: skip
     assert slurm_of(build_env(s, placement(s), {})) == {
         "MUSTER_JOB_ID": "42", "MUSTER_JOB_NAME": "llm", "MUSTER_ATTEMPT": "3",
         "MUSTER_GENERATION": "1", "MUSTER_RESTART_COUNT": "1", "MUSTER_NODE": "node02",
@@ -128,7 +129,28 @@ def test_slurm_and_muster_set_of_an_array_task() -> None:
         "SLURM_SUBMIT_DIR": "/home/alice/run", "SLURM_JOB_ACCOUNT": "physics",
         "SLURM_JOB_PARTITION": "gpu", "SLURM_GPUS_ON_NODE": "2", "SLURM_JOB_GPUS": "1,3",
         "SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_JOB_ID": "40", "SLURM_MEM_PER_NODE": "4096",
+        "SLURM_ARRAY_TASK_COUNT": "5", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "9",
+        "SLURM_ARRAY_TASK_STEP": "2",
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("array", "shape"),
+    [
+        ("0-5%2", {"COUNT": "6", "MIN": "0", "MAX": "5", "STEP": "1"}),
+        ("7", {"COUNT": "1", "MIN": "7", "MAX": "7", "STEP": "1"}),
+        ("1,2,5", {"COUNT": "3", "MIN": "1", "MAX": "5"}),  # no one step: none said
+        ("0-12:4,16", {"COUNT": "5", "MIN": "0", "MAX": "16", "STEP": "4"}),
+    ],
+)
+def test_an_array_task_is_told_its_arrays_shape(array: str, shape: dict[str, str]) -> None:
+    """What a sweep shards its data by: SLURM_ARRAY_TASK_COUNT, _MIN, _MAX, _STEP."""
+    s = spec(array_job_id=40, array_task_id=int(array.split("-")[0].split(",")[0]),
+             array_spec=array)  # fmt: skip
+    env = build_env(s, placement(s), {})
+    got = {k.removeprefix("SLURM_ARRAY_TASK_"): v for k, v in env.items()
+           if k.startswith("SLURM_ARRAY_TASK_") and k != "SLURM_ARRAY_TASK_ID"}  # fmt: skip
+    assert got == shape
 
 
 def test_a_job_that_is_not_an_array_task_gets_no_array_variables() -> None:

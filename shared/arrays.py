@@ -1,4 +1,6 @@
-"""Pure: job array specs (`-a 0-15:4%2`, `1,3,5-7`) -> task ids and a throttle.
+"""Pure: job array specs (`-a 0-15:4%2`, `1,3,5-7`) -> task ids and a throttle. Shared
+by admission (which splits an array into its tasks) and the launcher (which tells each
+task its array's size, `SLURM_ARRAY_TASK_COUNT`...).
 
 Grammar, as sbatch documents it: comma-separated items, each `N`, `N-M` or `N-M:STEP`,
 optionally followed by `%K` (at most K tasks running at once). Task ids are sorted and
@@ -22,6 +24,13 @@ class ArraySpec(msgspec.Struct, frozen=True, kw_only=True):
 
     def __str__(self) -> str:
         return format_array(self)
+
+    @property
+    def step(self) -> int | None:
+        """The ids' one spacing (`0-15:4`: 4, a single id: 1), None when they have no
+        one spacing (`1,2,5`)."""
+        gaps = {b - a for a, b in zip(self.task_ids, self.task_ids[1:], strict=False)}
+        return 1 if not gaps else gaps.pop() if len(gaps) == 1 else None
 
 
 def parse_array(text: str, *, max_index: int = MAX_ARRAY_INDEX) -> ArraySpec:
