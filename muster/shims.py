@@ -290,12 +290,28 @@ def sacct(argv: list[str]) -> int:
     p.add_argument("-P", "--parsable2", action="store_true")
     p.add_argument("-p", "--parsable", action="store_true")
     p.add_argument("-a", "--allusers", action="store_true")
+    p.add_argument("-S", "--starttime")
+    p.add_argument("-E", "--endtime")
     a = p.parse_args(argv)
     try:
         refs = [_job_step(j) for j in _csv(a.jobs)]
     except ValueError as err:
         raise ShimError(f"bad job id in -j {','.join(a.jobs)}: {err}") from err
+    from datetime import datetime
+
+    from muster.acct_window import WindowError, acct_window
+
+    try:  # Slurm's: local time, the past; since midnight unless -j names jobs
+        local = datetime.now().astimezone().tzinfo
+        assert local is not None
+        since, until = acct_window(
+            a.starttime, a.endtime, by_job=bool(refs), now=time.time(), tz=local
+        )
+    except WindowError as err:
+        raise ShimError(str(err)) from err
     req = AcctRequest(
+        since=since,
+        until=until,
         user=current_user(),
         job_ids=tuple(dict.fromkeys(job for job, _ in refs)),
         users=_csv(a.user),
@@ -312,6 +328,8 @@ def sacct(argv: list[str]) -> int:
         )
     delimiter = "|" if a.parsable or a.parsable2 else None
     lines = fmt.sacct_lines(rows, a.format, header=not a.noheader, delimiter=delimiter)
+    if missing := fmt.unrecorded(a.format):
+        print(f"sacct: {', '.join(missing)}: not recorded by Muster, shown empty", file=sys.stderr)
     _print([f"{line}|" for line in lines] if a.parsable else lines)
     return 0
 

@@ -442,16 +442,43 @@ ACCT_COLUMNS: dict[str, Column] = {
     "nodelist": ("NodeList", lambda r: compress(r.nodes) or "None assigned"),
     "nnodes": ("NNodes", lambda r: str(len(r.nodes))),
     "allocgres": ("AllocGRES", lambda r: f"gpu:{r.gpus}" if r.gpus else ""),
+    "alloctres": ("AllocTRES", lambda r: _tres(r)),
+    "elapsedraw": ("ElapsedRaw", lambda r: str(_seconds(r))),
     "reason": ("Reason", lambda r: r.reason or "None"),
 }
+# Fields Slurm's sacct has and Muster does not record (per-task memory and CPU use,
+# CPU counts): shown empty, with a note on stderr (`unrecorded`), rather than the whole
+# command refused for one field of a script's --format.
+UNRECORDED = (
+    "AllocCPUS", "NCPUS", "ReqCPUS", "ReqMem", "MaxRSS", "AveRSS", "MaxVMSize", "AveVMSize",
+    "MaxPages", "AvePages", "TotalCPU", "UserCPU", "SystemCPU", "CPUTime", "CPUTimeRAW",
+    "MaxDiskRead", "MaxDiskWrite", "AveDiskRead", "AveDiskWrite", "ConsumedEnergy",
+)  # fmt: skip
+ACCT_COLUMNS |= {name.lower(): (name, lambda r: "") for name in UNRECORDED}
 ACCT_DEFAULT = "JobID,JobName,Partition,Account,State,ExitCode"
 ACCT_WIDTH = 10
+
+
+def _seconds(r: Any) -> int:
+    return 0 if r.start is None else int((r.end or r.start) - r.start)
+
+
+def _tres(r: Any) -> str:
+    """AllocTRES as Slurm writes it, of what Muster allocates: GPUs and nodes."""
+    parts = [f"gres/gpu={r.gpus}"] if r.gpus else []
+    return ",".join([*parts, f"node={len(r.nodes)}"]) if r.nodes else ",".join(parts)
+
+
+def unrecorded(fmt: str | None) -> list[str]:
+    """The fields of a sacct `--format` that Muster does not record (shown empty)."""
+    asked = {name.split("%")[0].strip().lower() for name in (fmt or "").split(",")}
+    return [name for name in UNRECORDED if name.lower() in asked]
 
 
 def _elapsed(r: Any) -> str:
     if r.start is None:
         return "00:00:00"
-    seconds = int((r.end or r.start) - r.start)
+    seconds = _seconds(r)
     days, s = divmod(seconds, 86400)
     text = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
     return f"{days}-{text}" if days else text

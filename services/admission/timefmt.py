@@ -10,13 +10,12 @@ a `SubmitError`.
 from __future__ import annotations
 
 import re
-from datetime import UTC, date, datetime, time, timedelta, tzinfo
+from datetime import UTC, tzinfo
+
+from shared.instants import INSTANT_FORMS, instant
 
 DURATION_FORMS = "M, M:S, H:M:S, D-H, D-H:M, D-H:M:S or UNLIMITED"
-BEGIN_FORMS = (
-    "now[+N[seconds|minutes|hours|days|weeks]], YYYY-MM-DD[THH:MM[:SS]], "
-    "MM/DD[/YY], HH:MM[:SS], today, tomorrow, midnight, noon, fika or teatime"
-)
+BEGIN_FORMS = INSTANT_FORMS
 
 _INT = re.compile(r"\d{1,9}")
 _UNLIMITED = frozenset({"unlimited", "infinite"})
@@ -68,80 +67,13 @@ def format_duration(seconds: int | None) -> str:
     return f"{days}-{clock}" if days else clock
 
 
-_UNIT_SECONDS = {
-    "": 1,
-    "s": 1,
-    "sec": 1,
-    "secs": 1,
-    "second": 1,
-    "seconds": 1,
-    "m": 60,
-    "min": 60,
-    "mins": 60,
-    "minute": 60,
-    "minutes": 60,
-    "h": 3600,
-    "hour": 3600,
-    "hours": 3600,
-    "d": 86400,
-    "day": 86400,
-    "days": 86400,
-    "w": 604800,
-    "week": 604800,
-    "weeks": 604800,
-}
-_RELATIVE = re.compile(r"now(?:\+(\d{1,9})([a-z]*))?")
-_ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?:t(\d{1,2}):(\d{2})(?::(\d{2}))?)?")
-_US_DATE = re.compile(r"(\d{1,2})/(\d{1,2})(?:/(\d{2}))?")
-_CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
-_NAMED_CLOCK = {"midnight": time(0), "noon": time(12), "fika": time(15), "teatime": time(16)}
-
-
 def parse_begin(text: str, *, now: float, tz: tzinfo = UTC) -> float:
-    """Epoch seconds for a `--begin` value; `now` is epoch seconds, dates are in `tz`."""
-    raw = text.strip().lower()  # so 2026-12-01T08:30 matches with a lower-case t
-    current = datetime.fromtimestamp(now, tz)
+    """Epoch seconds for a `--begin` value; `now` is epoch seconds, dates are in `tz`
+    (shared/instants.py: a clock time or a date without a year is the next to come)."""
     try:
-        found = _begin(raw, current, tz)
+        found = instant(text, now=now, tz=tz, ahead=True)
     except ValueError as err:  # e.g. month 13: say which forms work
         raise ValueError(f"invalid --begin {text!r}: {err}; expected {BEGIN_FORMS}") from err
     if found is None:
         raise ValueError(f"invalid --begin {text!r}: expected {BEGIN_FORMS}")
     return found
-
-
-def _begin(raw: str, current: datetime, tz: tzinfo) -> float | None:
-    if m := _RELATIVE.fullmatch(raw):
-        count, unit = m.group(1), m.group(2)
-        if count is None:
-            return current.timestamp()
-        if unit not in _UNIT_SECONDS:
-            raise ValueError(f"unknown unit {unit!r}")
-        return current.timestamp() + int(count) * _UNIT_SECONDS[unit]
-    if raw in ("today", "tomorrow"):
-        day = current.date() + timedelta(days=1 if raw == "tomorrow" else 0)
-        return datetime.combine(day, time(0), tz).timestamp()
-    if raw in _NAMED_CLOCK:
-        return _next_clock(current, _NAMED_CLOCK[raw], tz)
-    if m := _ISO.fullmatch(raw):
-        y, mo, d, hh, mm, ss = (int(g) if g else 0 for g in m.groups())
-        return datetime(y, mo, d, hh, mm, ss, tzinfo=tz).timestamp()
-    if m := _US_DATE.fullmatch(raw):
-        mo, d = int(m.group(1)), int(m.group(2))
-        year = 2000 + int(m.group(3)) if m.group(3) else current.year
-        when = date(year, mo, d)
-        if m.group(3) is None and when < current.date():
-            when = date(year + 1, mo, d)  # a date already past this year means next year
-        return datetime.combine(when, time(0), tz).timestamp()
-    if m := _CLOCK.fullmatch(raw):
-        hh, mm, ss = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
-        return _next_clock(current, time(hh, mm, ss), tz)
-    return None
-
-
-def _next_clock(current: datetime, at: time, tz: tzinfo) -> float:
-    """Today at `at`, or tomorrow if that moment has passed (as sbatch does)."""
-    when = datetime.combine(current.date(), at, tz)
-    if when < current:
-        when += timedelta(days=1)
-    return when.timestamp()

@@ -20,6 +20,7 @@ from muster.slurm_format import (
     sacct_lines,
     sinfo_lines,
     squeue_lines,
+    unrecorded,
 )
 from shared.api import GpuView, JobView, NodeView
 
@@ -293,7 +294,19 @@ SACCT = {
         "|",
         ["JobID|State|ExitCode|NodeList", "7|FAILED|3:0|node[01-02]"],
     ),
+    "a memory check's --format: what Muster records, and empty what it does not": (
+        [Acct(job_id=7, gpus=8)],
+        "JobID,MaxRSS,AllocTRES,ElapsedRaw,AllocCPUS",
+        True,
+        "|",
+        ["JobID|MaxRSS|AllocTRES|ElapsedRaw|AllocCPUS", "7||gres/gpu=8,node=2|3661|"],
+    ),
 }
+
+
+def test_the_fields_muster_does_not_record_are_named() -> None:
+    assert unrecorded("JobID,MaxRSS%12,elapsed,allocCPUS") == ["AllocCPUS", "MaxRSS"]
+    assert unrecorded(None) == []
 
 
 @pytest.mark.parametrize(("rows", "fmt", "header", "delimiter", "want"), SACCT.values(),
