@@ -163,8 +163,24 @@ def _submitted(
         return refused(err)
     for warning in reply.get("warnings", ()):
         print(f"{who}: warning: {warning}", file=sys.stderr)
+    if reply.get("spec") is not None:  # --test-only: checked, not stored
+        return _checked(who, reply["spec"])
     ids: list[int] = reply["job_ids"]
     return ids
+
+
+def _checked(who: str, spec: dict[str, Any]) -> int:
+    """A dry run's answer: sbatch's line, as Slurm's goes to stderr; muster submit's,
+    the spec as JSON (as the full `muster submit --dry-run` prints it)."""
+    if who == "sbatch":
+        from muster.slurm_format import checked_line
+
+        print(checked_line(spec), file=sys.stderr)
+        return 0
+    import json
+
+    print(json.dumps(spec, indent=2))
+    return 0
 
 
 def _submit(words: list[str]) -> int:
@@ -244,7 +260,8 @@ def _squeue(got: dict[str, Any]) -> int:
     except (ApiRefused, fmt.FormatError) as err:
         print(f"squeue: error: {err}", file=sys.stderr)
         return 1
-    print("\n".join(lines))
+    if lines:  # -h and no job: nothing at all, as Slurm's (not an empty line)
+        print("\n".join(lines))
     return 0
 
 

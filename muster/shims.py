@@ -108,6 +108,9 @@ def sbatch(argv: list[str]) -> int:
     reply = request(url, "submit", req, SubmitReply)
     for warning in reply.warnings:
         print(f"sbatch: warning: {warning}", file=sys.stderr)
+    if reply.spec is not None:  # --test-only: checked, not stored (nothing to wait for)
+        print(fmt.checked_line(reply.spec), file=sys.stderr)
+        return 0
     first = reply.job_ids[0]
     print(first if "parsable" in own else f"Submitted batch job {first}", flush=True)
     return _wait(url, reply.job_ids) if wait else 0

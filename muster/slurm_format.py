@@ -110,6 +110,21 @@ def stamp(epoch: float | None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
 
 
+def checked_line(spec: dict[str, Any]) -> str:
+    """`sbatch --test-only`: the job admission accepted and did not store, in Slurm's
+    words where it has some; a start time it leaves out (Muster estimates the starts of
+    queued jobs only: `squeue --start` once submitted)."""
+    low, high = spec.get("nodes_min", 1), spec.get("nodes_max", 1)
+    nodes = str(low) if low == high else f"{low}-{high}"
+    gpus = spec.get("gpus_total") or spec.get("gpus_per_node", 0)
+    per = "in all" if spec.get("gpus_total") else "per node"
+    return (
+        f"sbatch: Job would be accepted: {nodes} node(s), {gpus} GPU(s) {per}, in partition"
+        f" {spec.get('partition', '')}, time limit {limit(spec.get('time_limit_s', 0))}"
+        " (--test-only: nothing was submitted)"
+    )
+
+
 def job_id(job: JobView) -> str:
     """`123`, or `120_3` for an array task, as squeue's `%i` shows it (`120_[3-9]` for
     an array's pending tasks on one line)."""

@@ -65,6 +65,11 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
     async def shell(*words: str) -> subprocess.CompletedProcess[str]:
         return await asyncio.to_thread(run, *words)
 
+    checked = await shell("sbatch", "--test-only", "long.sh")  # checked, nothing stored
+    assert checked.returncode == 0 and "Job would be accepted: 1 node(s), 1 GPU(s) per" in (
+        checked.stderr
+    ), checked.stderr
+    assert (await shell("squeue", "-h", "-t", "all")).stdout == ""
     sub = await shell("sbatch", "--parsable", "long.sh")
     assert sub.returncode == 0, sub.stderr
     job = sub.stdout.strip()

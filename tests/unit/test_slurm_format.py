@@ -12,6 +12,7 @@ from muster.slurm_format import (
     SQUEUE_NAMES,
     Field,
     FormatError,
+    checked_line,
     compress,
     duration,
     node_state,
@@ -302,6 +303,17 @@ SACCT = {
         ["JobID|MaxRSS|AllocTRES|ElapsedRaw|AllocCPUS", "7||gres/gpu=8,node=2|3661|"],
     ),
 }
+
+
+def test_sbatch_test_only_says_what_would_be_accepted() -> None:
+    spec = {"nodes_min": 2, "nodes_max": 4, "gpus_per_node": 8, "partition": "gpu",
+            "time_limit_s": 5400}  # fmt: skip
+    assert checked_line(spec) == (
+        "sbatch: Job would be accepted: 2-4 node(s), 8 GPU(s) per node, in partition gpu,"
+        " time limit 1:30:00 (--test-only: nothing was submitted)"
+    )
+    total = checked_line(spec | {"nodes_max": 2, "gpus_total": 12})
+    assert "2 node(s), 12 GPU(s) in all," in total
 
 
 def test_the_fields_muster_does_not_record_are_named() -> None:
