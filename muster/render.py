@@ -74,6 +74,31 @@ def _batch_host(reply: ShowJobReply) -> str:
     return f" BatchHost={reply.job.nodelist[0]}"
 
 
+def _files(reply: ShowJobReply) -> str:
+    """` WorkDir=... StdOut=... StdErr=...`, as scontrol shows them (the patterns
+    expanded, relative ones under the job's folder) for scripts that find a job's log
+    so; nothing of a spec that says none."""
+    import os
+
+    from shared.outputs import default_output, expand_pattern
+
+    spec, j = reply.spec, reply.job
+    workdir = spec.get("workdir")
+    if not isinstance(workdir, str):
+        return ""
+    out = spec.get("output") or default_output(j.array_task_id is not None)
+    err = spec.get("error") or out
+    node = j.nodelist[0] if j.nodelist else ""
+
+    def path(pattern: str) -> str:
+        text = expand_pattern(
+            pattern, j.job_id, j.name, j.user, node, j.array_job_id, j.array_task_id
+        )
+        return os.path.join(workdir, text)  # an absolute one stays as it is
+
+    return f" WorkDir={workdir} StdOut={path(str(out))} StdErr={path(str(err))}"
+
+
 def show_lines(reply: ShowJobReply) -> list[str]:
     """`muster show job`: scontrol's key=value lines, then one line per attempt."""
     j = reply.job
@@ -109,6 +134,8 @@ def show_lines(reply: ShowJobReply) -> list[str]:
     if reply.priority:
         parts = " ".join(f"{k}={v:.0f}" for k, v in sorted(reply.priority.items()) if k != "total")
         lines.append(f"   Priority={reply.priority.get('total', 0):.0f} ({parts})")
+    if files := _files(reply):
+        lines.append(f"   SubmitTime={_stamp(j.submitted_at)}{files}")
     for a in reply.attempts:
         ended = f"{a.ended_at - a.started_at:.1f}s" if a.ended_at else "running"
         lines.append(

@@ -177,3 +177,19 @@ def test_a_pending_job_shows_when_it_may_start(utc: None) -> None:
     reply = ShowJobReply(job=pending, spec={"begin_at": 1_700_004_000.0})
     assert show_lines(reply)[4:] == ["   EligibleTime=2023-11-14T23:20:00"]
     assert "EligibleTime" not in "".join(show_lines(ShowJobReply(job=job(), spec={})))
+
+
+def test_show_lines_say_where_the_jobs_output_goes(utc: None) -> None:
+    """scontrol's SubmitTime, WorkDir, StdOut and StdErr: the patterns expanded, a
+    relative path under the job's folder, as scripts that find a job's log read them."""
+    spec = {"workdir": "/home/alice/run", "output": "logs/%x-%j.out", "error": "/tmp/%u.err"}
+    lines = show_lines(ShowJobReply(job=job(), spec=spec))
+    assert lines[-1] == (
+        "   SubmitTime=2023-11-14T22:13:20 WorkDir=/home/alice/run"
+        " StdOut=/home/alice/run/logs/pretrain-llama-42.out StdErr=/tmp/alice.err"
+    )
+    task = show_lines(ShowJobReply(job=job(array_job_id=40, array_task_id=2), spec=spec | {
+        "output": None, "error": None}))  # fmt: skip
+    assert task[-1].endswith(
+        "StdOut=/home/alice/run/slurm-40_2.out StdErr=/home/alice/run/slurm-40_2.out"
+    )
