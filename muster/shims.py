@@ -273,7 +273,9 @@ def sinfo(argv: list[str]) -> int:
 
         print(to_json(replace(reply, nodes=nodes, partitions=parts)))
         return 0
-    lines = fmt.sinfo_lines(nodes, a.format, a.Node, not a.noheader, parts, reply.default_partition)
+    lines = fmt.sinfo_lines(
+        nodes, a.format, a.Node, not a.noheader, parts, reply.default_partition, reply.time_limits
+    )
     _print(lines)
     return 0
 

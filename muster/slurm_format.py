@@ -424,6 +424,8 @@ NODE_COLUMNS: dict[str, Column] = {
     "partitionname": ("PARTITION", lambda n: _partition(n)),
 }
 SINFO_LETTERS = {
+    "a": "avail",
+    "l": "timelimit",
     "N": "nodelist",
     "n": "nodehost",
     "T": "statelong",
@@ -436,7 +438,7 @@ SINFO_LETTERS = {
     "R": "partitionname",
 }
 SINFO_NODES_DEFAULT = "%N %.6D %P %.6t"
-SINFO_DEFAULT = "%9P %.6D %.6t %N"
+SINFO_DEFAULT = "%9P %.5a %.10l %.6D %.6t %N"  # Slurm's
 
 # --- sacct ----------------------------------------------------------------------------
 
@@ -662,14 +664,23 @@ def sinfo_lines(
     header: bool,
     partitions: Sequence[str] = (),
     default_partition: str = "",
+    time_limits: dict[str, int] | None = None,
 ) -> list[str]:
     """`sinfo -N`: a line per node and partition; plain `sinfo`: per partition, nodes
-    grouped by state, compressed. `%P` marks the default partition with `*`, `%R` not."""
+    grouped by state, compressed. `%P` marks the default partition with `*`, `%R` not;
+    `%l` is the partition's longest time limit (`time_limits`; none: infinite) and
+    `%a` its availability, always up (Muster takes nodes out, not partitions)."""
     default = SINFO_NODES_DEFAULT if by_node else SINFO_DEFAULT
     parts = parse_percent(fmt or default, SINFO_LETTERS)
     rows = _by_partition(nodes, partitions)
+    most = time_limits or {}
     starred = NODE_COLUMNS | {
         "partition": ("PARTITION", lambda n: _starred(n, default_partition)),
+        "avail": ("AVAIL", lambda n: "up"),
+        "timelimit": (
+            "TIMELIMIT",
+            lambda n: duration(most[p]) if (p := _partition(n)) in most else "infinite",
+        ),
     }
     if by_node:
         rows.sort(key=lambda n: n.name)  # Slurm's -N: by node, then partition

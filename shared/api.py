@@ -204,6 +204,8 @@ class NodesReply(msgspec.Struct, frozen=True, kw_only=True):
     nodes: tuple[NodeView, ...]
     partitions: tuple[str, ...] = ()  # every partition, in the config's order
     default_partition: str = ""  # what a job without -p gets (sinfo marks it `*`)
+    # each partition's longest time limit in seconds (sinfo's TIMELIMIT); absent: none
+    time_limits: dict[str, int] = {}
 
 
 class NodeAction(Request, frozen=True, kw_only=True):

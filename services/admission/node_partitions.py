@@ -30,7 +30,12 @@ def nodes_reply(views: Sequence[NodeView], config: ClusterConfig | None) -> Node
         names, default = tuple(config.partitions), config.default_partition
         served = {v.name: _served(v.name, config) for v in views}
     nodes = tuple(msgspec.structs.replace(v, partitions=served[v.name]) for v in views)
-    return NodesReply(nodes=nodes, partitions=names, default_partition=default)
+    limits = {
+        name: p.max_time_s
+        for name, p in (config.partitions.items() if config else ())
+        if p.max_time_s is not None
+    }
+    return NodesReply(nodes=nodes, partitions=names, default_partition=default, time_limits=limits)
 
 
 def _served(node: str, config: ClusterConfig) -> tuple[str, ...]:

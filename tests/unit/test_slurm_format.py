@@ -218,11 +218,11 @@ SINFO = {
         False,
         True,
         [
-            "PARTITION  NODES  STATE NODELIST",
-            "normal*        2   idle node[01-02]",
-            "normal*        1  alloc node03",
-            "debug          1  alloc node03",
-            "(null)         1   idle node04",
+            "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST",
+            "normal*      up 3-00:00:00      2   idle node[01-02]",
+            "normal*      up 3-00:00:00      1  alloc node03",
+            "debug        up      30:00      1  alloc node03",
+            "(null)       up   infinite      1   idle node04",
         ],
     ),
     "sinfo -N: a line per node and partition, the default marked by %P only": (
@@ -258,7 +258,8 @@ SINFO = {
 def test_sinfo(
     nodes: list[NodeView], fmt: str | None, by_node: bool, header: bool, want: list[str]
 ) -> None:
-    assert sinfo_lines(nodes, fmt, by_node, header, ("normal", "debug"), "normal") == want
+    limits = {"normal": 3 * 86400, "debug": 1800}  # a partition without one: infinite
+    assert sinfo_lines(nodes, fmt, by_node, header, ("normal", "debug"), "normal", limits) == want
 
 
 SACCT = {

@@ -1,5 +1,6 @@
 """`nodes_reply`: each node lists the partitions that serve it, in the config's order,
-and the reply names the default partition (sinfo marks it `*`)."""
+and the reply names the default partition (sinfo marks it `*`) and each partition's
+longest time limit (sinfo's TIMELIMIT)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ def view(name: str) -> NodeView:
     )  # fmt: skip
 
 
-def part(name: str, nodes: tuple[str, ...] | None) -> Partition:
-    return Partition(name=name, nodes=(), node_names=nodes, default_time_s=60, max_time_s=None)
+def part(name: str, nodes: tuple[str, ...] | None, most: int | None = None) -> Partition:
+    return Partition(name=name, nodes=(), node_names=nodes, default_time_s=60, max_time_s=most)
 
 
 def test_each_node_lists_the_partitions_that_serve_it() -> None:
@@ -25,7 +26,7 @@ def test_each_node_lists_the_partitions_that_serve_it() -> None:
         default_qos="normal",
         partitions={
             "gpu": part("gpu", ("n1", "n2")),
-            "debug": part("debug", None),
+            "debug": part("debug", None, 1800),
             "big": part("big", ("n2",)),
         },
         qos={},
@@ -37,6 +38,7 @@ def test_each_node_lists_the_partitions_that_serve_it() -> None:
         ("n3", ("debug",)),
     ]
     assert (reply.partitions, reply.default_partition) == (("gpu", "debug", "big"), "gpu")
+    assert reply.time_limits == {"debug": 1800}  # sinfo's TIMELIMIT; the others: infinite
 
 
 def test_without_a_config_every_node_serves_the_partition_jobs_get() -> None:
