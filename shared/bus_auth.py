@@ -78,8 +78,9 @@ SERVICE_EVENTS: dict[str, tuple[str, ...]] = {
     "fairshare": (),
 }
 # The node agent verbs each service calls (`muster.agent.<node>.<verb>`).
+# Admission asks none: a signal (`scancel -s`) goes through the job's coordinator, whose
+# requests are the only ones an agent takes (signed, shared/agent_auth.py).
 SERVICE_AGENT_VERBS: dict[str, tuple[str, ...]] = {
-    "admission": ("stop",),  # signals (`muster cancel --signal`)
     "launcher": ("start", "stop", "status", "port", "step", "step_stop"),  # docs/steps.md
     "health": ("reset",),
 }

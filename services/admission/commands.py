@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import Counter
@@ -14,7 +13,6 @@ from typing import Any
 import msgspec
 
 from shared.api import (
-    AGENT_PREFIX,
     AttemptView,
     JobSelector,
     Ok,
@@ -22,7 +20,6 @@ from shared.api import (
     QueueRequest,
     ShowJobReply,
     ShowJobRequest,
-    StopWorkers,
     UpdateRequest,
 )
 from shared.db import Conn, outbox_add
@@ -152,35 +149,27 @@ class JobCommands:
         return _ok(f"cancel requested for {len(decision.act_on)} job(s)", decision)
 
     async def signal(self, sel: JobSelector) -> Ok:
+        """`scancel -s SIG`: the running jobs' workers signalled, nothing cancelled. The
+        job's coordinator sends it (`job.cancel_requested` with a signal): an agent
+        takes a stop only signed by the launcher, so admission asking one itself was
+        refused, and the signal never came (it said it was sent)."""
         try:
             name = signal_name(sel.signal or "")
         except ValueError as err:
             raise Refused(str(err), "invalid") from err
+        reason = f"{name} from {sel.user}"
         async with self.ctx.pool.acquire() as conn, conn.transaction():
-            decision, rows = await self._decided(conn, Verb.SIGNAL, sel)
-        sends = [
-            self._signal_node(job_id, node, name)
-            for job_id in decision.act_on
-            for node in rows[job_id]["run_nodes"] or ()
-        ]
-        failed = [f for f in await asyncio.gather(*sends) if f]
-        message = f"sent {name} to {len(decision.act_on)} job(s)"
-        return Ok(
-            message=message + (f"; not delivered: {', '.join(failed)}" if failed else ""),
-            job_ids=decision.act_on,
-            skipped=decision.skipped,
-        )
-
-    async def _signal_node(self, job_id: int, node: str, name: str) -> str:
-        req = StopWorkers(job_id=job_id, signal=name, wait=False)
-        try:
-            await self.ctx.bus.request(
-                f"{AGENT_PREFIX}{node}.stop", msgspec.json.encode(req), timeout=5
+            decision, _ = await self._decided(conn, Verb.SIGNAL, sel)
+            await outbox_add(
+                conn,
+                *(
+                    JobCancelRequested(job_id=j, by=sel.user, reason=reason, signal=name)
+                    for j in decision.act_on
+                ),
             )
-        except Exception as err:  # an agent gone is reported, not fatal to the others
-            log.warning("signal not delivered", extra=kv(job=job_id, node=node, error=repr(err)))
-            return f"job {job_id} on {node}"
-        return ""
+        self.ctx.relay.kick()
+        log.info("signal", extra=kv(by=sel.user, jobs=len(decision.act_on), signal=name))
+        return _ok(f"sent {name} to {len(decision.act_on)} job(s)", decision)
 
     async def hold(self, sel: JobSelector) -> Ok:
         reason = sel.reason or f"held by {sel.user}"

@@ -174,3 +174,42 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
     waited = await shell("sbatch", "--wait", "fails.sh")
     assert waited.returncode == 3, (waited.stdout, waited.stderr)
     assert waited.stdout.startswith("Submitted batch job ")
+
+
+TRAPS = """#!/bin/bash
+#SBATCH --job-name=traps --time=2
+trap 'echo "got USR1"' USR1
+for i in $(seq 120); do sleep 0.5; done
+"""
+
+
+async def test_scancel_s_signals_the_running_script(cluster: Cluster, tmp_path: Path) -> None:
+    """`scancel -b -s USR1 JOB` (the checkpoint-then-requeue idiom) reaches the script's
+    trap and cancels nothing. Before, admission asked the node's agent itself; the agent
+    takes a stop only signed by the launcher, so it refused, and scancel said nothing of
+    it (the job never got the signal)."""
+    assert run_cli("shims", str(tmp_path / "bin"), env={}).returncode == 0
+    (tmp_path / "traps.sh").write_text(TRAPS)
+
+    async def shell(*words: str) -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(slurm, tmp_path, cluster, *words)
+
+    job = (await shell("sbatch", "--parsable", "traps.sh")).stdout.strip()
+    await eventually(
+        lambda: shell("squeue", "-h", "-j", job, "-o", "%T"),
+        lambda out: out.stdout.strip() == "RUNNING",
+        timeout=60,
+        what="the script running",
+    )
+    sent = await shell("scancel", "-b", "-s", "USR1", job)
+    assert (sent.returncode, sent.stderr) == (0, ""), sent.stderr
+    out = tmp_path / f"slurm-{job}.out"
+    await eventually(
+        lambda: asyncio.to_thread(lambda: out.read_text() if out.exists() else ""),
+        lambda text: "got USR1" in text,
+        timeout=30,
+        what="the script's trap ran",
+    )
+    state = await shell("squeue", "-h", "-j", job, "-o", "%T")
+    assert state.stdout.strip() == "RUNNING", state.stdout  # signalled, not cancelled
+    await shell("scancel", job)
