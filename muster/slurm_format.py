@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import time
 
+from shared.spans import spans
+
 TYPE_CHECKING = False  # mypy takes it as true; the lean squeue (muster.lean) imports this
 if TYPE_CHECKING:  # module, and `re`, `typing` and msgspec each cost it more than its work
     from collections.abc import Callable, Iterable, Sequence
@@ -171,22 +173,8 @@ def collapse_arrays(jobs: Iterable[Any]) -> list[Any]:
         out.append(j)
     for key, tasks in groups.items():
         if len(tasks) > 1:
-            out[first[key]] = PendingTasks(out[first[key]], f"[{_spans(sorted(tasks))}]")
+            out[first[key]] = PendingTasks(out[first[key]], f"[{spans(sorted(tasks))}]")
     return out
-
-
-def _spans(numbers: list[int]) -> str:
-    """[2, 3, 4, 7] -> `2-4,7`."""
-    spans: list[str] = []
-    start = prev = numbers[0]
-    for n in [*numbers[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        spans.append(str(start) if start == prev else f"{start}-{prev}")
-        if n is not None:
-            start = prev = n
-    return ",".join(spans)
 
 
 # A pending job's reason codes (services/placer/core/model.py `Waiting`, and the holds)

@@ -13,6 +13,8 @@ import re
 
 import msgspec
 
+from shared.spans import spans
+
 MAX_ARRAY_INDEX = 1000  # Slurm's default MaxArraySize=1001 allows indices 0..1000
 ARRAY_FORMS = "N, N-M, N-M:STEP or a comma list of those, optionally ending in %MAX_RUNNING"
 _ITEM = re.compile(r"(\d{1,9})(?:-(\d{1,9})(?::(\d{1,9}))?)?")
@@ -65,14 +67,5 @@ def parse_array(text: str, *, max_index: int = MAX_ARRAY_INDEX) -> ArraySpec:
 
 def format_array(spec: ArraySpec) -> str:
     """Canonical form: consecutive ids folded into ranges, then `%K` if throttled."""
-    parts: list[str] = []
-    ids = spec.task_ids
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    text = ",".join(parts)
+    text = spans(list(spec.task_ids)) if spec.task_ids else ""
     return f"{text}%{spec.max_running}" if spec.max_running is not None else text

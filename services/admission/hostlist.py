@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from shared.spans import spans
+
 MAX_HOSTS = 100_000  # one expression may not name more nodes than any real cluster has
 _TAIL_DIGITS = re.compile(r"^(.*?)(\d+)$")
 _NAME_CHARS = re.compile(r"[A-Za-z0-9._\-]*")
@@ -90,20 +92,6 @@ def expand(expr: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def _ranges(numbers: list[int], width: int) -> str:
-    spans: list[str] = []
-    start = prev = numbers[0]
-    for n in [*numbers[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        lo, hi = str(start).zfill(width), str(prev).zfill(width)
-        spans.append(lo if start == prev else f"{lo}-{hi}")
-        if n is not None:
-            start = prev = n
-    return ",".join(spans)
-
-
 def compress(names: Iterable[str]) -> str:
     """("gpu01", "gpu02", "gpu04") -> "gpu[01-02,04]"; names are sorted, repeats dropped."""
     plain: set[str] = set()
@@ -123,6 +111,6 @@ def compress(names: Iterable[str]) -> str:
         if len(ordered) == 1:
             text = prefix + str(ordered[0]).zfill(width)
         else:
-            text = f"{prefix}[{_ranges(ordered, width)}]"
+            text = f"{prefix}[{spans(ordered, width)}]"
         parts.append((prefix + str(ordered[0]).zfill(width), text))
     return ",".join(text for _, text in sorted(parts))

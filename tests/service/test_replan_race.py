@@ -44,26 +44,28 @@ def preempt(victim: int, for_job: int) -> Plan:
     return Plan(preemptions=(Preempt(victim_job_id=victim, for_job_id=for_job, grace_s=30),))
 
 
-async def preempted(db: asyncpg.Connection, victim: int) -> tuple[int, int]:
-    """(preemptions recorded, job.preempt_requested events) of the victim."""
-    rows = await db.fetchval("SELECT count(*) FROM preemptions WHERE victim_job_id = $1", victim)
+async def written(
+    db: asyncpg.Connection, table: str, column: str, subject: str, job_id: int
+) -> tuple[int, int]:
+    """(rows of `table` whose `column` is the job, `subject` events about the job)."""
+    rows = await db.fetchval(f"SELECT count(*) FROM {table} WHERE {column} = $1", job_id)
     events = await db.fetchval(
-        "SELECT count(*) FROM outbox WHERE subject = 'muster.job.preempt_requested'"
-        " AND convert_from(payload, 'UTF8')::jsonb->>'job_id' = $1::text",
-        str(victim),
+        "SELECT count(*) FROM outbox WHERE subject = $1"
+        " AND convert_from(payload, 'UTF8')::jsonb->>'job_id' = $2::text",
+        subject,
+        str(job_id),
     )
     return rows, events
 
 
+async def preempted(db: asyncpg.Connection, victim: int) -> tuple[int, int]:
+    """(preemptions recorded, job.preempt_requested events) of the victim."""
+    return await written(db, "preemptions", "victim_job_id", "muster.job.preempt_requested", victim)
+
+
 async def allocated(db: asyncpg.Connection, job_id: int) -> tuple[int, int]:
     """(allocations, job.allocated events) of the job."""
-    allocs = await db.fetchval("SELECT count(*) FROM allocations WHERE job_id = $1", job_id)
-    events = await db.fetchval(
-        "SELECT count(*) FROM outbox WHERE subject = 'muster.job.allocated'"
-        " AND convert_from(payload, 'UTF8')::jsonb->>'job_id' = $1::text",
-        str(job_id),
-    )
-    return allocs, events
+    return await written(db, "allocations", "job_id", "muster.job.allocated", job_id)
 
 
 def selected(job_id: int) -> admission.Where:
@@ -119,36 +121,48 @@ async def sides(db: asyncpg.Connection, database_url: str) -> AsyncIterator[Side
         await update.close()
 
 
-async def test_an_update_waits_for_a_start_in_flight_then_reads_it(sides: Sides) -> None:
+async def update_behind(sides: Sides, plan: Plan, what: str) -> list[asyncpg.Record]:
+    """The placer writes `plan` (planned before any change) and has not committed; the
+    update must wait for it. What the update reads once it holds the job."""
     job, epoch, placer, update = sides
     tx = placer.transaction()
     await tx.start()
-    await _apply(placer, start(job), {job: 1}, {job: 0}, epoch)  # not yet committed
+    await _apply(placer, plan, {job: 1}, {job: 0}, epoch)  # not yet committed
     async with update.transaction():
-        read = asyncio.ensure_future(lock(update, job))
-        done, _ = await asyncio.wait({read}, timeout=WAIT_S)
-        assert not done, "the update did not wait for the start in flight"
+        held = asyncio.ensure_future(lock(update, job))
+        done, _ = await asyncio.wait({held}, timeout=WAIT_S)
+        assert not done, f"the update did not wait for the {what} in flight"
         await tx.commit()
-        await read  # the lock, once the start committed
-        rows = await rows_of(update, job)  # the read after the hold, as `update`'s
-    assert rows[0]["alloc_nodes"] == ["n1"], "the update reads the job allocated"
+        await held  # the lock, once the placer committed
+        return await rows_of(update, job)  # the read after the hold, as `update`'s
 
 
-async def test_a_start_waits_for_an_update_in_flight_then_is_withdrawn(
-    db: asyncpg.Connection, sides: Sides
-) -> None:
+async def placer_behind(sides: Sides, plan: Plan, what: str) -> None:
+    """An update holds the job and has changed it, not committed; the placer's `plan`
+    (planned by the old fields) must wait for it, then sees the change."""
     job, epoch, placer, update = sides
     tx = update.transaction()
     await tx.start()
     await lock(update, job)
     await update.execute("UPDATE jobs SET spec_version = spec_version + 1 WHERE job_id = $1", job)
     async with placer.transaction():
-        placing = asyncio.ensure_future(_apply(placer, start(job), {job: 1}, {job: 0}, epoch))
+        placing = asyncio.ensure_future(_apply(placer, plan, {job: 1}, {job: 0}, epoch))
         done, _ = await asyncio.wait({placing}, timeout=WAIT_S)
-        assert not done, "the start did not wait for the update in flight"
+        assert not done, f"the {what} did not wait for the update in flight"
         await tx.commit()
         await placing
-    assert await allocated(db, job) == (0, 0), "the start was withdrawn"
+
+
+async def test_an_update_waits_for_a_start_in_flight_then_reads_it(sides: Sides) -> None:
+    rows = await update_behind(sides, start(sides.job), "start")
+    assert rows[0]["alloc_nodes"] == ["n1"], "the update reads the job allocated"
+
+
+async def test_a_start_waits_for_an_update_in_flight_then_is_withdrawn(
+    db: asyncpg.Connection, sides: Sides
+) -> None:
+    await placer_behind(sides, start(sides.job), "start")
+    assert await allocated(db, sides.job) == (0, 0), "the start was withdrawn"
 
 
 async def running_victim(db: asyncpg.Connection, epoch: int) -> int:
@@ -176,33 +190,14 @@ async def test_a_preemption_planned_by_old_fields_is_not_asked(db: asyncpg.Conne
 async def test_a_preemption_waits_for_an_update_in_flight_then_is_not_asked(
     db: asyncpg.Connection, sides: Sides
 ) -> None:
-    job, epoch, placer, update = sides
-    victim = await running_victim(db, epoch)
-    tx = update.transaction()
-    await tx.start()
-    await lock(update, job)
-    await update.execute("UPDATE jobs SET spec_version = spec_version + 1 WHERE job_id = $1", job)
-    async with placer.transaction():
-        placing = asyncio.ensure_future(_apply(placer, preempt(victim, job), {}, {job: 0}, epoch))
-        done, _ = await asyncio.wait({placing}, timeout=WAIT_S)
-        assert not done, "the preemption did not wait for the update in flight"
-        await tx.commit()
-        await placing
+    victim = await running_victim(db, sides.epoch)
+    await placer_behind(sides, preempt(victim, sides.job), "preemption")
     assert await preempted(db, victim) == (0, 0), "the preemption was asked"
 
 
 async def test_an_update_waits_for_a_preemption_in_flight(
     db: asyncpg.Connection, sides: Sides
 ) -> None:
-    job, epoch, placer, update = sides
-    victim = await running_victim(db, epoch)
-    tx = placer.transaction()
-    await tx.start()
-    await _apply(placer, preempt(victim, job), {}, {job: 0}, epoch)  # not yet committed
-    async with update.transaction():
-        held = asyncio.ensure_future(lock(update, job))
-        done, _ = await asyncio.wait({held}, timeout=WAIT_S)
-        assert not done, "the update did not wait for the preemption in flight"
-        await tx.commit()
-        await held
+    victim = await running_victim(db, sides.epoch)
+    await update_behind(sides, preempt(victim, sides.job), "preemption")
     assert await preempted(db, victim) == (1, 1), "planned before the change: asked"
