@@ -210,17 +210,15 @@ def scancel(argv: list[str]) -> int:
     p.add_argument("-t", "--state", action="append")
     p.add_argument("-p", "--partition")
     p.add_argument("-s", "--signal")
-    # -b: the batch shell alone, which is where a job's signal goes here (docs/steps.md)
+    # A signal reaches an sbatch job's steps; -b its batch script, -f both (docs/steps.md)
     p.add_argument("-b", "--batch", action="store_true")
     p.add_argument("-f", "--full", action="store_true")
     a = p.parse_args(argv)
-    if a.full:
-        raise ShimError(
-            "-f/--full: a signal reaches the batch script here (as -b), not its steps;"
-            " use -b, or end a step with scancel JOB.STEP"
-        )
-    if a.batch and not a.signal:
-        raise ShimError("-b/--batch signals the batch script: give the signal, -s USR1")
+    if (a.batch or a.full) and not a.signal:
+        raise ShimError("-b and -f say where a signal goes: give the signal, -s USR1")
+    from shared.signal_scope import SignalScope
+
+    scope = SignalScope.FULL if a.full else SignalScope.WORKER if a.batch else None
     states, _ = _states(a.state)
     owner, mine = a.user, a.me and not a.user  # --me: whoever signs, as the server knows
     if not (a.job_ids or a.name or owner or mine):
@@ -243,6 +241,7 @@ def scancel(argv: list[str]) -> int:
         states=states,
         partition=a.partition,
         signal=a.signal,
+        signal_scope=scope,
     )
 
 

@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 import msgspec
 
+from shared.signal_scope import SignalScope
+
 API_PREFIX = "muster.api."
 AGENT_PREFIX = "muster.agent."
 HEARTBEAT_PREFIX = "muster.heartbeat."
@@ -55,6 +57,8 @@ class JobSelector(Request, frozen=True, kw_only=True):
     job_ids: tuple[int, ...] = ()
     name: str | None = None
     owner: str | None = None  # every job of this user
+    # With `signal`: what it reaches (None: the job's work, its steps for an sbatch job)
+    signal_scope: SignalScope | None = None
     mine: bool = False  # every job of the requester (`scancel --me`), as the key says
     signal: str | None = None
     # With a cancel: end a running job as if its script had exited so, COMPLETED for 0
@@ -301,6 +305,7 @@ class StopWorkers(msgspec.Struct, frozen=True, kw_only=True):
     grace_s: float = 10.0
     signal: str = "SIGTERM"
     wait: bool = True
+    scope: SignalScope = SignalScope.WORKER  # a signal's (`wait=False`)
     # Set: stop only a worker of this attempt (and generation), so a stop aimed at a
     # stale worker can never hit a newer one of the same job.
     attempt: int | None = None

@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from shared.signal_scope import SignalScope
+
 SUBJECT_PREFIX = "muster."
 
 
@@ -43,6 +45,8 @@ class JobCancelRequested(Event, frozen=True, tag="job.cancel_requested"):
     by: str
     reason: str = "cancelled by user"
     signal: str | None = None
+    # With `signal`: what it reaches (None: the job's work, its steps for an sbatch job)
+    signal_scope: SignalScope | None = None
     exit_code: int | None = None  # see JobSelector.exit_code
 
 

@@ -149,10 +149,11 @@ class JobCommands:
         return _ok(f"cancel requested for {len(decision.act_on)} job(s)", decision)
 
     async def signal(self, sel: JobSelector) -> Ok:
-        """`scancel -s SIG`: the running jobs' workers signalled, nothing cancelled. The
-        job's coordinator sends it (`job.cancel_requested` with a signal): an agent
-        takes a stop only signed by the launcher, so admission asking one itself was
-        refused, and the signal never came (it said it was sent)."""
+        """`scancel -s SIG`: the running jobs signalled (an sbatch job's steps, or its
+        script with `-b`: `sel.signal_scope`), nothing cancelled. The job's coordinator
+        sends it (`job.cancel_requested` with a signal): an agent takes a stop only
+        signed by the launcher, so admission asking one itself was refused, and the
+        signal never came (it said it was sent)."""
         try:
             name = signal_name(sel.signal or "")
         except ValueError as err:
@@ -163,7 +164,13 @@ class JobCommands:
             await outbox_add(
                 conn,
                 *(
-                    JobCancelRequested(job_id=j, by=sel.user, reason=reason, signal=name)
+                    JobCancelRequested(
+                        job_id=j,
+                        by=sel.user,
+                        reason=reason,
+                        signal=name,
+                        signal_scope=sel.signal_scope,
+                    )
                     for j in decision.act_on
                 ),
             )

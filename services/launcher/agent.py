@@ -66,6 +66,7 @@ from shared.api import AGENT_PREFIX, AgentReply, StopWorkers, WorkerSpec
 from shared.bus import Bus
 from shared.events import NodeHookFailed, RunningWorker, WorkerExited, encode, subject_of
 from shared.logs import kv
+from shared.signal_scope import SignalScope
 from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
@@ -504,9 +505,14 @@ class NodeExecutor:
         # `B:SIGUSR1` (from `--signal=B:USR1`): the job's script only, not its group.
         leader_only, _, name = req.signal.rpartition(":")
         sig = _signal.Signals[name] if name.startswith("SIG") else _signal.SIGTERM
-        if not req.wait:
-            self._signal(current, sig, leader_only=leader_only == "B")
-            return msgspec.json.encode(AgentReply(ok=True, message=f"sent {sig.name}"))
+        if not req.wait:  # a signal alone: to the worker, the job's step tasks, or both
+            if req.scope is not SignalScope.STEPS:
+                self._signal(current, sig, leader_only=leader_only == "B")
+            tasks = (
+                self.steps.signal_job(req.job_id, sig) if req.scope is not SignalScope.WORKER else 0
+            )
+            said = f"sent {sig.name}" + (f" to {tasks} step task(s)" if tasks else "")
+            return msgspec.json.encode(AgentReply(ok=True, message=said))
         if sig != _signal.SIGTERM:
             self._signal(current, sig)
         steps = self.steps.end_job(req.job_id, req.grace_s)  # with the worker, not after

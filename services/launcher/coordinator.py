@@ -307,8 +307,10 @@ class Coordinator:
             run = await repo.lock_run(conn, ev.job_id)
             loaded = await repo.load_spec(conn, ev.job_id)
         if sig is not None and run is not None and loaded is not None and run.state in LIVE:
-            nodes = core.batch_nodes(loaded[0], run.nodes)
-            await self.agents.signal(ev.job_id, nodes, sig, leader_only=False)
+            for act in core.signal_targets(loaded[0], run.nodes, sig, ev.signal_scope):
+                await self.agents.signal(
+                    ev.job_id, act.nodes, sig, leader_only=False, scope=act.scope
+                )
 
     # --- one decision ----------------------------------------------------------------
 
@@ -383,7 +385,7 @@ class Coordinator:
         for action in decision.actions:
             match action:
                 case core.SignalWorkers():
-                    fx.signal = action
+                    fx.signals.append(action)
                 case core.StopWorkers():
                     fx.stops.append(action)
                 case core.StartGeneration():

@@ -82,6 +82,7 @@ from services.launcher.coordinator_timing import (
 )
 from services.launcher.exitstatus import ExitStatus
 from shared.jobspec import JobSpec
+from shared.signal_scope import SignalScope
 from shared.states import JobState
 
 __all__ = [
@@ -91,7 +92,8 @@ __all__ = [
     "RequestSpares", "Requeue", "RequeueAsked", "SettleElapsed", "SignalDue", "SignalWorkers",
     "SparesDenied", "SparesGranted", "StartFailed", "StartGeneration", "StepNodeLost",
     "StopWorkers", "TimeLimitReached", "Timers", "Verdict", "WorkerExited", "backoff_s",
-    "decide", "due_at", "due_observation", "due_or_rearm", "parse_signal", "start_run",
+    "decide", "due_at", "due_observation", "due_or_rearm", "parse_signal", "signal_targets",
+    "start_run",
     "timers", "world_size",
 ]  # fmt: skip
 
@@ -110,10 +112,29 @@ def decide(
 APP_FAULT = "application fault on "
 
 
-def batch_nodes(spec: JobSpec, nodes: tuple[str, ...]) -> tuple[str, ...]:
-    """Those of a run's `nodes` (rank order) whose worker runs the batch script: the first
-    alone for `--batch-nodes=first` (the others only hold the allocation), else all."""
-    return nodes[:1] if spec.batch_first_node else nodes
+def signal_targets(
+    spec: JobSpec,
+    nodes: tuple[str, ...],
+    sig: int,
+    scope: SignalScope | None,
+    leader_only: bool = False,
+) -> tuple[SignalWorkers, ...]:
+    """Where a signal that stops nothing goes (`scancel -s`, `--signal=SIG@T`), as Slurm
+    sends it. A job whose worker is its work (`muster submit`, torchrun): the workers.
+    An sbatch job (its script on the first node, its work in srun steps): by default
+    the steps' tasks on every node (`scope` None or STEPS); WORKER (`scancel -b`,
+    `--signal=B:`) the script on the first node; FULL both. Its other nodes' workers
+    only hold the allocation and are never signalled."""
+    if not spec.batch_first_node:
+        return (SignalWorkers(nodes=nodes, signal=sig, leader_only=leader_only),)
+    scope = scope or SignalScope.STEPS
+    script = SignalWorkers(nodes=nodes[:1], signal=sig, leader_only=leader_only)
+    steps = SignalWorkers(nodes=nodes, signal=sig, scope=SignalScope.STEPS)
+    return {
+        SignalScope.WORKER: (script,),
+        SignalScope.STEPS: (steps,),
+        SignalScope.FULL: (script, steps),
+    }[scope]
 
 
 def _excluding(excluded: tuple[str, ...], node: str) -> tuple[str, ...]:
@@ -457,12 +478,14 @@ class _Decider:
         return self.requeue(reason, stop=started)
 
     def signal_due(self) -> Decision:
-        """`--signal=[B:]SIG@secs`: once, to the workers still running."""
+        """`--signal=[B:]SIG@secs`: once, to the workers still running (an sbatch job's
+        steps; with `B:` its script alone: `signal_targets`)."""
         run = self.run
         sig = parse_signal(run.spec.signal or "")
         if sig is None or run.signal_sent or not self.live:
             return self.ignore()
-        nodes = batch_nodes(run.spec, self.live)
-        act = SignalWorkers(nodes=nodes, signal=sig, leader_only=run.spec.signal_batch_only)
+        only = run.spec.signal_batch_only
+        scope = SignalScope.WORKER if only else None
+        acts = signal_targets(run.spec, self.live, sig, scope, leader_only=only)
         new = msgspec.structs.replace(run, signal_sent=True)
-        return Decision(verdict=Verdict.SIGNAL, run=new, actions=(act,))
+        return Decision(verdict=Verdict.SIGNAL, run=new, actions=acts)

@@ -15,6 +15,7 @@ import msgspec
 
 from services.launcher.exitstatus import ExitStatus
 from shared.jobspec import JobSpec
+from shared.signal_scope import SignalScope
 from shared.states import JobState
 
 # The placer answers a request for spares at once; without an answer by then (no placer
@@ -232,6 +233,7 @@ class SignalWorkers(Action, frozen=True, tag="signal"):
     nodes: tuple[str, ...]
     signal: int
     leader_only: bool = False  # `--signal=B:SIG`: the batch script only, not its group
+    scope: SignalScope = SignalScope.WORKER  # the worker, or the tasks of the job's steps
 
 
 class StopWorkers(Action, frozen=True, tag="stop"):

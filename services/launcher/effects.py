@@ -29,6 +29,7 @@ from shared.api import AgentReply
 from shared.jobspec import JobSpec
 from shared.logs import kv
 from shared.runtime import TaskSet
+from shared.signal_scope import SignalScope
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,13 @@ class AgentCalls(Protocol):
     ) -> dict[str, AgentReply]: ...  # fmt: skip
 
     async def signal(
-        self, job_id: int, nodes: tuple[str, ...], sig: int, *, leader_only: bool
+        self,
+        job_id: int,
+        nodes: tuple[str, ...],
+        sig: int,
+        *,
+        leader_only: bool,
+        scope: SignalScope = SignalScope.WORKER,
     ) -> None: ...
 
 
@@ -59,7 +66,7 @@ class Effects(msgspec.Struct, kw_only=True):
     # (attempt, generation) the stops aim at: the agents stop no other worker of the
     # job (None: whatever of the job runs, as after an agent restart).
     stop_key: tuple[int, int | None] | None = None
-    signal: core.SignalWorkers | None = None
+    signals: list[core.SignalWorkers] = []
     stops: list[core.StopWorkers] = []
     start: Generation | None = None
     start_delay_s: float = 0.0
@@ -148,9 +155,10 @@ class EffectRunner:
             return
         for stop in (s for s in fx.stops if s.best_effort):
             self.spawn(self._ask_to_stop(fx, stop), f"best-effort stop of {fx.job_id}")
-        if fx.signal is not None:
-            s = fx.signal
-            await self.agents.signal(fx.job_id, s.nodes, s.signal, leader_only=s.leader_only)
+        for s in fx.signals:
+            await self.agents.signal(
+                fx.job_id, s.nodes, s.signal, leader_only=s.leader_only, scope=s.scope
+            )
         waited = [s for s in fx.stops if not s.best_effort]
         await asyncio.gather(
             *(self.agents.stop(fx.job_id, s.nodes, s.grace_s, fx.stop_key) for s in waited)

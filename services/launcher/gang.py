@@ -35,6 +35,7 @@ from shared.identity_files import KeyFileError
 from shared.jobspec import JobSpec
 from shared.logs import kv
 from shared.outputs import output_paths
+from shared.signal_scope import SignalScope
 from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
@@ -150,11 +151,19 @@ class Agents:
         return dict(zip(nodes, replies, strict=True))
 
     async def signal(
-        self, job_id: int, nodes: tuple[str, ...], sig: int, *, leader_only: bool
+        self,
+        job_id: int,
+        nodes: tuple[str, ...],
+        sig: int,
+        *,
+        leader_only: bool,
+        scope: SignalScope = SignalScope.WORKER,
     ) -> None:
-        """Send `sig` without waiting; `leader_only` (`--signal=B:`) names it `B:SIG...`."""
+        """Send `sig` without waiting; `leader_only` (`--signal=B:`) names it `B:SIG...`;
+        `scope`: the worker, or the tasks of the job's steps there (or both)."""
         name = _signal.Signals(sig).name
-        req = StopWorkers(job_id=job_id, signal=f"B:{name}" if leader_only else name, wait=False)
+        signal = f"B:{name}" if leader_only else name
+        req = StopWorkers(job_id=job_id, signal=signal, wait=False, scope=scope)
         await asyncio.gather(*(self.call(n, "stop", req) for n in nodes))
 
     async def call(

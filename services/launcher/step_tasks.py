@@ -150,6 +150,12 @@ class StepTask:
         records the exit."""
         self.stepd.stop()
 
+    def signal(self, sig: int) -> bool:
+        """`sig` to the task's process group, stopping nothing (its stepd sees the task
+        end only if the task lets the signal end it); False: not started, or gone."""
+        started = read_struct(self.folder / "started.json", StepStarted)
+        return started is not None and kill_group(started.worker, sig)
+
     async def terminate(self, grace_s: float) -> StepExit:
         """Stop the task; past `grace_s` and stepd's time to record, kill both."""
         self.stop()

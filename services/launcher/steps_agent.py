@@ -384,6 +384,11 @@ class StepRunner:
         if not mine:
             self.workers.pop(job_id, None)
 
+    def signal_job(self, job_id: int, sig: int) -> int:
+        """`sig` to every task of the job's steps here (each task's process group), as
+        Slurm's `scancel -s` signals a job's steps; how many were signalled."""
+        return sum(task.signal(sig) for task in self.workers.get(job_id, ()))
+
     async def end_job(self, job_id: int, grace_s: float = END_GRACE_S) -> None:
         """The job ends here: its steps' tasks end too (SIGTERM, SIGKILL after
         `grace_s`). Returns once they have: until then the job's GPUs are not free on

@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -181,6 +182,13 @@ TRAPS = """#!/bin/bash
 trap 'echo "got USR1"' USR1
 for i in $(seq 120); do sleep 0.5; done
 """
+# the checkpoint idiom: the training process, an srun step, traps the signal
+STEP_TRAPS = f"""#!/bin/bash
+#SBATCH --job-name=steps --time=2
+export MUSTER_KEY_DIR={{keys}}
+{sys.executable} -m muster.shims srun bash -c \
+    'trap "echo task got USR1" USR1; for i in $(seq 120); do sleep 0.5; done'
+"""
 
 
 async def test_scancel_s_signals_the_running_script(cluster: Cluster, tmp_path: Path) -> None:
@@ -212,4 +220,26 @@ async def test_scancel_s_signals_the_running_script(cluster: Cluster, tmp_path: 
     )
     state = await shell("squeue", "-h", "-j", job, "-o", "%T")
     assert state.stdout.strip() == "RUNNING", state.stdout  # signalled, not cancelled
+    await shell("scancel", job)
+
+    # without -b, as Slurm's: the job's steps. Before, the script's group got it: the
+    # script (no trap) and srun died, the job FAILED, the step's task never heard it.
+    (tmp_path / "steps.sh").write_text(STEP_TRAPS.format(keys=cluster.state_dir / "keys"))
+    job = (await shell("sbatch", "--parsable", "steps.sh")).stdout.strip()
+    await eventually(
+        lambda: shell("squeue", "-h", "-s", "-j", job, "-o", "%i"),
+        lambda out: out.stdout.strip() == f"{job}.0",
+        timeout=60,
+        what="the job's step running",
+    )
+    assert (await shell("scancel", "-s", "USR1", job)).returncode == 0
+    out = tmp_path / f"slurm-{job}.out"
+    await eventually(
+        lambda: asyncio.to_thread(lambda: out.read_text() if out.exists() else ""),
+        lambda text: "task got USR1" in text,
+        timeout=30,
+        what="the step's task trapped it",
+    )
+    state = await shell("squeue", "-h", "-j", job, "-o", "%T")
+    assert state.stdout.strip() == "RUNNING", (state.stdout, out.read_text())
     await shell("scancel", job)

@@ -74,8 +74,9 @@ def test_every_recorded_payload_re_encodes_to_the_same_json(kind: type[events.Ev
 
 # What a live run leaves empty, per tag, and why; never a nested collection (NESTED).
 LIVE_GAPS: dict[str, set[str]] = {
-    # `signal` set only by `cancel --signal`, `exit_code` only by a release (salloc's)
-    "job.cancel_requested": {".signal", ".exit_code"},
+    # `signal` (and its scope) set only by `cancel --signal`, `exit_code` only by a
+    # release (salloc's)
+    "job.cancel_requested": {".signal", ".signal_scope", ".exit_code"},
     "job.finished": {".exit_code", ".signal"},  # an exit code or a signal, or neither
     "job.requeued": {".excluded_nodes"},  # a preemption excludes no node
     "worker.exited": {".exit_code", ".signal", ".spawn_failed"},  # one of them at most

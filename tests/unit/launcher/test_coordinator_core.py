@@ -48,11 +48,13 @@ from services.launcher.coordinator_core import (
     due_at,
     due_or_rearm,
     parse_signal,
+    signal_targets,
     start_run,
     timers,
 )
 from services.launcher.exitstatus import ExitStatus
 from shared.jobspec import JobSpec
+from shared.signal_scope import SignalScope
 
 T0, NOW = 1000.0, 1600.0
 CFG = CoordinatorConfig()
@@ -121,6 +123,9 @@ R_SIGNAL = running(job(signal="USR1", signal_before_s=120))
 # `--batch-nodes=first` (sbatch's): the script on a alone, b and c hold the allocation
 R_BATCH = running(job(batch_first_node=True))
 R_BATCH_SIGNAL = running(job(batch_first_node=True, signal="USR1", signal_before_s=120))
+R_BATCH_B = running(
+    job(batch_first_node=True, signal="USR1", signal_before_s=120, signal_batch_only=True)
+)
 # What a fixed-size job's fault leaves: workers stopped, the placer asked for a spare.
 R_SPARE = decide(R, NodeFault(node="b", reason="xid 79"), CFG, T0 + 10).run
 LOST_B = "node b lost: xid 79"
@@ -396,9 +401,14 @@ CONTROL_CASES: dict[str, tuple[JobRun, AnyObservation, CoordinatorConfig, Decisi
         R_SIGNAL, SignalDue(), CFG,
         then(R_SIGNAL, Verdict.SIGNAL, SignalWorkers(nodes=ABC, signal=10), signal_sent=True),
     ),
-    "--signal goes to the batch script alone when it runs on the first node only": (
+    "an sbatch job's --signal goes to its steps' tasks on every node, as Slurm's": (
         R_BATCH_SIGNAL, SignalDue(), CFG,
-        then(R_BATCH_SIGNAL, Verdict.SIGNAL, SignalWorkers(nodes=("a",), signal=10),
+        then(R_BATCH_SIGNAL, Verdict.SIGNAL,
+             SignalWorkers(nodes=ABC, signal=10, scope=SignalScope.STEPS), signal_sent=True),
+    ),
+    "an sbatch job's --signal=B: goes to its script alone, on the first node": (
+        R_BATCH_B, SignalDue(), CFG,
+        then(R_BATCH_B, Verdict.SIGNAL, SignalWorkers(nodes=("a",), signal=10, leader_only=True),
              signal_sent=True),
     ),
     "--signal is sent once": (
@@ -580,3 +590,32 @@ def test_a_changed_limit_re_arms_the_timers_or_ends_the_job(
 def test_a_timer_that_is_due_is_delivered_as_itself() -> None:
     assert due_or_rearm(R, T0 + 3600) == TimeLimitReached()
     assert due_or_rearm(R_SIGNAL, timers(R_SIGNAL).signal_at or 0) == SignalDue()
+
+
+EVERY_NODE = job()
+SBATCH = job(batch_first_node=True)
+TARGETS = {
+    "a job whose worker is its work: the workers": (
+        EVERY_NODE, None, (SignalWorkers(nodes=ABC, signal=10),),
+    ),
+    "an sbatch job: its steps' tasks on every node": (
+        SBATCH, None, (SignalWorkers(nodes=ABC, signal=10, scope=SignalScope.STEPS),),
+    ),
+    "an sbatch job, -b: its script on the first node": (
+        SBATCH, SignalScope.WORKER, (SignalWorkers(nodes=("a",), signal=10),),
+    ),
+    "an sbatch job, -f: both": (
+        SBATCH, SignalScope.FULL,
+        (SignalWorkers(nodes=("a",), signal=10),
+         SignalWorkers(nodes=ABC, signal=10, scope=SignalScope.STEPS)),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("spec", "scope", "want"), TARGETS.values(), ids=TARGETS.keys())
+def test_where_a_signal_goes(
+    spec: JobSpec, scope: SignalScope | None, want: tuple[SignalWorkers, ...]
+) -> None:
+    """scancel -s / -b / -f, as Slurm sends them; b and c of an sbatch job hold the
+    allocation for its steps and their workers are never signalled."""
+    assert signal_targets(spec, ABC, 10, scope) == want

@@ -13,6 +13,7 @@ from services.launcher.effects import EffectRunner, Effects
 from services.launcher.gang import Generation
 from shared.api import AgentReply
 from shared.jobspec import JobSpec
+from shared.signal_scope import SignalScope
 
 SPEC = JobSpec(user="alice", script="train.sh")
 
@@ -39,7 +40,13 @@ class FakeAgents:
         return {n: AgentReply(ok=True) for n in nodes}
 
     async def signal(
-        self, job_id: int, nodes: tuple[str, ...], sig: int, *, leader_only: bool
+        self,
+        job_id: int,
+        nodes: tuple[str, ...],
+        sig: int,
+        *,
+        leader_only: bool,
+        scope: SignalScope = SignalScope.WORKER,
     ) -> None:
         self.calls.append(("signal", job_id, nodes))
 
