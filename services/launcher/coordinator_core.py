@@ -93,8 +93,7 @@ __all__ = [
     "SparesDenied", "SparesGranted", "StartFailed", "StartGeneration", "StepNodeLost",
     "StopWorkers", "TimeLimitReached", "Timers", "Verdict", "WorkerExited", "backoff_s",
     "decide", "due_at", "due_observation", "due_or_rearm", "parse_signal", "signal_targets",
-    "start_run",
-    "timers", "world_size",
+    "start_run", "timers", "world_size",
 ]  # fmt: skip
 
 
