@@ -147,9 +147,12 @@ def squeue(argv: list[str]) -> int:
     p.add_argument("-a", "--all", action="store_true", help="accepted: every partition is shown")
     p.add_argument("-s", "--steps", action="store_true")
     p.add_argument("-r", "--array", action="store_true", help="a line per array task")
+    p.add_argument("--start", action="store_true", help="pending jobs' expected starts")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
-    states, all_states = _states(a.states)
+    states, all_states = _states(a.states or (["PENDING"] if a.start else None))
+    if a.start and not (a.format or a.long_format):
+        a.format = fmt.SQUEUE_START
     req = QueueRequest(
         user=current_user(),
         users=_csv(a.user),

@@ -317,6 +317,9 @@ SQUEUE_LETTERS = {
 }
 SQUEUE_NAMES = {"user": "username", "st": "statecompact", "jobarrayid": "jobid"}
 SQUEUE_DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
+# `squeue --start`: pending jobs and when the placer expects them to start (Slurm's
+# columns but SCHEDNODES, which Muster does not plan per node ahead of the start)
+SQUEUE_START = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %R"
 
 
 class StepLine:

@@ -137,6 +137,9 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
     # GPUs too, and once released it is placed by them; what this shim does not change
     # is refused, saying what to do
     held = (await shell("sbatch", "--parsable", "-H", "long.sh")).stdout.strip()
+    start = await shell("squeue", "--start", "-h")  # pending jobs alone, with their starts
+    assert start.stdout.split() == [held, "normal", "shimmed", *start.stdout.split()[3:4],
+                                    "PD", "N/A", "1", "(JobHeldUser)"], start.stdout  # fmt: skip
     changed = await shell(
         "scontrol", "update", f"JobId={held}", "TimeLimit=10:00", "JobName=renamed"
     )
