@@ -262,6 +262,7 @@ def _act(shim: str, verb: str, refs: Sequence[str], **selector: Any) -> int:
 def sinfo(argv: list[str]) -> int:
     p = _parser("sinfo")
     p.add_argument("-N", "--Node", action="store_true")
+    p.add_argument("-s", "--summarize", action="store_true")
     p.add_argument("-h", "--noheader", action="store_true")
     p.add_argument("-o", "--format")
     p.add_argument("-n", "--nodes")
@@ -286,8 +287,9 @@ def sinfo(argv: list[str]) -> int:
         print(to_json(replace(reply, nodes=nodes, partitions=parts)))
         return 0
     lines = fmt.sinfo_lines(
-        nodes, a.format, a.Node, not a.noheader, parts, reply.default_partition, reply.time_limits
-    )
+        nodes, a.format, a.Node, not a.noheader, parts, reply.default_partition,
+        reply.time_limits, summarize=a.summarize,
+    )  # fmt: skip
     _print(lines)
     return 0
 

@@ -415,6 +415,7 @@ NODE_COLUMNS: dict[str, Column] = {
     "partitionname": ("PARTITION", lambda n: _partition(n)),
 }
 SINFO_LETTERS = {
+    "F": "nodesaiot",
     "a": "avail",
     "l": "timelimit",
     "N": "nodelist",
@@ -430,6 +431,7 @@ SINFO_LETTERS = {
 }
 SINFO_NODES_DEFAULT = "%N %.6D %P %.6t"
 SINFO_DEFAULT = "%9P %.5a %.10l %.6D %.6t %N"  # Slurm's
+SINFO_SUMMARY = "%9P %.5a %.10l %.16F %N"  # `sinfo -s`: a line per partition
 
 # --- sacct ----------------------------------------------------------------------------
 
@@ -656,18 +658,22 @@ def sinfo_lines(
     partitions: Sequence[str] = (),
     default_partition: str = "",
     time_limits: dict[str, int] | None = None,
+    summarize: bool = False,
 ) -> list[str]:
     """`sinfo -N`: a line per node and partition; plain `sinfo`: per partition, nodes
     grouped by state, compressed. `%P` marks the default partition with `*`, `%R` not;
     `%l` is the partition's longest time limit (`time_limits`; none: infinite) and
-    `%a` its availability, always up (Muster takes nodes out, not partitions)."""
-    default = SINFO_NODES_DEFAULT if by_node else SINFO_DEFAULT
+    `%a` its availability, always up (Muster takes nodes out, not partitions).
+    `summarize` (`-s`): a line per partition, `%F` its nodes allocated / idle / other
+    (down, drained, failing) / total."""
+    default = SINFO_NODES_DEFAULT if by_node else SINFO_SUMMARY if summarize else SINFO_DEFAULT
     parts = parse_percent(fmt or default, SINFO_LETTERS)
     rows = _by_partition(nodes, partitions)
     most = time_limits or {}
     starred = NODE_COLUMNS | {
         "partition": ("PARTITION", lambda n: _starred(n, default_partition)),
         "avail": ("AVAIL", lambda n: "up"),
+        "nodesaiot": ("NODES(A/I/O/T)", lambda n: _aiot([n])),
         "timelimit": (
             "TIMELIMIT",
             lambda n: duration(most[p]) if (p := _partition(n)) in most else "infinite",
@@ -678,12 +684,21 @@ def sinfo_lines(
         return render(parts, rows, starred, header=header)
     groups: dict[tuple[str, str], list[NodeView]] = {}
     for n in rows:
-        groups.setdefault((_partition(n), node_state(n)), []).append(n)
+        groups.setdefault((_partition(n), "" if summarize else node_state(n)), []).append(n)
     # a group's columns: its first node's value, but all its names and its count
     columns: dict[str, Column] = {k: (h, _of_first(get)) for k, (h, get) in starred.items()}
     columns["nodelist"] = ("NODELIST", lambda g: compress(n.name for n in g))
     columns["nodes"] = ("NODES", lambda g: str(len(g)))
+    columns["nodesaiot"] = ("NODES(A/I/O/T)", _aiot)  # of the group, not its first
     return render(parts, groups.values(), columns, header=header)
+
+
+def _aiot(group: Sequence[NodeView]) -> str:
+    """`%F`: of a group of nodes, allocated (or mixed) / idle / other / total."""
+    states = [node_state(n).rstrip("*") for n in group]
+    busy = sum(1 for s in states if s in ("allocated", "mixed", "completing"))
+    idle = sum(1 for s in states if s == "idle")
+    return f"{busy}/{idle}/{len(states) - busy - idle}/{len(states)}"
 
 
 def _by_partition(nodes: Sequence[NodeView], order: Sequence[str]) -> list[NodeView]:

@@ -376,3 +376,14 @@ def test_squeue_steps() -> None:
         "           12.0  python3       gpu      ada      1:15 n[1-2]",
     ]
     assert step_lines(steps, jobs, "%i %A", False, now=1075.0) == ["12.0 16"]
+
+
+def test_sinfo_s_summarizes_each_partition() -> None:
+    """`sinfo -s`: a line per partition, its nodes allocated / idle / other / total."""
+    nodes = [node("node01"), node("node02", free=0), node("node03", state="DRAINED")]
+    lines = sinfo_lines(nodes, None, False, True, ("normal",), "normal", {}, summarize=True)
+    assert lines == [
+        "PARTITION AVAIL  TIMELIMIT   NODES(A/I/O/T) NODELIST",
+        "normal*      up   infinite          1/1/1/3 node[01-03]",
+        "debug        up   infinite          1/0/0/1 node02",  # the helper's busy node
+    ]
