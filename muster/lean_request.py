@@ -7,6 +7,7 @@ muster.lean so the full commands import these without the lean entry points."""
 from __future__ import annotations
 
 import os
+import sys
 
 from muster import client_env
 
@@ -108,8 +109,14 @@ def submit_fields(words: Sequence[str], dry_run: bool) -> dict[str, Any] | str:
     line = split_command_line(words)
     script_text, path = "", ""
     if line.script is None:
-        if not any(w.startswith("--wrap") for w in line.options):
-            return "give a script: muster submit [options] SCRIPT [ARGS]"
+        if any(w.startswith("--wrap") for w in line.options):
+            pass
+        elif sys.stdin is None or sys.stdin.isatty():
+            return "give a script: muster submit [options] SCRIPT [ARGS] (or pipe it in)"
+        else:  # as sbatch: a script piped in or written in a here-document
+            script_text = sys.stdin.buffer.read().decode("utf-8", errors="surrogateescape")
+            if not script_text.strip():
+                return "the script read from standard input is empty: give a script"
     else:
         try:
             with open(line.script, "rb") as f:  # not pathlib: a shim runs without site's
