@@ -73,7 +73,18 @@ VALUED = {
     "--mem-per-gpu": "",
     "--cpus-per-gpu": "",
     "--export": "",
-}
+    # Binding and layout hints DDP launch lines pass (`--cpu-bind=cores`, `-m block`):
+    # accepted and left to the job's cgroup and CUDA_VISIBLE_DEVICES (docs/steps.md)
+    **dict.fromkeys(
+        (
+            "--cpu-bind", "--gpu-bind", "--mem-bind", "--accel-bind", "-m", "--distribution",
+            "--hint", "--ntasks-per-socket", "--ntasks-per-core", "--ntasks-per-gpu",
+            "--threads-per-core", "--cores-per-socket", "--sockets-per-node", "--cpu-freq",
+            "--network", "--wait", "-W",
+        ),
+        "",
+    ),
+}  # fmt: skip
 FLAGS = {
     "-l": "label",
     "--label": "label",
@@ -82,6 +93,10 @@ FLAGS = {
     "--exclusive": "",  # a step's GPUs are its own already (--gpus-per-task); --overlap not
     "-u": "",
     "--unbuffered": "",
+    "-Q": "",
+    "--quiet": "",
+    "-v": "",
+    "--verbose": "",
 }
 
 

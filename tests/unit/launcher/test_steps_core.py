@@ -368,3 +368,12 @@ def test_a_bad_end_is_a_nonzero_exit_or_a_signal(
     codes: list[int | None], signals: list[int | None], bad: bool
 ) -> None:
     assert bad_end(codes, signals) is bad
+
+
+def test_srun_takes_a_ddp_launch_lines_binding_hints_and_leaves_them() -> None:
+    """`srun --mpi=pmix --cpu-bind=cores -m block:block ...`: accepted (the job's cgroup
+    and CUDA_VISIBLE_DEVICES place the tasks), the command and -K kept. Before, the
+    first such option failed the step, and with it the job's script."""
+    argv = ["--mpi=pmix", "--cpu-bind=cores", "--gpu-bind", "closest", "-mblock:block",
+            "--hint=nomultithread", "-Q", "--kill-on-bad-exit=1", "python", "train.py"]  # fmt: skip
+    assert parse(argv) == ({"kill_on_bad_exit": "1"}, ["python", "train.py"])
