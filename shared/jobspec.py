@@ -24,6 +24,9 @@ class Dependency(msgspec.Struct, frozen=True, kw_only=True):
     kind: str  # after, afterok, afternotok, afterany, singleton
     job_ids: tuple[int, ...] = ()
     delay_s: int = 0
+    # `afterok:12_3`: array 12's task 3, as written; admission replaces each by the
+    # task's own job id in `job_ids` before the job is stored (`resolve_tasks`)
+    tasks: tuple[tuple[int, int], ...] = ()
 
 
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,3 +107,8 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     def depends_on(self) -> frozenset[int]:
         """The jobs its dependencies name."""
         return frozenset(j for d in self.dependencies for j in d.job_ids)
+
+    @property
+    def task_refs(self) -> frozenset[tuple[int, int]]:
+        """The array tasks its dependencies name as ARRAY_TASK, not yet resolved."""
+        return frozenset(t for d in self.dependencies for t in d.tasks)

@@ -349,14 +349,18 @@ class JobCommands:
         )
 
     async def _dependencies_refused(self, conn: Conn, specs: dict[int, JobSpec]) -> list[str]:
-        """Why the jobs' new dependencies cannot be kept: a job that does not exist (as
-        at submission), or the job itself (it would wait for ever)."""
+        """Why the jobs' new dependencies cannot be kept: a job (or an array task) that
+        does not exist (as at submission), or the job itself (it would wait for ever).
+        The array tasks named are replaced by their job ids in `specs`."""
+        unknown: dict[int, list[str]] = {}
+        for job_id, spec in specs.items():
+            specs[job_id], unknown[job_id] = await repo.with_task_jobs(conn, spec)
         absent = await repo.absent_jobs(conn, (j for s in specs.values() for j in s.depends_on))
         refusals = []
         for job_id, spec in specs.items():
             if job_id in spec.depends_on:
                 refusals.append(f"job {job_id}: --dependency names the job itself")
-            missing = sorted(spec.depends_on & absent)
+            missing = [*map(str, sorted(spec.depends_on & absent)), *unknown[job_id]]
             if missing:
                 refusals.append(f"job {job_id}: {missing_dependencies(missing, self.kept_s)}")
         return refusals

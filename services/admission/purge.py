@@ -42,9 +42,10 @@ def missing_job(job_id: int, kept_s: float | None) -> str:
     )
 
 
-def missing_dependencies(job_ids: list[int], kept_s: float | None) -> str:
-    """Why a submission whose --dependency names jobs the database does not hold is
-    refused (as Slurm's "Job dependency problem"), and what to check."""
+def missing_dependencies(job_ids: list[int] | list[str], kept_s: float | None) -> str:
+    """Why a submission whose --dependency names jobs (or array tasks, `12_3`) the
+    database does not hold is refused (as Slurm's "Job dependency problem"), and what to
+    check."""
     said = (
         f"--dependency names job(s) that do not exist: {', '.join(map(str, job_ids))};"
         " check the ids with `muster queue -a`"

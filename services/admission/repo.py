@@ -15,6 +15,7 @@ from shared.jobspec import JobSpec
 from shared.states import TERMINAL, JobState
 
 from .policy import NO_POLICY, JobPolicy
+from .values import resolve_tasks
 
 
 async def insert_job(conn: Conn, spec: JobSpec, policy: JobPolicy = NO_POLICY) -> int:
@@ -86,6 +87,24 @@ async def absent_jobs(conn: Conn, job_ids: Iterable[int]) -> set[int]:
         "SELECT job_id FROM jobs WHERE job_id = ANY($1::bigint[])", sorted(wanted)
     )
     return wanted - {r["job_id"] for r in rows}
+
+
+async def with_task_jobs(conn: Conn, spec: JobSpec) -> tuple[JobSpec, list[str]]:
+    """The spec with the array tasks its dependencies name (`afterok:12_3`) replaced by
+    the tasks' own job ids; and those the database does not hold, as written."""
+    refs = sorted(spec.task_refs)
+    if not refs:
+        return spec, []
+    rows = await conn.fetch(
+        "SELECT j.job_id, j.array_job_id, j.array_task_id FROM jobs j"
+        " JOIN unnest($1::bigint[], $2::int[]) AS x(a, t)"
+        "   ON j.array_job_id = x.a AND j.array_task_id = x.t",
+        [a for a, _ in refs],
+        [t for _, t in refs],
+    )
+    found = {(r["array_job_id"], r["array_task_id"]): r["job_id"] for r in rows}
+    terms, missing = resolve_tasks(spec.dependencies, found)
+    return msgspec.structs.replace(spec, dependencies=terms), missing
 
 
 async def set_array_job(conn: Conn, job_id: int, spec: JobSpec) -> None:

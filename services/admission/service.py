@@ -238,7 +238,7 @@ class Admission:
             spec = self._admit(submitted, parsed.explicit, config, shapes, SubmitCounts())
             policy = job_policy(spec, config)
         if spec.dependencies:
-            await self._check_dependencies(spec)
+            spec = await self._check_dependencies(spec)
         if req.dry_run or parsed.dry_run:
             return SubmitReply(warnings=parsed.warnings, spec=msgspec.to_builtins(spec))
         ids = await self._persist(spec, policy, config, shapes)  # kicks the relay
@@ -309,13 +309,16 @@ class Admission:
         if why is not None:
             raise Refused(why, "too_large")
 
-    async def _check_dependencies(self, spec: JobSpec) -> None:
-        if not spec.depends_on:
-            return
+    async def _check_dependencies(self, spec: JobSpec) -> JobSpec:
+        """The spec with the array tasks its dependencies name as their job ids, every
+        job named existing; else refused, naming those that do not."""
         async with self.ctx.pool.acquire() as conn:
+            spec, tasks = await repo.with_task_jobs(conn, spec)
             missing = await repo.absent_jobs(conn, spec.depends_on)
-        if missing:
-            raise Refused(missing_dependencies(sorted(missing), self.job_keep_s), "bad_dependency")
+        if tasks or missing:
+            named = [*map(str, sorted(missing)), *tasks]
+            raise Refused(missing_dependencies(named, self.job_keep_s), "bad_dependency")
+        return spec
 
     async def _persist(
         self,

@@ -10,6 +10,8 @@ import math
 import re
 import signal as _signal
 
+import msgspec
+
 from shared.jobspec import Dependency
 
 from .timefmt import DURATION_FORMS, parse_duration
@@ -143,7 +145,7 @@ def switches(text: str) -> tuple[int, int]:
 
 
 DEPENDENCY_KINDS = ("after", "afterany", "afterok", "afternotok", "singleton")
-_DEP_ID = re.compile(r"(\d{1,12})(?:\+(\d{1,9}))?")
+_DEP_ID = re.compile(r"(\d{1,12})(?:_(\d{1,9}))?(?:\+(\d{1,9}))?")  # JOB[_TASK][+MIN]
 
 
 def dependencies(text: str) -> tuple[tuple[Dependency, ...], bool]:
@@ -179,26 +181,52 @@ def _dependency_term(raw: str, text: str, any_of: bool) -> list[Dependency]:
             raise ValueError(f"invalid --dependency {text!r}: singleton takes no job ids")
         return [Dependency(kind=kind)]
     by_delay: dict[int, list[int]] = {}
+    tasks: dict[int, list[tuple[int, int]]] = {}
     for item in ids_text.split(":"):
         m = _DEP_ID.fullmatch(item.strip())
         if not m:
             raise ValueError(
                 f"invalid --dependency {text!r}: {item!r} is not a job id "
-                f"(expected {kind}:jobid[+minutes][:jobid...])"
+                f"(expected {kind}:jobid[_task][+minutes][:jobid...])"
             )
-        if m.group(2) is not None and kind != "after":
+        if m.group(3) is not None and kind != "after":
             raise ValueError(
                 f"invalid --dependency {text!r}: a +minutes delay is allowed only with "
                 "'after' (after:jobid+minutes)"
             )
-        delay = int(m.group(2) or 0) * 60
-        by_delay.setdefault(delay, []).append(int(m.group(1)))
+        delay = int(m.group(3) or 0) * 60
+        by_delay.setdefault(delay, [])
+        if m.group(2) is None:
+            by_delay[delay].append(int(m.group(1)))
+        else:  # an array's task: its own job id is looked up at admission
+            tasks.setdefault(delay, []).append((int(m.group(1)), int(m.group(2))))
     if len(by_delay) > 1 and any_of:
         raise ValueError(
             f"invalid --dependency {text!r}: different +delays inside one term cannot be "
             "combined with '?'; write one term per delay"
         )
-    return [Dependency(kind=kind, job_ids=tuple(ids), delay_s=d) for d, ids in by_delay.items()]
+    return [
+        Dependency(kind=kind, job_ids=tuple(ids), delay_s=d, tasks=tuple(tasks.get(d, ())))
+        for d, ids in by_delay.items()
+    ]
+
+
+def resolve_tasks(
+    terms: tuple[Dependency, ...], found: dict[tuple[int, int], int]
+) -> tuple[tuple[Dependency, ...], list[str]]:
+    """Each term's `ARRAY_TASK` refs replaced by the tasks' job ids (`found`, read from
+    the database); or the terms as they were and those not found, as written (`12_7`)."""
+    missing = sorted({f"{a}_{t}" for d in terms for a, t in d.tasks if (a, t) not in found})
+    if missing:
+        return terms, missing
+    return tuple(
+        msgspec.structs.replace(
+            d, job_ids=tuple(dict.fromkeys((*d.job_ids, *(found[t] for t in d.tasks)))), tasks=()
+        )
+        if d.tasks
+        else d
+        for d in terms
+    ), []
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

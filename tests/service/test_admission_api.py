@@ -483,7 +483,9 @@ async def test_a_pending_jobs_start_time_and_dependency_change_in_place(
         job,
     )
     assert row is not None and 3500 < row["wait_s"] <= 3600, row
-    assert json.loads(row["deps"]) == [{"kind": "afterok", "job_ids": [first], "delay_s": 0}]
+    assert json.loads(row["deps"]) == [
+        {"kind": "afterok", "job_ids": [first], "delay_s": 0, "tasks": []}
+    ]
     assert row["spec_version"] == 1
     for dependency, said in (
         (f"afterok:{job}", "--dependency names the job itself"),
@@ -507,6 +509,26 @@ async def test_mine_selects_the_requesters_own_jobs(api: Api) -> None:
     assert [j.job_id for j in (await api.queue("alice", mine=True)).jobs] == [alices]
     assert (await api.act("cancel", "bob", mine=True)).job_ids == (bobs,)
     assert await api.state(alices) == ("PENDING", "HELD")
+
+
+async def test_a_dependency_on_an_array_task_names_that_tasks_job(
+    api: Api, db: asyncpg.Connection
+) -> None:
+    """`afterok:12_1`: array 12's task 1, stored as the task's own job id (what the placer
+    reads); a task the array does not have is refused by its name. Before, `12_1` was
+    refused as "not a job id"."""
+    array = (await api.submit("alice", "-H", "--array=0-2")).job_ids
+    after = (await api.submit("alice", "-H", "-d", f"afterok:{array[0]}_1")).job_ids[0]
+    deps = await db.fetchval("SELECT spec->'dependencies' FROM jobs WHERE job_id = $1", after)
+    assert json.loads(deps) == [
+        {"kind": "afterok", "job_ids": [array[1]], "delay_s": 0, "tasks": []}
+    ]
+    err = await _refused(api.submit("alice", "-d", f"afterok:{array[0]}_7"))
+    assert f"names job(s) that do not exist: {array[0]}_7" in str(err), str(err)
+    moved = UpdateRequest(user="alice", job_refs=(str(after),), dependency=f"afterany:{array[0]}_2")
+    await call(api.url, "update", moved, Ok)
+    deps = await db.fetchval("SELECT spec->'dependencies' FROM jobs WHERE job_id = $1", after)
+    assert [d["job_ids"] for d in json.loads(deps)] == [[array[2]]]
 
 
 async def test_a_job_submitted_held_is_released_by_its_owner(api: Api) -> None:

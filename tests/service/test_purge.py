@@ -167,7 +167,7 @@ async def test_a_job_a_waiting_job_depends_on_stays_while_it_waits(
     await db.execute("UPDATE jobs SET array_job_id = $1 WHERE job_id = ANY($2)", array[0], array)
     others = [await ended_job(db, 400) for _ in range(5)]
     waiting = await ended_job(db, None)
-    deps = [{"kind": "afterok", "job_ids": [failed, array[0]], "delay_s": 0}]
+    deps = [{"kind": "afterok", "job_ids": [failed, array[0]], "delay_s": 0, "tasks": []}]
     await db.execute(
         "UPDATE jobs SET spec = jsonb_build_object('dependencies', $2::jsonb) WHERE job_id = $1",
         waiting,

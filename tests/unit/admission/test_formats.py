@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from services.admission.hostlist import compress, expand
 from services.admission.timefmt import format_duration, parse_begin, parse_duration
-from services.admission.values import dependencies, signal_spec
+from services.admission.values import dependencies, resolve_tasks, signal_spec
 from shared.arrays import ArraySpec, format_array, parse_array
 from shared.jobspec import Dependency
 
@@ -204,7 +204,20 @@ DEPENDENCIES = {
         "AfterOK:9",
         ((Dependency(kind="afterok", job_ids=(9,)),), False),
     ),
+    "an array's task, beside a job: looked up at admission": (
+        "afterok:12_3:9",
+        ((Dependency(kind="afterok", job_ids=(9,), tasks=((12, 3),)),), False),
+    ),
 }
+
+
+def test_array_tasks_named_are_replaced_by_their_job_ids() -> None:
+    terms, _ = dependencies("afterok:12_3:9,afterany:12_5")
+    assert resolve_tasks(terms, {(12, 3): 15, (12, 5): 17}) == (
+        (Dependency(kind="afterok", job_ids=(9, 15)), Dependency(kind="afterany", job_ids=(17,))),
+        [],
+    )
+    assert resolve_tasks(terms, {(12, 3): 15}) == (terms, ["12_5"])
 
 
 @pytest.mark.parametrize(("text", "want"), DEPENDENCIES.values(), ids=DEPENDENCIES.keys())
