@@ -74,7 +74,11 @@ COMPACT = {
 }
 
 
-LONG_STATE = {short: long for long, short in COMPACT.items() if long != "STARTING"}
+# a compact code's states: `R` is RUNNING and PREEMPTING (a job in its grace time
+# still runs), `CF` CONFIGURING and STARTING
+LONG_STATES: dict[str, tuple[str, ...]] = {}
+for _long, _short in COMPACT.items():
+    LONG_STATES[_short] = (*LONG_STATES.get(_short, ()), _long)
 
 
 def state_filter(names: Sequence[str]) -> tuple[tuple[str, ...], bool]:
@@ -83,7 +87,7 @@ def state_filter(names: Sequence[str]) -> tuple[tuple[str, ...], bool]:
     upper = [s.upper() for s in names]
     if "ALL" in upper:
         return (), True
-    return tuple(LONG_STATE.get(s, s) for s in upper), False
+    return tuple(dict.fromkeys(x for s in upper for x in LONG_STATES.get(s, (s,)))), False
 
 
 def duration(seconds: float | None) -> str:

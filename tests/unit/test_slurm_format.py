@@ -21,6 +21,7 @@ from muster.slurm_format import (
     sacct_lines,
     sinfo_lines,
     squeue_lines,
+    state_filter,
     unrecorded,
 )
 from shared.api import GpuView, JobView, NodeView
@@ -387,3 +388,19 @@ def test_sinfo_s_summarizes_each_partition() -> None:
         "normal*      up   infinite          1/1/1/3 node[01-03]",
         "debug        up   infinite          1/0/0/1 node02",  # the helper's busy node
     ]
+
+
+@pytest.mark.parametrize(
+    ("asked", "states"),
+    [
+        (["R"], ("RUNNING", "PREEMPTING")),  # a job in its preemption grace still runs
+        (["pd", "R"], ("PENDING", "RUNNING", "PREEMPTING")),
+        (["CF"], ("CONFIGURING", "STARTING")),
+        (["running", "CD"], ("RUNNING", "COMPLETED")),
+        (["all"], ()),
+    ],
+)
+def test_squeue_t_takes_slurms_codes(asked: list[str], states: tuple[str, ...]) -> None:
+    """`squeue -t R`: every state squeue shows as R. Before, the code table was read
+    backwards and R meant PREEMPTING alone: `squeue -t R` listed no running job."""
+    assert state_filter(asked) == (states, asked == ["all"])
