@@ -308,9 +308,7 @@ class Coordinator:
             loaded = await repo.load_spec(conn, ev.job_id)
         if sig is not None and run is not None and loaded is not None and run.state in LIVE:
             for act in core.signal_targets(loaded[0], run.nodes, sig, ev.signal_scope):
-                await self.agents.signal(
-                    ev.job_id, act.nodes, sig, leader_only=False, scope=act.scope
-                )
+                await self.agents.signal(ev.job_id, act)
 
     # --- one decision ----------------------------------------------------------------
 

@@ -29,7 +29,6 @@ from shared.api import AgentReply
 from shared.jobspec import JobSpec
 from shared.logs import kv
 from shared.runtime import TaskSet
-from shared.signal_scope import SignalScope
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +41,7 @@ class AgentCalls(Protocol):
         key: tuple[int, int | None] | None = None,
     ) -> dict[str, AgentReply]: ...  # fmt: skip
 
-    async def signal(
-        self,
-        job_id: int,
-        nodes: tuple[str, ...],
-        sig: int,
-        *,
-        leader_only: bool,
-        scope: SignalScope = SignalScope.WORKER,
-    ) -> None: ...
+    async def signal(self, job_id: int, act: core.SignalWorkers) -> None: ...
 
 
 Launch = Callable[[JobSpec, Generation], Awaitable[None]]
@@ -155,10 +146,8 @@ class EffectRunner:
             return
         for stop in (s for s in fx.stops if s.best_effort):
             self.spawn(self._ask_to_stop(fx, stop), f"best-effort stop of {fx.job_id}")
-        for s in fx.signals:
-            await self.agents.signal(
-                fx.job_id, s.nodes, s.signal, leader_only=s.leader_only, scope=s.scope
-            )
+        for act in fx.signals:
+            await self.agents.signal(fx.job_id, act)
         waited = [s for s in fx.stops if not s.best_effort]
         await asyncio.gather(
             *(self.agents.stop(fx.job_id, s.nodes, s.grace_s, fx.stop_key) for s in waited)

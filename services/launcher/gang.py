@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from services.launcher.coordinator_model import SignalWorkers
 from services.launcher.env import job_env, place_worker
 from services.launcher.status_probe import StatusProbe
 from services.launcher.torchrun import SPOOL, worker_argv
@@ -35,7 +36,6 @@ from shared.identity_files import KeyFileError
 from shared.jobspec import JobSpec
 from shared.logs import kv
 from shared.outputs import output_paths
-from shared.signal_scope import SignalScope
 from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
@@ -150,21 +150,14 @@ class Agents:
         replies = await asyncio.gather(*(self.call(n, "stop", req, timeout=timeout) for n in nodes))
         return dict(zip(nodes, replies, strict=True))
 
-    async def signal(
-        self,
-        job_id: int,
-        nodes: tuple[str, ...],
-        sig: int,
-        *,
-        leader_only: bool,
-        scope: SignalScope = SignalScope.WORKER,
-    ) -> None:
-        """Send `sig` without waiting; `leader_only` (`--signal=B:`) names it `B:SIG...`;
-        `scope`: the worker, or the tasks of the job's steps there (or both)."""
-        name = _signal.Signals(sig).name
-        signal = f"B:{name}" if leader_only else name
-        req = StopWorkers(job_id=job_id, signal=signal, wait=False, scope=scope)
-        await asyncio.gather(*(self.call(n, "stop", req) for n in nodes))
+    async def signal(self, job_id: int, act: SignalWorkers) -> None:
+        """Send `act`'s signal to its nodes without waiting; `leader_only`
+        (`--signal=B:`) names it `B:SIG...`; its scope: the worker, or the tasks of the
+        job's steps there."""
+        name = _signal.Signals(act.signal).name
+        signal = f"B:{name}" if act.leader_only else name
+        req = StopWorkers(job_id=job_id, signal=signal, wait=False, scope=act.scope)
+        await asyncio.gather(*(self.call(n, "stop", req) for n in act.nodes))
 
     async def call(
         self, node: str, verb: str, body: msgspec.Struct, timeout: float | None = None

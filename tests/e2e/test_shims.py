@@ -205,44 +205,31 @@ async def test_scancel_s_signals_the_running_script(cluster: Cluster, tmp_path: 
     async def shell(*words: str) -> subprocess.CompletedProcess[str]:
         return await asyncio.to_thread(slurm, tmp_path, cluster, *words)
 
-    job = (await shell("sbatch", "--parsable", "traps.sh")).stdout.strip()
-    await eventually(
-        lambda: shell("squeue", "-h", "-j", job, "-o", "%T"),
-        lambda out: out.stdout.strip() == "RUNNING",
-        timeout=60,
-        what="the script running",
-    )
-    sent = await shell("scancel", "-b", "-s", "USR1", job)
-    assert (sent.returncode, sent.stderr) == (0, ""), sent.stderr
-    out = tmp_path / f"slurm-{job}.out"
-    await eventually(
-        lambda: asyncio.to_thread(lambda: out.read_text() if out.exists() else ""),
-        lambda text: "got USR1" in text,
-        timeout=30,
-        what="the script's trap ran",
-    )
-    state = await shell("squeue", "-h", "-j", job, "-o", "%T")
-    assert state.stdout.strip() == "RUNNING", state.stdout  # signalled, not cancelled
-    await shell("scancel", job)
+    async def trapped(script: str, up: list[str], scancel: list[str], said: str) -> None:
+        """Submit `script`; once `squeue ... up` prints the job's id, signal it with
+        `scancel ... JOB`; its output then says `said`, and it runs on (not cancelled)."""
+        job = (await shell("sbatch", "--parsable", script)).stdout.strip()
+        await eventually(
+            lambda: shell("squeue", "-h", "-j", job, *up, "-o", "%i"),
+            lambda out: out.stdout.strip() in (job, f"{job}.0"),
+            timeout=60,
+            what=f"{script} running",
+        )
+        sent = await shell("scancel", *scancel, job)
+        assert (sent.returncode, sent.stderr) == (0, ""), sent.stderr
+        out = tmp_path / f"slurm-{job}.out"
+        await eventually(
+            lambda: asyncio.to_thread(lambda: out.read_text() if out.exists() else ""),
+            lambda text: said in text,
+            timeout=30,
+            what=f"{said!r} from {script}",
+        )
+        state = await shell("squeue", "-h", "-j", job, "-o", "%T")
+        assert state.stdout.strip() == "RUNNING", (state.stdout, out.read_text())
+        await shell("scancel", job)
 
+    await trapped("traps.sh", ["-t", "R"], ["-b", "-s", "USR1"], "got USR1")
     # without -b, as Slurm's: the job's steps. Before, the script's group got it: the
     # script (no trap) and srun died, the job FAILED, the step's task never heard it.
     (tmp_path / "steps.sh").write_text(STEP_TRAPS.format(keys=cluster.state_dir / "keys"))
-    job = (await shell("sbatch", "--parsable", "steps.sh")).stdout.strip()
-    await eventually(
-        lambda: shell("squeue", "-h", "-s", "-j", job, "-o", "%i"),
-        lambda out: out.stdout.strip() == f"{job}.0",
-        timeout=60,
-        what="the job's step running",
-    )
-    assert (await shell("scancel", "-s", "USR1", job)).returncode == 0
-    out = tmp_path / f"slurm-{job}.out"
-    await eventually(
-        lambda: asyncio.to_thread(lambda: out.read_text() if out.exists() else ""),
-        lambda text: "task got USR1" in text,
-        timeout=30,
-        what="the step's task trapped it",
-    )
-    state = await shell("squeue", "-h", "-j", job, "-o", "%T")
-    assert state.stdout.strip() == "RUNNING", (state.stdout, out.read_text())
-    await shell("scancel", job)
+    await trapped("steps.sh", ["-s"], ["-s", "USR1"], "task got USR1")

@@ -8,12 +8,11 @@ import asyncio
 
 import pytest
 
-from services.launcher.coordinator_core import StopWorkers
+from services.launcher.coordinator_core import SignalWorkers, StopWorkers
 from services.launcher.effects import EffectRunner, Effects
 from services.launcher.gang import Generation
 from shared.api import AgentReply
 from shared.jobspec import JobSpec
-from shared.signal_scope import SignalScope
 
 SPEC = JobSpec(user="alice", script="train.sh")
 
@@ -39,16 +38,8 @@ class FakeAgents:
         await asyncio.sleep(max(self.delays.get(n, 0.0) for n in nodes))
         return {n: AgentReply(ok=True) for n in nodes}
 
-    async def signal(
-        self,
-        job_id: int,
-        nodes: tuple[str, ...],
-        sig: int,
-        *,
-        leader_only: bool,
-        scope: SignalScope = SignalScope.WORKER,
-    ) -> None:
-        self.calls.append(("signal", job_id, nodes))
+    async def signal(self, job_id: int, act: SignalWorkers) -> None:
+        self.calls.append(("signal", job_id, act.nodes))
 
 
 class Recorder:
