@@ -426,7 +426,13 @@ exec sleep 1000
             60,
             "the job requeued",
         )
-        assert row is not None and row["state"] in ("PENDING", "RUNNING"), row
+        # back in the queue (REQUEUED), or already placed again: not ended
+        assert row is not None and row["state"] in (
+            "REQUEUED",
+            "CONFIGURING",
+            "STARTING",
+            "RUNNING",
+        ), row
         outcome = await db.fetchval(
             "SELECT outcome FROM attempts WHERE job_id = $1 AND attempt = $2 AND seq = 0",
             job_id,
