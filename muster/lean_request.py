@@ -108,16 +108,15 @@ def submit_fields(words: Sequence[str], dry_run: bool) -> dict[str, Any] | str:
     # The script is found the way admission reads the options: one table of sbatch's.
     line = split_command_line(words)
     script_text, path = "", ""
-    if line.script is None:
-        if any(w.startswith("--wrap") for w in line.options):
-            pass
-        elif sys.stdin is None or sys.stdin.isatty():
+    wrapped = any(w.startswith("--wrap") for w in line.options)  # the script is made
+    if line.script is None and not wrapped:
+        if sys.stdin is None or sys.stdin.isatty():
             return "give a script: muster submit [options] SCRIPT [ARGS] (or pipe it in)"
-        else:  # as sbatch: a script piped in or written in a here-document
-            script_text = sys.stdin.buffer.read().decode("utf-8", errors="surrogateescape")
-            if not script_text.strip():
-                return "the script read from standard input is empty: give a script"
-    else:
+        # as sbatch: a script piped in or written in a here-document
+        script_text = sys.stdin.buffer.read().decode("utf-8", errors="surrogateescape")
+        if not script_text.strip():
+            return "the script read from standard input is empty: give a script"
+    elif line.script is not None:
         try:
             with open(line.script, "rb") as f:  # not pathlib: a shim runs without site's
                 raw = f.read()
