@@ -11,6 +11,7 @@ from typing import Any
 
 from muster import render
 from muster.client import ApiRefused, current_user, nats_url, refused, request
+from muster.client_env import local_ids
 from muster.lean_request import submit_fields
 from shared.api import (
     JobSelector,
@@ -98,7 +99,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print(render.to_json(reply))
     else:
-        _print(render.show_lines(reply))
+        _print(render.show_lines(reply, local_ids(reply.job.user)))
     return 0
 
 

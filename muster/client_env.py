@@ -100,3 +100,20 @@ def bus_credentials(url: str, *, operator: bool = False, user: str = "") -> tupl
         ca = pem
     inbox = os.environ.get("MUSTER_NATS_INBOX_PREFIX") or user_inbox(user_name(user))
     return creds, ca, inbox
+
+
+def local_ids(name: str) -> tuple[int, str, int] | None:
+    """The uid, group name and gid this machine knows user `name` by (scontrol's
+    `UserId=alice(1001) GroupId=ml(2001)`); None for a user it has no account of."""
+    import grp
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    try:
+        group = grp.getgrgid(entry.pw_gid).gr_name
+    except KeyError:
+        group = str(entry.pw_gid)
+    return entry.pw_uid, group, entry.pw_gid

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from muster.slurm_format import reason_text
+from muster.slurm_format import compress, limit, reason, reason_text
 
 TYPE_CHECKING = False  # mypy takes it as true; the lean `muster queue` (muster.lean) prints
 if TYPE_CHECKING:  # with this module, and these imports cost it more than its own work
@@ -99,12 +99,25 @@ def _files(reply: ShowJobReply) -> str:
     return f" WorkDir={workdir} StdOut={path(str(out))} StdErr={path(str(err))}"
 
 
-def show_lines(reply: ShowJobReply) -> list[str]:
-    """`muster show job`: scontrol's key=value lines, then one line per attempt."""
+def user_ids(name: str, ids: tuple[int, str, int] | None) -> str:
+    """`UserId=alice(1001) GroupId=ml(2001)` as scontrol shows them, from `ids` (the
+    uid, group name and gid this machine knows the user by); the name alone without."""
+    if ids is None:
+        return f"UserId={name}"
+    uid, group, gid = ids
+    return f"UserId={name}({uid}) GroupId={group}({gid})"
+
+
+def show_lines(reply: ShowJobReply, ids: tuple[int, str, int] | None = None) -> list[str]:
+    """`muster show job`: scontrol's key=value lines, then one line per attempt. Each
+    value is one word, as scripts split them: `Reason=` is Slurm's code (squeue's `%r`)
+    and Muster's sentence, where it says more, is a `Detail:` line of its own;
+    `ExitCode=` is Slurm's `CODE:SIGNAL`."""
     j = reply.job
+    exit_code = j.exit_code or 0
     lines = [
-        f"JobId={j.job_id} JobName={j.name} UserId={j.user} Account={j.account}",
-        f"   JobState={j.state} Reason={reason_text(j)} ExitCode={j.exit_code}"
+        f"JobId={j.job_id} JobName={j.name} {user_ids(j.user, ids)} Account={j.account}",
+        f"   JobState={j.state} Reason={reason(j)} ExitCode={exit_code}:0"
         f" Restarts={j.restart_count}",
         f"   Partition={j.partition} QOS={j.qos} NumNodes={j.nodes} GPUs={j.gpus}"
         f" TimeLimit={hms(j.time_limit_s)} RunTime={hms(j.elapsed_s)}",
@@ -127,6 +140,8 @@ def show_lines(reply: ShowJobReply) -> list[str]:
     begin = reply.spec.get("begin_at")
     if isinstance(begin, int | float) and j.started_at is None:  # --begin, StartTime=
         lines.append(f"   EligibleTime={_stamp(float(begin))}")
+    if (detail := reason_text(j)) not in (reason(j), "None"):
+        lines.append(f"   Detail: {detail}")
     if reply.approval:
         lines.append(f"   Approval: {reply.approval}")
     if reply.why_pending:
@@ -152,6 +167,21 @@ def show_lines(reply: ShowJobReply) -> list[str]:
             + f" Command={' '.join(st.argv)}"
         )
     return lines
+
+
+def partition_lines(reply: NodesReply, name: str) -> list[str]:
+    """`scontrol show partition NAME`: whether it is the default, its longest time
+    limit, its nodes and GPUs. Its state is UP: Muster takes nodes out, not partitions
+    (a job whose partition has no node up waits with reason PARTITION_DOWN)."""
+    nodes = [n for n in reply.nodes if name in n.partitions]
+    gpus = sum(n.gpus_total for n in nodes)
+    default = "YES" if name == reply.default_partition else "NO"
+    return [
+        f"PartitionName={name}",
+        f"   Default={default} MaxTime={limit(reply.time_limits.get(name, 0))} State=UP",
+        f"   Nodes={compress(n.name for n in nodes) or '(null)'}",
+        f"   TotalNodes={len(nodes)} TotalGPUs={gpus} TRES=node={len(nodes)},gres/gpu={gpus}",
+    ]
 
 
 def nodes_lines(reply: NodesReply) -> list[str]:

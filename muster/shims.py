@@ -426,15 +426,27 @@ def _when(text: str) -> float:
 # --- scontrol -------------------------------------------------------------------------
 
 
+# scontrol's options before its command: one line a record (-o), more detail (-d:
+# everything is shown already), every partition (-a: none is hidden)
+SCONTROL_FLAGS = {"-o": "oneliner", "--oneliner": "oneliner", "-d": "", "--details": "",
+                  "-dd": "", "-a": "", "--all": ""}  # fmt: skip
+
+
 def scontrol(argv: list[str]) -> int:
     from muster.hostnames import ENTITIES
 
-    if argv[:1] == ["show"] and len(argv) >= 2 and argv[1].lower() in ENTITIES:
-        return _show_hosts(argv[1].lower(), argv[2:])
-    if argv[:2] == ["show", "job"] and len(argv) >= 3:
-        return _show_job(argv[2])
-    if argv[:2] == ["show", "node"] or argv[:2] == ["show", "nodes"]:
-        return _show_nodes(argv[2] if len(argv) > 2 else None)
+    flags = {SCONTROL_FLAGS[w] for w in argv if w in SCONTROL_FLAGS}
+    argv = [w for w in argv if w not in SCONTROL_FLAGS]
+    one_line = "oneliner" in flags
+    what = argv[1].lower() if argv[:1] == ["show"] and len(argv) >= 2 else ""
+    if what in ENTITIES:
+        return _show_hosts(what, argv[2:])
+    if what in ("job", "jobs", "jobid"):
+        return _show_jobs(argv[2] if len(argv) > 2 else None, one_line)
+    if what in ("node", "nodes"):
+        return _show_nodes(argv[2] if len(argv) > 2 else None, one_line)
+    if what in ("partition", "partitions"):
+        return _show_partitions(argv[2] if len(argv) > 2 else None, one_line)
     if argv[:1] in (["hold"], ["release"], ["requeue"]) and len(argv) >= 2:
         return _act("scontrol", argv[0], argv[1:])
     if argv[:1] == ["update"] and len(argv) >= 2:
@@ -446,7 +458,8 @@ def scontrol(argv: list[str]) -> int:
         return _act("scontrol", "requeue", refs, hold=True)
     raise ShimError(
         f"unsupported: scontrol {' '.join(argv) or '(nothing)'}; this shim knows "
-        "show job ID, show node [NAME], show hostnames [LIST], show hostlist[sorted] NAMES,"
+        "[-o] show job [ID], show node [NAME], show partition [NAME], show hostnames [LIST],"
+        " show hostlist[sorted] NAMES,"
         " hold IDS, release IDS, requeue IDS, requeuehold IDS,"
         " update JobId=ID [TimeLimit=] [Nice=] [JobName=] [Comment=],"
         " update NodeName=NODES State=DRAIN|RESUME [Reason=]"
@@ -499,36 +512,68 @@ def _update_nodes(words: list[str]) -> int:
     return 0
 
 
-def _show_job(ref: str) -> int:
+def _show_jobs(ref: str | None, one_line: bool) -> int:
+    """`scontrol show job [ID]`: the job, or every job the queue shows (as Slurm's, those
+    not yet purged: the live ones), a record each with a blank line after."""
+    from muster.client_env import local_ids
     from muster.render import show_lines
 
-    url = _url()
-    if not ref.isdigit():
-        req = QueueRequest(user=current_user(), job_refs=(ref,), all_states=True)
+    url, user = _url(), current_user()
+    if ref is None:
+        live = request(url, "queue", QueueRequest(user=user), QueueReply).jobs
+        job_ids = [j.job_id for j in live]
+        if not job_ids:
+            print("No jobs in the system")
+    elif ref.isdigit():
+        job_ids = [int(ref)]
+    else:
+        req = QueueRequest(user=user, job_refs=(ref,), all_states=True)
         jobs = request(url, "queue", req, QueueReply).jobs
         if len(jobs) != 1:
             raise ShimError(f"{ref} names {len(jobs)} jobs; give one job id")
-        ref = str(jobs[0].job_id)
-    show = ShowJobRequest(user=current_user(), job_id=int(ref))
-    _print(show_lines(request(url, "show", show, ShowJobReply)))
+        job_ids = [jobs[0].job_id]
+    for job_id in job_ids:
+        reply = request(url, "show", ShowJobRequest(user=user, job_id=job_id), ShowJobReply)
+        _record(show_lines(reply, local_ids(reply.job.user)), one_line)
     return 0
 
 
-def _show_nodes(name: str | None) -> int:
+def _record(lines: list[str], one_line: bool) -> None:
+    """One record of `scontrol show`: its lines, or with -o one line, then a blank."""
+    _print([" ".join(line.strip() for line in lines)] if one_line else lines)
+    print()
+
+
+def _show_nodes(name: str | None, one_line: bool) -> int:
     nodes = request(_url(), "nodes", QueueRequest(user=current_user()), NodesReply).nodes
     chosen = [n for n in nodes if name is None or n.name == name]
     if not chosen:
         raise ShimError(f"Node {name} not found")
     for n in chosen:
         gres = fmt.NODE_COLUMNS["gres"][1](n)
-        print(
+        lines = [
             f"NodeName={n.name} State={fmt.node_state(n).upper()} Gres={gres}"
-            f" GresUsed=gpu:{n.gpus_total - n.gpus_free}\n"
+            f" GresUsed=gpu:{n.gpus_total - n.gpus_free}",
             f"   AvailableFeatures={','.join(n.features) or '(null)'}"
             f" Partitions={','.join(n.partitions) or '(null)'}"
-            f" Switches={'/'.join(n.topology) or '(null)'}\n"
-            f"   Reason={n.reason or '(null)'}\n"
-        )
+            f" Switches={'/'.join(n.topology) or '(null)'}",
+            f"   Reason={n.reason or '(null)'}",
+        ]
+        _record(lines, one_line)
+    return 0
+
+
+def _show_partitions(name: str | None, one_line: bool) -> int:
+    """`scontrol show partition [NAME]`: each partition's nodes, GPUs, longest time
+    limit and whether it is the default (muster/render.py: partition_lines)."""
+    from muster.render import partition_lines
+
+    reply = request(_url(), "nodes", QueueRequest(user=current_user()), NodesReply)
+    if name is not None and name not in reply.partitions:
+        raise ShimError(f"Partition {name} not found")
+    for part in reply.partitions:
+        if name is None or part == name:
+            _record(partition_lines(reply, part), one_line)
     return 0
 
 

@@ -146,6 +146,11 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
     assert changed.returncode == 0, changed.stderr
     shown = (await shell("scontrol", "show", "job", held)).stdout
     assert "JobName=renamed" in shown and "TimeLimit=0:10:00" in shown, shown
+    # `-o`: a record a line, each value one word, as `grep -oP 'Reason=\K\S+'` reads it
+    one = (await shell("scontrol", "-o", "show", "job", held)).stdout.splitlines()
+    assert len(one) == 2 and one[1] == "" and " Reason=JobHeldUser " in one[0], one
+    part = (await shell("scontrol", "show", "partition", "normal")).stdout
+    assert "PartitionName=normal" in part and "State=UP" in part, part
     wider = await shell("scontrol", "update", f"JobId={held}", "NumNodes=2", "Gres=gpu:2")
     assert wider.returncode == 0, wider.stderr
     pinned = await shell("scontrol", "update", f"JobId={held}", "ReqNodeList=node[01-02]")

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from muster.render import hms, nodes_lines, queue_lines, show_lines
+from muster.render import hms, nodes_lines, partition_lines, queue_lines, show_lines
 from shared.api import AttemptView, GpuView, JobView, NodesReply, NodeView, QueueReply, ShowJobReply
 
 
@@ -95,9 +95,9 @@ def test_show_lines_name_every_attempt_and_the_priority(utc: None) -> None:
         priority={"total": 1234.4, "age": 34.0, "fairshare": 1200.4},
         dependency="afterok:12",
     )
-    assert show_lines(reply) == [
-        "JobId=42 JobName=pretrain-llama UserId=alice Account=ml",
-        "   JobState=RUNNING Reason=None ExitCode=None Restarts=1",
+    assert show_lines(reply, (1001, "ml", 2001)) == [
+        "JobId=42 JobName=pretrain-llama UserId=alice(1001) GroupId=ml(2001) Account=ml",
+        "   JobState=RUNNING Reason=None ExitCode=0:0 Restarts=1",
         "   Partition=gpu QOS=normal NumNodes=2 GPUs=16 TimeLimit=2:00:00 RunTime=1:02:05",
         "   NodeList=node01,node02",
         "   StartTime=2023-11-14T22:14:20 EndTime=2023-11-15T00:14:20",
@@ -117,24 +117,62 @@ def test_show_lines_name_the_batch_host_of_a_script_on_the_first_node_only() -> 
 
 
 SHOW_REASON = {
-    "a hold by its owner has Slurm's name": ("PENDING", "HELD", "JobHeldUser"),
-    "a hold by an operator has Slurm's name": ("PENDING", "HELD_ADMIN", "JobHeldAdmin"),
-    "a wait by Slurm's name": ("PENDING", "PRIORITY", "Priority"),
-    "a reason Slurm has no name for stays": ("PENDING", "TOPOLOGY", "TOPOLOGY"),
-    "a requeued wait keeps its detail": (
-        "PENDING", "PRIORITY (requeued: xid 79)", "Priority (requeued: xid 79)",
+    "a hold by its owner has Slurm's name": ("PENDING", "HELD", "JobHeldUser", None),
+    "a hold by an operator has Slurm's name": ("PENDING", "HELD_ADMIN", "JobHeldAdmin", None),
+    "a wait by Slurm's name": ("PENDING", "PRIORITY", "Priority", None),
+    "a reason Slurm has no name for stays": ("PENDING", "TOPOLOGY", "TOPOLOGY", None),
+    "a requeued wait's detail is a line of its own": (
+        "PENDING", "PRIORITY (requeued: xid 79)", "Priority", "Priority (requeued: xid 79)",
     ),
-    "an ended job keeps its whole reason": (
-        "COMPLETED", "all 2 workers exited 0", "all 2 workers exited 0",
+    "an ended job's sentence is a line of its own": (
+        "COMPLETED", "all 2 workers exited 0", "None", "all 2 workers exited 0",
     ),
-    "no reason is None": ("RUNNING", "", "None"),
+    "a failed job reads as Slurm's code": (
+        "FAILED", "worker 1 on node02 exited 3", "NonZeroExitCode", "worker 1 on node02 exited 3",
+    ),
+    "no reason is None": ("RUNNING", "", "None", None),
 }  # fmt: skip
 
 
-@pytest.mark.parametrize(("state", "reason", "want"), SHOW_REASON.values(), ids=SHOW_REASON.keys())
-def test_show_lines_name_the_reason_as_scontrol_does(state: str, reason: str, want: str) -> None:
-    reply = ShowJobReply(job=job(state=state, reason=reason), spec={})
-    assert show_lines(reply)[1] == f"   JobState={state} Reason={want} ExitCode=None Restarts=1"
+@pytest.mark.parametrize(
+    ("state", "reason", "want", "detail"), SHOW_REASON.values(), ids=SHOW_REASON.keys()
+)
+def test_show_lines_name_the_reason_in_one_word_as_scontrol_does(
+    state: str, reason: str, want: str, detail: str | None
+) -> None:
+    lines = show_lines(ShowJobReply(job=job(state=state, reason=reason, exit_code=3), spec={}))
+    assert lines[1] == f"   JobState={state} Reason={want} ExitCode=3:0 Restarts=1"
+    details = [line for line in lines if line.startswith("   Detail: ")]
+    assert details == ([] if detail is None else [f"   Detail: {detail}"])
+
+
+def test_show_lines_name_the_user_alone_where_this_machine_has_no_account_of_them() -> None:
+    lines = show_lines(ShowJobReply(job=job(), spec={}))
+    assert lines[0] == "JobId=42 JobName=pretrain-llama UserId=alice Account=ml"
+
+
+def test_partition_lines_count_the_partitions_nodes_and_gpus() -> None:
+    def node(name: str, parts: tuple[str, ...]) -> NodeView:
+        return NodeView(
+            name=name, state="UP", reason="", gpus_total=8, gpus_free=8, topology=(),
+            last_heartbeat=None, last_fault=None, partitions=parts,
+        )  # fmt: skip
+
+    nodes = (node("node01", ("gpu", "debug")), node("node02", ("gpu",)), node("node03", ("debug",)))
+    reply = NodesReply(
+        nodes=nodes, partitions=("gpu", "debug"), default_partition="gpu",
+        time_limits={"debug": 3600},
+    )  # fmt: skip
+    assert partition_lines(reply, "gpu") == [
+        "PartitionName=gpu",
+        "   Default=YES MaxTime=UNLIMITED State=UP",
+        "   Nodes=node[01-02]",
+        "   TotalNodes=2 TotalGPUs=16 TRES=node=2,gres/gpu=16",
+    ]
+    assert partition_lines(reply, "debug")[1:3] == [
+        "   Default=NO MaxTime=1:00:00 State=UP",
+        "   Nodes=node[01,03]",
+    ]
 
 
 def test_nodes_lines_show_free_gpus_and_the_unhealthy_ones() -> None:
