@@ -170,18 +170,43 @@ def show_lines(reply: ShowJobReply, ids: tuple[int, str, int] | None = None) -> 
 
 
 def partition_lines(reply: NodesReply, name: str) -> list[str]:
-    """`scontrol show partition NAME`: whether it is the default, its longest time
-    limit, its nodes and GPUs. Its state is UP: Muster takes nodes out, not partitions
-    (a job whose partition has no node up waits with reason PARTITION_DOWN)."""
+    """`scontrol show partition NAME`: who may use it, its limits and policy (its
+    `PartitionView`; without a config, none), its nodes and GPUs. Its state is UP: Muster
+    takes nodes out, not partitions (a job whose partition has no node up waits with
+    reason PARTITION_DOWN)."""
     nodes = [n for n in reply.nodes if name in n.partitions]
     gpus = sum(n.gpus_total for n in nodes)
     default = "YES" if name == reply.default_partition else "NO"
+    view = next((v for v in reply.partition_views if v.name == name), None)
+    if view is None:
+        policy = [
+            f"   AllowAccounts=ALL AllowQos=ALL Default={default}",
+            f"   MaxNodes=UNLIMITED MaxTime={limit(reply.time_limits.get(name, 0))}",
+        ]
+    else:
+        policy = [
+            f"   AllowAccounts={_all(view.allowed_accounts)} AllowQos={_all(view.allowed_qos)}"
+            f" Default={default} QoS={view.default_qos or 'N/A'}",
+            f"   DefaultTime={limit(view.default_time_s)} MaxNodes={_most(view.max_nodes)}"
+            f" MaxTime={limit(view.max_time_s or 0)} MaxGPUsPerJob={_most(view.max_gpus_per_job)}",
+            f"   PriorityTier={view.priority_tier} PreemptMode={view.preempt_mode.upper()}"
+            f" RequiresApproval={'YES' if view.requires_approval else 'NO'}",
+        ]
     return [
         f"PartitionName={name}",
-        f"   Default={default} MaxTime={limit(reply.time_limits.get(name, 0))} State=UP",
+        *policy,
         f"   Nodes={compress(n.name for n in nodes) or '(null)'}",
-        f"   TotalNodes={len(nodes)} TotalGPUs={gpus} TRES=node={len(nodes)},gres/gpu={gpus}",
+        f"   State=UP TotalNodes={len(nodes)} TotalGPUs={gpus}"
+        f" TRES=node={len(nodes)},gres/gpu={gpus}",
     ]
+
+
+def _all(names: tuple[str, ...]) -> str:
+    return ",".join(names) or "ALL"
+
+
+def _most(value: int | None) -> str:
+    return "UNLIMITED" if value is None else str(value)
 
 
 def nodes_lines(reply: NodesReply) -> list[str]:

@@ -148,11 +148,12 @@ def squeue(argv: list[str]) -> int:
     p.add_argument("-s", "--steps", action="store_true")
     p.add_argument("-r", "--array", action="store_true", help="a line per array task")
     p.add_argument("--start", action="store_true", help="pending jobs' expected starts")
+    p.add_argument("-l", "--long", action="store_true")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     states, all_states = _states(a.states or (["PENDING"] if a.start else None))
-    if a.start and not (a.format or a.long_format):
-        a.format = fmt.SQUEUE_START
+    if not (a.format or a.long_format):
+        a.format = fmt.SQUEUE_START if a.start else fmt.SQUEUE_LONG if a.long else None
     req = QueueRequest(
         user=current_user(),
         users=_csv(a.user),
@@ -174,6 +175,8 @@ def squeue(argv: list[str]) -> int:
         return 0
     if a.json:
         return _print_json({"jobs": [_job_json(j) for j in jobs]})
+    if a.long and not a.noheader:
+        print(fmt.long_header(time.time()))
     _print(fmt.squeue_lines(jobs, a.format, a.long_format, not a.noheader, a.array))
     return 0
 
@@ -267,6 +270,7 @@ def sinfo(argv: list[str]) -> int:
     p.add_argument("-o", "--format")
     p.add_argument("-n", "--nodes")
     p.add_argument("-p", "--partition", action="append")
+    p.add_argument("-l", "--long", action="store_true")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     reply = request(_url(), "nodes", QueueRequest(user=current_user()), NodesReply)
@@ -286,10 +290,13 @@ def sinfo(argv: list[str]) -> int:
 
         print(to_json(replace(reply, nodes=nodes, partitions=parts)))
         return 0
+    widest = {v.name: v.max_nodes for v in reply.partition_views if v.max_nodes is not None}
     lines = fmt.sinfo_lines(
         nodes, a.format, a.Node, not a.noheader, parts, reply.default_partition,
-        reply.time_limits, summarize=a.summarize,
+        reply.time_limits, summarize=a.summarize, long=a.long, max_nodes=widest,
     )  # fmt: skip
+    if a.long and not a.noheader:
+        print(fmt.long_header(time.time()))
     _print(lines)
     return 0
 

@@ -324,6 +324,7 @@ SQUEUE_DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 # `squeue --start`: pending jobs and when the placer expects them to start (Slurm's
 # columns but SCHEDNODES, which Muster does not plan per node ahead of the start)
 SQUEUE_START = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %R"
+SQUEUE_LONG = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"  # `squeue -l`, Slurm's
 
 
 class StepLine:
@@ -432,10 +433,24 @@ SINFO_LETTERS = {
     "D": "nodes",
     "P": "partition",
     "R": "partitionname",
+    "s": "jobsize",
+    "r": "root",
+    "h": "oversubscribe",
+    "g": "groups",
 }
 SINFO_NODES_DEFAULT = "%N %.6D %P %.6t"
 SINFO_DEFAULT = "%9P %.5a %.10l %.6D %.6t %N"  # Slurm's
 SINFO_SUMMARY = "%9P %.5a %.10l %.16F %N"  # `sinfo -s`: a line per partition
+# `sinfo -l`, Slurm's; `-N -l` with the GPUs where Slurm has CPUs, memory and disk
+# (Muster places GPUs; it does not record a node's CPUs or memory)
+SINFO_LONG = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
+SINFO_NODES_LONG = "%N %.6D %.9P %.11T %.12G %.8f %20E"
+
+
+def long_header(now: float) -> str:
+    """The first line of `squeue -l` and `sinfo -l`: when it was read."""
+    return time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now))
+
 
 # --- sacct ----------------------------------------------------------------------------
 
@@ -663,17 +678,23 @@ def sinfo_lines(
     default_partition: str = "",
     time_limits: dict[str, int] | None = None,
     summarize: bool = False,
+    long: bool = False,
+    max_nodes: dict[str, int] | None = None,
 ) -> list[str]:
     """`sinfo -N`: a line per node and partition; plain `sinfo`: per partition, nodes
     grouped by state, compressed. `%P` marks the default partition with `*`, `%R` not;
     `%l` is the partition's longest time limit (`time_limits`; none: infinite) and
     `%a` its availability, always up (Muster takes nodes out, not partitions).
     `summarize` (`-s`): a line per partition, `%F` its nodes allocated / idle / other
-    (down, drained, failing) / total."""
-    default = SINFO_NODES_DEFAULT if by_node else SINFO_SUMMARY if summarize else SINFO_DEFAULT
+    (down, drained, failing) / total. `long` (`-l`): Slurm's long columns, `%s` the
+    nodes a job may have (`max_nodes`; none: 1-infinite)."""
+    if long:
+        default = SINFO_NODES_LONG if by_node else SINFO_LONG
+    else:
+        default = SINFO_NODES_DEFAULT if by_node else SINFO_SUMMARY if summarize else SINFO_DEFAULT
     parts = parse_percent(fmt or default, SINFO_LETTERS)
     rows = _by_partition(nodes, partitions)
-    most = time_limits or {}
+    most, widest = time_limits or {}, max_nodes or {}
     starred = NODE_COLUMNS | {
         "partition": ("PARTITION", lambda n: _starred(n, default_partition)),
         "avail": ("AVAIL", lambda n: "up"),
@@ -682,6 +703,11 @@ def sinfo_lines(
             "TIMELIMIT",
             lambda n: duration(most[p]) if (p := _partition(n)) in most else "infinite",
         ),
+        "jobsize": ("JOB_SIZE", lambda n: f"1-{widest.get(_partition(n), 'infinite')}"),
+        # constants true of Muster: not root-only, GPUs never shared, no group rule
+        "root": ("ROOT", lambda n: "no"),
+        "oversubscribe": ("OVERSUBS", lambda n: "NO"),
+        "groups": ("GROUPS", lambda n: "all"),
     }
     if by_node:
         rows.sort(key=lambda n: n.name)  # Slurm's -N: by node, then partition

@@ -204,12 +204,31 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     partitions: tuple[str, ...] = ()  # the partitions it serves, in the config's order
 
 
+class PartitionView(msgspec.Struct, frozen=True, kw_only=True):
+    """A partition's limits and policy as `scontrol show partition` and `sinfo -l` show
+    them (docs/configuration.md); None: no limit."""
+
+    name: str
+    default_time_s: int
+    max_time_s: int | None = None
+    max_nodes: int | None = None  # per job
+    max_gpus_per_job: int | None = None
+    allowed_accounts: tuple[str, ...] = ()  # empty: every account
+    allowed_qos: tuple[str, ...] = ()  # empty: every QOS
+    default_qos: str | None = None
+    priority_tier: int = 0
+    preempt_mode: str = "requeue"
+    requires_approval: bool = False
+
+
 class NodesReply(msgspec.Struct, frozen=True, kw_only=True):
     nodes: tuple[NodeView, ...]
     partitions: tuple[str, ...] = ()  # every partition, in the config's order
     default_partition: str = ""  # what a job without -p gets (sinfo marks it `*`)
     # each partition's longest time limit in seconds (sinfo's TIMELIMIT); absent: none
     time_limits: dict[str, int] = {}
+    # each configured partition's limits, in the config's order (none without a config)
+    partition_views: tuple[PartitionView, ...] = ()
 
 
 class NodeAction(Request, frozen=True, kw_only=True):

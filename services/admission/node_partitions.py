@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import msgspec
 
-from services.admission.config_model import ClusterConfig
-from shared.api import NodesReply, NodeView
+from services.admission.config_model import ClusterConfig, Partition
+from shared.api import NodesReply, NodeView, PartitionView
 from shared.jobspec import JobSpec
 
 # what a job without -p gets when no config says otherwise
@@ -35,7 +35,30 @@ def nodes_reply(views: Sequence[NodeView], config: ClusterConfig | None) -> Node
         for name, p in (config.partitions.items() if config else ())
         if p.max_time_s is not None
     }
-    return NodesReply(nodes=nodes, partitions=names, default_partition=default, time_limits=limits)
+    views_of = tuple(partition_view(p) for p in (config.partitions.values() if config else ()))
+    return NodesReply(
+        nodes=nodes,
+        partitions=names,
+        default_partition=default,
+        time_limits=limits,
+        partition_views=views_of,
+    )
+
+
+def partition_view(p: Partition) -> PartitionView:
+    return PartitionView(
+        name=p.name,
+        default_time_s=p.default_time_s,
+        max_time_s=p.max_time_s,
+        max_nodes=p.max_nodes,
+        max_gpus_per_job=p.max_gpus_per_job,
+        allowed_accounts=p.allowed_accounts,
+        allowed_qos=p.allowed_qos,
+        default_qos=p.default_qos,
+        priority_tier=p.priority_tier,
+        preempt_mode=p.preempt_mode.value,
+        requires_approval=p.requires_approval,
+    )
 
 
 def _served(node: str, config: ClusterConfig) -> tuple[str, ...]:

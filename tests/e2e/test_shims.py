@@ -86,6 +86,10 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
     assert sorted(info.stdout.split()) == sorted(["node01", "node02", "idle", "mixed"]), info.stdout
     parts = await shell("sinfo", "-h", "-o", "%P %D")
     assert parts.stdout.split() == ["normal*", "1", "normal*", "1"], parts.stdout  # by state
+    long = (await shell("sinfo", "-l")).stdout.splitlines()  # the time read, then columns
+    assert long[1].split()[:4] == ["PARTITION", "AVAIL", "TIMELIMIT", "JOB_SIZE"], long
+    queued = (await shell("squeue", "-l", "-j", job)).stdout.splitlines()
+    assert queued[2].split()[4] == "RUNNING", queued
 
     requeue = await shell("scontrol", "requeue", job)
     assert requeue.returncode == 0, requeue.stderr

@@ -8,7 +8,16 @@ from collections.abc import Iterator
 import pytest
 
 from muster.render import hms, nodes_lines, partition_lines, queue_lines, show_lines
-from shared.api import AttemptView, GpuView, JobView, NodesReply, NodeView, QueueReply, ShowJobReply
+from shared.api import (
+    AttemptView,
+    GpuView,
+    JobView,
+    NodesReply,
+    NodeView,
+    PartitionView,
+    QueueReply,
+    ShowJobReply,
+)
 
 
 def job(**kw: object) -> JobView:
@@ -151,27 +160,52 @@ def test_show_lines_name_the_user_alone_where_this_machine_has_no_account_of_the
     assert lines[0] == "JobId=42 JobName=pretrain-llama UserId=alice Account=ml"
 
 
-def test_partition_lines_count_the_partitions_nodes_and_gpus() -> None:
-    def node(name: str, parts: tuple[str, ...]) -> NodeView:
-        return NodeView(
-            name=name, state="UP", reason="", gpus_total=8, gpus_free=8, topology=(),
-            last_heartbeat=None, last_fault=None, partitions=parts,
-        )  # fmt: skip
+def _part_node(name: str, parts: tuple[str, ...]) -> NodeView:
+    return NodeView(
+        name=name, state="UP", reason="", gpus_total=8, gpus_free=8, topology=(),
+        last_heartbeat=None, last_fault=None, partitions=parts,
+    )  # fmt: skip
 
-    nodes = (node("node01", ("gpu", "debug")), node("node02", ("gpu",)), node("node03", ("debug",)))
+
+PART_NODES = (
+    _part_node("node01", ("gpu", "debug")), _part_node("node02", ("gpu",)),
+    _part_node("node03", ("debug",)),
+)  # fmt: skip
+
+
+def test_partition_lines_show_the_partitions_policy_nodes_and_gpus() -> None:
+    gpu = PartitionView(
+        name="gpu", default_time_s=3600, max_time_s=86400, max_nodes=8, allowed_accounts=("ml",),
+        default_qos="normal", priority_tier=2, requires_approval=True,
+    )  # fmt: skip
     reply = NodesReply(
-        nodes=nodes, partitions=("gpu", "debug"), default_partition="gpu",
-        time_limits={"debug": 3600},
+        nodes=PART_NODES, partitions=("gpu", "debug"), default_partition="gpu",
+        partition_views=(gpu, PartitionView(name="debug", default_time_s=600)),
     )  # fmt: skip
     assert partition_lines(reply, "gpu") == [
         "PartitionName=gpu",
-        "   Default=YES MaxTime=UNLIMITED State=UP",
+        "   AllowAccounts=ml AllowQos=ALL Default=YES QoS=normal",
+        "   DefaultTime=1:00:00 MaxNodes=8 MaxTime=1-00:00:00 MaxGPUsPerJob=UNLIMITED",
+        "   PriorityTier=2 PreemptMode=REQUEUE RequiresApproval=YES",
         "   Nodes=node[01-02]",
-        "   TotalNodes=2 TotalGPUs=16 TRES=node=2,gres/gpu=16",
+        "   State=UP TotalNodes=2 TotalGPUs=16 TRES=node=2,gres/gpu=16",
     ]
-    assert partition_lines(reply, "debug")[1:3] == [
-        "   Default=NO MaxTime=1:00:00 State=UP",
+    assert partition_lines(reply, "debug")[1:5] == [
+        "   AllowAccounts=ALL AllowQos=ALL Default=NO QoS=N/A",
+        "   DefaultTime=10:00 MaxNodes=UNLIMITED MaxTime=UNLIMITED MaxGPUsPerJob=UNLIMITED",
+        "   PriorityTier=0 PreemptMode=REQUEUE RequiresApproval=NO",
         "   Nodes=node[01,03]",
+    ]
+
+
+def test_partition_lines_without_a_config_show_no_limit() -> None:
+    reply = NodesReply(nodes=PART_NODES[:2], partitions=("gpu",), default_partition="gpu")
+    assert partition_lines(reply, "gpu") == [
+        "PartitionName=gpu",
+        "   AllowAccounts=ALL AllowQos=ALL Default=YES",
+        "   MaxNodes=UNLIMITED MaxTime=UNLIMITED",
+        "   Nodes=node[01-02]",
+        "   State=UP TotalNodes=2 TotalGPUs=16 TRES=node=2,gres/gpu=16",
     ]
 
 

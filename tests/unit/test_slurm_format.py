@@ -9,12 +9,14 @@ import pytest
 from muster.slurm_format import (
     JOB_COLUMNS,
     SQUEUE_LETTERS,
+    SQUEUE_LONG,
     SQUEUE_NAMES,
     Field,
     FormatError,
     checked_line,
     compress,
     duration,
+    long_header,
     node_state,
     parse_names,
     parse_percent,
@@ -388,6 +390,38 @@ def test_sinfo_s_summarizes_each_partition() -> None:
         "normal*      up   infinite          1/1/1/3 node[01-03]",
         "debug        up   infinite          1/0/0/1 node02",  # the helper's busy node
     ]
+
+
+def test_sinfo_l_gives_slurms_long_columns_and_each_partitions_job_size() -> None:
+    nodes = [node("node01", partitions=("normal", "debug")), node("node02", free=0)]
+    lines = sinfo_lines(
+        nodes, None, False, True, ("normal", "debug"), "normal", {}, long=True,
+        max_nodes={"normal": 8},
+    )  # fmt: skip
+    assert lines == [
+        "PARTITION AVAIL  TIMELIMIT   JOB_SIZE ROOT OVERSUBS     GROUPS  NODES       STATE"
+        " NODELIST",
+        "normal*      up   infinite        1-8   no       NO        all      1        idle node01",
+        "normal*      up   infinite        1-8   no       NO        all      1   allocated node02",
+        "debug        up   infinite 1-infinite   no       NO        all      1        idle node01",
+        "debug        up   infinite 1-infinite   no       NO        all      1   allocated node02",
+    ]
+    by_node = sinfo_lines(nodes[:1], None, True, True, ("normal",), "normal", {}, long=True)
+    assert by_node == [
+        "NODELIST  NODES PARTITION       STATE         GRES AVAIL_FE REASON",
+        "node01      1   normal*        idle   gpu:h100:4   (null) none",
+        "node01      1     debug        idle   gpu:h100:4   (null) none",
+    ]
+
+
+def test_squeue_l_gives_slurms_long_columns_and_the_time_read() -> None:
+    lines = squeue_lines([job(state="RUNNING", nodelist=("node01",))], SQUEUE_LONG, None, True)
+    assert lines[0].split() == [
+        "JOBID", "PARTITION", "NAME", "USER", "STATE", "TIME", "TIME_LIMI", "NODES",
+        "NODELIST(REASON)",
+    ]  # fmt: skip
+    assert lines[1].split()[4] == "RUNNING"
+    assert long_header(0.0).endswith(" 1970")
 
 
 @pytest.mark.parametrize(

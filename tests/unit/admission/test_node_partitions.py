@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from services.admission.config_model import ClusterConfig, Partition
 from services.admission.node_partitions import nodes_reply
-from shared.api import NodeView
+from shared.api import NodeView, PartitionView
 
 
 def view(name: str) -> NodeView:
@@ -45,3 +45,24 @@ def test_without_a_config_every_node_serves_the_partition_jobs_get() -> None:
     reply = nodes_reply([view("n1")], None)
     assert [n.partitions for n in reply.nodes] == [("normal",)]
     assert (reply.partitions, reply.default_partition) == (("normal",), "normal")
+    assert reply.partition_views == ()  # no limits to show
+
+
+def test_each_partitions_limits_are_in_the_reply_in_the_configs_order() -> None:
+    gpu = Partition(
+        name="gpu", nodes=(), node_names=None, default_time_s=3600, max_time_s=86400,
+        max_nodes=8, max_gpus_per_job=64, allowed_accounts=("ml",), allowed_qos=("normal",),
+        default_qos="normal", priority_tier=2, requires_approval=True,
+    )  # fmt: skip
+    config = ClusterConfig(
+        default_partition="gpu", default_qos="normal",
+        partitions={"gpu": gpu, "debug": part("debug", None)}, qos={},
+    )  # fmt: skip
+    views = nodes_reply([view("n1")], config).partition_views
+    assert [v.name for v in views] == ["gpu", "debug"]
+    assert views[0] == PartitionView(
+        name="gpu", default_time_s=3600, max_time_s=86400, max_nodes=8, max_gpus_per_job=64,
+        allowed_accounts=("ml",), allowed_qos=("normal",), default_qos="normal",
+        priority_tier=2, preempt_mode="requeue", requires_approval=True,
+    )  # fmt: skip
+    assert (views[1].max_time_s, views[1].max_nodes, views[1].allowed_accounts) == (None, None, ())
