@@ -21,7 +21,7 @@ Positive = Annotated[int, msgspec.Meta(ge=1)]
 class Dependency(msgspec.Struct, frozen=True, kw_only=True):
     """One `-d` term: `afterok:12`, `singleton`, ..."""
 
-    kind: str  # after, afterok, afternotok, afterany, singleton
+    kind: str  # after, afterok, afternotok, afterany, aftercorr, singleton
     job_ids: tuple[int, ...] = ()
     delay_s: int = 0
     # `afterok:12_3`: array 12's task 3, as written; admission replaces each by the

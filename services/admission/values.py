@@ -144,7 +144,7 @@ def switches(text: str) -> tuple[int, int]:
     return limit, seconds
 
 
-DEPENDENCY_KINDS = ("after", "afterany", "afterok", "afternotok", "singleton")
+DEPENDENCY_KINDS = ("after", "afterany", "afterok", "afternotok", "aftercorr", "singleton")
 _DEP_ID = re.compile(r"(\d{1,12})(?:_(\d{1,9}))?(?:\+(\d{1,9}))?")  # JOB[_TASK][+MIN]
 
 

@@ -1,5 +1,6 @@
 """End to end on a local cluster (every service and node agent a process) with the local
-cluster's configuration: array jobs with a throttle, dependencies, approval."""
+cluster's configuration: array jobs with a throttle, dependencies (aftercorr's task by
+task too), approval."""
 
 from __future__ import annotations
 
@@ -101,6 +102,44 @@ async def test_dependencies_order_jobs_and_an_unmeetable_one_says_so(
     )
     assert show.job.state == "PENDING" and show.why_pending.startswith("DEPENDENCY")
     assert await job_state(db, never) is None  # never started
+
+
+# shard 0 is quick, shard 1 fails, shard 2 is slow
+SHARDS = """#!/bin/bash
+case $SLURM_ARRAY_TASK_ID in
+  0) sleep 0.5 ;;
+  1) exit 3 ;;
+  *) sleep 12 ;;
+esac
+"""
+
+
+async def test_aftercorr_starts_each_task_when_its_own_counterpart_completes(
+    cluster: Cluster, db: asyncpg.Connection
+) -> None:
+    """`-d aftercorr:A`: task T waits for A's task T alone. Task 0 runs while A's slow
+    task 2 still runs; task 1 (its counterpart failed) never starts; task 3 (A has no
+    task 3) starts at once; task 2 starts after A's task 2 ends."""
+    url = cluster.nats_url
+    first = list((await submit(url, SHARDS, ("--array=0-2",), user="root")).job_ids)
+    then = list(
+        (await submit(url, QUICK, ("--array=0-3", f"-d aftercorr:{first[0]}"), user="root")).job_ids
+    )
+    for job in (then[0], then[2], then[3]):
+        await eventually(partial(job_state, db, job), lambda s: s == "COMPLETED", 90, f"{job}")
+    runs = {
+        r["job_id"]: r
+        for r in await db.fetch(
+            "SELECT job_id, started_at, ended_at FROM job_runs WHERE job_id = ANY($1::bigint[])",
+            first + then,
+        )
+    }
+    assert runs[then[0]]["ended_at"] < runs[first[2]]["ended_at"]  # did not wait for shard 2
+    assert runs[then[3]]["started_at"] < runs[first[2]]["ended_at"]  # nothing to wait for
+    assert runs[then[2]]["started_at"] >= runs[first[2]]["ended_at"]
+    assert then[1] not in runs  # its counterpart failed: never started
+    show = await call(url, "show", ShowJobRequest(user="root", job_id=then[1]), ShowJobReply)
+    assert show.job.state == "PENDING" and "DependencyNeverSatisfied" in show.job.detail
 
 
 async def test_a_job_needing_approval_runs_only_after_an_operator_approves_it(

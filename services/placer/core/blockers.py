@@ -1,7 +1,8 @@
 """Pure core, what holds a pending job back before any resource is looked at.
 
-`--begin` (BEGIN_TIME), `--dependency` (after, afterok, afternotok, afterany, each with an
-optional `+MIN` delay for `after`, `?` for "any one is enough", and singleton) and the
+`--begin` (BEGIN_TIME), `--dependency` (after, afterok, afternotok, afterany, aftercorr,
+each with an optional `+MIN` delay for `after`, `?` for "any one is enough", and
+singleton) and the
 array throttle `--array=...%K` (JOB_ARRAY_TASK_LIMIT). The repo loads `Facts` (the end
 state and start of every job depended on, each array's running tasks, the earliest live
 job of each user and name); `blockers(jobs, facts, now)` decides. No I/O, no clock.
@@ -33,6 +34,7 @@ class Ended(msgspec.Struct, frozen=True, kw_only=True):
 class Facts(msgspec.Struct, frozen=True, kw_only=True):
     jobs: dict[int, Ended] = {}  # every job (or array task) depended on
     tasks: dict[int, tuple[int, ...]] = {}  # array head -> its task jobs
+    task_ids: dict[tuple[int, int], int] = {}  # (array head, task index) -> its job
     first_live: dict[tuple[str, str], int] = {}  # (user, name) -> earliest unfinished job
     array_running: dict[int, int] = {}  # array head -> tasks holding an allocation
 
@@ -96,9 +98,23 @@ def _terms(
     out = []
     for dep_id in dep.job_ids:
         members = facts.tasks.get(dep_id) or (dep_id,)  # an array: every task of it
+        if dep.kind == "aftercorr":
+            members = corresponding(dep_id, spec.array_task_id, members, facts)
         known = [facts.jobs[m] for m in members if m in facts.jobs]
         out.append((verdict(dep.kind, dep.delay_s, known, now), f"{dep.kind}:{dep_id}", False))
     return out
+
+
+def corresponding(
+    dep_id: int, task: int | None, members: tuple[int, ...], facts: Facts
+) -> tuple[int, ...]:
+    """`aftercorr:A`: what task T of an array waits for, A's task T alone; none when A
+    has no task T (nothing corresponds, so nothing to wait for). A job that is not an
+    array task, or an A that is not an array, waits for the whole of A, as afterok."""
+    if task is None or dep_id not in facts.tasks:
+        return members
+    found = facts.task_ids.get((dep_id, task))
+    return () if found is None else (found,)
 
 
 def verdict(kind: str, delay_s: int, jobs: Sequence[Ended], now: float) -> Verdict:
@@ -112,7 +128,7 @@ def verdict(kind: str, delay_s: int, jobs: Sequence[Ended], now: float) -> Verdi
         return Verdict.MET if all(started) else Verdict.WAIT
     if kind == "afterany":
         return Verdict.MET if all(e is not None for e in ends) else Verdict.WAIT
-    if kind == "afterok":
+    if kind in ("afterok", "aftercorr"):  # aftercorr: of the corresponding task
         if any(e is not None and e is not JobState.COMPLETED for e in ends):
             return Verdict.NEVER
         return Verdict.MET if all(e is JobState.COMPLETED for e in ends) else Verdict.WAIT

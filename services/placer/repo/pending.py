@@ -120,10 +120,11 @@ def _request(row: asyncpg.Record, spec: JobSpec) -> JobRequest:
 
 async def load_blocker_facts(conn: Conn, jobs: Sequence[tuple[int, JobSpec]]) -> Facts:
     """What `blockers()` needs to judge these jobs' dependencies and array throttles."""
-    ended, tasks = await _depended_on(conn, jobs)
+    ended, tasks, task_ids = await _depended_on(conn, jobs)
     return Facts(
         jobs=ended,
         tasks=tasks,
+        task_ids=task_ids,
         first_live=await _first_live(conn, jobs),
         array_running=await _array_running(conn, jobs),
     )
@@ -131,13 +132,15 @@ async def load_blocker_facts(conn: Conn, jobs: Sequence[tuple[int, JobSpec]]) ->
 
 async def _depended_on(
     conn: Conn, jobs: Sequence[tuple[int, JobSpec]]
-) -> tuple[dict[int, Ended], dict[int, tuple[int, ...]]]:
-    """How each job named in a dependency (and each task of a named array) stands."""
+) -> tuple[dict[int, Ended], dict[int, tuple[int, ...]], dict[tuple[int, int], int]]:
+    """How each job named in a dependency (and each task of a named array) stands; each
+    array's tasks, and by index (what aftercorr's task T waits for)."""
     ids = sorted({i for _, s in jobs for d in s.dependencies for i in d.job_ids})
     if not ids:
-        return {}, {}
+        return {}, {}, {}
     rows = await conn.fetch(
-        "SELECT j.job_id, j.array_job_id, r.state, j.cancel_requested_at IS NOT NULL AS cxl,"
+        "SELECT j.job_id, j.array_job_id, j.array_task_id, r.state,"
+        " j.cancel_requested_at IS NOT NULL AS cxl,"
         " extract(epoch FROM r.started_at)::float8 AS started"
         " FROM jobs j LEFT JOIN job_runs r USING (job_id)"
         " WHERE j.job_id = ANY($1::bigint[]) OR j.array_job_id = ANY($1::bigint[])",
@@ -145,6 +148,7 @@ async def _depended_on(
     )
     ended: dict[int, Ended] = {}
     tasks: dict[int, tuple[int, ...]] = {}
+    task_ids: dict[tuple[int, int], int] = {}
     for r in rows:
         state = None if r["state"] is None else JobState(r["state"])
         end = state if state in TERMINAL else None
@@ -153,7 +157,8 @@ async def _depended_on(
         ended[r["job_id"]] = Ended(end=end, started_at=r["started"])
         if r["array_job_id"] is not None:
             tasks[r["array_job_id"]] = (*tasks.get(r["array_job_id"], ()), r["job_id"])
-    return ended, tasks
+            task_ids[(r["array_job_id"], r["array_task_id"])] = r["job_id"]
+    return ended, tasks, task_ids
 
 
 async def _first_live(

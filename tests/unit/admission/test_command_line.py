@@ -233,12 +233,12 @@ REFUSALS = {
         ),
     ),
     "a dependency type Muster lacks": (
-        ("-d", "aftercorr:5"),
+        ("-d", "expand:5"),
         (
             err(
                 ErrorCode.BAD_VALUE,
-                "invalid --dependency 'aftercorr:5': 'aftercorr' is not one of after, afterany, "
-                "afterok, afternotok, singleton (each as type:jobid[:jobid...])",
+                "invalid --dependency 'expand:5': 'expand' is not one of after, afterany, "
+                "afterok, afternotok, aftercorr, singleton (each as type:jobid[:jobid...])",
                 "dependency",
             ),
         ),

@@ -1,5 +1,6 @@
-"""Table tests of the placer's blockers core: begin times, every dependency kind, `?`,
-singleton and the array throttle, each decided from frozen facts at an injected `now`."""
+"""Table tests of the placer's blockers core: begin times, every dependency kind (and
+aftercorr's task by task), `?`, singleton and the array throttle, each decided from
+frozen facts at an injected `now`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,14 @@ FAILED = Ended(end=JobState.FAILED, started_at=T0 - 600)
 CANCELLED_EARLY = Ended(end=JobState.CANCELLED)
 RUNNING_5MIN = Ended(started_at=T0 - 300)
 QUEUED = Ended()
+
+
+# array 5: task 0 running, task 1 failed, task 2 completed (job ids 5, 6, 7)
+CORR = Facts(
+    jobs={5: RUNNING_5MIN, 6: FAILED, 7: OK},
+    tasks={5: (5, 6, 7)},
+    task_ids={(5, 0): 5, (5, 1): 6, (5, 2): 7},
+)
 
 
 def spec(**kw: Any) -> JobSpec:
@@ -110,6 +119,35 @@ CASES: dict[str, tuple[list[tuple[int, JobSpec]], Facts, dict[int, Blocker]]] = 
         [(10, spec(dependencies=(dep("afterok", 5),)))],
         Facts(jobs={6: OK, 7: RUNNING_5MIN}, tasks={5: (6, 7)}),
         {10: waiting(Waiting.DEPENDENCY, "Dependency: waiting for afterok:5")},
+    ),
+    "aftercorr: each task waits for the task of its own index alone": (
+        [
+            (30 + t, spec(array_job_id=30, array_task_id=t, dependencies=(dep("aftercorr", 5),)))
+            for t in range(4)
+        ],
+        CORR,
+        {
+            30: waiting(Waiting.DEPENDENCY, "Dependency: waiting for aftercorr:5"),
+            31: waiting(
+                Waiting.DEPENDENCY_NEVER_SATISFIED,
+                "DependencyNeverSatisfied: aftercorr:5 can no longer be met",
+            ),
+        },  # task 2 follows a completed task; 5 has no task 3: nothing to wait for
+    ),
+    "aftercorr of a job that is not an array task waits for the whole array": (
+        [(10, spec(dependencies=(dep("aftercorr", 5),)))],
+        CORR,
+        {
+            10: waiting(
+                Waiting.DEPENDENCY_NEVER_SATISFIED,
+                "DependencyNeverSatisfied: aftercorr:5 can no longer be met",
+            )
+        },
+    ),
+    "aftercorr on a job that is not an array: that job, as afterok": (
+        [(31, spec(array_job_id=30, array_task_id=1, dependencies=(dep("aftercorr", 7),)))],
+        Facts(jobs={7: OK}),
+        {},
     ),
     "all terms must hold; the detail names only the open ones": (
         [(10, spec(dependencies=(dep("afterok", 7, 8), dep("afterany", 9))))],
