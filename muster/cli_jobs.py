@@ -136,10 +136,8 @@ def _job_action(verb: str) -> Callable[[argparse.Namespace], int]:
 
             refs = list(_csv(args.job_ids))
             steps, args.job_ids = step_refs.split(refs)
-            if steps and args.signal:
-                print("muster cancel: error: -s with JOB.STEP: signal its job", file=sys.stderr)
-                return 1
-            ended = step_refs.cancel(nats_url(args.state), steps, "muster cancel") if steps else 0
+            url, sig = nats_url(args.state), args.signal or ""
+            ended = step_refs.cancel(url, steps, "muster cancel", sig) if steps else 0
             if steps and not (args.job_ids or args.name or args.owner):
                 return ended
         try:

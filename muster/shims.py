@@ -232,9 +232,9 @@ def scancel(argv: list[str]) -> int:
     from muster import step_refs  # JOB.STEP: the launcher ends the step
 
     steps, refs = step_refs.split(_csv(a.job_ids))
-    if steps and a.signal:
-        raise ShimError("-s with JOB.STEP: a step takes no signal here; signal its job")
-    ended = step_refs.cancel(_url(), steps, "scancel") if steps else 0
+    if steps and scope is not None:
+        raise ShimError("-b and -f say where a job's signal goes; JOB.STEP names the step")
+    ended = step_refs.cancel(_url(), steps, "scancel", a.signal or "") if steps else 0
     if steps and not (refs or a.name or owner or mine):
         return ended
     return ended | _act(

@@ -1,5 +1,6 @@
 """Client: `scancel JOB.STEP` (and `muster cancel JOB.STEP`): a step of a running job
-ended on every node, as Slurm's scancel ends one (docs/steps.md). The other references
+ended on every node, as Slurm's scancel ends one (docs/steps.md); `scancel -s SIG
+JOB.STEP` sends its tasks the signal alone. The other references
 go to admission as before; a step goes to the launcher's `step_cancel`, which stops
 its tasks and has its coordinator record it CANCELLED (srun, if it waits, then exits).
 """
@@ -29,11 +30,12 @@ def split(refs: Iterable[str]) -> tuple[list[tuple[int, int]], list[str]]:
     return steps, others
 
 
-def cancel(url: str, steps: list[tuple[int, int]], prog: str) -> int:
-    """Each step ended; 1 if any was refused (each refusal printed), else 0."""
+def cancel(url: str, steps: list[tuple[int, int]], prog: str, signal: str = "") -> int:
+    """Each step ended (with `signal`: its tasks sent it, and left running); 1 if any was
+    refused (each refusal printed), else 0."""
     rc = 0
     for job_id, step_id in steps:
-        req = StepCancelRequest(user=current_user(), job_id=job_id, step_id=step_id)
+        req = StepCancelRequest(user=current_user(), job_id=job_id, step_id=step_id, signal=signal)
         try:
             request(url, "step_cancel", req, Ok, timeout=30.0)
         except ApiRefused as err:

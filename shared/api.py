@@ -462,17 +462,22 @@ class StepCancelRequest(Request, frozen=True, kw_only=True):
     job_id: int
     output_dir: str = ""
     step_id: int | None = None
+    # `scancel -s USR1 JOB.STEP`: this signal to the step's tasks, which are not ended
+    # ("" ends the step)
+    signal: str = ""
 
 
 class StepStop(msgspec.Struct, frozen=True, kw_only=True):
     """Launcher -> agent (`muster.agent.<node>.step_stop`), signed: end the tasks of the
-    job's step writing under `output_dir` (SIGTERM, SIGKILL after `grace_s`)."""
+    job's step writing under `output_dir` (SIGTERM, SIGKILL after `grace_s`); or, with
+    `signal`, send them that signal alone."""
 
     job_id: int
     attempt: int
     generation: int
     output_dir: str
     grace_s: float = 5.0
+    signal: int = 0  # a signal's number; 0: end the tasks
     token: AgentToken | None = None
 
 

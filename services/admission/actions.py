@@ -9,7 +9,6 @@ nothing (as scancel refuses a job of someone else rather than half a list).
 
 from __future__ import annotations
 
-import signal as _signal
 from enum import StrEnum
 
 import msgspec
@@ -130,17 +129,3 @@ def _why_not(verb: Verb, actor: str, t: Target, config: ClusterConfig) -> str | 
                 return f"{job} is already approved"
             return None
     return None  # pragma: no cover - every verb is matched
-
-
-def signal_name(text: str) -> str:
-    """`USR1`, `SIGUSR1`, `10` -> `SIGUSR1`; ValueError naming the accepted forms."""
-    raw = text.strip().upper()
-    try:
-        if raw.isdigit():
-            return _signal.Signals(int(raw)).name
-        name = raw if raw.startswith("SIG") else f"SIG{raw}"
-        return _signal.Signals[name].name
-    except (KeyError, ValueError):
-        raise ValueError(
-            f"unknown signal {text!r}; use a name such as USR1, TERM, INT or a number"
-        ) from None

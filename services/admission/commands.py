@@ -30,10 +30,11 @@ from shared.logs import kv
 from shared.privacy import PrivateData, may_see, redact_spec
 from shared.runtime import ServiceContext
 from shared.settings import Settings
+from shared.signal_scope import signal_name
 from shared.states import ACTIVE, TERMINAL, JobState
 
 from . import repo
-from .actions import Decision, Target, Verb, decide, signal_name
+from .actions import Decision, Target, Verb, decide
 from .cluster_shape import NodeShape, shape
 from .config_model import ClusterConfig
 from .errors_api import Refused

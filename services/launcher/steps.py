@@ -37,6 +37,7 @@ import logging
 import os
 import posixpath
 import secrets
+import signal as _signal
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -81,6 +82,7 @@ from shared.jobspec import JobSpec
 from shared.logs import kv
 from shared.runtime import ServiceContext
 from shared.settings import LauncherSettings
+from shared.signal_scope import signal_name
 from shared.states import JobState
 from shared.transient import is_transient
 from shared.waits import first_where
@@ -399,9 +401,14 @@ class StepService:
 
     async def cancel(self, req: StepCancelRequest) -> Ok:
         """srun was interrupted, or `scancel JOB.STEP`: every node of the job ends that
-        step's tasks; its coordinator then records it CANCELLED (and answers srun)."""
+        step's tasks; its coordinator then records it CANCELLED (and answers srun). With
+        a signal (`scancel -s USR1 JOB.STEP`) the tasks get it and go on running."""
         if (req.step_id is None) == (not req.output_dir):
             raise Refused("name the step by its id or by srun's output folder, one of them")
+        try:
+            sig = int(_signal.Signals[signal_name(req.signal)]) if req.signal else 0
+        except ValueError as err:
+            raise Refused(str(err)) from None
         async with self.ctx.pool.acquire() as conn:
             found = await repo.live_run(conn, req.job_id)
             step = None
@@ -421,14 +428,17 @@ class StepService:
                 return Ok(message=f"{name} has already ended ({step['state']})")
             output_dir = step["output_dir"]
             if not output_dir:  # its tasks are known to the agents by srun's folder alone
-                raise Refused(f"{name} was not started by srun: end it with its job")
+                raise Refused(f"{name} was not started by srun: signal or end it with its job")
         stop = StepStop(
             job_id=req.job_id,
             attempt=int(row["attempt"]),
             generation=int(row["restart_count"]),
             output_dir=output_dir,
+            signal=sig,
         )
         await self._stop_step(stop, row["nodes"])
+        if sig:
+            return Ok(message=f"sent {_signal.Signals(sig).name} to {name}")
         return Ok(message="step ending")
 
     def _launch(

@@ -128,7 +128,8 @@ class StepRunner:
         await self.executor.bus.serve(subject + "_stop", self.executor.node, self._on_stop)
 
     async def _on_stop(self, payload: bytes, _subject: str) -> bytes:
-        """srun was interrupted: end that step's tasks here (its request then answers)."""
+        """srun was interrupted: end that step's tasks here (its request then answers);
+        or a signal for them alone."""
         try:
             stop = msgspec.json.decode(payload, type=StepStop)
         except (msgspec.DecodeError, msgspec.ValidationError) as err:
@@ -137,10 +138,13 @@ class StepRunner:
         refusal = check(stop, node=ex.node, trusted=ex.trusted_keys.current(), now=time.time())
         if refusal is not None:
             return msgspec.json.encode(StepOutcome(ok=False, message=refusal.message))
-        self.stops.add(stop.job_id, stop.output_dir, stop.grace_s)
         ending = [
             w for w in self.workers.get(stop.job_id, ()) if self.folders.get(w) == stop.output_dir
         ]
+        if stop.signal:  # `scancel -s SIG JOB.STEP`: the tasks here get it and run on
+            sent = sum(w.signal(stop.signal) for w in ending)
+            return msgspec.json.encode(StepOutcome(ok=True, message=f"signalled {sent} task(s)"))
+        self.stops.add(stop.job_id, stop.output_dir, stop.grace_s)
         for worker in ending:
             self._spawn(_end(worker, stop.grace_s))
         return msgspec.json.encode(StepOutcome(ok=True, message=f"ending {len(ending)} task(s)"))

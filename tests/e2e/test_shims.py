@@ -214,9 +214,12 @@ async def test_scancel_s_signals_the_running_script(cluster: Cluster, tmp_path: 
     async def shell(*words: str) -> subprocess.CompletedProcess[str]:
         return await asyncio.to_thread(slurm, tmp_path, cluster, *words)
 
-    async def trapped(script: str, up: list[str], scancel: list[str], said: str) -> None:
+    async def trapped(
+        script: str, up: list[str], scancel: list[str], said: str, step: str = ""
+    ) -> None:
         """Submit `script`; once `squeue ... up` prints the job's id, signal it with
-        `scancel ... JOB`; its output then says `said`, and it runs on (not cancelled)."""
+        `scancel ... JOB` (`JOB.STEP` with `step`); its output then says `said`, and it
+        runs on (not cancelled)."""
         job = (await shell("sbatch", "--parsable", script)).stdout.strip()
         await eventually(
             lambda: shell("squeue", "-h", "-j", job, *up, "-o", "%i"),
@@ -224,7 +227,7 @@ async def test_scancel_s_signals_the_running_script(cluster: Cluster, tmp_path: 
             timeout=60,
             what=f"{script} running",
         )
-        sent = await shell("scancel", *scancel, job)
+        sent = await shell("scancel", *scancel, job + step)
         assert (sent.returncode, sent.stderr) == (0, ""), sent.stderr
         out = tmp_path / f"slurm-{job}.out"
         await eventually(
@@ -242,3 +245,5 @@ async def test_scancel_s_signals_the_running_script(cluster: Cluster, tmp_path: 
     # script (no trap) and srun died, the job FAILED, the step's task never heard it.
     (tmp_path / "steps.sh").write_text(STEP_TRAPS.format(keys=cluster.state_dir / "keys"))
     await trapped("steps.sh", ["-s"], ["-s", "USR1"], "task got USR1")
+    # one step by its id: its tasks alone (before: refused, "signal its job")
+    await trapped("steps.sh", ["-s"], ["-s", "USR1"], "task got USR1", step=".0")

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from services.admission.actions import Decision, Target, Verb, decide, signal_name
+from services.admission.actions import Decision, Target, Verb, decide
 from services.admission.config import load_config
 from services.admission.policy import JobPolicy, JobRef, job_policy, parse_job_ref
 from shared.jobspec import JobSpec
+from shared.signal_scope import signal_name
 
 CONFIG = load_config(
     (Path(__file__).resolve().parents[3] / "deploy" / "local" / "cluster.toml").read_text()

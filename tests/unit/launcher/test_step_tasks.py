@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -265,10 +266,36 @@ async def test_with_k_a_task_that_exits_badly_ends_the_others_on_its_node(
     assert folders(executor.table.state) == []
 
 
-def stop(tmp_path: Path) -> bytes:
-    """srun's Ctrl-C for the step writing under tmp_path/out, as the launcher signs it."""
-    body = StepStop(job_id=1, attempt=0, generation=0, output_dir=str(tmp_path / "out"))
+def stop(tmp_path: Path, sig: int = 0) -> bytes:
+    """srun's Ctrl-C for the step writing under tmp_path/out, as the launcher signs it;
+    with `sig`, `scancel -s SIG JOB.STEP`."""
+    body = StepStop(job_id=1, attempt=0, generation=0, output_dir=str(tmp_path / "out"), signal=sig)
     return msgspec.json.encode(SIGNER.sign(body, "n0", now=time.time()))
+
+
+async def test_a_signal_to_a_step_is_sent_to_its_tasks_and_ends_nothing(
+    executor: Executor, tmp_path: Path
+) -> None:
+    """`scancel -s USR1 JOB.STEP`: each task's group gets it; a trap runs and the step
+    goes on. A signal is not kept as a stop is: it came before the launch, the launch
+    still runs its tasks."""
+    runner = StepRunner(executor)
+    early = msgspec.json.decode(
+        await runner._on_stop(stop(tmp_path, signal.SIGUSR1), ""), type=StepOutcome
+    )
+    assert (early.ok, early.message) == (True, "signalled 0 task(s)"), early
+    go = tmp_path / "go"
+    waiting = asyncio.create_task(runner.outcome_of(launch(tmp_path, go)))
+    await started_tasks(executor.table.state, 2)
+    said = msgspec.json.decode(
+        await runner._on_stop(stop(tmp_path, signal.SIGWINCH), ""), type=StepOutcome
+    )
+    assert (said.ok, said.message) == (True, "signalled 2 task(s)"), said  # ignored by bash
+    await asyncio.sleep(0.3)
+    assert not waiting.done(), "a signal the tasks ignore ends nothing"
+    go.write_text("x")
+    got = await asyncio.wait_for(waiting, 30)
+    assert (got.exit_codes, got.stopped) == ((5, 6), (False, False)), got
 
 
 async def test_a_stop_that_came_before_its_launch_starts_nothing(
