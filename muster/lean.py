@@ -252,6 +252,7 @@ def _squeue(got: dict[str, Any]) -> int:
     states, all_states = fmt.state_filter(csv(got.get("states")))
     fields = queue_fields(got, states, all_states)
     fields["mine"] = bool(got.get("me"))  # the server knows who signed
+    fields["dependencies"] = fmt.asks_dependency(got.get("format"), None)
     try:
         jobs = View(call(_url(), "queue", fields)).jobs  # type: ignore[attr-defined]
         lines = fmt.squeue_lines(

@@ -165,6 +165,7 @@ def squeue(argv: list[str]) -> int:
         accounts=_csv(a.account),
         names=_csv(a.name),
         steps=a.steps,
+        dependencies=fmt.asks_dependency(a.format, a.long_format),
     )
     reply = request(_url(), "queue", req, QueueReply)
     jobs = reply.jobs

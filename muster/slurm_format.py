@@ -293,6 +293,7 @@ JOB_COLUMNS: dict[str, Column] = {
     "endtime": ("END_TIME", lambda j: stamp(j.ended_at)),
     "exitcode": ("EXIT_CODE", lambda j: "" if j.exit_code is None else f"{j.exit_code}:0"),
     "restartcnt": ("RESTARTCNT", lambda j: str(j.restart_count)),
+    "dependency": ("DEPENDENCY", lambda j: unmet(j)),
 }
 
 SQUEUE_LETTERS = {
@@ -318,6 +319,7 @@ SQUEUE_LETTERS = {
     "V": "submittime",
     "S": "starttime",
     "e": "endtime",
+    "E": "dependency",
 }
 SQUEUE_NAMES = {"user": "username", "st": "statecompact", "jobarrayid": "jobid"}
 SQUEUE_DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
@@ -644,14 +646,41 @@ def squeue_lines(
 ) -> list[str]:
     """squeue's lines; an array's pending tasks on one line unless `every_task` (-r)."""
     rows = jobs if every_task else collapse_arrays(jobs)
+    return render(squeue_parts(fmt, long_fmt), rows, JOB_COLUMNS, header=header)
+
+
+def squeue_parts(fmt: str | None, long_fmt: str | None) -> list[Part]:
     if long_fmt is not None:
         # --Format puts no space between fields: the widths do
-        parts = parse_names(
+        return parse_names(
             long_fmt, JOB_COLUMNS, SQUEUE_NAMES, size_mark=":", default_width=20, sep=""
         )
-    else:
-        parts = parse_percent(fmt or SQUEUE_DEFAULT, SQUEUE_LETTERS)
-    return render(parts, rows, JOB_COLUMNS, header=header)
+    return parse_percent(fmt or SQUEUE_DEFAULT, SQUEUE_LETTERS)
+
+
+def asks_dependency(fmt: str | None, long_fmt: str | None) -> bool:
+    """Whether the columns include `%E`, which the queue's reply carries only when
+    asked (QueueRequest.dependencies); a bad format is left to say so when rendered."""
+    try:
+        parts = squeue_parts(fmt, long_fmt)
+    except FormatError:
+        return False
+    return any(isinstance(p, Field) and p.key == "dependency" for p in parts)
+
+
+def unmet(job: JobView) -> str:
+    """`%E`: each job a pending job still waits on, as Slurm's marks it,
+    `afterok:12(unfulfilled),afterok:13(unfulfilled)` (`failed` once it can never be
+    met); `(null)` for a job whose dependency is met or that has none."""
+    if not job.dependency:
+        return "(null)"
+    mark = "failed" if job.reason.startswith("DEPENDENCY_NEVER_SATISFIED") else "unfulfilled"
+    sep = "?" if "?" in job.dependency else ","
+    out = []
+    for term in job.dependency.split(sep):
+        kind, _, ids = term.partition(":")
+        out += [f"{kind}:{i}({mark})" for i in ids.split(":")] if ids else [f"{kind}({mark})"]
+    return sep.join(out)
 
 
 def step_lines(

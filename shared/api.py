@@ -109,6 +109,9 @@ class QueueRequest(Request, frozen=True, kw_only=True):
     # The requester's own jobs as well as `users`' (`squeue --me`): whoever signed the
     # request, which a client without MUSTER_USER or $USER cannot name itself.
     mine: bool = False
+    # Each pending job's unmet dependency in its view (`squeue -o %E`): one read more,
+    # so only when asked.
+    dependencies: bool = False
     # A page of the selection (the gateway's dashboard at 10,000 jobs: the whole list
     # would not fit one NATS message): `limit` jobs from `offset`; 0: every job.
     offset: Annotated[int, msgspec.Meta(ge=0)] = 0
@@ -140,6 +143,9 @@ class JobView(msgspec.Struct, frozen=True, kw_only=True):
     array_job_id: int | None = None
     array_task_id: int | None = None
     detail: str = ""
+    # a job waiting on its --dependency: it as given ("afterok:12:13"), with
+    # QueueRequest.dependencies; else ""
+    dependency: str = ""
 
 
 class QueueReply(msgspec.Struct, frozen=True, kw_only=True):

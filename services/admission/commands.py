@@ -15,6 +15,7 @@ import msgspec
 from shared.api import (
     AttemptView,
     JobSelector,
+    JobView,
     Ok,
     QueueReply,
     QueueRequest,
@@ -45,7 +46,7 @@ from .timefmt import parse_begin
 from .update import STARTED_STATES, JobChange, UpdateDecision, UpdateTarget, decide_update
 from .validate import NO_JOBS, SubmitCounts
 from .values import node_range
-from .views import job_state, job_view, step_view, why_pending
+from .views import DEPENDENCY_WAITS, job_state, job_view, step_view, why_pending
 
 log = logging.getLogger(__name__)
 
@@ -392,6 +393,8 @@ class JobCommands:
             views = [v for v in views if v.state in wanted]
         elif not req.all_states and not (req.job_ids or req.job_refs):
             views = [v for v in views if v.state in ACTIVE]
+        if req.dependencies:
+            views = await self._with_dependencies(views)
         if req.steps:  # squeue -s: the running steps of the jobs shown
             async with self.ctx.pool.acquire() as conn:
                 found = await repo.running_steps(conn, [v.job_id for v in views])
@@ -406,6 +409,21 @@ class JobCommands:
                 Counter(v.reason for v in views if v.state == JobState.PENDING and v.reason)
             ),
         )
+
+    async def _with_dependencies(self, views: list[JobView]) -> list[JobView]:
+        """The views, each job held back by its dependency with it (`squeue %E`): a
+        job whose dependency is met shows none, as Slurm's drops the met ones."""
+        waiting = [v.job_id for v in views if v.reason.split(" ", 1)[0] in DEPENDENCY_WAITS]
+        if not waiting:
+            return views
+        async with self.ctx.pool.acquire() as conn:
+            specs = await repo.job_specs(conn, waiting)
+        return [
+            msgspec.structs.replace(v, dependency=dependency_text(specs[v.job_id]))
+            if v.job_id in specs
+            else v
+            for v in views
+        ]
 
     async def show(self, req: ShowJobRequest) -> ShowJobReply:
         now = time.time()

@@ -37,6 +37,10 @@ WHY = {
 }
 
 
+# The waits a job's own --dependency causes (`squeue %E` shows it for these alone)
+DEPENDENCY_WAITS = frozenset({"DEPENDENCY", "DEPENDENCY_NEVER_SATISFIED", "SINGLETON"})
+
+
 def job_state(row: Row) -> tuple[str, str]:
     """(state, reason) of one job row as `muster queue` shows it."""
     run = row["run_state"]

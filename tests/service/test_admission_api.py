@@ -722,3 +722,25 @@ async def test_the_placement_policy_of_the_config_is_published_for_the_placer(
     limits = {r["qos"]: r for r in await db.fetch("SELECT * FROM qos_limits")}
     assert limits["normal"]["max_gpus_per_user"] == 16
     assert limits["normal"]["max_jobs_per_user"] == 50
+
+
+async def test_the_queue_gives_a_waiting_jobs_dependency_when_asked(
+    api: Api, db: asyncpg.Connection
+) -> None:
+    """`squeue -o %E`: a job held back by its --dependency carries it, asked for; a job
+    whose dependency is met (it waits on something else) shows none, as Slurm's."""
+    first = (await api.submit("alice", "-H")).job_ids[0]
+    waits = (await api.submit("alice", "-d", f"afterok:{first}")).job_ids[0]
+    met = (await api.submit("alice", "-d", f"afterany:{first}")).job_ids[0]
+    await db.executemany(  # as the placer records them
+        "INSERT INTO pending_reasons (job_id, reason) VALUES ($1, $2)",
+        [(waits, "DEPENDENCY"), (met, "PRIORITY")],
+    )
+    asked = await api.queue("alice", dependencies=True)
+    assert {j.job_id: j.dependency for j in asked.jobs} == {
+        first: "",
+        waits: f"afterok:{first}",
+        met: "",
+    }
+    plain = await api.queue("alice")
+    assert {j.dependency for j in plain.jobs} == {""}  # not asked: no read more

@@ -13,6 +13,7 @@ from muster.slurm_format import (
     SQUEUE_NAMES,
     Field,
     FormatError,
+    asks_dependency,
     checked_line,
     compress,
     duration,
@@ -24,6 +25,7 @@ from muster.slurm_format import (
     sinfo_lines,
     squeue_lines,
     state_filter,
+    unmet,
     unrecorded,
 )
 from shared.api import GpuView, JobView, NodeView
@@ -438,3 +440,31 @@ def test_squeue_t_takes_slurms_codes(asked: list[str], states: tuple[str, ...]) 
     """`squeue -t R`: every state squeue shows as R. Before, the code table was read
     backwards and R meant PREEMPTING alone: `squeue -t R` listed no running job."""
     assert state_filter(asked) == (states, asked == ["all"])
+
+
+UNMET = {
+    "no dependency": ("", "DEPENDENCY", "(null)"),
+    "each job of each term, marked": (
+        "afterok:12:13,afterany:14", "DEPENDENCY",
+        "afterok:12(unfulfilled),afterok:13(unfulfilled),afterany:14(unfulfilled)",
+    ),
+    "any one enough keeps its ?": (
+        "afterok:1?afternotok:2", "DEPENDENCY", "afterok:1(unfulfilled)?afternotok:2(unfulfilled)"
+    ),
+    "one that can never be met": ("afterok:7", "DEPENDENCY_NEVER_SATISFIED", "afterok:7(failed)"),
+    "a singleton": ("singleton", "SINGLETON", "singleton(unfulfilled)"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("given", "reason", "want"), UNMET.values(), ids=UNMET.keys())
+def test_squeue_E_shows_what_a_job_still_waits_on(given: str, reason: str, want: str) -> None:
+    view = job(state="PENDING", reason=reason, dependency=given)
+    assert unmet(view) == want
+    assert squeue_lines([view], "%i %E", None, False) == [f"{view.job_id} {want}"]
+
+
+def test_the_dependency_is_asked_for_only_when_a_column_shows_it() -> None:
+    assert asks_dependency("%i %.20E", None)
+    assert asks_dependency(None, "JobID,Dependency:30")
+    assert not asks_dependency(None, None)  # squeue's default columns
+    assert not asks_dependency("%i %Z", None)  # a bad format says so when rendered
