@@ -9,6 +9,7 @@ nothing (as scancel refuses a job of someone else rather than half a list).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 
 import msgspec
@@ -53,6 +54,27 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
     held_by_operator: bool = False
     needs_approval: bool = False
     approved: bool = False
+    # selected as one task of an array named whole (`8`, `8_[1-5]`), not by itself: once
+    # ended it is left alone without a word, as Slurm's scancel and scontrol leave them
+    in_array: bool = False
+
+
+def in_array(
+    refs: Sequence[tuple[int, tuple[int, ...] | None]],
+    job_id: int,
+    array_job_id: int | None,
+    array_task_id: int | None,
+) -> bool:
+    """Whether a job `refs` selected is an array task selected with others of its array
+    (`8` or `8_[1-5]`), not named alone (`8_3`, or the task's own job id)."""
+    if array_job_id is None:
+        return False
+    for ref, tasks in refs:
+        if tasks is None and ref == job_id != array_job_id:  # the task's own job id
+            return False
+        if ref == array_job_id and tasks == (array_task_id,):  # `8_3`
+            return False
+    return True
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
@@ -73,16 +95,20 @@ def decide(verb: Verb, actor: str, targets: list[Target], config: ClusterConfig)
             return Decision(refusal=f"job {t.job_id}: {refused.message}", code="forbidden")
     act: list[int] = []
     skipped: list[str] = []
+    quiet: list[str] = []  # an array's ended tasks, the array named: said only if all are
     for t in targets:
         why = _why_not(verb, actor, t, config)
         if why is None:
             act.append(t.job_id)
         elif why.startswith("!"):
             return Decision(refusal=why[1:], code="forbidden")
+        elif t.in_array and t.state not in ACTIVE:
+            quiet.append(why)
         else:
             skipped.append(why)
     if not act:
-        return Decision(refusal="; ".join(skipped), code="invalid_state", skipped=tuple(skipped))
+        said = skipped or quiet
+        return Decision(refusal="; ".join(said), code="invalid_state", skipped=tuple(said))
     ops = actor in config.operators
     by_op = tuple(t.job_id for t in targets if t.job_id in act and ops and t.owner != actor)
     return Decision(

@@ -35,7 +35,7 @@ from shared.signal_scope import signal_name
 from shared.states import ACTIVE, TERMINAL, JobState
 
 from . import repo
-from .actions import Decision, Target, Verb, decide
+from .actions import Decision, Target, Verb, decide, in_array
 from .cluster_shape import NodeShape, shape
 from .config_model import ClusterConfig
 from .errors_api import Refused
@@ -95,6 +95,7 @@ class JobCommands:
         rows = await repo.select_rows(conn, self._where(sel), lock=True)
         targets, by_id = [], {}
         states = {s.upper() for s in sel.states}
+        refs = _refs(sel.job_ids, sel.job_refs)
         for row in rows:
             state, _ = job_state(row)
             if states and state not in states:
@@ -110,6 +111,9 @@ class JobCommands:
                     held_by_operator=row["held_by_operator"],
                     needs_approval=row["needs_approval"],
                     approved=row["approved"],
+                    in_array=in_array(
+                        refs, row["job_id"], row["array_job_id"], row["array_task_id"]
+                    ),
                 )
             )
         return targets, by_id
@@ -475,9 +479,11 @@ def _visible(actor: str, row: Any, spec: dict[str, Any], who: Directory) -> dict
     return redact_spec(spec)
 
 
-def _by_refs(job_ids: tuple[int, ...], job_refs: tuple[str, ...]) -> repo.Where:
-    """A WHERE on job ids and `123`, `123_4`, `123_[1-3]` references (refused if bad)."""
-    where = repo.Where()
+def _refs(
+    job_ids: tuple[int, ...], job_refs: tuple[str, ...]
+) -> list[tuple[int, tuple[int, ...] | None]]:
+    """(job id, array tasks or None) of each id and `123`, `123_4`, `123_[1-3]`
+    reference (refused if bad)."""
     refs: list[tuple[int, tuple[int, ...] | None]] = [(j, None) for j in job_ids]
     for text in job_refs:
         try:
@@ -485,7 +491,13 @@ def _by_refs(job_ids: tuple[int, ...], job_refs: tuple[str, ...]) -> repo.Where:
         except ValueError as err:
             raise Refused(str(err), "invalid") from err
         refs.append((ref.job_id, ref.tasks))
-    if refs:
+    return refs
+
+
+def _by_refs(job_ids: tuple[int, ...], job_refs: tuple[str, ...]) -> repo.Where:
+    """A WHERE on job ids and `123`, `123_4`, `123_[1-3]` references."""
+    where = repo.Where()
+    if refs := _refs(job_ids, job_refs):
         repo.refs_clause(where, refs)
     return where
 

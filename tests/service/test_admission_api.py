@@ -744,3 +744,15 @@ async def test_the_queue_gives_a_waiting_jobs_dependency_when_asked(
     }
     plain = await api.queue("alice")
     assert {j.dependency for j in plain.jobs} == {""}  # not asked: no read more
+
+
+async def test_an_arrays_ended_tasks_are_left_alone_without_a_word(api: Api) -> None:
+    """`scontrol release 8` on an array whose task 0 ended: the others released, and no
+    error line per ended task (a 1,000-task array printed one each); task 0 named alone
+    is still refused with why."""
+    ids = (await api.submit("alice", "-H", "--array=0-2")).job_ids
+    await api.act("cancel", "alice", f"{ids[0]}_0")
+    released = await api.act("release", "alice", str(ids[0]))
+    assert (released.job_ids, released.skipped) == (ids[1:], ())
+    err = await _refused(api.act("release", "alice", f"{ids[0]}_0"))
+    assert "already ended" in str(err), str(err)

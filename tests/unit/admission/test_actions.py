@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.admission.actions import Decision, Target, Verb, decide
+from services.admission.actions import Decision, Target, Verb, decide, in_array
 from services.admission.config import load_config
 from services.admission.policy import JobPolicy, JobRef, job_policy, parse_job_ref
 from shared.jobspec import JobSpec
@@ -36,6 +36,20 @@ CASES = {
             refusal="job 2: 'bob' may not cancel a job of 'alice' in account 'research': only "
             "its owner, a coordinator of its account, or an operator may",
             code="forbidden",
+        ),
+    ),
+    "an array named whole: its ended tasks are left alone without a word": (
+        Verb.RELEASE, "alice",
+        [job(1, state="COMPLETED", in_array=True), job(2, held=True, in_array=True)],
+        Decision(act_on=(2,)),
+    ),
+    "an array whose every task ended says so": (
+        Verb.CANCEL, "alice",
+        [job(1, state="COMPLETED", in_array=True), job(2, state="FAILED", in_array=True)],
+        Decision(
+            refusal="job 1 already ended (COMPLETED); job 2 already ended (FAILED)",
+            code="invalid_state",
+            skipped=("job 1 already ended (COMPLETED)", "job 2 already ended (FAILED)"),
         ),
     ),
     "a coordinator acts on its account's jobs": (
@@ -106,6 +120,30 @@ def test_parse_job_ref(text: str, want: JobRef) -> None:
 def test_a_bad_job_ref_says_which_forms_work(text: str) -> None:
     with pytest.raises(ValueError, match=r"123_4|backwards|not one of"):
         parse_job_ref(text)
+
+
+IN_ARRAY = {
+    "a job of no array": ([(7, None)], 7, None, None, False),
+    "task 3 of array 8, the array named": ([(8, None)], 10, 8, 3, True),
+    "the array's first task, the array named by its id": ([(8, None)], 8, 8, 0, True),
+    "task 3 of a range": ([(8, (1, 2, 3))], 10, 8, 3, True),
+    "task 3 named alone": ([(8, (3,))], 10, 8, 3, False),
+    "task 3 named by its own job id": ([(10, None)], 10, 8, 3, False),
+    "named alone and with its array": ([(8, None), (8, (3,))], 10, 8, 3, False),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("refs", "job_id", "array", "task", "want"), IN_ARRAY.values(), ids=IN_ARRAY.keys()
+)
+def test_in_array(
+    refs: list[tuple[int, tuple[int, ...] | None]],
+    job_id: int,
+    array: int | None,
+    task: int | None,
+    want: bool,
+) -> None:
+    assert in_array(refs, job_id, array, task) is want
 
 
 def test_signal_names() -> None:
