@@ -19,6 +19,7 @@ from pathlib import Path
 from muster.node_fabric import configured_fabric
 from services.health.fabric import watcher_from
 from services.health.gpu import GpuBackend
+from services.health.machine import machine_size
 from services.health.probe import Boots, NodeProbe, kernel_boot_id
 from services.launcher.accounts import account_policy
 from services.launcher.agent import NodeExecutor
@@ -66,6 +67,7 @@ def main() -> None:
     spool_root = str(Path(settings.state_dir).resolve() / "spool" / settings.node)
     state_folder = node_state_folder(settings.state_dir, settings.node)
     kernel_boot = kernel_boot_id()
+    cpus, memory_mib = machine_size(settings.cpus, settings.memory_mib)
 
     async def serve(stop: asyncio.Event) -> None:
         bus = await until_ready(  # NATS may not be up yet: wait for it, do not exit
@@ -119,6 +121,8 @@ def main() -> None:
                 fence_s=settings.fence_s,
                 fence=executor.fence_all,
                 fabric=watcher_from(settings, time.monotonic, configured_fabric(settings)),
+                cpus=cpus,
+                memory_mib=memory_mib,
             )
             await probe.run(stop)
             await executor.shutdown(settings.fault_kill_wait_s)

@@ -562,7 +562,8 @@ def _show_nodes(name: str | None, one_line: bool) -> int:
         lines = [
             f"NodeName={n.name} State={fmt.node_state(n).upper()} Gres={gres}"
             f" GresUsed=gpu:{n.gpus_total - n.gpus_free}",
-            f"   AvailableFeatures={','.join(n.features) or '(null)'}"
+            f"   CPUTot={n.cpus or 'N/A'} RealMemory={n.memory_mib or 'N/A'}"
+            f" AvailableFeatures={','.join(n.features) or '(null)'}"
             f" Partitions={','.join(n.partitions) or '(null)'}"
             f" Switches={'/'.join(n.topology) or '(null)'}",
             f"   Reason={n.reason or '(null)'}",

@@ -417,6 +417,8 @@ NODE_COLUMNS: dict[str, Column] = {
     "features": ("AVAIL_FEATURES", lambda n: ",".join(n.features) or "(null)"),
     "reason": ("REASON", lambda n: n.reason or "none"),
     "nodes": ("NODES", lambda n: "1"),
+    "cpus": ("CPUS", lambda n: str(n.cpus) if n.cpus else "N/A"),
+    "memory": ("MEMORY", lambda n: str(n.memory_mib) if n.memory_mib else "N/A"),
     # a row of sinfo is one node in one partition (see `_by_partition`)
     "partition": ("PARTITION", lambda n: _partition(n)),
     "partitionname": ("PARTITION", lambda n: _partition(n)),
@@ -439,14 +441,16 @@ SINFO_LETTERS = {
     "r": "root",
     "h": "oversubscribe",
     "g": "groups",
+    "c": "cpus",
+    "m": "memory",
 }
 SINFO_NODES_DEFAULT = "%N %.6D %P %.6t"
 SINFO_DEFAULT = "%9P %.5a %.10l %.6D %.6t %N"  # Slurm's
 SINFO_SUMMARY = "%9P %.5a %.10l %.16F %N"  # `sinfo -s`: a line per partition
-# `sinfo -l`, Slurm's; `-N -l` with the GPUs where Slurm has CPUs, memory and disk
-# (Muster places GPUs; it does not record a node's CPUs or memory)
+# `sinfo -l`, Slurm's; `-N -l` with the node's CPUs, memory (MiB) and GPUs, where
+# Slurm also has sockets, disk and weight, which Muster does not record
 SINFO_LONG = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
-SINFO_NODES_LONG = "%N %.6D %.9P %.11T %.12G %.8f %20E"
+SINFO_NODES_LONG = "%N %.6D %.9P %.11T %.4c %.8m %.12G %.8f %20E"
 
 
 def long_header(now: float) -> str:

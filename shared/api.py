@@ -208,6 +208,8 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     features: tuple[str, ...] = ()  # what --constraint matches here
     gpu_type: str = ""  # the short GPU type --gres=gpu:TYPE:N names ("h100")
     partitions: tuple[str, ...] = ()  # the partitions it serves, in the config's order
+    cpus: int = 0  # as its agent announced them; 0: not known
+    memory_mib: int = 0
 
 
 class PartitionView(msgspec.Struct, frozen=True, kw_only=True):

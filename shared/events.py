@@ -179,6 +179,9 @@ class NodeRegistered(Event, frozen=True, tag="node.registered"):
     topology: tuple[str, ...] = ()
     features: tuple[str, ...] = ()  # from its topology file, as Slurm's Features=
     boot_id: str = ""
+    # The node's CPUs and memory (its machine's, or its settings'); 0: not said
+    cpus: int = 0
+    memory_mib: int = 0
     # The probe's health check at (re)registration; None from probes that run none.
     check_passed: bool | None = None
     check_problems: tuple[str, ...] = ()

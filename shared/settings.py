@@ -190,6 +190,10 @@ class NodeSettings(Settings, frozen=True, kw_only=True):
     node: str = ""
     gpus: int = 4
     gpu_model: str = "SIM-H100"
+    # What the node announces besides its GPUs (sinfo's CPUS, MEMORY; the placer puts a
+    # job only where its --mem and CPUs fit): 0, the machine's own
+    cpus: int = 0
+    memory_mib: int = 0
     topology: str = ""
     features: str = ""  # comma list: what --constraint matches on this node
     # Containers (--container-image): auto (the feature "container" where podman is

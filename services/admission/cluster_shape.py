@@ -21,6 +21,8 @@ class NodeShape(msgspec.Struct, frozen=True, kw_only=True):
     gpu_type: str | None = None  # the short name set in the config; None: from the model
     features: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
+    cpus: int = 0  # as its agent announced them; 0: not known
+    memory_mib: int = 0
 
 
 class ClusterShape(msgspec.Struct, frozen=True, kw_only=True):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from shared.gpu_types import gpu_matches, type_of
 from shared.jobspec import JobSpec
+from shared.node_size import big_enough, per_node
 
 from .cluster_shape import NodeShape
 from .config_model import Partition
@@ -107,6 +108,9 @@ def _eligible(
                 ErrorCode.NO_MATCHING_NODES, msg + (", ".join(features) or "none"), "constraint"
             )
         pool = fitting
+    pool, why = _big_enough(spec, pool, where)
+    if why is not None:
+        return pool, why
     if len(pool) < spec.nodes_max:
         filtered = " that match the request" if len(pool) < len(nodes) else ""
         asked = f"{spec.nodes_max} nodes asked"
@@ -115,6 +119,31 @@ def _eligible(
         msg = f"{asked}; {where} has {len(pool)} node(s){filtered}"
         return pool, _err(ErrorCode.TOO_MANY_NODES, msg, "nodes")
     return pool, None
+
+
+def _big_enough(
+    spec: JobSpec, pool: tuple[NodeShape, ...], where: str
+) -> tuple[tuple[NodeShape, ...], SubmitError | None]:
+    """The nodes with the CPUs and memory the job asks of each (shared.node_size); a
+    refusal naming the largest there when none has them."""
+    cpus, mib = per_node(spec)
+    fitting = tuple(n for n in pool if big_enough(n.cpus, n.memory_mib, cpus, mib))
+    if fitting or not pool:
+        return fitting, None
+    if not any(big_enough(0, n.memory_mib, cpus, mib) for n in pool):
+        most = max(n.memory_mib for n in pool)
+        msg = (
+            f"--mem of {mib} MiB per node: no node in {where} has that much memory; its"
+            f" largest has {most} MiB"
+        )
+        return fitting, _err(ErrorCode.NO_MATCHING_NODES, msg, "mem")
+    asked = f"{cpus} CPUs per node (--cpus-per-task x --ntasks-per-node)"
+    if not any(big_enough(n.cpus, 0, cpus, mib) for n in pool):
+        most = max(n.cpus for n in pool)
+        msg = f"{asked}: no node in {where} has that many; its largest has {most}"
+    else:
+        msg = f"{asked} and {mib} MiB of --mem: no node in {where} has both"
+    return fitting, _err(ErrorCode.NO_MATCHING_NODES, msg, "cpus-per-task")
 
 
 def _type_named(n: NodeShape) -> str:
@@ -165,4 +194,5 @@ def unconfigured_fit(spec: JobSpec, nodes: tuple[NodeShape, ...]) -> str | None:
             f"{spec.nodes_min} nodes requested, but only {fitting} nodes have "
             f"{spec.gpus_per_node} GPUs; ask for --nodes={fitting} or fewer"
         )
-    return None
+    _, small = _big_enough(spec, nodes, "the cluster")
+    return None if small is None else small.message

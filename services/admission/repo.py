@@ -118,7 +118,8 @@ async def set_array_job(conn: Conn, job_id: int, spec: JobSpec) -> None:
 
 async def node_shapes(conn: Conn) -> list[asyncpg.Record]:
     return await conn.fetch(
-        "SELECT n.name, n.state, n.features, count(g.idx) AS gpus, min(g.model) AS model"
+        "SELECT n.name, n.state, n.features, n.cpus, n.memory_mib, count(g.idx) AS gpus,"
+        " min(g.model) AS model"
         " FROM nodes n LEFT JOIN gpus g ON g.node = n.name GROUP BY n.name ORDER BY n.name"
     )
 
@@ -358,7 +359,8 @@ async def running_steps(conn: Conn, job_ids: list[int]) -> list[asyncpg.Record]:
 async def nodes_view(conn: Conn) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:
     nodes = await conn.fetch(
         "SELECT name, state, reason, topology, extract(epoch FROM last_heartbeat)::float8 AS hb,"
-        " last_fault, n.features || coalesce(p.features, '{}') AS features, p.gpu_type"
+        " last_fault, n.features || coalesce(p.features, '{}') AS features, p.gpu_type,"
+        " n.cpus, n.memory_mib"
         " FROM nodes n LEFT JOIN node_policy p ON p.node = n.name ORDER BY name"
     )
     gpus = await conn.fetch(

@@ -298,6 +298,8 @@ class Admission:
                 gpus=int(r["gpus"]),
                 gpu_model=r["model"],
                 features=tuple(r["features"]),
+                cpus=r["cpus"],
+                memory_mib=r["memory_mib"],
             )
             for r in rows
         ]

@@ -153,6 +153,8 @@ def node_views(nodes: Sequence[Row], gpus: Sequence[Row]) -> list[NodeView]:
                 last_heartbeat=None if n["hb"] is None else float(n["hb"]),
                 last_fault=None if n["last_fault"] is None else json.loads(n["last_fault"]),
                 gpus=tuple(slots),
+                cpus=n["cpus"],
+                memory_mib=n["memory_mib"],
             )
         )
     return out

@@ -136,8 +136,11 @@ class NodeProbe:
         fence_s: float | None = None,
         fence: Callable[[], Awaitable[None]] | None = None,
         fabric: FabricWatcher | None = None,
+        cpus: int = 0,
+        memory_mib: int = 0,
     ) -> None:
         self.bus = bus
+        self.cpus, self.memory_mib = cpus, memory_mib  # announced at registration
         self.backend = backend
         self.node = node
         self.address = address
@@ -241,6 +244,8 @@ class NodeProbe:
             topology=self.topology,
             features=self.features,
             boot_id=self.boot_id,
+            cpus=self.cpus,
+            memory_mib=self.memory_mib,
             check_passed=result.passed,
             check_problems=result.problems,
             unhealthy_gpus=result.unhealthy_gpus,

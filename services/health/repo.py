@@ -168,13 +168,16 @@ async def upsert_inventory(conn: Conn, reg: NodeRegistered, *, prune: bool) -> N
     health of known rows is the state machine's. `prune` drops GPUs no longer present
     (only after a passing check, so a GPU that fell off stays visible as unhealthy)."""
     await conn.execute(
-        "INSERT INTO nodes(name, address, topology, features) VALUES ($1, $2, $3, $4)"
+        "INSERT INTO nodes(name, address, topology, features, cpus, memory_mib)"
+        " VALUES ($1, $2, $3, $4, $5, $6)"
         " ON CONFLICT (name) DO UPDATE SET address = $2, topology = $3, features = $4,"
-        " updated_at = now()",
+        " cpus = $5, memory_mib = $6, updated_at = now()",
         reg.node,
         reg.address,
         list(reg.topology),
         list(reg.features),
+        reg.cpus,
+        reg.memory_mib,
     )
     if prune:
         await conn.execute(

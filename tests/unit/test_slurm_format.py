@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from msgspec.structs import replace
 
 from muster.slurm_format import (
     JOB_COLUMNS,
@@ -408,12 +409,14 @@ def test_sinfo_l_gives_slurms_long_columns_and_each_partitions_job_size() -> Non
         "debug        up   infinite 1-infinite   no       NO        all      1        idle node01",
         "debug        up   infinite 1-infinite   no       NO        all      1   allocated node02",
     ]
-    by_node = sinfo_lines(nodes[:1], None, True, True, ("normal",), "normal", {}, long=True)
+    sized = [replace(nodes[0], cpus=48, memory_mib=131072), replace(nodes[1], partitions=())]
+    by_node = sinfo_lines(sized, None, True, True, ("normal",), "normal", {}, long=True)
     assert by_node == [
-        "NODELIST  NODES PARTITION       STATE         GRES AVAIL_FE REASON",
-        "node01      1   normal*        idle   gpu:h100:4   (null) none",
-        "node01      1     debug        idle   gpu:h100:4   (null) none",
-    ]
+        "NODELIST  NODES PARTITION       STATE CPUS   MEMORY         GRES AVAIL_FE REASON",
+        "node01      1   normal*        idle   48   131072   gpu:h100:4   (null) none",
+        "node01      1     debug        idle   48   131072   gpu:h100:4   (null) none",
+        "node02      1    (null)   allocated  N/A      N/A   gpu:h100:4   (null) none",
+    ]  # node02's agent did not say its size
 
 
 def test_squeue_l_gives_slurms_long_columns_and_the_time_read() -> None:

@@ -54,6 +54,8 @@ class ClusterIndex:
         self.members = sk.members
         self._sk = sk
         self.pools: dict[PoolKey, Pool] = {}
+        # (CPUs, MiB) a job asks per node -> the node ids too small for it (sizes.py)
+        self.too_small: dict[tuple[int, int], frozenset[int]] = {}
         self._grants = sk.grants
         self._mark_running(snapshot)
 

@@ -35,6 +35,10 @@ class Node(msgspec.Struct, frozen=True, kw_only=True):
     # links carry collectives badly (errors rising, speed degraded), single-node work
     # is unaffected. See `fabric.spans_nodes`.
     multi_node_excluded: str = ""
+    # Its size as its agent announced it (shared.node_size): a job goes only where its
+    # CPUs and --mem per node fit; 0: not known, every job fits.
+    cpus: int = 0
+    memory_mib: int = 0
 
 
 class Grant(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,6 +84,9 @@ class JobRequest(msgspec.Struct, frozen=True, kw_only=True):
     exclusive: bool = False
     required_nodes: tuple[str, ...] = ()
     excluded_nodes: tuple[str, ...] = ()
+    # What it asks of each node besides GPUs (shared.node_size.per_node): CPUs and --mem
+    cpus_per_node: int = 1
+    mem_per_node_mib: int = 0
     time_limit_s: int = 3600
     max_switches: int | None = None  # at most this many leaf switches (Slurm --switches=K)
     switches_wait_s: int = 0  # ... until this long after submitted_at, then any (the @T)

@@ -52,6 +52,7 @@ from services.placer.core.select import (
     IndexView,
 )
 from services.placer.core.shape import Shape, counted_shape, precheck, shape_of, within_limits
+from services.placer.core.sizes import too_small
 from services.placer.core.timeline import (
     Booking,
     Future,
@@ -202,7 +203,13 @@ class Prepared:
                 return self._wait(job, Waiting.RESERVATION, "not open yet", mine.start)
             only = mine.nodes
         end = now + self._runtime(job)
-        plain = not avoid and only is None and shape.total is None and not _filters(job)
+        plain = (
+            not avoid
+            and only is None
+            and shape.total is None
+            and not _filters(job)
+            and not too_small(self.ix, job)
+        )
         free_nodes = pool.ge[ROOT][shape.g] if shape.g <= self.ix.width else 0
         if plain and free_nodes + self.held_nodes < shape.nmin:
             return "no room"  # even borrowing every booking's GPUs would not do
@@ -235,10 +242,11 @@ class Prepared:
     ) -> Callable[[int], bool] | None:
         """The node filter of a job; `whole_now`: an exclusive job wants nodes idle now
         (off for bookings and preemption, which ask whether a node is whole *then*)."""
-        if not avoid and only is None and not _filters(job, whole_now):
-            return None
         ix = self.ix
-        out = set(avoid) | {ix.id_of[n] for n in job.excluded_nodes if n in ix.id_of}
+        small = too_small(ix, job)  # nodes without its CPUs or memory per node
+        if not avoid and only is None and not small and not _filters(job, whole_now):
+            return None
+        out = set(avoid) | small | {ix.id_of[n] for n in job.excluded_nodes if n in ix.id_of}
         if job.required_nodes:
             req = frozenset(ix.id_of[n] for n in job.required_nodes if n in ix.id_of)
             only = req if only is None else only & req

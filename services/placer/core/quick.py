@@ -2,10 +2,10 @@
 
 Most of a long queue waits: the cluster has no room for it now, and the pass has no
 booking or preemption left to give it. For a *plain* job (no `--constraint`, node list,
-reservation, exclusivity; no limits or windows in the snapshot, not `strict_order`) the
-full path in place.py reaches "no room" from counts alone. `Quick` answers from the same
-counts, without walking nodes, the very Wait the full path would give, or None to say
-"take the full path":
+reservation, exclusivity, node too small for it; no limits or windows in the snapshot,
+not `strict_order`) the full path in place.py reaches "no room" from counts alone.
+`Quick` answers from the same counts, without walking nodes, the very Wait the full path
+would give, or None to say "take the full path":
 
 - the prechecks read a handful of the job's fields (`Key`) and pool facts fixed for the
   prepared cluster: they are cached per key, with the pool and the shape's counts;
@@ -33,6 +33,7 @@ from services.placer.core.model import JobRequest, PolicyConfig, Preempt, Wait, 
 from services.placer.core.pools import ROOT, Pool
 from services.placer.core.select import NO_ROOM
 from services.placer.core.shape import Shape, precheck, shape_of
+from services.placer.core.sizes import too_small
 from services.placer.core.timeline import Booking
 
 
@@ -109,6 +110,7 @@ class Quick:
             or job.exclusive
             or job.required_nodes
             or job.excluded_nodes
+            or too_small(self.prep.ix, job)
         ):
             return None
         key = (

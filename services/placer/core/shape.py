@@ -15,6 +15,7 @@ from services.placer.core.fabric import fabric_wait
 from services.placer.core.index import ClusterIndex
 from services.placer.core.job_pool import Choice, job_choices, job_pool
 from services.placer.core.model import JobRequest, Waiting
+from services.placer.core.sizes import size_words, too_small
 
 
 class Shape(NamedTuple):
@@ -89,6 +90,12 @@ def precheck(ix: ClusterIndex, job: JobRequest) -> tuple[Waiting, str] | None:
             return Waiting.BAD_CONSTRAINTS, why
     if job.nodes_min > pool.size and not is_total(job):
         return Waiting.BAD_CONSTRAINTS, f"partition {job.partition} has {pool.size} nodes"
+    if small := too_small(ix, job):
+        big = sum(1 for i, m in enumerate(pool.member) if m and i not in small)
+        if big < (1 if is_total(job) else job.nodes_min):
+            return Waiting.BAD_CONSTRAINTS, (
+                f"{big} node(s) of partition {job.partition} have {size_words(job)} per node"
+            )
     if job.required_nodes or job.excluded_nodes:
         return _node_lists(ix, job, pool.size)
     return None

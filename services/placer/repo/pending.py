@@ -17,6 +17,7 @@ from services.placer.core import JobRequest
 from services.placer.core.blockers import Ended, Facts
 from shared.db import Conn
 from shared.jobspec import JobSpec
+from shared.node_size import per_node
 from shared.states import TERMINAL, JobState
 from shared.waiting import fetch_waiting
 
@@ -103,6 +104,8 @@ def _request(row: asyncpg.Record, spec: JobSpec) -> JobRequest:
         exclusive=spec.exclusive,
         required_nodes=spec.required_nodes,
         excluded_nodes=spec.excluded_nodes,
+        cpus_per_node=per_node(spec)[0],
+        mem_per_node_mib=per_node(spec)[1],
         time_limit_s=spec.time_limit_s,
         max_switches=spec.max_switches,
         switches_wait_s=spec.switches_wait_s,

@@ -36,7 +36,7 @@ async def load_nodes(conn: Conn) -> tuple[Node, ...]:
     policy = await conn.fetch("SELECT partition, nodes FROM partition_policy ORDER BY partition")
     rows = await conn.fetch(
         "SELECT n.name, n.state, n.topology, n.features, p.features AS given, p.gpu_type,"
-        " n.multi_node_excluded::text AS fabric,"
+        " n.multi_node_excluded::text AS fabric, n.cpus, n.memory_mib,"
         f" {_gpu_column('idx', 'idx')}, {_gpu_column('model', 'model')},"
         f" {_gpu_column('memory_mib', 'mem')}, {_gpu_column('locality', 'loc')},"
         f" {_gpu_column('healthy', 'ok')}"
@@ -54,6 +54,8 @@ async def load_nodes(conn: Conn) -> tuple[Node, ...]:
             features=tuple(dict.fromkeys((*r["features"], *(r["given"] or ())))),
             gpu_type=r["gpu_type"],
             multi_node_excluded=_multi_node_excluded(r["fabric"]),
+            cpus=r["cpus"],
+            memory_mib=r["memory_mib"],
             gpus=tuple(
                 Gpu(index=i, model=m, memory_mib=mem, locality=loc, healthy=ok)
                 for i, m, mem, loc, ok in zip(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from services.admission.cluster_shape import shape
+from services.admission.cluster_shape import NodeShape, shape
 from services.admission.errors import ErrorCode, SubmitError
 from services.admission.sbatch import parse_submission
 from services.admission.validate import Admission, SubmitCounts, admit, validate
@@ -298,6 +298,46 @@ def test_constraints_and_models_filter_nodes() -> None:
     assert [e.code for e in validate(brackets, CONFIG, cluster)] == [ErrorCode.NO_MATCHING_NODES]
     nested = msgspec.structs.replace(spec, gpu_model=None, constraint="(a|b)&c")
     assert [e.code for e in validate(nested, CONFIG, cluster)] == [ErrorCode.BAD_VALUE]
+
+
+def sized(name: str, cpus: int, mib: int) -> NodeShape:
+    return msgspec.structs.replace(node(name), cpus=cpus, memory_mib=mib)
+
+
+SIZES = {
+    "memory no node has": (
+        ("--mem=200G",), "--mem of 204800 MiB per node: no node in partition 'normal' has that"
+        " much memory; its largest has 131072 MiB",
+    ),
+    "CPUs no node has": (
+        ("--cpus-per-task=16", "--ntasks-per-node=4"), "64 CPUs per node (--cpus-per-task x"
+        " --ntasks-per-node): no node in partition 'normal' has that many; its largest has 48",
+    ),
+    "each alone fits, not both together": (
+        ("--mem=100G", "-c", "48"), "48 CPUs per node (--cpus-per-task x --ntasks-per-node) and"
+        " 102400 MiB of --mem: no node in partition 'normal' has both",
+    ),
+    "fewer big nodes than the job's": (
+        ("-N", "2", "--mem=100G"), "2 nodes asked; partition 'normal' has 1 node(s) that match"
+        " the request",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "said"), SIZES.values(), ids=SIZES.keys())
+def test_a_job_bigger_than_every_node_is_refused_naming_the_largest(
+    argv: tuple[str, ...], said: str
+) -> None:
+    cluster = shape(
+        CONFIG,
+        [sized("node01", 48, 65536), sized("node02", 32, 131072), sized("node03", 16, 32768)],
+    )
+    assert [e.message for e in validate(accepted(*argv), CONFIG, cluster)] == [said]
+
+
+def test_a_node_whose_size_is_not_known_fits_any_job() -> None:
+    cluster = shape(CONFIG, [sized("node01", 8, 1024), node("node02")])  # an older agent
+    assert validate(accepted("--mem=200G", "-c", "64"), CONFIG, cluster) == ()
 
 
 def test_a_gpu_cap_counts_every_node() -> None:

@@ -1,0 +1,62 @@
+"""End to end: nodes announce their CPUs and memory (here set smaller than the machine,
+as MUSTER_CPUS and MUSTER_MEMORY_MIB do for a simulated node); a job asking more memory
+or CPUs per node than a node has runs on one that has them; a job no node is big enough
+for is refused at submission, naming the largest node; sinfo shows the sizes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from functools import partial
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from muster.client import ApiRefused, call
+from muster.cluster import DEFAULT_CLUSTER_CONFIG, SERVICES, Cluster
+from shared.api import NodesReply, QueueRequest
+from tests.support.cluster import eventually, job_state, make_cluster, nodes, nodes_up, submit
+
+pytestmark = pytest.mark.slow
+
+SIZES = {"node01": ("4", "8192"), "node02": ("32", "65536")}
+
+
+@pytest.fixture
+async def cluster(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> AsyncIterator[Cluster]:
+    c = make_cluster(tmp_path / "state", nats_url, database_url)
+    for name in SERVICES:
+        extra = (
+            {"MUSTER_CLUSTER_CONFIG": str(DEFAULT_CLUSTER_CONFIG)} if name == "admission" else {}
+        )
+        c.spawn(name, f"services.{name}", **extra)
+    for node in nodes(2):
+        cpus, mib = SIZES[node.name]
+        c.start_node(node, MUSTER_CPUS=cpus, MUSTER_MEMORY_MIB=mib)
+    await nodes_up(db, 2)
+    yield c
+    c.stop_all(timeout=10)
+
+
+async def test_a_job_runs_only_on_a_node_big_enough_for_it(
+    cluster: Cluster, db: asyncpg.Connection
+) -> None:
+    url = cluster.nats_url
+    shown = await call(url, "nodes", QueueRequest(user="root"), NodesReply)
+    assert {n.name: (n.cpus, n.memory_mib) for n in shown.nodes} == {
+        "node01": (4, 8192), "node02": (32, 65536)
+    }  # fmt: skip
+    # node01 is first and free; the job needs node02's memory and CPUs
+    job = (await submit(url, "#!/bin/bash\nsleep 1\n", ("--mem=16G", "-c", "8"))).job_ids[0]
+    await eventually(partial(job_state, db, job), lambda s: s == "COMPLETED", 60, f"{job}")
+    ran_on = await db.fetchval(
+        "SELECT array_agg(n.node) FROM allocations a JOIN allocation_nodes n USING (alloc_id)"
+        " WHERE a.job_id = $1",
+        job,
+    )
+    assert ran_on == ["node02"]
+    with pytest.raises(ApiRefused) as refused:
+        await submit(url, "#!/bin/bash\ntrue\n", ("--mem=100G",))
+    assert "its largest has 65536 MiB" in str(refused.value), str(refused.value)
