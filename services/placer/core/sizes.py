@@ -13,10 +13,14 @@ from services.placer.core.index import ClusterIndex
 from services.placer.core.model import JobRequest
 from shared.node_size import big_enough
 
+NONE: frozenset[int] = frozenset()
+
 
 def too_small(ix: ClusterIndex, job: JobRequest) -> frozenset[int]:
     """Ids of the nodes without the job's CPUs or memory per node (cached per size on
     the index: most jobs of a queue ask alike, and most ask what every node has)."""
+    if job.mem_per_node_mib == 0 and job.cpus_per_node <= 1:
+        return NONE  # what most jobs ask, and every node has: no lookup on the hot path
     key = (job.cpus_per_node, job.mem_per_node_mib)
     found = ix.too_small.get(key)
     if found is None:
