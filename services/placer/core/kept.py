@@ -5,6 +5,10 @@ The partitions that keep GPUs place first, on the whole cluster. Then the kept G
 still free on their nodes are held by placeholder jobs that never end and cannot be
 preempted, and every other job is placed around them. A kept GPU busy with another job
 now is not taken from it; it is kept again once that job ends.
+
+A job of another partition that fits only on kept GPUs (its estimated start is when the
+placeholders end: never) waits BAD_CONSTRAINTS saying so, without an estimated start.
+Before, it waited RESOURCES with a start 31 years ahead (`FOREVER_S`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from services.placer.core.model import (
     Running,
     Snapshot,
     Start,
+    Wait,
+    Waiting,
 )
 from services.placer.core.place import DEFAULT_POLICY, place
 
@@ -48,7 +54,21 @@ def place_keeping(
     return Plan(
         starts=first.starts + second.starts,
         preemptions=first.preemptions + second.preemptions,
-        waits=first.waits + second.waits,
+        waits=first.waits + tuple(_never(w, holds, now) for w in second.waits),
+    )
+
+
+def _never(wait: Wait, holds: Sequence[Running], now: float) -> Wait:
+    """A wait whose start is the placeholders' end, said as what it is: the job fits
+    only on GPUs other partitions keep, so it cannot start as the cluster is set up."""
+    if wait.estimated_start is None or wait.estimated_start < now + FOREVER_S / 2:
+        return wait
+    keepers = ", ".join(sorted({h.partition for h in holds}))
+    return Wait(
+        job_id=wait.job_id,
+        reason=Waiting.BAD_CONSTRAINTS,
+        detail=f"it fits only on GPUs partition(s) {keepers} keep for their own jobs"
+        " (reserved_gpus): ask for fewer GPUs or nodes, or another partition",
     )
 
 

@@ -26,7 +26,18 @@ def test_other_partitions_leave_the_kept_gpus_free() -> None:
     pending = [gang(1, 2, gpus_per_node=4), gang(2, 1, gpus_per_node=2)]
     plan = place_keeping(cluster(), pending, T0, {"debug": 2})
     assert grants_of(plan, 2) == (Grant(node="b", gpus=(0, 1)),)  # around b's kept 2 and 3
-    assert [w.reason for w in plan.waits if w.job_id == 1] == [Waiting.RESOURCES]
+    # job 1 needs all of b: it fits only on GPUs debug keeps, so it can never start here;
+    # before, it waited RESOURCES with a start 31 years ahead
+    [never] = [w for w in plan.waits if w.job_id == 1]
+    assert (never.reason, never.estimated_start) == (Waiting.BAD_CONSTRAINTS, None)
+    assert "partition(s) debug keep for their own jobs" in never.detail
+
+
+def test_a_job_waiting_for_busy_gpus_keeps_its_estimated_start() -> None:
+    busy = running(9, grant("a", 0, 1, 2, 3), partition="normal")
+    plan = place_keeping(cluster(busy), [gang(1, 1, gpus_per_node=4)], T0, {"debug": 2})
+    [wait] = plan.waits
+    assert wait.reason is Waiting.RESOURCES and wait.estimated_start == T0 + 3600
 
 
 def test_a_debug_job_gets_the_kept_gpus_even_when_the_rest_is_full() -> None:
