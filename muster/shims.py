@@ -1,6 +1,7 @@
 """Shell: Slurm's command names over Muster's API — `sbatch`, `squeue`, `scancel`,
-`sinfo`, `sacct`, `scontrol`, `sshare`, `sreport` (muster/sreport.py); `srun` (job
-steps, muster/steps.py) and `salloc` (interactive allocations, muster/salloc.py).
+`sinfo`, `sacct`, `scontrol`, `sshare`, `sreport` (muster/sreport.py), `sprio`
+(muster/sprio.py); `srun` (job steps, muster/steps.py) and `salloc` (interactive
+allocations, muster/salloc.py).
 
 `muster shims DIR` writes one small wrapper per name into DIR, each running
 `muster.shims.main` with NAME ARGS (as `python -S`: muster/shim_script.py); nothing is
@@ -40,8 +41,8 @@ if TYPE_CHECKING:  # only write_shims takes a Path: a shim starts without site, 
     from pathlib import Path
 
 NAMES = (
-    "sbatch", "squeue", "scancel", "sinfo", "sacct", "scontrol", "sshare", "sreport", "srun",
-    "salloc",
+    "sbatch", "squeue", "scancel", "sinfo", "sacct", "scontrol", "sshare", "sreport", "sprio",
+    "srun", "salloc",
 )  # fmt: skip
 
 
@@ -421,6 +422,37 @@ def sreport(argv: list[str]) -> int:
     return 0
 
 
+def sprio(argv: list[str]) -> int:
+    """Each pending job's priority and its factors (muster/sprio.py)."""
+    from muster.sprio import sprio_lines
+
+    p = _parser("sprio")
+    p.add_argument("-j", "--jobs", action="append")
+    p.add_argument("-u", "--user", action="append")
+    p.add_argument("-p", "--partition", action="append")
+    p.add_argument("-l", "--long", action="store_true")
+    p.add_argument("-h", "--noheader", action="store_true")
+    p.add_argument("-o", "--format")
+    p.add_argument("-w", "--weights", action="store_true")
+    a = p.parse_args(argv)
+    if a.weights:
+        raise ShimError(
+            "-w: the weights are the fairshare service's [priority] table (docs/fairshare.md);"
+            " `muster show job ID` gives one job's weighted parts"
+        )
+    req = QueueRequest(
+        user=current_user(),
+        users=_csv(a.user),
+        partitions=_csv(a.partition),
+        job_refs=_csv(a.jobs),
+        states=("PENDING",),
+        priorities=True,
+    )
+    jobs = request(_url(), "queue", req, QueueReply).jobs
+    _print(sprio_lines(jobs, a.format, a.long, not a.noheader))
+    return 0
+
+
 def _when(text: str) -> float:
     """sreport's start=/end=: a date, a date and time (UTC) or epoch seconds."""
     from muster.cli_accounting import parse_when
@@ -610,6 +642,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "scontrol": scontrol,
     "sshare": sshare,
     "sreport": sreport,
+    "sprio": sprio,
     "srun": srun,
     "salloc": salloc,
 }

@@ -112,6 +112,9 @@ class QueueRequest(Request, frozen=True, kw_only=True):
     # Each pending job's unmet dependency in its view (`squeue -o %E`): one read more,
     # so only when asked.
     dependencies: bool = False
+    # Each pending job's priority and its weighted factors, as fairshare last ranked it
+    # (`sprio`): one read more, so only when asked.
+    priorities: bool = False
     # A page of the selection (the gateway's dashboard at 10,000 jobs: the whole list
     # would not fit one NATS message): `limit` jobs from `offset`; 0: every job.
     offset: Annotated[int, msgspec.Meta(ge=0)] = 0
@@ -146,6 +149,9 @@ class JobView(msgspec.Struct, frozen=True, kw_only=True):
     # a job waiting on its --dependency: it as given ("afterok:12:13"), with
     # QueueRequest.dependencies; else ""
     dependency: str = ""
+    # a pending job's priority ("total") and its weighted factors (age, fairshare,
+    # jobsize, partition, qos, nice), with QueueRequest.priorities; else {}
+    priority: dict[str, float] = {}
 
 
 class QueueReply(msgspec.Struct, frozen=True, kw_only=True):

@@ -399,6 +399,8 @@ class JobCommands:
             views = [v for v in views if v.state in ACTIVE]
         if req.dependencies:
             views = await self._with_dependencies(views)
+        if req.priorities:
+            views = await self._with_priorities(views)
         if req.steps:  # squeue -s: the running steps of the jobs shown
             async with self.ctx.pool.acquire() as conn:
                 found = await repo.running_steps(conn, [v.job_id for v in views])
@@ -426,6 +428,18 @@ class JobCommands:
             msgspec.structs.replace(v, dependency=dependency_text(specs[v.job_id]))
             if v.job_id in specs
             else v
+            for v in views
+        ]
+
+    async def _with_priorities(self, views: list[JobView]) -> list[JobView]:
+        """The views, each pending job with its priority and factors (`sprio`)."""
+        pending = [v.job_id for v in views if v.state == JobState.PENDING]
+        if not pending:
+            return views
+        async with self.ctx.pool.acquire() as conn:
+            found = await repo.job_priorities(conn, pending)
+        return [
+            msgspec.structs.replace(v, priority=found[v.job_id]) if v.job_id in found else v
             for v in views
         ]
 

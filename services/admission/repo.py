@@ -450,8 +450,16 @@ async def predicted_end(conn: Conn, job_id: int) -> tuple[float | None, str]:
 async def job_priority(conn: Conn, job_id: int) -> dict[str, float]:
     """The job's multifactor priority and its weighted parts, as fairshare last ranked
     it (pending jobs only; empty once it runs)."""
-    raw = await conn.fetchval("SELECT factors FROM job_priorities WHERE job_id = $1", job_id)
-    if raw is None:
-        return {}
-    parts = json.loads(raw)
+    return (await job_priorities(conn, [job_id])).get(job_id, {})
+
+
+async def job_priorities(conn: Conn, job_ids: list[int]) -> dict[int, dict[str, float]]:
+    """`job_priority` of each of these jobs that has one."""
+    rows = await conn.fetch(
+        "SELECT job_id, factors FROM job_priorities WHERE job_id = ANY($1::bigint[])", job_ids
+    )
+    return {r["job_id"]: _numbers(json.loads(r["factors"])) for r in rows}
+
+
+def _numbers(parts: dict[str, object]) -> dict[str, float]:
     return {k: float(v) for k, v in parts.items() if isinstance(v, int | float)}

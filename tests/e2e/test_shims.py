@@ -155,6 +155,14 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
     assert len(one) == 2 and one[1] == "" and " Reason=JobHeldUser " in one[0], one
     part = (await shell("scontrol", "show", "partition", "normal")).stdout
     assert "PartitionName=normal" in part and "State=UP" in part, part
+    # sprio: once fairshare has ranked it, its priority and factors, Slurm's columns
+    ranked = await eventually(
+        lambda: shell("sprio", "-h", "-j", held, "-o", "%i %Y %F"),
+        lambda out: out.stdout.split()[:1] == [held],
+        timeout=30,
+        what="sprio lists the held job",
+    )
+    assert int(ranked.stdout.split()[1]) >= int(ranked.stdout.split()[2]), ranked.stdout
     wider = await shell("scontrol", "update", f"JobId={held}", "NumNodes=2", "Gres=gpu:2")
     assert wider.returncode == 0, wider.stderr
     pinned = await shell("scontrol", "update", f"JobId={held}", "ReqNodeList=node[01-02]")

@@ -756,3 +756,25 @@ async def test_an_arrays_ended_tasks_are_left_alone_without_a_word(api: Api) -> 
     assert (released.job_ids, released.skipped) == (ids[1:], ())
     err = await _refused(api.act("release", "alice", f"{ids[0]}_0"))
     assert "already ended" in str(err), str(err)
+
+
+async def test_the_queue_gives_a_pending_jobs_priority_when_asked(
+    api: Api, db: asyncpg.Connection
+) -> None:
+    """`sprio`: each pending job's priority and factors, as fairshare last ranked it."""
+    ranked = (await api.submit("alice", "-H")).job_ids[0]
+    fresh = (await api.submit("alice", "-H")).job_ids[0]
+    await db.execute(  # as fairshare writes it
+        "INSERT INTO job_priorities (job_id, total, factors) VALUES ($1, 130, $2::jsonb)",
+        ranked,
+        json.dumps({"total": 130.0, "age": 30.0, "fairshare": 100.0, "note": "x"}),
+    )
+    asked = await api.queue("alice", priorities=True)
+    assert {j.job_id: j.priority for j in asked.jobs} == {
+        ranked: {"total": 130.0, "age": 30.0, "fairshare": 100.0},
+        fresh: {},
+    }
+    assert {j.job_id: j.priority for j in (await api.queue("alice")).jobs} == {
+        ranked: {},
+        fresh: {},
+    }
