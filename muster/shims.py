@@ -273,6 +273,7 @@ def sinfo(argv: list[str]) -> int:
     p.add_argument("-n", "--nodes")
     p.add_argument("-p", "--partition", action="append")
     p.add_argument("-l", "--long", action="store_true")
+    p.add_argument("-R", "--list-reasons", dest="reasons", action="store_true")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     reply = request(_url(), "nodes", QueueRequest(user=current_user()), NodesReply)
@@ -296,6 +297,7 @@ def sinfo(argv: list[str]) -> int:
     lines = fmt.sinfo_lines(
         nodes, a.format, a.Node, not a.noheader, parts, reply.default_partition,
         reply.time_limits, summarize=a.summarize, long=a.long, max_nodes=widest,
+        reasons=a.reasons,
     )  # fmt: skip
     if a.long and not a.noheader:
         print(fmt.long_header(time.time()))

@@ -415,7 +415,9 @@ NODE_COLUMNS: dict[str, Column] = {
     "gres": ("GRES", lambda n: f"gpu:{n.gpu_type + ':' if n.gpu_type else ''}{n.gpus_total}"),
     "gresused": ("GRES_USED", lambda n: f"gpu:{n.gpus_total - n.gpus_free}"),
     "features": ("AVAIL_FEATURES", lambda n: ",".join(n.features) or "(null)"),
-    "reason": ("REASON", lambda n: n.reason or "none"),
+    "reason": ("REASON", lambda n: reason_by(n.reason)[1] or "none"),
+    "reasonuser": ("USER", lambda n: reason_by(n.reason)[0]),
+    "reasontime": ("TIMESTAMP", lambda n: stamp(n.state_since) if n.state_since else "Unknown"),
     "nodes": ("NODES", lambda n: "1"),
     "cpus": ("CPUS", lambda n: str(n.cpus) if n.cpus else "N/A"),
     "memory": ("MEMORY", lambda n: str(n.memory_mib) if n.memory_mib else "N/A"),
@@ -443,6 +445,8 @@ SINFO_LETTERS = {
     "g": "groups",
     "c": "cpus",
     "m": "memory",
+    "u": "reasonuser",
+    "H": "reasontime",
 }
 SINFO_NODES_DEFAULT = "%N %.6D %P %.6t"
 SINFO_DEFAULT = "%9P %.5a %.10l %.6D %.6t %N"  # Slurm's
@@ -451,6 +455,22 @@ SINFO_SUMMARY = "%9P %.5a %.10l %.16F %N"  # `sinfo -s`: a line per partition
 # Slurm also has sockets, disk and weight, which Muster does not record
 SINFO_LONG = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
 SINFO_NODES_LONG = "%N %.6D %.9P %.11T %.4c %.8m %.12G %.8f %20E"
+
+
+SINFO_REASONS = "%50E %9u %19H %N"  # `sinfo -R`: nodes out of service and why, Slurm's
+OUT_OF_SERVICE = ("drained", "draining", "down", "fail")  # what `sinfo -R` lists
+
+
+def reason_by(reason: str) -> tuple[str, str]:
+    """(who set it, what it says) of a node's reason: an operator's drain (health's
+    `drained by NAME: TEXT`) or Muster's own (a fault, a failed check), as Slurm names
+    its own `slurm`; `(null)` for a node without one."""
+    if not reason:
+        return "(null)", ""
+    if reason.startswith("drained by ") and ": " in reason:
+        who, _, text = reason[len("drained by ") :].partition(": ")
+        return who, text
+    return "muster", reason
 
 
 def long_header(now: float) -> str:
@@ -713,6 +733,7 @@ def sinfo_lines(
     summarize: bool = False,
     long: bool = False,
     max_nodes: dict[str, int] | None = None,
+    reasons: bool = False,
 ) -> list[str]:
     """`sinfo -N`: a line per node and partition; plain `sinfo`: per partition, nodes
     grouped by state, compressed. `%P` marks the default partition with `*`, `%R` not;
@@ -721,6 +742,10 @@ def sinfo_lines(
     `summarize` (`-s`): a line per partition, `%F` its nodes allocated / idle / other
     (down, drained, failing) / total. `long` (`-l`): Slurm's long columns, `%s` the
     nodes a job may have (`max_nodes`; none: 1-infinite)."""
+    if reasons:  # `-R`: a line per reason, who and when, its nodes; out of service alone
+        parts = parse_percent(fmt or SINFO_REASONS, SINFO_LETTERS)
+        out = [n for n in nodes if node_state(n).rstrip("*") in OUT_OF_SERVICE]
+        return _grouped(parts, out, lambda n: (), header)
     if long:
         default = SINFO_NODES_LONG if by_node else SINFO_LONG
     else:
@@ -745,15 +770,33 @@ def sinfo_lines(
     if by_node:
         rows.sort(key=lambda n: n.name)  # Slurm's -N: by node, then partition
         return render(parts, rows, starred, header=header)
-    groups: dict[tuple[str, str], list[NodeView]] = {}
+    key = (lambda n: (_partition(n), "")) if summarize else lambda n: (_partition(n), node_state(n))
+    return _grouped(parts, rows, key, header, starred)
+
+
+def _grouped(
+    parts: list[Part],
+    rows: Sequence[NodeView],
+    key: Callable[[NodeView], object],
+    header: bool,
+    base: dict[str, Column] = NODE_COLUMNS,
+) -> list[str]:
+    """A line per group of nodes with one `key` that show the same in every column
+    (as Slurm's: node04 drained for another reason is a line of its own), in the order
+    first seen: a group's columns are its first node's, but all its names (compressed)
+    and its count."""
+    shown = [p for p in parts if isinstance(p, Field) and p.key not in AGGREGATE]
+    groups: dict[object, list[NodeView]] = {}
     for n in rows:
-        groups.setdefault((_partition(n), "" if summarize else node_state(n)), []).append(n)
-    # a group's columns: its first node's value, but all its names and its count
-    columns: dict[str, Column] = {k: (h, _of_first(get)) for k, (h, get) in starred.items()}
+        groups.setdefault((key(n), *(_value(base, n, f) for f in shown)), []).append(n)
+    columns: dict[str, Column] = {k: (h, _of_first(get)) for k, (h, get) in base.items()}
     columns["nodelist"] = ("NODELIST", lambda g: compress(n.name for n in g))
     columns["nodes"] = ("NODES", lambda g: str(len(g)))
     columns["nodesaiot"] = ("NODES(A/I/O/T)", _aiot)  # of the group, not its first
     return render(parts, groups.values(), columns, header=header)
+
+
+AGGREGATE = frozenset({"nodelist", "nodes", "nodesaiot"})  # of a group, not of its nodes
 
 
 def _aiot(group: Sequence[NodeView]) -> str:

@@ -216,6 +216,7 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     partitions: tuple[str, ...] = ()  # the partitions it serves, in the config's order
     cpus: int = 0  # as its agent announced them; 0: not known
     memory_mib: int = 0
+    state_since: float | None = None  # when it came into its state (sinfo -R's TIMESTAMP)
 
 
 class PartitionView(msgspec.Struct, frozen=True, kw_only=True):

@@ -360,7 +360,7 @@ async def nodes_view(conn: Conn) -> tuple[list[asyncpg.Record], list[asyncpg.Rec
     nodes = await conn.fetch(
         "SELECT name, state, reason, topology, extract(epoch FROM last_heartbeat)::float8 AS hb,"
         " last_fault, n.features || coalesce(p.features, '{}') AS features, p.gpu_type,"
-        " n.cpus, n.memory_mib"
+        " n.cpus, n.memory_mib, extract(epoch FROM n.state_since)::float8 AS since"
         " FROM nodes n LEFT JOIN node_policy p ON p.node = n.name ORDER BY name"
     )
     gpus = await conn.fetch(

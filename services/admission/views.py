@@ -155,6 +155,7 @@ def node_views(nodes: Sequence[Row], gpus: Sequence[Row]) -> list[NodeView]:
                 gpus=tuple(slots),
                 cpus=n["cpus"],
                 memory_mib=n["memory_mib"],
+                state_since=n["since"],
             )
         )
     return out

@@ -188,6 +188,8 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
     drain = await shell("scontrol", "update", "NodeName=node02", "State=DRAIN", "Reason=riser")
     assert (drain.returncode, drain.stdout) == (0, ""), drain.stderr
     await eventually(node02, lambda s: s in ("drained", "draining"), 30, "node02 drained")
+    listed = await shell("sinfo", "-R", "-h", "-o", "%E|%u|%N")  # why, by whom: Slurm's -R
+    assert listed.stdout.strip() == "riser|root|node02", listed.stdout
     resume = await shell("scontrol", "update", "NodeName=node02", "State=RESUME")
     assert resume.returncode == 0, resume.stderr
     await eventually(node02, lambda s: s in ("idle", "mixed", "allocated"), 30, "node02 back")

@@ -25,6 +25,7 @@ from muster.slurm_format import (
     sacct_lines,
     sinfo_lines,
     squeue_lines,
+    stamp,
     state_filter,
     unmet,
     unrecorded,
@@ -471,3 +472,31 @@ def test_the_dependency_is_asked_for_only_when_a_column_shows_it() -> None:
     assert asks_dependency(None, "JobID,Dependency:30")
     assert not asks_dependency(None, None)  # squeue's default columns
     assert not asks_dependency("%i %Z", None)  # a bad format says so when rendered
+
+
+def test_sinfo_R_lists_the_nodes_out_of_service_by_reason_who_and_when() -> None:
+    at = 1_700_000_000.0
+    when, later = stamp(at), stamp(at + 60)  # local time, as sinfo prints it
+    nodes = [
+        node("n1", state="DRAINED", reason="drained by ada: bad riser", state_since=at),
+        node("n2", state="DRAINED", reason="drained by ada: bad riser", state_since=at + 0.4),
+        node("n3", state="DOWN", reason="no heartbeat for 30 s", state_since=at + 60),
+        node("n4", reason=""),  # in service: not listed
+        node("n5", state="DRAINED", reason="drained by bob: fan", state_since=at),
+    ]
+    assert sinfo_lines(nodes, None, False, True, ("normal",), "normal", reasons=True) == [
+        "REASON" + " " * 45 + "USER      TIMESTAMP           NODELIST",
+        "bad riser" + " " * 42 + f"ada       {when} n[1-2]",
+        "no heartbeat for 30 s" + " " * 30 + f"muster    {later} n3",
+        "fan" + " " * 48 + f"bob       {when} n5",
+    ]
+
+
+def test_plain_sinfo_gives_nodes_that_show_differently_lines_of_their_own() -> None:
+    nodes = [
+        node("n1", state="DRAINED", reason="drained by ada: riser"),
+        node("n2", state="DRAINED", reason="drained by ada: fan"),
+        node("n3", state="DRAINED", reason="drained by ada: riser"),
+    ]
+    lines = sinfo_lines(nodes, "%N %E %u", False, False, ("normal",), "normal")
+    assert lines == ["n[1,3] riser ada", "n2 fan ada"]
