@@ -322,7 +322,12 @@ def sacct(argv: list[str]) -> int:
     p.add_argument("-a", "--allusers", action="store_true")
     p.add_argument("-S", "--starttime")
     p.add_argument("-E", "--endtime")
+    p.add_argument("--name", action="append")
+    p.add_argument("-r", "--partition", action="append")
+    p.add_argument("-b", "--brief", action="store_true")
     a = p.parse_args(argv)
+    if a.brief and not a.format:  # Slurm's -b: the job, how it ended, its exit code
+        a.format = "JobID,State,ExitCode"
     try:
         refs = [_job_step(j) for j in _csv(a.jobs)]
     except ValueError as err:
@@ -350,7 +355,14 @@ def sacct(argv: list[str]) -> int:
         attempts=a.duplicates,  # requeued runs, as sacct -D lists them
         steps=not a.allocations,  # JOB.STEP records, as sacct lists srun's steps
     )
-    rows = request(_url(), ACCT_VERB, req, AcctReply).rows
+    rows = fmt.oldest_first(request(_url(), ACCT_VERB, req, AcctReply).rows)
+    names, parts = set(_csv(a.name)), set(_csv(a.partition))
+    if names or parts:  # --name, -r: of the rows the window and selection gave
+        rows = tuple(
+            r
+            for r in rows
+            if (not names or r.name in names) and (not parts or r.partition in parts)
+        )
     named = {job: {s for j, s in refs if j == job} for job, _ in refs}
     if any(None not in steps for steps in named.values()):  # -j 12.3: that step alone
         rows = tuple(

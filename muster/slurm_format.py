@@ -826,6 +826,15 @@ def _of_first(get: Getter) -> Getter:
     return lambda group: get(group[0])
 
 
+def oldest_first(rows: Sequence[Any]) -> tuple[Any, ...]:
+    """Accounting's rows (newest job first, each job's line followed by its attempts'
+    and steps') with the jobs oldest first, as Slurm's sacct lists them."""
+    blocks: dict[int, list[Any]] = {}
+    for row in rows:
+        blocks.setdefault(row.job_id, []).append(row)
+    return tuple(r for job in reversed(blocks) for r in blocks[job])
+
+
 def sacct_lines(
     rows: Iterable[Any], fmt: str | None, header: bool, delimiter: str | None
 ) -> list[str]:

@@ -20,6 +20,7 @@ from muster.slurm_format import (
     duration,
     long_header,
     node_state,
+    oldest_first,
     parse_names,
     parse_percent,
     sacct_lines,
@@ -500,3 +501,10 @@ def test_plain_sinfo_gives_nodes_that_show_differently_lines_of_their_own() -> N
     ]
     lines = sinfo_lines(nodes, "%N %E %u", False, False, ("normal",), "normal")
     assert lines == ["n[1,3] riser ada", "n2 fan ada"]
+
+
+def test_sacct_lists_jobs_oldest_first_each_with_its_steps_after_it() -> None:
+    rows = [Acct(job_id=9), Acct(job_id=9, step=0), Acct(job_id=7), Acct(job_id=7, attempt=1)]
+    assert [(r.job_id, r.step, r.attempt) for r in oldest_first(rows)] == [
+        (7, None, None), (7, None, 1), (9, None, None), (9, 0, None)
+    ]  # fmt: skip
