@@ -150,8 +150,32 @@ def squeue(argv: list[str]) -> int:
     p.add_argument("-r", "--array", action="store_true", help="a line per array task")
     p.add_argument("--start", action="store_true", help="pending jobs' expected starts")
     p.add_argument("-l", "--long", action="store_true")
+    p.add_argument("-S", "--sort")
+    p.add_argument("-i", "--iterate", type=float, help="print again every N seconds")
     p.add_argument("--json", action="store_true")
-    a = p.parse_args(argv)
+    a = p.parse_args(_glued(argv, ("-S", "--sort")))
+    if a.iterate is not None and a.iterate <= 0:
+        raise ShimError(f"--iterate {a.iterate}: give a number of seconds above 0")
+    while True:  # once, or every --iterate seconds until interrupted, as Slurm's
+        _squeue_once(a)
+        if a.iterate is None:
+            return 0
+        time.sleep(a.iterate)
+        print()
+
+
+def _glued(argv: list[str], options: Sequence[str]) -> list[str]:
+    """`-S -i` read as Slurm's getopt reads it, the word after the option its value
+    even when it starts with `-` (argparse would take `-i` for an option)."""
+    out: list[str] = []
+    words = iter(argv)
+    for word in words:
+        value = next(words, None) if word in options else None
+        out.append(word if value is None else f"{options[-1]}={value}")
+    return out
+
+
+def _squeue_once(a: argparse.Namespace) -> None:
     states, all_states = _states(a.states or (["PENDING"] if a.start else None))
     if not (a.format or a.long_format):
         a.format = fmt.SQUEUE_START if a.start else fmt.SQUEUE_LONG if a.long else None
@@ -169,18 +193,18 @@ def squeue(argv: list[str]) -> int:
         dependencies=fmt.asks_dependency(a.format, a.long_format),
     )
     reply = request(_url(), "queue", req, QueueReply)
-    jobs = reply.jobs
+    jobs = reply.jobs if a.sort is None else tuple(fmt.sort_jobs(reply.jobs, a.sort))
     if a.steps:  # a line per running srun step, as Slurm's squeue -s
         if a.long_format or a.json:
             raise ShimError("-s takes -o FORMAT (%i %j %P %u %M %A %N), not -O or --json")
         _print(fmt.step_lines(reply.steps, jobs, a.format, not a.noheader, time.time()))
-        return 0
+        return
     if a.json:
-        return _print_json({"jobs": [_job_json(j) for j in jobs]})
-    if a.long and not a.noheader:
+        _print_json({"jobs": [_job_json(j) for j in jobs]})
+        return
+    if (a.long or a.iterate is not None) and not a.noheader:
         print(fmt.long_header(time.time()))
     _print(fmt.squeue_lines(jobs, a.format, a.long_format, not a.noheader, a.array))
-    return 0
 
 
 def _job_json(j: JobView) -> dict[str, Any]:

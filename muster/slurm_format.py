@@ -673,6 +673,39 @@ def squeue_lines(
     return render(squeue_parts(fmt, long_fmt), rows, JOB_COLUMNS, header=header)
 
 
+# `squeue -S`'s fields that sort as numbers (the rest sort as they are shown)
+NUMERIC: dict[str, Callable[[JobView], float]] = {
+    "jobid": lambda j: j.job_id,
+    "jobidraw": lambda j: j.job_id,
+    "numnodes": lambda j: j.nodes,
+    "numgpus": lambda j: j.gpus,
+    "timeused": lambda j: j.elapsed_s,
+    "timelimit": lambda j: j.time_limit_s,
+    "submittime": lambda j: j.submitted_at,
+    "starttime": lambda j: j.started_at or j.estimated_start or 0.0,
+    "endtime": lambda j: j.ended_at or 0.0,
+}
+
+
+def sort_jobs(jobs: Sequence[JobView], keys: str) -> list[JobView]:
+    """`squeue -S -t,i` / `--sort=P,-i`: format letters, each `+` (ascending, as
+    without) or `-` (descending), the first the strongest."""
+    out = list(jobs)
+    for word in reversed([w.strip() for w in keys.split(",") if w.strip()]):
+        letter = word.lstrip("+-")
+        if letter not in SQUEUE_LETTERS:
+            known = " ".join(SQUEUE_LETTERS)
+            raise FormatError(f"unknown sort field {letter!r} in {keys!r}; known: {known}")
+        name = SQUEUE_LETTERS[letter]
+        number = NUMERIC.get(name)
+        if number is not None:
+            out.sort(key=number, reverse=word.startswith("-"))
+        else:
+            shown = JOB_COLUMNS[name][1]
+            out.sort(key=shown, reverse=word.startswith("-"))
+    return out
+
+
 def squeue_parts(fmt: str | None, long_fmt: str | None) -> list[Part]:
     if long_fmt is not None:
         # --Format puts no space between fields: the widths do

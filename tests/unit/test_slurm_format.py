@@ -25,6 +25,7 @@ from muster.slurm_format import (
     parse_percent,
     sacct_lines,
     sinfo_lines,
+    sort_jobs,
     squeue_lines,
     stamp,
     state_filter,
@@ -508,3 +509,25 @@ def test_sacct_lists_jobs_oldest_first_each_with_its_steps_after_it() -> None:
     assert [(r.job_id, r.step, r.attempt) for r in oldest_first(rows)] == [
         (7, None, None), (7, None, 1), (9, None, None), (9, 0, None)
     ]  # fmt: skip
+
+
+SORTS = {
+    "-i: job ids down, as numbers": ("-i", [10, 9, 2]),
+    "t,-i: state, then ids down": ("t,-i", [10, 2, 9]),  # PD before R
+    "+V: submitted first first": ("+V", [9, 2, 10]),
+}
+
+
+@pytest.mark.parametrize(("keys", "want"), SORTS.values(), ids=SORTS.keys())
+def test_squeue_S_sorts_by_format_letters(keys: str, want: list[int]) -> None:
+    jobs = [
+        job(job_id=9, state="RUNNING", submitted_at=1.0),
+        job(job_id=10, state="PENDING", submitted_at=3.0),
+        job(job_id=2, state="PENDING", submitted_at=2.0),
+    ]
+    assert [j.job_id for j in sort_jobs(jobs, keys)] == want
+
+
+def test_squeue_S_names_the_letters_it_knows() -> None:
+    with pytest.raises(FormatError, match="unknown sort field 'Z'"):
+        sort_jobs([job()], "Z")
