@@ -74,6 +74,16 @@ def _batch_host(reply: ShowJobReply) -> str:
     return f" BatchHost={reply.job.nodelist[0]}"
 
 
+def _tasks(reply: ShowJobReply) -> str:
+    """`   NumTasks=8 CPUs/Task=4 MinMemoryNode=16384M`: what the job asks of each node
+    besides GPUs, as scontrol shows it (`0` memory: no --mem, all of the node's)."""
+    spec, j = reply.spec, reply.job
+    per_node = int(spec.get("ntasks_per_node") or 1)
+    cpus = int(spec.get("cpus_per_task") or 1)
+    mib = int(spec.get("mem_mib") or 0)
+    return f"   NumTasks={per_node * j.nodes} CPUs/Task={cpus} MinMemoryNode={mib}M"
+
+
 def _files(reply: ShowJobReply) -> str:
     """` WorkDir=... StdOut=... StdErr=...`, as scontrol shows them (the patterns
     expanded, relative ones under the job's folder) for scripts that find a job's log
@@ -122,6 +132,7 @@ def show_lines(reply: ShowJobReply, ids: tuple[int, str, int] | None = None) -> 
         f"   Partition={j.partition} QOS={j.qos} NumNodes={j.nodes} GPUs={j.gpus}"
         f" TimeLimit={hms(j.time_limit_s)} RunTime={hms(j.elapsed_s)}",
         f"   NodeList={','.join(j.nodelist) or '(null)'}{_batch_host(reply)}",
+        _tasks(reply),
     ]
     if j.started_at is not None:
         limit_end = j.ended_at if j.ended_at is not None else j.started_at + j.time_limit_s

@@ -99,7 +99,7 @@ def test_show_lines_name_every_attempt_and_the_priority(utc: None) -> None:
     )  # fmt: skip
     reply = ShowJobReply(
         job=job(array_job_id=40, array_task_id=2),
-        spec={},
+        spec={"ntasks_per_node": 4, "cpus_per_task": 4, "mem_mib": 65536},
         attempts=(attempt,),
         priority={"total": 1234.4, "age": 34.0, "fairshare": 1200.4},
         dependency="afterok:12",
@@ -109,6 +109,7 @@ def test_show_lines_name_every_attempt_and_the_priority(utc: None) -> None:
         "   JobState=RUNNING Reason=None ExitCode=0:0 Restarts=1",
         "   Partition=gpu QOS=normal NumNodes=2 GPUs=16 TimeLimit=2:00:00 RunTime=1:02:05",
         "   NodeList=node01,node02",
+        "   NumTasks=8 CPUs/Task=4 MinMemoryNode=65536M",
         "   StartTime=2023-11-14T22:14:20 EndTime=2023-11-15T00:14:20",
         "   ArrayJobId=40 ArrayTaskId=2",
         "   Dependency=afterok:12",
@@ -230,7 +231,7 @@ def test_nodes_lines_show_free_gpus_and_the_unhealthy_ones() -> None:
 def test_show_lines_give_the_predicted_end_beside_the_limit_and_why(utc: None) -> None:
     why = "mean of the last 2 jobs of alice named pretrain on 16 GPUs"
     reply = ShowJobReply(job=job(), spec={}, predicted_end=1_700_004_000.0, predicted_why=why)
-    assert show_lines(reply)[4:] == [
+    assert show_lines(reply)[5:] == [
         "   StartTime=2023-11-14T22:14:20 EndTime=2023-11-15T00:14:20",
         f"   PredictedEnd=2023-11-14T23:20:00 ({why}; the limit still ends it)",
     ]
@@ -238,7 +239,7 @@ def test_show_lines_give_the_predicted_end_beside_the_limit_and_why(utc: None) -
 
 def test_a_pending_job_shows_its_estimated_start(utc: None) -> None:
     pending = job(state="PENDING", started_at=None, estimated_start=1_700_004_000.0)
-    assert show_lines(ShowJobReply(job=pending, spec={}))[4:] == [
+    assert show_lines(ShowJobReply(job=pending, spec={}))[5:] == [
         "   StartTime=2023-11-14T23:20:00 (estimated)"
     ]
 
@@ -247,7 +248,7 @@ def test_a_pending_job_shows_when_it_may_start(utc: None) -> None:
     """scontrol's EligibleTime: the --begin (or StartTime= update) of a job not started."""
     pending = job(state="PENDING", started_at=None)
     reply = ShowJobReply(job=pending, spec={"begin_at": 1_700_004_000.0})
-    assert show_lines(reply)[4:] == ["   EligibleTime=2023-11-14T23:20:00"]
+    assert show_lines(reply)[5:] == ["   EligibleTime=2023-11-14T23:20:00"]
     assert "EligibleTime" not in "".join(show_lines(ShowJobReply(job=job(), spec={})))
 
 
