@@ -13,9 +13,17 @@ import asyncpg
 import pytest
 
 from muster.client import call
-from muster.cluster import DEFAULT_CLUSTER_CONFIG, SERVICES, Cluster
+from muster.cluster import Cluster
 from shared.api import JobSelector, Ok, ShowJobReply, ShowJobRequest
-from tests.support.cluster import eventually, job_state, make_cluster, nodes, nodes_up, submit
+from tests.support.cluster import (
+    eventually,
+    job_state,
+    make_cluster,
+    nodes,
+    nodes_up,
+    spawn_services,
+    submit,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -28,11 +36,7 @@ async def cluster(
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> AsyncIterator[Cluster]:
     c = make_cluster(tmp_path / "state", nats_url, database_url)
-    for name in SERVICES:
-        extra = (
-            {"MUSTER_CLUSTER_CONFIG": str(DEFAULT_CLUSTER_CONFIG)} if name == "admission" else {}
-        )
-        c.spawn(name, f"services.{name}", **extra)
+    spawn_services(c)
     for node in nodes(4):
         c.start_node(node)
     await nodes_up(db, 4)

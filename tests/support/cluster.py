@@ -19,7 +19,7 @@ import asyncpg
 import nats
 
 from muster.client import agent, call
-from muster.cluster import Cluster, NodeDef
+from muster.cluster import DEFAULT_CLUSTER_CONFIG, SERVICES, Cluster, NodeDef
 from shared.api import InjectFault, QueueReply, QueueRequest, SubmitReply, SubmitRequest
 from shared.events import Event, encode, subject_of
 from shared.identity_files import provision_keys
@@ -49,6 +49,16 @@ TEST_USERS = ("root", "admin", "alice", "bob", "carol", "dave", "mallory")
 # A cluster a test starts without a configuration of its own gets this identity-only
 # one (no partitions: no placement policy): operators come only from configuration.
 IDENTITY_CONFIG = '[roles]\noperators = ["root", "admin"]\n'
+
+
+def spawn_services(c: Cluster) -> None:
+    """Every service of `c`, admission with the local cluster's configuration (its
+    partitions, QOS and limits, as `muster up` runs them)."""
+    for name in SERVICES:
+        extra = (
+            {"MUSTER_CLUSTER_CONFIG": str(DEFAULT_CLUSTER_CONFIG)} if name == "admission" else {}
+        )
+        c.spawn(name, f"services.{name}", **extra)
 
 
 def make_cluster(state: Path, nats_url: str, database_url: str) -> Cluster:
