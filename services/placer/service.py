@@ -43,6 +43,7 @@ from shared.events import (
     JobSubmitted,
 )
 from shared.logs import kv
+from shared.node_size import per_node
 from shared.runtime import ServiceContext, every, until_stopped
 from shared.settings import PlacerSettings
 from shared.telemetry import remember_job_trace
@@ -398,5 +399,7 @@ def _spare_gang(ask: JobSparesRequested, alloc: repo.LiveAllocation) -> JobReque
         constraint=spec.constraint,
         exclusive=spec.exclusive,
         excluded_nodes=tuple(sorted({*spec.excluded_nodes, *ask.exclude, *alloc.nodes})),
+        cpus_per_node=per_node(spec)[0],  # a spare is as big as the node it replaces must be
+        mem_per_node_mib=per_node(spec)[1],
         time_limit_s=spec.time_limit_s,
     )

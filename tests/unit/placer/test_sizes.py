@@ -9,6 +9,10 @@ import pytest
 
 from services.placer.core import Node, Waiting, place
 from services.placer.core.spares import place_spares
+from services.placer.repo.allocations import LiveAllocation
+from services.placer.service import _spare_gang
+from shared.events import JobSparesRequested
+from shared.jobspec import JobSpec
 from tests.unit.placer.helpers import T0, gang, node, running, snapshot, whole
 
 GIB = 1024
@@ -74,3 +78,16 @@ def test_spares_are_big_enough_too() -> None:
     snap = snapshot(*nodes, running=(running(1, whole("kept")),))
     start = place_spares(snap, job, ("kept",), T0)
     assert start is not None and [g.node for g in start.grants] == ["far-big"]
+
+
+def test_the_spares_asked_for_a_job_carry_its_size() -> None:
+    """The placer's request for a job's spares (placer/service.py) asks each spare the
+    job's CPUs and memory per node, so `place_spares` above gets them."""
+    spec = JobSpec(
+        user="ada", script="#!/bin/sh\n", gpus_per_node=8, cpus_per_task=6,
+        ntasks_per_node=4, mem_mib=100 * GIB,
+    )  # fmt: skip
+    alloc = LiveAllocation(alloc_id=1, attempt=0, nodes=("kept", "lost"), spec=spec)
+    ask = JobSparesRequested(job_id=1, attempt=0, count=1, keep=("kept",))
+    gang = _spare_gang(ask, alloc)
+    assert (gang.cpus_per_node, gang.mem_per_node_mib) == (24, 100 * GIB)
