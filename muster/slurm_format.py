@@ -148,7 +148,8 @@ def task_id(job: JobView) -> str:
 
 class PendingTasks:
     """An array's pending tasks that wait for the same reason, on one line, as squeue
-    shows them without `-r`: the first task's fields, its task id their ranges."""
+    shows them without `-r`: the first task's fields, its task id their ranges and the
+    array's `%K` throttle (`8_[2-7%2]`)."""
 
     __slots__ = ("first", "tasks")
 
@@ -177,7 +178,9 @@ def collapse_arrays(jobs: Iterable[Any]) -> list[Any]:
         out.append(j)
     for key, tasks in groups.items():
         if len(tasks) > 1:
-            out[first[key]] = PendingTasks(out[first[key]], f"[{spans(sorted(tasks))}]")
+            row = out[first[key]]
+            throttle = f"%{row.array_max_running}" if row.array_max_running else ""
+            out[first[key]] = PendingTasks(row, f"[{spans(sorted(tasks))}{throttle}]")
     return out
 
 

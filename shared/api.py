@@ -145,6 +145,7 @@ class JobView(msgspec.Struct, frozen=True, kw_only=True):
     estimated_start: float | None = None
     array_job_id: int | None = None
     array_task_id: int | None = None
+    array_max_running: int | None = None  # an array task: its array's `%K`, if any
     detail: str = ""
     # a job waiting on its --dependency: it as given ("afterok:12:13"), with
     # QueueRequest.dependencies; else ""

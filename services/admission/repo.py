@@ -179,6 +179,8 @@ async def approve(conn: Conn, job_ids: list[int], by: str) -> None:
 JOB_VIEW = """
 SELECT j.job_id, j.name, j.user_name, j.account, j.partition, j.qos, j.nodes_max,
        j.gpus_per_node, j.time_limit_s, j.held, j.array_job_id, j.array_task_id,
+       CASE WHEN j.array_job_id IS NOT NULL
+            THEN (j.spec->>'array_max_running')::int END AS array_throttle,
        j.held_by_operator, j.hold_reason, j.needs_approval, j.approved_by,
        j.approved_at IS NOT NULL AS approved,
        extract(epoch FROM j.submitted_at)::float8 AS submitted,

@@ -48,7 +48,7 @@ def job_state(row: Row) -> tuple[str, str]:
         return run, row["run_reason"] or ""
     if row["cancel_requested_at"] is not None and run in (None, JobState.REQUEUED):
         return JobState.CANCELLED, row["cancel_reason"] or "cancelled"
-    preempted_for = _preempted_for(row)
+    preempted_for = _column(row, "preempted_for")
     if preempted_for is not None and (run in LIVE_RUN or row["alloc_nodes"]):
         # its workers are being stopped for another job (then requeued or ended): not
         # RUNNING as if nothing happened, nor CONFIGURING while its allocation is let go
@@ -67,11 +67,11 @@ def job_state(row: Row) -> tuple[str, str]:
     return JobState.PENDING, reason
 
 
-def _preempted_for(row: Row) -> int | None:
-    """The job a live preemption of this job's allocation makes room for (rows read
-    without the column have none)."""
+def _column(row: Row, name: str) -> int | None:
+    """An optional number column (rows read without it have none): the job a live
+    preemption of its allocation makes room for, an array task's throttle."""
     try:
-        value = row["preempted_for"]
+        value = row[name]
     except KeyError:
         return None
     return None if value is None else int(value)
@@ -112,6 +112,7 @@ def job_view(row: Row, now: float) -> JobView:
         estimated_start=None if row["est"] is None else float(row["est"]),
         array_job_id=row["array_job_id"],
         array_task_id=row["array_task_id"],
+        array_max_running=_column(row, "array_throttle"),
         detail=row["wait_detail"] or "",
     )
 

@@ -778,3 +778,11 @@ async def test_the_queue_gives_a_pending_jobs_priority_when_asked(
         ranked: {},
         fresh: {},
     }
+
+
+async def test_an_array_tasks_view_carries_its_arrays_throttle(api: Api) -> None:
+    """squeue's collapsed line says an array's `%K` (`8_[2-7%2]`), read from the spec."""
+    ids = (await api.submit("alice", "-H", "--array=0-3%2")).job_ids
+    plain = (await api.submit("alice", "-H")).job_ids[0]
+    views = {j.job_id: j.array_max_running for j in (await api.queue("alice")).jobs}
+    assert views == {**dict.fromkeys(ids, 2), plain: None}

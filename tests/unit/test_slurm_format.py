@@ -182,6 +182,8 @@ def test_an_arrays_pending_tasks_share_a_line_unless_r_asks_for_each() -> None:
     assert every == [f"60_{t}" for t in (0, 1, 2, 3, 4, 6, 5, 7)]
     alone = squeue_lines([task(9)], "%i %K", None, False)
     assert alone == ["60_9 9"]
+    throttled = [replace(t, array_max_running=2) for t in SWEEP[2:6]]
+    assert squeue_lines(throttled, "%i", None, False) == ["60_[2-4,6%2]"]  # Slurm's %K suffix
 
 
 @pytest.mark.parametrize(("jobs", "fmt", "long", "header", "want"), SQUEUE.values(),
