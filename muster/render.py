@@ -14,7 +14,14 @@ TYPE_CHECKING = False  # mypy takes it as true; the lean `muster queue` (muster.
 if TYPE_CHECKING:  # with this module, and these imports cost it more than its own work
     from typing import Any
 
-    from shared.api import JobView, NodesReply, NodeView, QueueReply, ShowJobReply
+    from shared.api import (
+        JobView,
+        NodesReply,
+        NodeView,
+        QueueReply,
+        ReservationView,
+        ShowJobReply,
+    )
 
 # shared.states.LIVE_RUN by name (its enum module costs a `muster queue` call more than
 # its own work); tests/unit/cli/test_lean.py holds the two equal
@@ -209,6 +216,24 @@ def partition_lines(reply: NodesReply, name: str) -> list[str]:
         f"   Nodes={compress(n.name for n in nodes) or '(null)'}",
         f"   State=UP TotalNodes={len(nodes)} TotalGPUs={gpus}"
         f" TRES=node={len(nodes)},gres/gpu={gpus}",
+    ]
+
+
+def reservation_lines(view: ReservationView, now: float) -> list[str]:
+    """`scontrol show reservation NAME`: its window open now or next, what it holds,
+    who may run inside (nobody in a maintenance window), ACTIVE while open."""
+    flags = [f for f, on in (("MAINT", view.maintenance), (view.recurrence.upper(), True)) if on]
+    flags = [f for f in flags if f != "NONE"]
+    # a GPU count's nodes are the placer's, each pass: (null), the GPUs say the size
+    nodes = compress(view.nodes) if view.nodes else "(null)" if view.gpus else "ALL"
+    state = "ACTIVE" if view.start <= now < view.end else "INACTIVE"
+    accounts = "(null)" if view.maintenance else ",".join(view.accounts) or "(null)"
+    return [
+        f"ReservationName={view.name} StartTime={_stamp(view.start)}"
+        f" EndTime={_stamp(view.end)} Duration={limit(int(view.end - view.start))}",
+        f"   Nodes={nodes} NodeCnt={len(view.nodes) or 'N/A'} GPUs={view.gpus or 'N/A'}"
+        f" Flags={','.join(flags) or '(null)'}",
+        f"   Accounts={accounts} State={state}",
     ]
 
 

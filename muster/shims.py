@@ -298,9 +298,13 @@ def sinfo(argv: list[str]) -> int:
     p.add_argument("-p", "--partition", action="append")
     p.add_argument("-l", "--long", action="store_true")
     p.add_argument("-R", "--list-reasons", dest="reasons", action="store_true")
+    p.add_argument("-T", "--reservation", action="store_true")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     reply = request(_url(), "nodes", QueueRequest(user=current_user()), NodesReply)
+    if a.reservation:  # Slurm's `sinfo -T`: a line per reservation
+        _print(fmt.reservation_table(reply.reservations, time.time(), not a.noheader))
+        return 0
     nodes, parts = reply.nodes, reply.partitions
     if a.nodes:
         wanted = set(_csv([a.nodes]))
@@ -525,6 +529,8 @@ def scontrol(argv: list[str]) -> int:
         return _show_nodes(argv[2] if len(argv) > 2 else None, one_line)
     if what in ("partition", "partitions"):
         return _show_partitions(argv[2] if len(argv) > 2 else None, one_line)
+    if what in ("reservation", "reservations", "res"):
+        return _show_reservations(argv[2] if len(argv) > 2 else None, one_line)
     if argv[:1] in (["hold"], ["release"], ["requeue"]) and len(argv) >= 2:
         return _act("scontrol", argv[0], argv[1:])
     if argv[:1] == ["update"] and len(argv) >= 2:
@@ -536,8 +542,8 @@ def scontrol(argv: list[str]) -> int:
         return _act("scontrol", "requeue", refs, hold=True)
     raise ShimError(
         f"unsupported: scontrol {' '.join(argv) or '(nothing)'}; this shim knows "
-        "[-o] show job [ID], show node [NAME], show partition [NAME], show hostnames [LIST],"
-        " show hostlist[sorted] NAMES,"
+        "[-o] show job [ID], show node [NAME], show partition [NAME],"
+        " show reservation [NAME], show hostnames [LIST], show hostlist[sorted] NAMES,"
         " hold IDS, release IDS, requeue IDS, requeuehold IDS,"
         " update JobId=ID [TimeLimit=] [Nice=] [JobName=] [Comment=],"
         " update NodeName=NODES State=DRAIN|RESUME [Reason=]"
@@ -653,6 +659,23 @@ def _show_partitions(name: str | None, one_line: bool) -> int:
     for part in reply.partitions:
         if name is None or part == name:
             _record(partition_lines(reply, part), one_line)
+    return 0
+
+
+def _show_reservations(name: str | None, one_line: bool) -> int:
+    """`scontrol show reservation [NAME]`: each reservation and maintenance window of
+    the configuration, its window open now or next (muster/render.py)."""
+    from muster.render import reservation_lines
+
+    found = request(_url(), "nodes", QueueRequest(user=current_user()), NodesReply).reservations
+    chosen = [r for r in found if name is None or r.name == name]
+    if name is not None and not chosen:
+        raise ShimError(f"Reservation {name} not found")
+    if not chosen:
+        print("No reservations in the system")
+    now = time.time()
+    for view in chosen:
+        _record(reservation_lines(view, now), one_line)
     return 0
 
 

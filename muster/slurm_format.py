@@ -476,6 +476,25 @@ def reason_by(reason: str) -> tuple[str, str]:
     return "muster", reason
 
 
+def reservation_table(views: Sequence[Any], now: float, header: bool) -> list[str]:
+    """`sinfo -T`: Slurm's `RESV_NAME STATE START_TIME END_TIME DURATION NODELIST`, a line
+    per reservation at its window open now or next."""
+    rows = [
+        (
+            v.name,
+            "ACTIVE" if v.start <= now < v.end else "INACTIVE",
+            stamp(v.start),
+            stamp(v.end),
+            duration(v.end - v.start),
+            compress(v.nodes) if v.nodes else f"({v.gpus} GPUs)" if v.gpus else "ALL",
+        )
+        for v in views
+    ]
+    line = "{:>9} {:>8} {:>19} {:>19} {:>11} {}"
+    head = ("RESV_NAME", "STATE", "START_TIME", "END_TIME", "DURATION", "NODELIST")
+    return [line.format(*head)] * header + [line.format(*r) for r in rows]
+
+
 def long_header(now: float) -> str:
     """The first line of `squeue -l` and `sinfo -l`: when it was read."""
     return time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now))

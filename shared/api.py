@@ -237,6 +237,21 @@ class PartitionView(msgspec.Struct, frozen=True, kw_only=True):
     requires_approval: bool = False
 
 
+class ReservationView(msgspec.Struct, frozen=True, kw_only=True):
+    """A reservation or maintenance window of the configuration (docs/configuration.md)
+    as `scontrol show reservation` and `sinfo -T` show it: its occurrence open now, or
+    else the next."""
+
+    name: str
+    start: float
+    end: float
+    nodes: tuple[str, ...] = ()  # empty with gpus == 0: the whole cluster
+    gpus: int = 0  # a GPU count instead of named nodes (the placer picks whole nodes)
+    accounts: tuple[str, ...] = ()  # who may run inside; empty: nobody
+    recurrence: str = "none"  # none | daily | weekly
+    maintenance: bool = False
+
+
 class NodesReply(msgspec.Struct, frozen=True, kw_only=True):
     nodes: tuple[NodeView, ...]
     partitions: tuple[str, ...] = ()  # every partition, in the config's order
@@ -245,6 +260,7 @@ class NodesReply(msgspec.Struct, frozen=True, kw_only=True):
     time_limits: dict[str, int] = {}
     # each configured partition's limits, in the config's order (none without a config)
     partition_views: tuple[PartitionView, ...] = ()
+    reservations: tuple[ReservationView, ...] = ()  # by name
 
 
 class NodeAction(Request, frozen=True, kw_only=True):

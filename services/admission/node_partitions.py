@@ -1,4 +1,6 @@
-"""Pure: the partitions each node serves, for `muster nodes` and the `sinfo` shim.
+"""Pure: the partitions each node serves, for `muster nodes` and the `sinfo` shim; each
+partition's limits and each reservation's next window, for `scontrol show partition`,
+`scontrol show reservation` and `sinfo -T`.
 
 A partition serves the nodes its config resolves to (`node_names`; None: every node).
 Without a placement config every node serves every partition, and a job gets the
@@ -12,8 +14,10 @@ from collections.abc import Sequence
 import msgspec
 
 from services.admission.config_model import ClusterConfig, Partition
-from shared.api import NodesReply, NodeView, PartitionView
+from services.admission.config_reservations import ReservationConfig
+from shared.api import NodesReply, NodeView, PartitionView, ReservationView
 from shared.jobspec import JobSpec
+from shared.windows import occurrence
 
 # what a job without -p gets when no config says otherwise
 NO_CONFIG_PARTITION: str = next(
@@ -21,7 +25,11 @@ NO_CONFIG_PARTITION: str = next(
 )
 
 
-def nodes_reply(views: Sequence[NodeView], config: ClusterConfig | None) -> NodesReply:
+def nodes_reply(
+    views: Sequence[NodeView], config: ClusterConfig | None, now: float = 0.0
+) -> NodesReply:
+    """The nodes with their partitions, each partition's limits, and each reservation's
+    occurrence open at `now` or next."""
     if config is None:
         names: tuple[str, ...] = (NO_CONFIG_PARTITION,)
         default = NO_CONFIG_PARTITION
@@ -42,6 +50,24 @@ def nodes_reply(views: Sequence[NodeView], config: ClusterConfig | None) -> Node
         default_partition=default,
         time_limits=limits,
         partition_views=views_of,
+        reservations=tuple(
+            reservation_view(r, now)
+            for _, r in sorted(config.reservations.items() if config else ())
+        ),
+    )
+
+
+def reservation_view(r: ReservationConfig, now: float) -> ReservationView:
+    start, end = occurrence(r.start, r.duration_s, r.recurrence, now)
+    return ReservationView(
+        name=r.name,
+        start=start,
+        end=end,
+        nodes=r.nodes,
+        gpus=r.gpus,
+        accounts=r.accounts,
+        recurrence=r.recurrence,
+        maintenance=r.maintenance,
     )
 
 

@@ -397,7 +397,7 @@ class Admission:
     async def nodes(self, _req: QueueRequest) -> NodesReply:
         async with self.ctx.pool.acquire() as conn:
             nodes, gpus = await repo.nodes_view(conn)
-        return nodes_reply(node_views(nodes, gpus), _placement(self.source.config))
+        return nodes_reply(node_views(nodes, gpus), _placement(self.source.config), time.time())
 
     # --- operator actions -----------------------------------------------------------
 

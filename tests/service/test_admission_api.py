@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from services.admission.service import Admission
 from shared.api import (
     JobSelector,
     NodeAction,
+    NodesReply,
     Ok,
     QueueReply,
     QueueRequest,
@@ -786,3 +788,22 @@ async def test_an_array_tasks_view_carries_its_arrays_throttle(api: Api) -> None
     plain = (await api.submit("alice", "-H")).job_ids[0]
     views = {j.job_id: j.array_max_running for j in (await api.queue("alice")).jobs}
     assert views == {**dict.fromkeys(ids, 2), plain: None}
+
+
+async def test_the_nodes_reply_gives_each_partitions_limits_and_each_reservations_window(
+    api: Api,
+) -> None:
+    """`scontrol show partition`, `scontrol show reservation`, `sinfo -T`: from the
+    configuration in force, a weekly window at its next (or open) occurrence."""
+    api.config.write_text(
+        api.config.read_text() + "\n[reservations.patch]\nstart = 2026-12-01T02:00:00Z\n"
+        'duration = "2:00:00"\nrecurrence = "weekly"\nmaintenance = true\n'
+    )
+    await call(api.url, "reload", Request(user="root"), ReloadReply)
+    reply = await call(api.url, "nodes", QueueRequest(user="alice"), NodesReply)
+    debug = next(v for v in reply.partition_views if v.name == "debug")
+    assert (debug.max_nodes, debug.max_gpus_per_job) == (1, 4)
+    [patch] = reply.reservations
+    assert (patch.name, patch.maintenance, patch.recurrence) == ("patch", True, "weekly")
+    assert patch.end - patch.start == 7200 and patch.end > time.time()
+    assert (patch.start - 1_796_090_400) % 604_800 == 0  # weeks on from its first start

@@ -7,7 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from muster.render import hms, nodes_lines, partition_lines, queue_lines, show_lines
+from muster.render import (
+    hms,
+    nodes_lines,
+    partition_lines,
+    queue_lines,
+    reservation_lines,
+    show_lines,
+)
 from shared.api import (
     AttemptView,
     GpuView,
@@ -16,6 +23,7 @@ from shared.api import (
     NodeView,
     PartitionView,
     QueueReply,
+    ReservationView,
     ShowJobReply,
 )
 
@@ -266,3 +274,24 @@ def test_show_lines_say_where_the_jobs_output_goes(utc: None) -> None:
     assert task[-1].endswith(
         "StdOut=/home/alice/run/slurm-40_2.out StdErr=/home/alice/run/slurm-40_2.out"
     )
+
+
+def test_reservation_lines_show_its_window_what_it_holds_and_whether_open(utc: None) -> None:
+    patch = ReservationView(
+        name="patch", start=1_700_000_000.0, end=1_700_007_200.0, recurrence="weekly",
+        maintenance=True, accounts=("research",),
+    )  # fmt: skip
+    assert reservation_lines(patch, now=1_700_000_100.0) == [
+        "ReservationName=patch StartTime=2023-11-14T22:13:20 EndTime=2023-11-15T00:13:20"
+        " Duration=2:00:00",
+        "   Nodes=ALL NodeCnt=N/A GPUs=N/A Flags=MAINT,WEEKLY",
+        "   Accounts=(null) State=ACTIVE",  # nobody runs inside maintenance
+    ]
+    run = ReservationView(
+        name="llm", start=1_700_000_000.0, end=1_700_000_600.0, nodes=("n1", "n2"),
+        accounts=("research",),
+    )  # fmt: skip
+    assert reservation_lines(run, now=1_699_000_000.0)[1:] == [
+        "   Nodes=n[1-2] NodeCnt=2 GPUs=N/A Flags=(null)",
+        "   Accounts=research State=INACTIVE",
+    ]

@@ -23,6 +23,7 @@ from muster.slurm_format import (
     oldest_first,
     parse_names,
     parse_percent,
+    reservation_table,
     sacct_lines,
     sinfo_lines,
     sort_jobs,
@@ -32,7 +33,7 @@ from muster.slurm_format import (
     unmet,
     unrecorded,
 )
-from shared.api import GpuView, JobView, NodeView
+from shared.api import GpuView, JobView, NodeView, ReservationView
 
 
 def job(**kw: object) -> JobView:
@@ -533,3 +534,17 @@ def test_squeue_S_sorts_by_format_letters(keys: str, want: list[int]) -> None:
 def test_squeue_S_names_the_letters_it_knows() -> None:
     with pytest.raises(FormatError, match="unknown sort field 'Z'"):
         sort_jobs([job()], "Z")
+
+
+def test_sinfo_T_a_line_per_reservation() -> None:
+    at = 1_700_000_000.0
+    views = [
+        ReservationView(name="llm", start=at, end=at + 600, nodes=("n1", "n2")),
+        ReservationView(name="big", start=at + 9_000, end=at + 12_600, gpus=16),
+    ]
+    lines = reservation_table(views, at + 60, header=True)
+    assert [line.split() for line in lines] == [
+        ["RESV_NAME", "STATE", "START_TIME", "END_TIME", "DURATION", "NODELIST"],
+        ["llm", "ACTIVE", stamp(at), stamp(at + 600), "10:00", "n[1-2]"],
+        ["big", "INACTIVE", stamp(at + 9_000), stamp(at + 12_600), "1:00:00", "(16", "GPUs)"],
+    ]

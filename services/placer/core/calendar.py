@@ -9,14 +9,11 @@ that the rest of the cluster stays in one piece.
 
 from __future__ import annotations
 
-import math
-
 import msgspec
 
 from services.placer.core.index import ClusterIndex
-from services.placer.core.model import JobRequest, Recurrence, Reservation
-
-PERIOD_S = {Recurrence.DAILY: 86_400.0, Recurrence.WEEKLY: 604_800.0}
+from services.placer.core.model import JobRequest, Reservation
+from shared.windows import occurrence as shared_occurrence
 
 
 class Window(msgspec.Struct, frozen=True):
@@ -29,14 +26,8 @@ class Window(msgspec.Struct, frozen=True):
 
 
 def occurrence(res: Reservation, now: float) -> tuple[float, float]:
-    """The window that is open now, or else the next one."""
-    start = res.start
-    period = PERIOD_S.get(res.recurrence)
-    if period is not None and start + res.duration_s <= now:
-        start += math.ceil((now - start - res.duration_s) / period) * period
-        if start + res.duration_s <= now:
-            start += period
-    return start, start + res.duration_s
+    """The window that is open now, or else the next one (shared/windows.py)."""
+    return shared_occurrence(res.start, res.duration_s, res.recurrence.value, now)
 
 
 def windows(ix: ClusterIndex, reservations: tuple[Reservation, ...], now: float) -> list[Window]:

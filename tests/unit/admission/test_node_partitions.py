@@ -5,8 +5,9 @@ longest time limit (sinfo's TIMELIMIT)."""
 from __future__ import annotations
 
 from services.admission.config_model import ClusterConfig, Partition
+from services.admission.config_reservations import ReservationConfig
 from services.admission.node_partitions import nodes_reply
-from shared.api import NodeView, PartitionView
+from shared.api import NodeView, PartitionView, ReservationView
 
 
 def view(name: str) -> NodeView:
@@ -66,3 +67,26 @@ def test_each_partitions_limits_are_in_the_reply_in_the_configs_order() -> None:
         priority_tier=2, preempt_mode="requeue", requires_approval=True,
     )  # fmt: skip
     assert (views[1].max_time_s, views[1].max_nodes, views[1].allowed_accounts) == (None, None, ())
+
+
+def test_each_reservation_is_shown_at_its_window_open_now_or_next() -> None:
+    patch = ReservationConfig(
+        name="patch", start=1_000.0, duration_s=3600, recurrence="weekly", maintenance=True
+    )
+    run = ReservationConfig(
+        name="llm", start=50_000.0, duration_s=600, nodes=("n1",), accounts=("research",)
+    )
+    config = ClusterConfig(
+        default_partition="gpu", default_qos="normal", partitions={"gpu": part("gpu", None)},
+        qos={}, reservations={"patch": patch, "llm": run},
+    )  # fmt: skip
+    shown = nodes_reply([view("n1")], config, now=700_000.0).reservations
+    assert shown == (
+        ReservationView(
+            name="llm", start=50_000.0, end=50_600.0, nodes=("n1",), accounts=("research",)
+        ),
+        ReservationView(
+            name="patch", start=1_000.0 + 2 * 604_800, end=1_000.0 + 2 * 604_800 + 3600,
+            recurrence="weekly", maintenance=True,
+        ),
+    )  # fmt: skip
