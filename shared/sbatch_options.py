@@ -248,10 +248,16 @@ class Tokens(_Record):
         self._set(given=given, positional=positional, problems=problems)
 
 
+# Other spellings sbatch takes (older or srun's names) for one of its options
+ALIASES = {"tasks-per-node": "ntasks-per-node"}
+
+
 def lookup_long(word: str, table: Sequence[Spec] = TABLE) -> Spec | Problem:
     by_long = BY_LONG if table is TABLE else {s.long: s for s in table}
     if word in by_long:
         return by_long[word]
+    if table is TABLE and word in ALIASES:
+        return by_long[ALIASES[word]]
     matches = [s for s in table if s.long.startswith(word)] if word else []
     if len(matches) == 1:
         return matches[0]

@@ -47,6 +47,7 @@ FORMS = {
     "the command line overrides a directive": (("-N", "3"), {"nodes_min": 3, "nodes_max": 3}),
     "--opt=value": (("--nodes=3",), {"nodes_min": 3, "nodes_max": 3}),
     "--opt value": (("--nodes", "3"), {"nodes_min": 3, "nodes_max": 3}),
+    "--tasks-per-node, sbatch's older name": (("--tasks-per-node=4",), {"ntasks_per_node": 4}),
     "-N3 attached": (("-N3",), {"nodes_min": 3, "nodes_max": 3}),
     "grouped flags then a valued option": (("-HJx",), {"hold": True, "name": "x"}),
     "the last of repeated options wins": (("-t", "5", "-t", "7"), {"time_limit_s": 420}),
