@@ -46,6 +46,9 @@ VALUED = {
     "-n": "ntasks",
     "--ntasks": "ntasks",
     "--ntasks-per-node": "ntasks_per_node",
+    "--tasks-per-node": "ntasks_per_node",  # its older name, still in many scripts
+    "-D": "chdir",
+    "--chdir": "chdir",
     "--gpus-per-task": "gpus_per_task",
     "--gpus-per-node": "gpus_per_node",
     "--gres": "gres",
@@ -84,6 +87,12 @@ VALUED = {
         ),
         "",
     ),
+    # The job's own: its allocation already has them (a step runs inside it)
+    **dict.fromkeys(
+        ("-A", "--account", "-q", "--qos", "--comment", "--reservation", "--propagate",
+         "--gres-flags"),
+        "",
+    ),
 }  # fmt: skip
 FLAGS = {
     "-l": "label",
@@ -97,6 +106,10 @@ FLAGS = {
     "--quiet": "",
     "-v": "",
     "--verbose": "",
+    # a step holds the GPUs it asks alone already (--exact's point); -X: Ctrl-C ends it
+    "--exact": "",
+    "-X": "",
+    "--disable-status": "",
 }
 
 
@@ -238,7 +251,7 @@ def step_request(argv: list[str], env: dict[str, str], cwd: str) -> StepRequest:
         nodelist=_nodelist(opts),
         # -K, else Slurm's variable for it (a site or a user sets it once for every srun)
         kill_on_bad_exit=opts.get("kill_on_bad_exit", env.get("SLURM_KILL_BAD_EXIT", "0")) == "1",
-        workdir=cwd,
+        workdir=os.path.join(cwd, opts["chdir"]) if "chdir" in opts else cwd,  # -D
         environment=dict(env),
         output_dir=str(Path(cwd) / ".muster-steps" / token),
         pty=f"{user_pty(_acting_user(env))}.{os.urandom(16).hex()}" if "pty" in opts else "",

@@ -219,6 +219,8 @@ def test_step_ending(
         (["--ntasks-per-node=2", "--", "-x"], {"ntasks_per_node": "2"}, ["-x"]),
         (["--gpus-per-task", "h100:1", "-J", "x", "cmd"], {"gpus_per_task": "h100:1"}, ["cmd"]),
         (["--pty", "bash"], {"pty": "1"}, ["bash"]),
+        (["--tasks-per-node=2", "--exact", "-X", "-A", "ml", "x"], {"ntasks_per_node": "2"}, ["x"]),
+        (["-D", "run", "x"], {"chdir": "run"}, ["x"]),
     ],
 )
 def test_srun_argv_split(argv: list[str], opts: dict[str, str], command: list[str]) -> None:
@@ -230,6 +232,9 @@ def test_srun_request() -> None:
     req = step_request(["-n", "3", "--gpus-per-task=h100:1", "echo", "hi"], env, "/w")
     assert (req.job_id, req.ntasks, req.gpus_per_task, req.argv) == (12, 3, 1, ("echo", "hi"))
     assert req.output_dir.startswith("/w/.muster-steps/12-")
+    assert req.workdir == "/w"
+    assert step_request(["-D", "run", "x"], env, "/w").workdir == "/w/run"  # --chdir
+    assert step_request(["--chdir=/data", "x"], env, "/w").workdir == "/data"
     assert req.user == "alice"
     assert req.pty == ""
     pty = step_request(["--pty", "bash"], env, "/w").pty
