@@ -178,6 +178,7 @@ def cmd_update(args: argparse.Namespace) -> int:
         dependency=args.dependency,
         nodelist=args.nodelist,
         account=args.account,
+        array_throttle=args.array_throttle,
     )
     try:
         reply = request(nats_url(args.state), "update", req, Ok)
@@ -264,6 +265,9 @@ def register(sub: Any) -> None:
     s.add_argument("-C", "--constraint", help="features a pending job's nodes need ('' clears)")
     s.add_argument("--begin", help="when a pending job may start: now+1hour, 2026-12-08T10:00")
     s.add_argument("-d", "--dependency", help="a pending job's new dependency ('' clears)")
+    s.add_argument(
+        "--array-throttle", type=int, help="an array's tasks run at most N at once (0: no limit)"
+    )
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_update)
 

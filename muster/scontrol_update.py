@@ -3,6 +3,7 @@ change read into an `UpdateRequest` (services/admission/update.py says who may c
 what).
 
     scontrol update JobId=123[,124] [TimeLimit=2:00:00] [Nice=10] [JobName=x] [Comment=y]
+    scontrol update JobId=8 ArrayTaskThrottle=4
     scontrol update NodeName=node[01-02] State=DRAIN|RESUME [Reason="..."]
 
 Keys in any case, as Slurm's; `Name=` is `JobName=`. A time limit is whole or, as
@@ -25,14 +26,14 @@ from shared.api import UpdateRequest
 KEYS = (
     "JobId=, TimeLimit=, Nice=, JobName=, Comment=, and for a pending job Partition=, QOS=,"
     " Account=, NumNodes=, Gres=gpu:N, ReqNodeList=, ExcNodeList=, Features=, StartTime="
-    " and Dependency="
+    " and Dependency=; for an array ArrayTaskThrottle="
 )
 # What else the placer plans a job by: not changed in place (cancel and submit again).
 PLANNED = frozenset(
     {
         "numtasks", "numcpus", "minnodes", "tres", "tresperjob", "tres_per_job",
         "reservation", "minmemorynode", "minmemorycpu",
-        "contiguous", "shared", "oversubscribe", "licenses", "arraytaskthrottle",
+        "contiguous", "shared", "oversubscribe", "licenses",
     }
 )  # fmt: skip
 
@@ -78,6 +79,10 @@ def update_request(words: Sequence[str], user: str) -> UpdateRequest:
             placement["nodes"] = value
         elif k == "gres":
             placement["gpus_per_node"] = _gpus(value)
+        elif k == "arraytaskthrottle":
+            if not value.isdigit():
+                raise UpdateError(f"{word}: a number of tasks, 0 for no limit")
+            placement["array_throttle"] = int(value)
         elif k in PLANNED:
             raise UpdateError(
                 f"{key}= is what the job is placed by and is not changed in place here:"

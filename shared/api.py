@@ -94,6 +94,8 @@ class UpdateRequest(Request, frozen=True, kw_only=True):
     dependency: str | None = None  # as --dependency takes it; "" clears
     nodelist: str | None = None  # a hostlist the job must run on; "" clears
     account: str | None = None
+    # an array's `%K`: at most this many of its tasks run at once; 0 lifts it
+    array_throttle: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
 class QueueRequest(Request, frozen=True, kw_only=True):

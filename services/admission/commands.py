@@ -254,7 +254,8 @@ class JobCommands:
         coordinator is told of its new limit (`job.limit_changed`)."""
         change = JobChange(
             time_limit_s=req.time_limit_s, time_limit_change_s=req.time_limit_change_s,
-            nice=req.nice, name=req.name, comment=req.comment, placement=_placement_of(req),
+            nice=req.nice, name=req.name, comment=req.comment,
+            array_throttle=req.array_throttle, placement=_placement_of(req),
         )  # fmt: skip
         sel = JobSelector(user=req.user, job_refs=req.job_refs)
         async with self.ctx.pool.acquire() as conn, conn.transaction():
@@ -266,6 +267,7 @@ class JobCommands:
                     target=t,
                     time_limit_s=rows[t.job_id]["time_limit_s"],
                     partition=rows[t.job_id]["partition"],
+                    array_task=rows[t.job_id]["array_job_id"] is not None,
                 )
                 for t in targets
             ]

@@ -21,6 +21,10 @@ loses a race with the placer (which planned the job before the change and starts
 after) starts the job with the new values: the launcher reads the job's spec when it
 starts it, and a start that read the old spec is re-armed by the event.
 
+An array's throttle (`ArrayTaskThrottle=`, its `%K`) changes on each of its tasks,
+pending or running; the placer counts it at its next cycle, so a cycle planned by the old
+one may start the tasks it allowed. A job that is not an array task is skipped.
+
 Partition, QOS, account, nodes, GPUs per node, required and excluded nodes, features,
 begin time and dependency, which the placer plans by, change for a pending job alone (a
 started one is skipped, saying to cancel and submit again); the new spec is checked as
@@ -50,6 +54,9 @@ class JobChange(msgspec.Struct, frozen=True, kw_only=True):
     nice: int | None = None
     name: str | None = None
     comment: str | None = None
+    # an array's `%K` (ArrayTaskThrottle=): at most this many of its tasks hold an
+    # allocation at once; 0 lifts it. Each of its tasks changes, an array task alone.
+    array_throttle: int | None = None
     # what the placer plans the job by (replan.py): a pending job's alone
     placement: PlacementChange | None = None
 
@@ -67,7 +74,10 @@ class JobChange(msgspec.Struct, frozen=True, kw_only=True):
         """The spec's fields that change alike on every job (each job's new limit is the
         decision's `limits`; its placement, replan.py's)."""
         alike = {"nice": self.nice, "name": self.name, "comment": self.comment}
-        return {k: v for k, v in alike.items() if v is not None}
+        fields: dict[str, object] = {k: v for k, v in alike.items() if v is not None}
+        if self.array_throttle is not None:  # 0: none (the spec's None)
+            fields["array_max_running"] = self.array_throttle or None
+        return fields
 
     def limit_of(self, current: int) -> int | None:
         """A job's new limit from its `current` one; None: the limit does not change."""
@@ -82,6 +92,7 @@ class UpdateTarget(msgspec.Struct, frozen=True, kw_only=True):
     target: Target
     time_limit_s: int
     partition: str
+    array_task: bool = False  # one task of an array (its throttle changes with it)
 
 
 # The states a job is changed in: waiting, or placed and running. One COMPLETING is
@@ -112,10 +123,10 @@ def check_change(change: JobChange) -> str | None:
     if not change.fields():
         return (
             "say what to change: TimeLimit=, Nice=, JobName=, Comment=, Partition=, QOS=,"
-            " Account=, NumNodes=, Gres=, ReqNodeList=, ExcNodeList=, Features=, StartTime="
-            " or Dependency= (--time, --nice, --name, --comment, --partition, --qos,"
-            " --account, --nodes, --gpus-per-node, --nodelist, --exclude, --constraint,"
-            " --begin, --dependency)"
+            " Account=, NumNodes=, Gres=, ReqNodeList=, ExcNodeList=, Features=, StartTime=,"
+            " Dependency= or ArrayTaskThrottle= (--time, --nice, --name, --comment,"
+            " --partition, --qos, --account, --nodes, --gpus-per-node, --nodelist, --exclude,"
+            " --constraint, --begin, --dependency, --array-throttle)"
         )
     if change.time_limit_s is not None and change.time_limit_change_s is not None:
         return "give the time limit once: whole (2:00:00) or as a change (+30, -30)"
@@ -151,11 +162,15 @@ def decide_update(
     limits: list[tuple[int, int]] = []
     rearm: list[int] = []
     skipped: list[str] = []
+    quiet: list[str] = []  # an array's ended tasks, the array named: said only if all are
     for u in targets:
         job = f"job {u.target.job_id}"
         state = u.target.state
         if state not in PENDING_STATES | STARTED_STATES:
-            skipped.append(f"{job} is {state}; {NOT_UPDATABLE}")
+            (quiet if u.target.in_array else skipped).append(f"{job} is {state}; {NOT_UPDATABLE}")
+            continue
+        if change.array_throttle is not None and not u.array_task:
+            skipped.append(f"{job} is not an array task: ArrayTaskThrottle= is an array's")
             continue
         if state in STARTED_STATES and change.replans():
             skipped.append(f"{job} is {state}; {PLACED}")
@@ -183,9 +198,8 @@ def decide_update(
             if state in STARTED_STATES:
                 rearm.append(u.target.job_id)
     if not act:
-        return UpdateDecision(
-            refusal="; ".join(skipped), code="invalid_state", skipped=tuple(skipped)
-        )
+        said = skipped or quiet
+        return UpdateDecision(refusal="; ".join(said), code="invalid_state", skipped=tuple(said))
     return UpdateDecision(
         act_on=tuple(act), limits=tuple(limits), rearm=tuple(rearm), skipped=tuple(skipped)
     )

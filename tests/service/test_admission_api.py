@@ -807,3 +807,34 @@ async def test_the_nodes_reply_gives_each_partitions_limits_and_each_reservation
     assert (patch.name, patch.maintenance, patch.recurrence) == ("patch", True, "weekly")
     assert patch.end - patch.start == 7200 and patch.end > time.time()
     assert (patch.start - 1_796_090_400) % 604_800 == 0  # weeks on from its first start
+
+
+async def test_an_arrays_throttle_changes_on_each_of_its_tasks(
+    api: Api, db: asyncpg.Connection
+) -> None:
+    """`scontrol update JobId=8 ArrayTaskThrottle=1`: every task's spec (what the placer
+    counts) and view; an ended task is left without a word; 0 lifts it."""
+    ids = (await api.submit("alice", "-H", "--array=0-2%2")).job_ids
+    await api.act("cancel", "alice", f"{ids[0]}_2")
+
+    async def throttles() -> dict[int, object]:
+        rows = await db.fetch(
+            "SELECT job_id, spec->'array_max_running' AS k FROM jobs"
+            " WHERE job_id = ANY($1::bigint[])",
+            list(ids),
+        )
+        return {r["job_id"]: json.loads(r["k"]) for r in rows}
+
+    one = UpdateRequest(user="alice", job_refs=(str(ids[0]),), array_throttle=1)
+    reply = await call(api.url, "update", one, Ok)
+    assert (reply.job_ids, reply.skipped) == (ids[:2], ())
+    assert await throttles() == {ids[0]: 1, ids[1]: 1, ids[2]: 2}  # the cancelled one kept
+    lifted = UpdateRequest(user="alice", job_refs=(str(ids[0]),), array_throttle=0)
+    await call(api.url, "update", lifted, Ok)
+    assert [j.array_max_running for j in (await api.queue("alice")).jobs] == [None, None]
+    plain = (await api.submit("alice", "-H")).job_ids[0]
+    err = await _refused(
+        call(api.url, "update", UpdateRequest(user="alice", job_refs=(str(plain),),
+                                                array_throttle=2), Ok)
+    )  # fmt: skip
+    assert "is not an array task" in str(err), str(err)

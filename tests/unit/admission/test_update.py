@@ -28,10 +28,14 @@ HOUR = 3600
 
 
 def job(
-    job_id: int, state: str = "PENDING", limit: int = HOUR, partition: str = "normal"
+    job_id: int,
+    state: str = "PENDING",
+    limit: int = HOUR,
+    partition: str = "normal",
+    array: bool = False,
 ) -> UpdateTarget:
-    target = Target(job_id=job_id, owner="alice", account="research", state=state)
-    return UpdateTarget(target=target, time_limit_s=limit, partition=partition)
+    target = Target(job_id=job_id, owner="alice", account="research", state=state, in_array=array)
+    return UpdateTarget(target=target, time_limit_s=limit, partition=partition, array_task=array)
 
 
 CASES = {
@@ -167,6 +171,18 @@ CASES = {
                      " (one ending or ended is done)",),
         ),
     ),
+    "an array's throttle: its pending and running tasks; ended ones without a word": (
+        "alice",
+        [job(1, array=True), job(2, "RUNNING", array=True), job(3, "COMPLETED", array=True)],
+        JobChange(array_throttle=2), UpdateDecision(act_on=(1, 2)),
+    ),
+    "a throttle for a job that is not an array task is skipped saying so": (
+        "alice", [job(1, array=True), job(4)], JobChange(array_throttle=0),
+        UpdateDecision(
+            act_on=(1,),
+            skipped=("job 4 is not an array task: ArrayTaskThrottle= is an array's",),
+        ),
+    ),
     "no job selected": (
         "alice", [], JobChange(nice=1),
         UpdateDecision(refusal="no job matches the selection", code="not_found"),
@@ -248,3 +264,8 @@ def test_a_new_time_limit_is_a_duration_above_0(
     with pytest.raises(ValueError) as err:
         new_time_limit(text, "--time")
     assert str(err.value).startswith(said), str(err.value)
+
+
+def test_a_throttle_of_0_lifts_it() -> None:
+    assert JobChange(array_throttle=0).spec_fields() == {"array_max_running": None}
+    assert JobChange(array_throttle=3).spec_fields() == {"array_max_running": 3}

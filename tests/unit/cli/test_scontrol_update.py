@@ -43,6 +43,8 @@ from shared.api import UpdateRequest
         (["JobId=7", "ReqNodeList=node[03-04]", "Account=prod"],
          UpdateRequest(user="u", job_refs=("7",), nodelist="node[03-04]", account="prod")),
         (["JobId=7", "NodeList="], UpdateRequest(user="u", job_refs=("7",), nodelist="")),
+        (["JobId=8", "ArrayTaskThrottle=2"],
+         UpdateRequest(user="u", job_refs=("8",), array_throttle=2)),
     ],
 )  # fmt: skip
 def test_slurms_words_for_a_jobs_change(words: list[str], want: UpdateRequest) -> None:
@@ -60,6 +62,7 @@ def test_slurms_words_for_a_jobs_change(words: list[str], want: UpdateRequest) -
         (["JobId=1", "Nice=lots"], "invalid Nice= 'lots'"),
         (["JobId=1", "MinMemoryNode=8G"], "MinMemoryNode= is what the job is placed by"),
         (["JobId=1", "NumTasks=4"], "NumTasks= is what the job is placed by"),
+        (["JobId=1", "ArrayTaskThrottle=two"], "ArrayTaskThrottle=two: a number of tasks, 0 for"),
         (["JobId=1", "Gres=gpu:a100:2"], "Gres=gpu:a100:2: this shim changes the GPUs per"),
         (["JobId=1", "Gres=nic:1"], "Gres=nic:1: this shim changes the GPUs per node alone"),
         (["JobId=1", "Hold"], "Hold: write Key=Value"),
