@@ -638,7 +638,8 @@ def _show_nodes(name: str | None, one_line: bool) -> int:
         lines = [
             f"NodeName={n.name} State={fmt.node_state(n).upper()} Gres={gres}"
             f" GresUsed=gpu:{n.gpus_total - n.gpus_free}",
-            f"   CPUTot={n.cpus or 'N/A'} RealMemory={n.memory_mib or 'N/A'}"
+            f"   CPUAlloc={min(n.cpus_alloc, n.cpus) if n.cpus else n.cpus_alloc}"
+            f" CPUTot={n.cpus or 'N/A'} RealMemory={n.memory_mib or 'N/A'}"
             f" AvailableFeatures={','.join(n.features) or '(null)'}"
             f" Partitions={','.join(n.partitions) or '(null)'}"
             f" Switches={'/'.join(n.topology) or '(null)'}",

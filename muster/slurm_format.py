@@ -423,6 +423,7 @@ NODE_COLUMNS: dict[str, Column] = {
     "reasontime": ("TIMESTAMP", lambda n: stamp(n.state_since) if n.state_since else "Unknown"),
     "nodes": ("NODES", lambda n: "1"),
     "cpus": ("CPUS", lambda n: str(n.cpus) if n.cpus else "N/A"),
+    "cpusaiot": ("CPUS(A/I/O/T)", lambda n: _cpus_aiot([n])),
     "memory": ("MEMORY", lambda n: str(n.memory_mib) if n.memory_mib else "N/A"),
     # a row of sinfo is one node in one partition (see `_by_partition`)
     "partition": ("PARTITION", lambda n: _partition(n)),
@@ -448,6 +449,7 @@ SINFO_LETTERS = {
     "g": "groups",
     "c": "cpus",
     "m": "memory",
+    "C": "cpusaiot",
     "u": "reasonuser",
     "H": "reasontime",
 }
@@ -848,10 +850,26 @@ def _grouped(
     columns["nodelist"] = ("NODELIST", lambda g: compress(n.name for n in g))
     columns["nodes"] = ("NODES", lambda g: str(len(g)))
     columns["nodesaiot"] = ("NODES(A/I/O/T)", _aiot)  # of the group, not its first
+    columns["cpusaiot"] = ("CPUS(A/I/O/T)", _cpus_aiot)
     return render(parts, groups.values(), columns, header=header)
 
 
-AGGREGATE = frozenset({"nodelist", "nodes", "nodesaiot"})  # of a group, not of its nodes
+def _cpus_aiot(group: Sequence[NodeView]) -> str:
+    """`%C`: of a group of nodes, CPUs allocated / idle / other (out of service) /
+    total, summed over the nodes whose CPUs are known. Allocated is what the jobs
+    holding a node asked of it, at most its CPUs (the placer fits CPUs, it does not
+    count them out: shared/node_size.py)."""
+    known = [n for n in group if n.cpus]
+    if not known:
+        return "N/A"
+    out = {n.name for n in known if node_state(n).rstrip("*") in OUT_OF_SERVICE}
+    alloc = sum(min(n.cpus_alloc, n.cpus) for n in known if n.name not in out)
+    total = sum(n.cpus for n in known)
+    other = sum(n.cpus for n in known if n.name in out)
+    return f"{alloc}/{total - other - alloc}/{other}/{total}"
+
+
+AGGREGATE = frozenset({"nodelist", "nodes", "nodesaiot", "cpusaiot"})  # of a group
 
 
 def _aiot(group: Sequence[NodeView]) -> str:

@@ -220,6 +220,7 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     cpus: int = 0  # as its agent announced them; 0: not known
     memory_mib: int = 0
     state_since: float | None = None  # when it came into its state (sinfo -R's TIMESTAMP)
+    cpus_alloc: int = 0  # the CPUs the jobs holding it asked of it (not counted out)
 
 
 class PartitionView(msgspec.Struct, frozen=True, kw_only=True):

@@ -362,7 +362,13 @@ async def nodes_view(conn: Conn) -> tuple[list[asyncpg.Record], list[asyncpg.Rec
     nodes = await conn.fetch(
         "SELECT name, state, reason, topology, extract(epoch FROM last_heartbeat)::float8 AS hb,"
         " last_fault, n.features || coalesce(p.features, '{}') AS features, p.gpu_type,"
-        " n.cpus, n.memory_mib, extract(epoch FROM n.state_since)::float8 AS since"
+        " n.cpus, n.memory_mib, extract(epoch FROM n.state_since)::float8 AS since,"
+        # the CPUs the jobs holding it asked of it (sinfo's %C, scontrol's CPUAlloc=)
+        " (SELECT coalesce(sum(coalesce((j.spec->>'cpus_per_task')::int, 1)"
+        "    * coalesce((j.spec->>'ntasks_per_node')::int, 1)), 0)::int"
+        "    FROM allocation_nodes an"
+        "    JOIN allocations a ON a.alloc_id = an.alloc_id AND a.released_at IS NULL"
+        "    JOIN jobs j ON j.job_id = a.job_id WHERE an.node = n.name AND an.live) AS cpus_alloc"
         " FROM nodes n LEFT JOIN node_policy p ON p.node = n.name ORDER BY name"
     )
     gpus = await conn.fetch(

@@ -157,6 +157,7 @@ def node_views(nodes: Sequence[Row], gpus: Sequence[Row]) -> list[NodeView]:
                 cpus=n["cpus"],
                 memory_mib=n["memory_mib"],
                 state_since=n["since"],
+                cpus_alloc=n["cpus_alloc"],
             )
         )
     return out

@@ -53,7 +53,14 @@ async def test_a_job_runs_only_on_a_node_big_enough_for_it(
         "node01": (4, 8192), "node02": (32, 65536)
     }  # fmt: skip
     # node01 is first and free; the job needs node02's memory and CPUs
-    job = (await submit(url, "#!/bin/bash\nsleep 1\n", ("--mem=16G", "-c", "8"))).job_ids[0]
+    job = (await submit(url, "#!/bin/bash\nsleep 3\n", ("--mem=16G", "-c", "8"))).job_ids[0]
+    held = await eventually(  # sinfo's %C, scontrol's CPUAlloc=: what the job asked
+        lambda: call(url, "nodes", QueueRequest(user="root"), NodesReply),
+        lambda r: any(n.cpus_alloc for n in r.nodes),
+        60,
+        "the job's CPUs on its node",
+    )
+    assert {n.name: n.cpus_alloc for n in held.nodes} == {"node01": 0, "node02": 8}
     await eventually(partial(job_state, db, job), lambda s: s == "COMPLETED", 60, f"{job}")
     ran_on = await db.fetchval(
         "SELECT array_agg(n.node) FROM allocations a JOIN allocation_nodes n USING (alloc_id)"

@@ -548,3 +548,17 @@ def test_sinfo_T_a_line_per_reservation() -> None:
         ["llm", "ACTIVE", stamp(at), stamp(at + 600), "10:00", "n[1-2]"],
         ["big", "INACTIVE", stamp(at + 9_000), stamp(at + 12_600), "1:00:00", "(16", "GPUs)"],
     ]
+
+
+def test_sinfo_C_counts_cpus_allocated_idle_other_and_total() -> None:
+    nodes = [
+        node("n1", cpus=32, cpus_alloc=8),
+        node("n2", cpus=32, cpus_alloc=40),  # asked more than it has: all of it
+        node("n3", state="DRAINED", cpus=16, cpus_alloc=4),  # out of service: other
+        node("n4"),  # an agent that did not say: not counted
+    ]
+    assert sinfo_lines(nodes, "%C", False, False, ("normal",), "normal", summarize=True) == [
+        "40/24/16/80"
+    ]
+    by_node = sinfo_lines(nodes, "%N %C", True, False, ("normal",), "normal")
+    assert by_node == ["n1 8/24/0/32", "n2 32/0/0/32", "n3 0/0/16/16", "n4 N/A"]
