@@ -15,15 +15,7 @@ import pytest
 from muster.client import call
 from muster.cluster import Cluster
 from shared.api import JobSelector, Ok, ShowJobReply, ShowJobRequest
-from tests.support.cluster import (
-    eventually,
-    job_state,
-    make_cluster,
-    nodes,
-    nodes_up,
-    spawn_services,
-    submit,
-)
+from tests.support.cluster import eventually, job_state, local_config_cluster, submit
 
 pytestmark = pytest.mark.slow
 
@@ -35,13 +27,8 @@ FAILS = "#!/bin/bash\nexit 3\n"
 async def cluster(
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> AsyncIterator[Cluster]:
-    c = make_cluster(tmp_path / "state", nats_url, database_url)
-    spawn_services(c)
-    for node in nodes(4):
-        c.start_node(node)
-    await nodes_up(db, 4)
-    yield c
-    c.stop_all(timeout=10)
+    async with local_config_cluster(tmp_path / "state", nats_url, database_url, db, 4) as c:
+        yield c
 
 
 async def test_an_array_with_a_throttle_runs_every_task_never_more_than_k_at_once(

@@ -15,33 +15,22 @@ import pytest
 from muster.client import ApiRefused, call
 from muster.cluster import Cluster
 from shared.api import NodesReply, QueueRequest
-from tests.support.cluster import (
-    eventually,
-    job_state,
-    make_cluster,
-    nodes,
-    nodes_up,
-    spawn_services,
-    submit,
-)
+from tests.support.cluster import eventually, job_state, local_config_cluster, submit
 
 pytestmark = pytest.mark.slow
 
-SIZES = {"node01": ("4", "8192"), "node02": ("32", "65536")}
+SIZES = {
+    "node01": {"MUSTER_CPUS": "4", "MUSTER_MEMORY_MIB": "8192"},
+    "node02": {"MUSTER_CPUS": "32", "MUSTER_MEMORY_MIB": "65536"},
+}
 
 
 @pytest.fixture
 async def cluster(
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> AsyncIterator[Cluster]:
-    c = make_cluster(tmp_path / "state", nats_url, database_url)
-    spawn_services(c)
-    for node in nodes(2):
-        cpus, mib = SIZES[node.name]
-        c.start_node(node, MUSTER_CPUS=cpus, MUSTER_MEMORY_MIB=mib)
-    await nodes_up(db, 2)
-    yield c
-    c.stop_all(timeout=10)
+    async with local_config_cluster(tmp_path / "state", nats_url, database_url, db, 2, SIZES) as c:
+        yield c
 
 
 async def test_a_job_runs_only_on_a_node_big_enough_for_it(

@@ -61,6 +61,28 @@ def spawn_services(c: Cluster) -> None:
         c.spawn(name, f"services.{name}", **extra)
 
 
+@contextlib.asynccontextmanager
+async def local_config_cluster(
+    state: Path,
+    nats_url: str,
+    database_url: str,
+    db: asyncpg.Connection,
+    count: int,
+    node_env: Mapping[str, Mapping[str, str]] | None = None,
+) -> AsyncIterator[Cluster]:
+    """Every service (admission with the local configuration) and `count` nodes, each
+    with its `node_env` variables, all UP; stopped on the way out."""
+    c = make_cluster(state, nats_url, database_url)
+    try:
+        spawn_services(c)
+        for node in nodes(count):
+            c.start_node(node, **(node_env or {}).get(node.name, {}))
+        await nodes_up(db, count)
+        yield c
+    finally:
+        c.stop_all(timeout=10)
+
+
 def make_cluster(state: Path, nats_url: str, database_url: str) -> Cluster:
     """A cluster in `state` whose test users have keys, signing as the request's user
     (MUSTER_KEY_DIR) and registered with the services (MUSTER_USER_KEYS_DIR). These
