@@ -93,13 +93,41 @@ def validate(
     all_names = tuple(n.name for n in cluster.nodes)
     # Without a runtime anywhere, that is the reason (not the feature it implies).
     no_runtime = _check_container(spec, cluster.in_partition(part.name), part.name)
-    errors += no_runtime or check_size(spec, part, cluster.in_partition(part.name), all_names)
+    sized = no_runtime or check_size(spec, part, cluster.in_partition(part.name), all_names)
+    errors += sized or _check_kept(spec, config, cluster, part)
     errors += _check_array(spec, config)
     errors += _check_limits(spec, config, counts)
     if spec.nice < 0 and spec.user not in config.operators:
         msg = f"--nice={spec.nice}: only an operator may raise a job's priority; use 0 or more"
         errors.append(_err(ErrorCode.NOT_PERMITTED, msg, "nice"))
     return tuple(errors)
+
+
+def _check_kept(
+    spec: JobSpec, config: ClusterConfig, cluster: ClusterShape, part: Partition
+) -> list[SubmitError]:
+    """A job asking more GPUs than its partition's nodes leave once other partitions
+    keep theirs (`reserved_gpus` of a partition whose nodes all lie in this one: the
+    placer holds those GPUs for it alone, so the job could never start)."""
+    mine = {n.name: n.gpus for n in cluster.in_partition(part.name)}
+    kept = {
+        other.name: other.reserved_gpus
+        for other in config.partitions.values()
+        if other.name != part.name
+        and other.reserved_gpus
+        and (theirs := {n.name for n in cluster.in_partition(other.name)})
+        and theirs <= mine.keys()
+    }
+    total = spec.gpus_total if spec.gpus_total is not None else spec.gpus_requested
+    usable = sum(mine.values()) - sum(kept.values())
+    if not kept or total <= usable:
+        return []
+    keeping = ", ".join(f"{name} keeps {count}" for name, count in sorted(kept.items()))
+    msg = (
+        f"{total} GPUs asked; partition {part.name!r} has {sum(mine.values())}, of which"
+        f" {keeping} for its own jobs (reserved_gpus): ask for at most {usable}"
+    )
+    return [_err(ErrorCode.TOO_MANY_GPUS, msg, "gpus")]
 
 
 def _check_container(

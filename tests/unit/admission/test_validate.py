@@ -340,6 +340,19 @@ def test_a_node_whose_size_is_not_known_fits_any_job() -> None:
     assert validate(accepted("--mem=200G", "-c", "64"), CONFIG, cluster) == ()
 
 
+def test_a_job_needing_the_gpus_another_partition_keeps_is_refused() -> None:
+    """debug keeps 2 of node04's GPUs (reserved_gpus): a 16-GPU job in normal, whose nodes
+    hold them, could never start; the placer would only say so once queued."""
+    wide = msgspec.structs.replace(BASE, nodes_min=4, nodes_max=4, gpus_per_node=4)
+    [error] = validate(wide, CONFIG, CLUSTER)
+    assert error.message == (
+        "16 GPUs asked; partition 'normal' has 16, of which debug keeps 2 for its own jobs"
+        " (reserved_gpus): ask for at most 14"
+    )
+    assert validate(accepted("-N", "4", "--gpus-per-node=3"), CONFIG, CLUSTER) == ()
+    assert validate(accepted("-p", "debug", "--gpus-per-node=4"), CONFIG, CLUSTER) == ()
+
+
 def test_a_gpu_cap_counts_every_node() -> None:
     config = msgspec.structs.replace(
         CONFIG,
