@@ -222,8 +222,7 @@ def partition_lines(reply: NodesReply, name: str) -> list[str]:
 def reservation_lines(view: ReservationView, now: float) -> list[str]:
     """`scontrol show reservation NAME`: its window open now or next, what it holds,
     who may run inside (nobody in a maintenance window), ACTIVE while open."""
-    flags = [f for f, on in (("MAINT", view.maintenance), (view.recurrence.upper(), True)) if on]
-    flags = [f for f in flags if f != "NONE"]
+    flags = ["MAINT"] * view.maintenance + [view.recurrence.upper()] * (view.recurrence != "none")
     # a GPU count's nodes are the placer's, each pass: (null), the GPUs say the size
     nodes = compress(view.nodes) if view.nodes else "(null)" if view.gpus else "ALL"
     state = "ACTIVE" if view.start <= now < view.end else "INACTIVE"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -421,27 +421,36 @@ class JobCommands:
     async def _with_dependencies(self, views: list[JobView]) -> list[JobView]:
         """The views, each job held back by its dependency with it (`squeue %E`): a
         job whose dependency is met shows none, as Slurm's drops the met ones."""
-        waiting = [v.job_id for v in views if v.reason.split(" ", 1)[0] in DEPENDENCY_WAITS]
-        if not waiting:
-            return views
-        async with self.ctx.pool.acquire() as conn:
-            specs = await repo.job_specs(conn, waiting)
-        return [
-            msgspec.structs.replace(v, dependency=dependency_text(specs[v.job_id]))
-            if v.job_id in specs
-            else v
-            for v in views
-        ]
+
+        def waits(v: JobView) -> bool:
+            return v.reason.split(" ", 1)[0] in DEPENDENCY_WAITS
+
+        return await self._added(views, waits, _dependency_texts, "dependency")
 
     async def _with_priorities(self, views: list[JobView]) -> list[JobView]:
         """The views, each pending job with its priority and factors (`sprio`)."""
-        pending = [v.job_id for v in views if v.state == JobState.PENDING]
-        if not pending:
+
+        def pending(v: JobView) -> bool:
+            return v.state == JobState.PENDING
+
+        return await self._added(views, pending, repo.job_priorities, "priority")
+
+    async def _added(
+        self,
+        views: list[JobView],
+        wanted: Callable[[JobView], bool],
+        read: Callable[[Conn, list[int]], Awaitable[Mapping[int, object]]],
+        field: str,
+    ) -> list[JobView]:
+        """The views, those `wanted` with `field` set from `read` (one read, for them
+        alone; a job it finds nothing for keeps the view's default)."""
+        ids = [v.job_id for v in views if wanted(v)]
+        if not ids:
             return views
         async with self.ctx.pool.acquire() as conn:
-            found = await repo.job_priorities(conn, pending)
+            found = await read(conn, ids)
         return [
-            msgspec.structs.replace(v, priority=found[v.job_id]) if v.job_id in found else v
+            msgspec.structs.replace(v, **{field: found[v.job_id]}) if v.job_id in found else v
             for v in views
         ]
 
@@ -573,6 +582,11 @@ def _placement_of(req: UpdateRequest) -> PlacementChange | None:
         dependency=req.dependency, nodelist=req.nodelist, account=req.account,
     )  # fmt: skip
     return change if change.fields() else None
+
+
+async def _dependency_texts(conn: Conn, job_ids: list[int]) -> dict[int, str]:
+    """Each job's --dependency as given (`afterok:12:13`)."""
+    return {j: dependency_text(spec) for j, spec in (await repo.job_specs(conn, job_ids)).items()}
 
 
 def _dependency_of(spec: dict[str, Any]) -> str:

@@ -385,6 +385,7 @@ class NotLeading(NotMine):
 
 def _spare_gang(ask: JobSparesRequested, alloc: repo.LiveAllocation) -> JobRequest:
     spec = alloc.spec
+    cpus, mib = per_node(spec)  # a spare is as big as the node it replaces must be
     return JobRequest(
         job_id=ask.job_id,
         user=spec.user,
@@ -399,7 +400,7 @@ def _spare_gang(ask: JobSparesRequested, alloc: repo.LiveAllocation) -> JobReque
         constraint=spec.constraint,
         exclusive=spec.exclusive,
         excluded_nodes=tuple(sorted({*spec.excluded_nodes, *ask.exclude, *alloc.nodes})),
-        cpus_per_node=per_node(spec)[0],  # a spare is as big as the node it replaces must be
-        mem_per_node_mib=per_node(spec)[1],
+        cpus_per_node=cpus,
+        mem_per_node_mib=mib,
         time_limit_s=spec.time_limit_s,
     )

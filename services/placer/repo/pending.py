@@ -88,6 +88,7 @@ async def load_up_since(conn: Conn) -> dict[str, float]:
 
 
 def _request(row: asyncpg.Record, spec: JobSpec) -> JobRequest:
+    cpus, mib = per_node(spec)
     return JobRequest(
         job_id=row["job_id"],
         user=spec.user,
@@ -104,8 +105,8 @@ def _request(row: asyncpg.Record, spec: JobSpec) -> JobRequest:
         exclusive=spec.exclusive,
         required_nodes=spec.required_nodes,
         excluded_nodes=spec.excluded_nodes,
-        cpus_per_node=per_node(spec)[0],
-        mem_per_node_mib=per_node(spec)[1],
+        cpus_per_node=cpus,
+        mem_per_node_mib=mib,
         time_limit_s=spec.time_limit_s,
         max_switches=spec.max_switches,
         switches_wait_s=spec.switches_wait_s,
