@@ -4,8 +4,8 @@ A job's share of a node is its `--cpus-per-task` times `--ntasks-per-node` CPUs 
 `--mem` (per node; `--mem-per-gpu` and `--mem-per-cpu` are turned into it at admission).
 A node announces its CPUs and memory when it registers (services/health/machine.py);
 0 is "not known", which every job fits. Admission refuses a job no node of its partition
-is big enough for; the placer puts a job only on nodes big enough for it. These are
-sizes, not counted as they are used: GPUs are what the placer shares out.
+is big enough for; the placer puts a job only on nodes big enough for it, and counts
+memory out as jobs hold it (services/placer/core/memory.py); CPUs stay a size.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import pytest
 from muster.client import ApiRefused, call
 from muster.cluster import Cluster
 from shared.api import NodesReply, QueueRequest
-from tests.support.cluster import eventually, job_state, local_config_cluster, submit
+from tests.support.cluster import eventually, job_state, local_config_cluster, queue, submit
 
 pytestmark = pytest.mark.slow
 
@@ -60,3 +60,37 @@ async def test_a_job_runs_only_on_a_node_big_enough_for_it(
     with pytest.raises(ApiRefused) as refused:
         await submit(url, "#!/bin/bash\ntrue\n", ("--mem=100G",))
     assert "its largest has 65536 MiB" in str(refused.value), str(refused.value)
+
+
+async def test_memory_a_running_job_holds_is_not_given_twice(
+    cluster: Cluster, db: asyncpg.Connection
+) -> None:
+    """node02 (64 GiB) has GPUs free beside a job holding 40 GiB, but not 40 GiB more:
+    the second job waits, saying so, and starts there once the first has ended."""
+    url = cluster.nats_url
+    script = "#!/bin/bash\nsleep 5\n"
+    first = (await submit(url, script, ("--mem=40G",))).job_ids[0]
+    await eventually(partial(job_state, db, first), lambda s: s == "RUNNING", 60, f"{first}")
+    second = (await submit(url, "#!/bin/bash\ntrue\n", ("--mem=40G",))).job_ids[0]
+    view = await eventually(
+        lambda: queue(url),
+        lambda r: any(j.job_id == second and j.detail for j in r.jobs),
+        30,
+        "the second job's wait",
+    )
+    (waiting,) = [j for j in view.jobs if j.job_id == second]
+    assert (waiting.state, waiting.reason) == ("PENDING", "RESOURCES"), waiting
+    assert "40960 MiB of free memory on node02" in waiting.detail, waiting
+    await eventually(partial(job_state, db, second), lambda s: s == "COMPLETED", 60, f"{second}")
+    # it started once the first had ended, on the node whose memory that freed
+    order = await db.fetchrow(
+        "SELECT (SELECT ended_at FROM job_runs WHERE job_id = $1) AS ended,"
+        " (SELECT started_at FROM job_runs WHERE job_id = $2) AS started,"
+        " (SELECT array_agg(n.node) FROM allocations a JOIN allocation_nodes n USING (alloc_id)"
+        "   WHERE a.job_id = $2) AS nodes",
+        first,
+        second,
+    )
+    assert order is not None
+    assert order["started"] >= order["ended"], dict(order)
+    assert order["nodes"] == ["node02"]

@@ -64,6 +64,7 @@ class Running(msgspec.Struct, frozen=True, kw_only=True):
     preempted_by: int | None = None  # already being preempted for this job (in its grace)
     predicted_s: int | None = None  # expected runtime (predict.py): plans, never kills
     name: str = ""  # the job's name (what its runtime is predicted from)
+    mem_per_node_mib: int = 0  # its --mem, held on each of its nodes (memory.py)
 
 
 class JobRequest(msgspec.Struct, frozen=True, kw_only=True):

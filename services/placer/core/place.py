@@ -26,6 +26,7 @@ from services.placer.core.gc_pause import gc_paused
 from services.placer.core.index import ClusterIndex
 from services.placer.core.job_pool import Choice, counts_in, job_choices, job_pool
 from services.placer.core.limits import Usage, check, headroom
+from services.placer.core.memory import HeldMemory
 from services.placer.core.model import (
     Backfill,
     Grant,
@@ -34,6 +35,7 @@ from services.placer.core.model import (
     Plan,
     PolicyConfig,
     Preempt,
+    Running,
     Snapshot,
     Start,
     Wait,
@@ -105,6 +107,7 @@ class Prepared:
         self.limited = snapshot.limits != NO_LIMITS
         self.usage = Usage.of(snapshot.running) if self.limited else Usage()
         self.runs = Victims(ix, snapshot.running, now)  # a node gone holds nothing
+        self.memory = HeldMemory(ix, snapshot.running)  # --mem counted out per node
         self.future = Future(
             ix,
             partial(
@@ -209,6 +212,7 @@ class Prepared:
             and shape.total is None
             and not _filters(job)
             and not too_small(self.ix, job)
+            and not self.memory.short(job.mem_per_node_mib)
         )
         free_nodes = pool.ge[ROOT][shape.g] if shape.g <= self.ix.width else 0
         if plain and free_nodes + self.held_nodes < shape.nmin:
@@ -239,11 +243,15 @@ class Prepared:
         avoid: frozenset[int],
         only: frozenset[int] | None,
         whole_now: bool = True,
+        memory_now: bool = True,
     ) -> Callable[[int], bool] | None:
         """The node filter of a job; `whole_now`: an exclusive job wants nodes idle now
-        (off for bookings and preemption, which ask whether a node is whole *then*)."""
+        (off for bookings and preemption, which ask whether a node is whole *then*);
+        `memory_now`: its --mem fits beside what jobs hold now (off for bookings)."""
         ix = self.ix
         small = too_small(ix, job)  # nodes without its CPUs or memory per node
+        if memory_now and (short := self.memory.short(job.mem_per_node_mib)):
+            small = small | short  # nodes whose memory running jobs hold
         if not avoid and only is None and not small and not _filters(job, whole_now):
             return None
         out = set(avoid) | small | {ix.id_of[n] for n in job.excluded_nodes if n in ix.id_of}
@@ -325,6 +333,8 @@ class Prepared:
             picks.append((i, mask))
             grants.append(Grant(node=ix.nodes[i].name, gpus=ix.gpus_of(i, mask)))
         self.future.add(self.now + self._runtime(job), picks, job.job_id)
+        if job.mem_per_node_mib:
+            self.memory.hold(job.mem_per_node_mib, (i for i, _ in picks))
         gpus = sum(m.bit_count() for _, m in picks)
         if self.limited:
             self.usage.add(job.user, job.account, job.qos, gpus)
@@ -383,7 +393,10 @@ class Prepared:
             if got is not None:
                 return got
         reason = Waiting.RESOURCES if self.blocked_by is None else Waiting.PRIORITY
-        detail = "" if self.blocked_by is None else f"behind job {self.blocked_by}"
+        if self.blocked_by is None:
+            detail = self._short_words(job, pool)  # "" : the reason's own words
+        else:
+            detail = f"behind job {self.blocked_by}"
         at = None
         if cfg.backfill and len(self.bookings) < cfg.reservation_depth:
             at = self._book(job, pool, shape)
@@ -391,9 +404,23 @@ class Prepared:
             self.blocked_by = job.job_id
         return self._wait(job, reason, detail, at)
 
-    def _need_ok(self, job: JobRequest, pool: Pool) -> NodeOk:
+    def _short_words(self, job: JobRequest, pool: Pool) -> str:
+        """Why a job that asks memory found too few nodes, when held memory is part of
+        it ("" otherwise: the GPUs alone, as the reason's own words say)."""
+        member = pool.member
+        short = [i for i in self.memory.short(job.mem_per_node_mib) if member[i]]
+        if not short:
+            return ""
+        names = ", ".join(sorted(self.ix.nodes[i].name for i in short)[:3])
+        more = f" and {len(short) - 3} more" if len(short) > 3 else ""
+        mib = job.mem_per_node_mib
+        return f"not enough free GPUs, or {mib} MiB of free memory on {names}{more}"
+
+    def _need_ok(self, job: JobRequest, pool: Pool, also: frozenset[int] = frozenset()) -> NodeOk:
+        """The filter of a job's future (bookings, the leaf wait, preemption), GPUs and
+        sizes alone; `also`: more nodes to leave out."""
         avoid, _ = off_limits(self.windows, job, self.now)
-        inner = self._ok(job, avoid, None, whole_now=False)
+        inner = self._ok(job, avoid | also, None, whole_now=False, memory_now=False)
         member = pool.member
         if inner is None:
             return member.__getitem__  # a byte: no Python frame per node asked
@@ -450,7 +477,10 @@ class Prepared:
         self, job: JobRequest, pool: Pool, shape: Shape, preempts: list[Preempt]
     ) -> Wait | None:
         cands = self.runs.candidates(self.victims, job)
-        ok = self._need_ok(job, pool)
+        mib, run = job.mem_per_node_mib, self.runs.running
+        # nodes whose memory stays short whoever goes: a victim's GPUs start nothing there
+        also = self.memory.short_beside(mib, _of(run, cands)) if mib else frozenset()
+        ok = self._need_ok(job, pool, also)
         got = choose_victims(
             self.ix,
             self.future,
@@ -467,6 +497,11 @@ class Prepared:
         if got is None:
             return None
         picks, victims = got
+        if mib:  # and those holding the memory its nodes still lack
+            more = self.memory.more_victims(mib, (i for i, _ in picks), victims, _of(run, cands))
+            if more is None:
+                return None
+            victims = more
         self.preemptors += 1
         grace = max((v.grace_s for v in victims), default=0)
         ix = self.ix
@@ -484,6 +519,10 @@ class Prepared:
                 )
         names = ", ".join(str(v.job_id) for v in victims)
         return self._wait(job, Waiting.PREEMPTING, f"waiting for {names} to exit", self.now + grace)
+
+
+def _of(run: Sequence[Running], cands: list[int]) -> list[Running]:
+    return [run[p] for p in cands]
 
 
 def _gpus(held: tuple[tuple[int, int], ...]) -> int:

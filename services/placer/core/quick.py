@@ -29,6 +29,7 @@ from typing import Protocol
 
 from services.placer.core.index import ClusterIndex
 from services.placer.core.job_pool import job_pool
+from services.placer.core.memory import HeldMemory
 from services.placer.core.model import JobRequest, PolicyConfig, Preempt, Wait, Waiting
 from services.placer.core.pools import ROOT, Pool
 from services.placer.core.select import NO_ROOM
@@ -42,6 +43,7 @@ class Prepared(Protocol):
     imports this module: a protocol, not an import back, keeps the graph acyclic)."""
 
     ix: ClusterIndex
+    memory: HeldMemory
     config: PolicyConfig
     tested: int
     held_gpus: int
@@ -111,6 +113,7 @@ class Quick:
             or job.required_nodes
             or job.excluded_nodes
             or too_small(self.prep.ix, job)
+            or self.prep.memory.short(job.mem_per_node_mib)
         ):
             return None
         key = (

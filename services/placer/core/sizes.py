@@ -3,8 +3,8 @@
 Nodes announce their CPUs and memory (shared.node_size); a job asks `cpus_per_node`
 and `mem_per_node_mib` of each of its nodes. A node smaller than that is left out of
 the job's choice, as an excluded node is (place.py `_ok`), and a job no node of its
-partition is big enough for waits BAD_CONSTRAINTS (shape.py `precheck`). These are
-sizes, not counted as jobs use them: GPUs are what the placer shares out.
+partition is big enough for waits BAD_CONSTRAINTS (shape.py `precheck`). What running
+jobs hold of a node's memory is memory.py's; here a node's size alone.
 """
 
 from __future__ import annotations

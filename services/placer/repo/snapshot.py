@@ -146,6 +146,7 @@ async def load_running(conn: Conn) -> tuple[Running, ...]:
         " j.time_limit_s, r.started_at, j.tier, j.preemptible, j.grace_s, j.min_runtime_s,"
         " coalesce((j.spec->>'exclusive')::boolean, false) AS exclusive,"
         " coalesce(j.spec->>'name', '') AS name,"
+        " coalesce((j.spec->>'mem_mib')::bigint, 0) AS mem_mib,"
         " (SELECT p.for_job_id FROM preemptions p WHERE p.victim_alloc_id = a.alloc_id)"
         "   AS preempted_by,"
         " array_agg(n.node ORDER BY n.rank) AS nodes, array_agg(array_to_string(n.gpus, ',')"
@@ -171,6 +172,7 @@ async def load_running(conn: Conn) -> tuple[Running, ...]:
             preempted_by=r["preempted_by"],
             exclusive=r["exclusive"],  # its nodes are held whole, not only its GPUs
             name=r["name"],
+            mem_per_node_mib=r["mem_mib"],  # held on each of its nodes (core/memory.py)
             grants=tuple(
                 Grant(node=node, gpus=tuple(int(g) for g in gpus.split(",") if g))
                 for node, gpus in zip(r["nodes"], r["gpus"], strict=True)

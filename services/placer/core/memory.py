@@ -1,0 +1,114 @@
+"""Pure core: a node's memory, counted out as jobs hold it.
+
+A job holds its `--mem` (per node) on each of its nodes while it runs, as it holds its
+GPUs: two jobs of 100 GiB do not both start on a node of 128 GiB, though each alone
+would fit (its cgroup caps the job; the node's total is what the kernel's OOM killer
+guards). A job goes only where its memory fits beside what the running jobs, and those
+this pass has started, hold (`short`, in the node filter of place.py). A job without
+`--mem` holds none, and a node whose memory is not known (0) is never short.
+
+Starts count memory; bookings plan on GPUs alone (memory frees as the jobs holding it
+end, and a booked start that finds it still held waits on). A preemptor leaves out the
+nodes short of its memory even were every job it may preempt gone (`short_beside`),
+and where its victims' GPUs leave memory short, the cheapest candidates holding memory
+there go too (`more_victims`): a preemption never stops jobs for a start that cannot be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from services.placer.core.index import ClusterIndex
+from services.placer.core.model import Running
+
+NONE: frozenset[int] = frozenset()
+
+
+class HeldMemory:
+    """MiB held per node id, and the nodes short of a job's memory (cached per size)."""
+
+    def __init__(self, ix: ClusterIndex, running: Sequence[Running]) -> None:
+        self.cap = [n.memory_mib for n in ix.nodes]
+        self.id_of = ix.id_of
+        self.held: dict[int, int] = {}
+        self._short: dict[int, frozenset[int]] = {}
+        id_of = ix.id_of
+        for r in running:
+            if r.mem_per_node_mib:
+                self.hold(r.mem_per_node_mib, (id_of[g.node] for g in r.grants if g.node in id_of))
+
+    def short(self, mib: int) -> frozenset[int]:
+        """Ids of the nodes without `mib` MiB free beside what is held there. Only a node
+        holding some can be: one too small for `mib` whole is sizes.py's."""
+        if not mib or not self.held:
+            return NONE
+        found = self._short.get(mib)
+        if found is None:
+            cap = self.cap
+            found = self._short[mib] = frozenset(
+                i for i, used in self.held.items() if cap[i] and used + mib > cap[i]
+            )
+        return found
+
+    def hold(self, mib: int, nodes: Iterable[int]) -> None:
+        """A job holding `mib` on each of `nodes` (a running job, or one started now)."""
+        held = self.held
+        for i in nodes:
+            held[i] = held.get(i, 0) + mib
+        self._short = {}
+
+    def short_beside(self, mib: int, cands: Sequence[Running]) -> frozenset[int]:
+        """Ids of the nodes short of `mib` even once every job of `cands` has gone."""
+        if not mib or not self.held:
+            return NONE
+        freed = self._on_nodes(cands)
+        cap = self.cap
+        return frozenset(
+            i for i, used in self.held.items() if cap[i] and used - freed.get(i, 0) + mib > cap[i]
+        )
+
+    def more_victims(
+        self,
+        mib: int,
+        nodes: Iterable[int],
+        victims: Sequence[Running],
+        cands: Sequence[Running],
+    ) -> list[Running] | None:
+        """`victims`, then the candidates (cheapest first) whose memory on `nodes` the
+        preemptor's `mib` there still needs; None: not even every candidate frees it."""
+        out = list(victims)
+        if not mib or not self.held:
+            return out
+        chosen = {r.job_id for r in out}
+        rest = [r for r in cands if r.job_id not in chosen and r.mem_per_node_mib]
+        for i in nodes:
+            over = self._over(i, mib, out)
+            while over > 0 and (r := self._next_on(i, rest)) is not None:
+                rest.remove(r)
+                out.append(r)
+                over -= r.mem_per_node_mib
+            if over > 0:
+                return None
+        return out
+
+    def _over(self, i: int, mib: int, leaving: Sequence[Running]) -> int:
+        """MiB node i lacks for `mib` once `leaving` has gone (<= 0: none)."""
+        cap = self.cap[i]
+        if not cap:
+            return 0
+        return self.held.get(i, 0) - self._on_nodes(leaving).get(i, 0) + mib - cap
+
+    def _next_on(self, i: int, rest: Sequence[Running]) -> Running | None:
+        id_of = self.id_of
+        return next((r for r in rest if any(id_of.get(g.node) == i for g in r.grants)), None)
+
+    def _on_nodes(self, jobs: Sequence[Running]) -> dict[int, int]:
+        """MiB the jobs hold per node id."""
+        got: dict[int, int] = {}
+        id_of = self.id_of
+        for r in jobs:
+            if r.mem_per_node_mib:
+                for g in r.grants:
+                    if (i := id_of.get(g.node)) is not None:
+                        got[i] = got.get(i, 0) + r.mem_per_node_mib
+        return got

@@ -1,0 +1,125 @@
+"""Table test: a node's memory is counted out as jobs hold it (core/memory.py). A job
+starts only where its --mem fits beside what running jobs, and those started before it
+in the pass, hold; a preemptor stops the jobs holding the memory it needs, or nobody."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from services.placer.core import JobRequest, Node, Running, Waiting, place
+from tests.unit.placer.helpers import T0, gang, grant, node, running, snapshot
+
+GIB = 1024
+
+
+def sized(name: str, gib: int) -> Node:
+    return msgspec.structs.replace(node(name, 8), cpus=64, memory_mib=gib * GIB)
+
+
+def holds(
+    job_id: int, where: str, gib: int, gpus: tuple[int, ...] = (0, 1, 2, 3), **kw: object
+) -> Running:
+    return running(job_id, grant(where, *gpus), mem_per_node_mib=gib * GIB, **kw)
+
+
+def asks(job_id: int, gib: int, nodes: int = 1, gpus: int = 4, **kw: object) -> JobRequest:
+    return gang(job_id, nodes, gpus, mem_per_node_mib=gib * GIB, **kw)
+
+
+A, B, C = sized("a", 128), sized("b", 128), sized("c", 128)
+UNKNOWN = node("u", 8)  # memory not announced: never short
+
+CASES = {
+    "memory held beside free GPUs: the other node": (
+        (A, B), (holds(9, "a", 100),), (asks(1, 64),), {1: ("b",)},
+    ),
+    "memory held on the only node: it waits": (
+        (A,), (holds(9, "a", 100),), (asks(1, 64),), {},
+    ),
+    "what is left fits: the same node": (
+        (A,), (holds(9, "a", 64),), (asks(1, 64),), {1: ("a",)},
+    ),
+    "a job asking no memory holds none and needs none": (
+        (A,), (holds(9, "a", 0),), (asks(1, 120),), {1: ("a",)},
+    ),
+    "a job without --mem starts beside a memory hog": (
+        (A,), (holds(9, "a", 128),), (gang(1, 1, 4),), {1: ("a",)},
+    ),
+    "two jobs of one pass: the second counts the first's": (
+        (A,), (), (asks(1, 100), asks(2, 100)), {1: ("a",)},
+    ),
+    "two jobs of one pass, two nodes: one each": (
+        (A, B), (), (asks(1, 100, gpus=2), asks(2, 100, gpus=2)), {1: ("a",), 2: ("b",)},
+    ),
+    "a gang leaves the node whose memory is held": (
+        (A, B, C), (holds(9, "a", 100),), (asks(1, 64, nodes=2),), {1: ("b", "c")},
+    ),
+    "a node whose memory is not known is never short": (
+        (UNKNOWN,), (holds(9, "u", 100),), (asks(1, 100),), {1: ("u",)},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("nodes", "runs", "jobs", "want"), CASES.values(), ids=CASES.keys())
+def test_a_job_starts_only_where_its_memory_is_free(
+    nodes: tuple[Node, ...],
+    runs: tuple[Running, ...],
+    jobs: tuple[JobRequest, ...],
+    want: dict[int, tuple[str, ...]],
+) -> None:
+    plan = place(snapshot(*nodes, running=runs), list(jobs), now=T0)
+    got = {s.job_id: tuple(sorted(g.node for g in s.grants)) for s in plan.starts}
+    assert got == want, plan
+    assert {w.job_id for w in plan.waits} == {j.job_id for j in jobs} - set(want)
+
+
+def test_a_wait_for_memory_names_the_nodes_short_of_it() -> None:
+    plan = place(snapshot(A, running=(holds(9, "a", 100),)), [asks(1, 64)], now=T0)
+    (wait,) = plan.waits
+    assert wait.reason == Waiting.RESOURCES
+    assert wait.detail == "not enough free GPUs, or 65536 MiB of free memory on a"
+
+
+def test_a_wait_for_gpus_alone_says_nothing_of_memory() -> None:
+    full = running(9, grant("a", *range(8)))
+    plan = place(snapshot(A, running=(full,)), [asks(1, 64)], now=T0)
+    assert [(w.reason, w.detail) for w in plan.waits] == [(Waiting.RESOURCES, "")]
+
+
+LOW = {"tier": 0, "preemptible": True}
+URGENT = {"tier": 1, "can_preempt": True}
+
+PREEMPTS = {
+    "the job holding the memory goes, though its GPUs are not needed": (
+        (A,),
+        (holds(8, "a", 0, (0, 1, 2, 3), **LOW), holds(9, "a", 100, (4, 5), **LOW, priority=5)),
+        asks(1, 64, gpus=4, **URGENT),
+        [8, 9],  # 8 is cheaper and frees the GPUs; 9 holds the memory
+    ),
+    "memory held by a job it may not preempt: nobody is stopped": (
+        (A,),
+        (holds(8, "a", 0, (0, 1, 2, 3), **LOW), holds(9, "a", 100, (4, 5), tier=1)),
+        asks(1, 64, gpus=4, **URGENT),
+        [],
+    ),
+    "the node whose memory it cannot get is left for one it can": (
+        (A, B),
+        (
+            holds(7, "a", 100, (4, 5), tier=1),
+            holds(8, "a", 0, (0, 1, 2, 3), **LOW),
+            holds(6, "b", 0, tuple(range(8)), **LOW),
+        ),
+        asks(1, 64, gpus=4, **URGENT),
+        [6],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("nodes", "runs", "job", "want"), PREEMPTS.values(), ids=PREEMPTS.keys())
+def test_a_preemptor_stops_the_jobs_holding_its_memory_or_none(
+    nodes: tuple[Node, ...], runs: tuple[Running, ...], job: JobRequest, want: list[int]
+) -> None:
+    plan = place(snapshot(*nodes, running=runs), [job], now=T0)
+    assert sorted(p.victim_job_id for p in plan.preemptions) == want, plan
+    assert not plan.starts
