@@ -640,6 +640,7 @@ def _show_nodes(name: str | None, one_line: bool) -> int:
             f" GresUsed=gpu:{n.gpus_total - n.gpus_free}",
             f"   CPUAlloc={min(n.cpus_alloc, n.cpus) if n.cpus else n.cpus_alloc}"
             f" CPUTot={n.cpus or 'N/A'} RealMemory={n.memory_mib or 'N/A'}"
+            f" AllocMem={n.mem_alloc_mib}"
             f" AvailableFeatures={','.join(n.features) or '(null)'}"
             f" Partitions={','.join(n.partitions) or '(null)'}"
             f" Switches={'/'.join(n.topology) or '(null)'}",

@@ -221,6 +221,7 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     memory_mib: int = 0
     state_since: float | None = None  # when it came into its state (sinfo -R's TIMESTAMP)
     cpus_alloc: int = 0  # the CPUs the jobs holding it asked of it (not counted out)
+    mem_alloc_mib: int = 0  # the --mem its jobs hold of it (counted out: placer memory.py)
 
 
 class PartitionView(msgspec.Struct, frozen=True, kw_only=True):

@@ -368,7 +368,12 @@ async def nodes_view(conn: Conn) -> tuple[list[asyncpg.Record], list[asyncpg.Rec
         "    * coalesce((j.spec->>'ntasks_per_node')::int, 1)), 0)::int"
         "    FROM allocation_nodes an"
         "    JOIN allocations a ON a.alloc_id = an.alloc_id AND a.released_at IS NULL"
-        "    JOIN jobs j ON j.job_id = a.job_id WHERE an.node = n.name AND an.live) AS cpus_alloc"
+        "    JOIN jobs j ON j.job_id = a.job_id WHERE an.node = n.name AND an.live) AS cpus_alloc,"
+        # and the memory they hold of it (scontrol's AllocMem=, sinfo's %e free of it)
+        " (SELECT coalesce(sum((j.spec->>'mem_mib')::bigint), 0)::bigint"
+        "    FROM allocation_nodes an"
+        "    JOIN allocations a ON a.alloc_id = an.alloc_id AND a.released_at IS NULL"
+        "    JOIN jobs j ON j.job_id = a.job_id WHERE an.node = n.name AND an.live) AS mem_alloc"
         " FROM nodes n LEFT JOIN node_policy p ON p.node = n.name ORDER BY name"
     )
     gpus = await conn.fetch(

@@ -158,6 +158,7 @@ def node_views(nodes: Sequence[Row], gpus: Sequence[Row]) -> list[NodeView]:
                 memory_mib=n["memory_mib"],
                 state_since=n["since"],
                 cpus_alloc=n["cpus_alloc"],
+                mem_alloc_mib=n["mem_alloc"],
             )
         )
     return out

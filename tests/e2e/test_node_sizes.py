@@ -71,6 +71,8 @@ async def test_memory_a_running_job_holds_is_not_given_twice(
     script = "#!/bin/bash\nsleep 5\n"
     first = (await submit(url, script, ("--mem=40G",))).job_ids[0]
     await eventually(partial(job_state, db, first), lambda s: s == "RUNNING", 60, f"{first}")
+    shown = await call(url, "nodes", QueueRequest(user="root"), NodesReply)  # AllocMem=
+    assert {n.name: n.mem_alloc_mib for n in shown.nodes} == {"node01": 0, "node02": 40960}
     second = (await submit(url, "#!/bin/bash\ntrue\n", ("--mem=40G",))).job_ids[0]
     view = await eventually(
         lambda: queue(url),
