@@ -1,7 +1,7 @@
 """Shell: Slurm's command names over Muster's API — `sbatch`, `squeue`, `scancel`,
 `sinfo`, `sacct`, `scontrol`, `sshare`, `sreport` (muster/sreport.py), `sprio`
-(muster/sprio.py); `srun` (job steps, muster/steps.py) and `salloc` (interactive
-allocations, muster/salloc.py).
+(muster/sprio.py), `seff` (muster/seff.py); `srun` (job steps, muster/steps.py) and
+`salloc` (interactive allocations, muster/salloc.py).
 
 `muster shims DIR` writes one small wrapper per name into DIR, each running
 `muster.shims.main` with NAME ARGS (as `python -S`: muster/shim_script.py); nothing is
@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # only write_shims takes a Path: a shim starts without site, 
 
 NAMES = (
     "sbatch", "squeue", "scancel", "sinfo", "sacct", "scontrol", "sshare", "sreport", "sprio",
-    "srun", "salloc",
+    "seff", "srun", "salloc",
 )  # fmt: skip
 
 
@@ -410,6 +410,31 @@ def _job_step(text: str) -> tuple[int, int | None]:
     return int(job), int(step) if step.isdigit() else None
 
 
+def seff(argv: list[str]) -> int:
+    """How much of its --mem a job used, in seff's lines (muster/seff.py)."""
+    from muster.client_env import local_ids
+    from muster.seff import seff_lines
+    from services.fairshare.api import ACCT_VERB, AcctReply, AcctRequest
+
+    p = _parser("seff")
+    p.add_argument("job")
+    a = p.parse_args(argv)
+    try:
+        job, step = _job_step(a.job)
+    except ValueError as err:
+        raise ShimError(f"bad job id {a.job}: {err}; seff takes one job id, e.g. 12") from err
+    if step is not None:
+        raise ShimError(f"{a.job}: seff reports a job, not a step; give {job}")
+    req = AcctRequest(user=current_user(), job_ids=(job,), attempts=False)
+    rows = [r for r in request(_url(), ACCT_VERB, req, AcctReply).rows if r.step is None]
+    if not rows:
+        raise ShimError(f"Job not found: {job}")
+    ids = local_ids(rows[0].user)
+    group = ids[1] if ids is not None else rows[0].account
+    _print(seff_lines(rows[0], group, "muster", time.time()))
+    return 0
+
+
 def sshare(argv: list[str]) -> int:
     from services.fairshare.api import SHARE_VERB, ShareReply, ShareRequest
     from services.fairshare.render import render_share_table
@@ -706,6 +731,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "sshare": sshare,
     "sreport": sreport,
     "sprio": sprio,
+    "seff": seff,
     "srun": srun,
     "salloc": salloc,
 }

@@ -524,18 +524,35 @@ ACCT_COLUMNS: dict[str, Column] = {
     "alloctres": ("AllocTRES", lambda r: _tres(r)),
     "elapsedraw": ("ElapsedRaw", lambda r: str(_seconds(r))),
     "reason": ("Reason", lambda r: r.reason or "None"),
+    # what the job asked (a step's own are not recorded: empty) and its memory peak
+    "alloccpus": ("AllocCPUS", lambda r: str(r.cpus) if r.cpus else ""),
+    "ncpus": ("NCPUS", lambda r: str(r.cpus) if r.cpus else ""),
+    "reqcpus": ("ReqCPUS", lambda r: str(r.cpus) if r.cpus else ""),
+    "reqmem": ("ReqMem", lambda r: "" if r.step is not None else mem_words(r.mem_mib)),
+    "maxrss": (
+        "MaxRSS",
+        lambda r: "" if r.max_rss_bytes is None else f"{r.max_rss_bytes // 1024}K",
+    ),
+    "maxrssnode": ("MaxRSSNode", lambda r: r.max_rss_node),
 }
-# Fields Slurm's sacct has and Muster does not record (per-task memory and CPU use,
-# CPU counts): shown empty, with a note on stderr (`unrecorded`), rather than the whole
-# command refused for one field of a script's --format.
+# Fields Slurm's sacct has and Muster does not record (per-task averages, virtual
+# memory, CPU time, I/O, energy): shown empty, with a note on stderr (`unrecorded`),
+# rather than the whole command refused for one field of a script's --format.
 UNRECORDED = (
-    "AllocCPUS", "NCPUS", "ReqCPUS", "ReqMem", "MaxRSS", "AveRSS", "MaxVMSize", "AveVMSize",
+    "AveRSS", "MaxVMSize", "AveVMSize",
     "MaxPages", "AvePages", "TotalCPU", "UserCPU", "SystemCPU", "CPUTime", "CPUTimeRAW",
     "MaxDiskRead", "MaxDiskWrite", "AveDiskRead", "AveDiskWrite", "ConsumedEnergy",
 )  # fmt: skip
 ACCT_COLUMNS |= {name.lower(): (name, lambda r: "") for name in UNRECORDED}
 ACCT_DEFAULT = "JobID,JobName,Partition,Account,State,ExitCode"
 ACCT_WIDTH = 10
+
+
+def mem_words(mib: int) -> str:
+    """A memory size in MiB as Slurm writes one: `40G`, `1500M`; 0 (none asked) `0`."""
+    if mib and mib % 1024 == 0:
+        return f"{mib // 1024}G"
+    return f"{mib}M" if mib else "0"
 
 
 def _seconds(r: Any) -> int:

@@ -20,6 +20,7 @@ import msgspec
 from services.fairshare.render import AcctRow
 from shared.identity import Directory
 from shared.jobspec import JobSpec
+from shared.node_size import per_node
 from shared.privacy import PrivateData, may_see
 from shared.states import JobState
 
@@ -32,8 +33,7 @@ def job_state(job: Row) -> str:
     return JobState.CANCELLED if job.get("cancelled") else JobState.PENDING
 
 
-def _requested_gpus(job: Row) -> int:
-    spec = msgspec.json.decode(job["spec"], type=JobSpec)
+def _requested_gpus(spec: JobSpec) -> int:
     return spec.gpus_total if spec.gpus_total is not None else spec.gpus_requested
 
 
@@ -64,6 +64,9 @@ def acct_rows(
         mine = by_job.get(job["job_id"], [])
         bills = [c for (j, _), c in charged.items() if j == job["job_id"]]
         model = next((c["gpu_model"] for c in bills if c["gpu_model"]), None)
+        spec = msgspec.json.decode(job["spec"], type=JobSpec)
+        cpus, mib = per_node(spec)
+        nodes = tuple(job["run_nodes"] or ())
         base = AcctRow(
             job_id=job["job_id"],
             name=job["name"],
@@ -71,7 +74,7 @@ def acct_rows(
             account=job["account"],
             partition=job["partition"],
             state=state,
-            gpus=int(mine[-1]["gpus"]) if mine else _requested_gpus(job),
+            gpus=int(mine[-1]["gpus"]) if mine else _requested_gpus(spec),
             gpu_model=model,
             submit=job["submit"],
             start=job["run_start"],
@@ -79,11 +82,15 @@ def acct_rows(
             gpu_seconds=sum(float(c["charged"]) for c in bills),
             billed=sum(float(c["billed"]) for c in bills),
             exit_code=job["exit_code"],
-            nodes=tuple(job["run_nodes"] or ()),
+            nodes=nodes,
+            mem_mib=mib,
+            cpus=cpus * (len(nodes) or spec.nodes_min),
+            max_rss_bytes=job.get("max_rss"),
+            max_rss_node=job.get("max_rss_node") or "",
         )
         out.append(base)
         if per_attempt:
-            out.extend(_attempt_row(base, job, a, charged) for a in mine)
+            out.extend(_attempt_row(base, job, a, charged, cpus) for a in mine)
         out.extend(_step_row(base, s) for s in steps_of.get(job["job_id"], ()))
     return out
 
@@ -109,8 +116,9 @@ def _step_row(base: AcctRow, step: Row) -> AcctRow:
 
 
 def _attempt_row(
-    base: AcctRow, job: Row, a: Row, charged: Mapping[tuple[int, int], Row]
+    base: AcctRow, job: Row, a: Row, charged: Mapping[tuple[int, int], Row], cpus: int
 ) -> AcctRow:
+    """Attempt `a` of the job; `cpus`: what it asks of each node."""
     current = a["attempt"] == job["current_attempt"]
     bill = charged.get((a["job_id"], a["attempt"]))
     return msgspec.structs.replace(
@@ -125,6 +133,9 @@ def _attempt_row(
         billed=float(bill["billed"]) if bill else 0.0,
         exit_code=base.exit_code if current else None,
         nodes=tuple(a["nodes"] or ()),
+        cpus=cpus * len(a["nodes"] or ()),
+        max_rss_bytes=a.get("max_rss"),
+        max_rss_node=a.get("max_rss_node") or "",
     )
 
 

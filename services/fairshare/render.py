@@ -67,6 +67,10 @@ class AcctRow(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None = None
     reason: str | None = None
     nodes: tuple[str, ...] = ()
+    mem_mib: int = 0  # the --mem asked of each node (sacct's ReqMem); 0: none asked
+    cpus: int = 0  # the CPUs asked, all nodes together (AllocCPUS, NCPUS, ReqCPUS)
+    max_rss_bytes: int | None = None  # the highest memory peak of one node (MaxRSS)
+    max_rss_node: str = ""  # and that node (MaxRSSNode); None above: not counted
 
 
 def fmt_float(value: float | None, digits: int = 6) -> str:

@@ -246,8 +246,14 @@ SELECT j.job_id, j.name, j.user_name, j.account, j.partition, j.spec,
        j.cancel_requested_at IS NOT NULL AS cancelled,
        r.state, r.attempt AS current_attempt, r.exit_code, r.nodes AS run_nodes,
        extract(epoch FROM r.started_at)::float8 AS run_start,
-       extract(epoch FROM r.ended_at)::float8 AS run_end
+       extract(epoch FROM r.ended_at)::float8 AS run_end,
+       peak.mem_peak_bytes AS max_rss, peak.node AS max_rss_node
 FROM jobs j LEFT JOIN job_runs r USING (job_id)
+LEFT JOIN LATERAL (  -- the current attempt's highest memory peak, and where (MaxRSS)
+  SELECT x.mem_peak_bytes, x.node FROM worker_exits x
+  WHERE x.job_id = j.job_id AND x.attempt = r.attempt AND x.mem_peak_bytes IS NOT NULL
+  ORDER BY x.mem_peak_bytes DESC, x.node LIMIT 1
+) peak ON true
 WHERE (cardinality($1::bigint[]) = 0 OR j.job_id = ANY($1::bigint[]))
   AND (cardinality($2::text[]) = 0 OR j.user_name = ANY($2::text[]))
   AND (cardinality($3::text[]) = 0 OR j.account = ANY($3::text[]))
@@ -267,8 +273,15 @@ SELECT a.job_id, a.attempt,
        (SELECT extract(epoch FROM min(t.started_at))::float8 FROM attempts t
          WHERE t.job_id = a.job_id AND t.attempt = a.attempt) AS started,
        (SELECT extract(epoch FROM max(t.ended_at))::float8 FROM attempts t
-         WHERE t.job_id = a.job_id AND t.attempt = a.attempt) AS ended
-FROM allocations a WHERE a.job_id = ANY($1::bigint[])
+         WHERE t.job_id = a.job_id AND t.attempt = a.attempt) AS ended,
+       peak.mem_peak_bytes AS max_rss, peak.node AS max_rss_node
+FROM allocations a
+LEFT JOIN LATERAL (
+  SELECT x.mem_peak_bytes, x.node FROM worker_exits x
+  WHERE x.job_id = a.job_id AND x.attempt = a.attempt AND x.mem_peak_bytes IS NOT NULL
+  ORDER BY x.mem_peak_bytes DESC, x.node LIMIT 1
+) peak ON true
+WHERE a.job_id = ANY($1::bigint[])
 """
 
 _STEPS = """

@@ -6,11 +6,13 @@ epilog runs after a cancel. Every cgroup a test's cluster made is gone after it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import json
 import os
 import stat
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,15 @@ import pytest
 from muster.client import call
 from services.launcher import cgroups
 from shared.api import JobSelector, Ok, ShowJobReply, ShowJobRequest
-from tests.support.cluster import eventually, job_state, nodes, ready, running_cluster, submit
+from tests.support.cluster import (
+    eventually,
+    job_state,
+    nodes,
+    ready,
+    run_cli,
+    running_cluster,
+    submit,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -312,3 +322,55 @@ async def test_a_failing_prolog_drains_the_node_and_requeues_and_the_epilog_runs
             assert requeued is not None  # the prolog's failure, or a start that timed out
             assert requeued["outcome"].startswith("requeue: could not start on node02")
             assert await eventually(lambda: ready(_job_cgroups(root)), lambda x: x == [], 30) == []
+
+
+USES_128M = """#!/bin/bash
+python3 -c 'x = bytearray(128 * 2**20); import time; time.sleep(0.5)'
+"""
+
+
+@needs_cgroups
+async def test_sacct_and_seff_give_a_jobs_memory_peak_against_its_mem(
+    tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
+) -> None:
+    """A job asking 512M that touches 128 MiB: its cgroup's peak, recorded as its worker
+    exits, is sacct's MaxRSS (on the node it ran on) and seff's memory efficiency."""
+    work = tmp_path / "work"
+    work.mkdir()
+    with cgroup_root() as root:
+        async with running_cluster(
+            tmp_path / "state", nats_url, database_url, db, nodes(1),
+            env={"MUSTER_CGROUP_ROOT": root, "MUSTER_CGROUPS": "required"},
+        ) as cluster:  # fmt: skip
+            job = (
+                await submit(cluster.nats_url, USES_128M, ("--mem=512M",), workdir=str(work))
+            ).job_ids[0]
+            state, reason = await _ended(db, job)
+            assert state == "COMPLETED", reason
+            assert run_cli("shims", str(tmp_path / "bin"), env={}).returncode == 0
+            env = {
+                **os.environ,
+                "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+                "MUSTER_NATS_URL": cluster.nats_url,
+            }
+
+            def shell(*words: str) -> subprocess.CompletedProcess[str]:
+                return subprocess.run(
+                    words, capture_output=True, text=True, env=env, timeout=60, check=False
+                )
+
+            fields = "JobID,ReqMem,MaxRSS,MaxRSSNode,State"
+            acct = await asyncio.to_thread(
+                shell, "sacct", "-j", str(job), "-X", "-P", "-n", f"--format={fields}"
+            )
+            assert acct.returncode == 0, acct.stderr
+            jid, asked, rss, where, ended = acct.stdout.strip().split("|")
+            assert (jid, asked, where, ended) == (str(job), "512M", "node01", "COMPLETED")
+            assert 128 * 1024 <= int(rss.removesuffix("K")) < 512 * 1024, rss
+            seff = await asyncio.to_thread(shell, "seff", str(job))
+            assert seff.returncode == 0, seff.stderr
+            lines = dict(line.split(": ", 1) for line in seff.stdout.splitlines())
+            assert lines["Job ID"] == str(job)
+            assert lines["Memory Efficiency"].endswith("% of 512.00 MB"), seff.stdout
+            share = float(lines["Memory Efficiency"].split("%")[0])
+            assert 25.0 <= share < 100.0, seff.stdout

@@ -79,6 +79,10 @@ class Acct(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None = 0
     reason: str | None = None
     nodes: tuple[str, ...] = ("node01", "node02")
+    mem_mib: int = 0
+    cpus: int = 2
+    max_rss_bytes: int | None = None
+    max_rss_node: str = ""
 
 
 PARSE = {
@@ -310,10 +314,28 @@ SACCT = {
     ),
     "a memory check's --format: what Muster records, and empty what it does not": (
         [Acct(job_id=7, gpus=8)],
-        "JobID,MaxRSS,AllocTRES,ElapsedRaw,AllocCPUS",
+        "JobID,MaxRSS,AllocTRES,ElapsedRaw,AllocCPUS,AveVMSize",
         True,
         "|",
-        ["JobID|MaxRSS|AllocTRES|ElapsedRaw|AllocCPUS", "7||gres/gpu=8,node=2|3661|"],
+        ["JobID|MaxRSS|AllocTRES|ElapsedRaw|AllocCPUS|AveVMSize", "7||gres/gpu=8,node=2|3661|2|"],
+    ),
+    "sizing --mem: what was asked, the peak and where; a step's own are not recorded": (
+        [
+            Acct(job_id=7, mem_mib=40960, cpus=16, max_rss_bytes=3 * 2**30, max_rss_node="node02"),
+            Acct(job_id=7, step=0, cpus=0),
+            Acct(job_id=8, mem_mib=1500, cpus=1, nodes=("node01",)),
+            Acct(job_id=9, cpus=1, nodes=("node01",)),
+        ],
+        "JobID,ReqMem,MaxRSS,MaxRSSNode,NCPUS,ReqCPUS",
+        True,
+        "|",
+        [
+            "JobID|ReqMem|MaxRSS|MaxRSSNode|NCPUS|ReqCPUS",
+            "7|40G|3145728K|node02|16|16",
+            "7.0|||||",
+            "8|1500M|||1|1",
+            "9|0|||1|1",
+        ],
     ),
 }
 
@@ -330,7 +352,7 @@ def test_sbatch_test_only_says_what_would_be_accepted() -> None:
 
 
 def test_the_fields_muster_does_not_record_are_named() -> None:
-    assert unrecorded("JobID,MaxRSS%12,elapsed,allocCPUS") == ["AllocCPUS", "MaxRSS"]
+    assert unrecorded("JobID,MaxRSS%12,elapsed,aveRSS,TotalCPU") == ["AveRSS", "TotalCPU"]
     assert unrecorded(None) == []
 
 

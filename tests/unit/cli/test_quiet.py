@@ -87,7 +87,7 @@ def test_shims_are_never_written_over_a_file_unless_forced(tmp_path: Path) -> No
     assert not (tmp_path / "squeue").exists()
     assert "the real one" in (tmp_path / "sbatch").read_text()
     names = write_shims(tmp_path, force=True, python="/opt/py")
-    assert len(names) == 11 and "sreport" in names and "sprio" in names
+    assert len(names) == 12 and "sreport" in names and "sprio" in names and "seff" in names
     assert (tmp_path / "sbatch").read_text() == (
         '#!/bin/sh\nexec "/opt/py" -m muster.shims sbatch "$@"\n'
     )

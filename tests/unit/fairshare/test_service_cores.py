@@ -38,7 +38,9 @@ def test_a_broken_cluster_file_says_so() -> None:
         read_cluster("[accounts.x\n")
 
 
-SPEC = msgspec.json.encode(JobSpec(user="ada", script="x", gpus_per_node=4, nodes_max=2))
+SPEC = msgspec.json.encode(
+    JobSpec(user="ada", script="x", gpus_per_node=4, nodes_max=2, cpus_per_task=4, mem_mib=40960)
+)
 JOB = {
     "job_id": 12,
     "name": "train",
@@ -54,11 +56,15 @@ JOB = {
     "run_nodes": ["n2"],
     "run_start": 110.0,
     "run_end": 400.0,
+    "max_rss": 3 * 2**30,  # the current attempt's highest peak, and where
+    "max_rss_node": "n2",
 }
 ATTEMPTS = [
     {"job_id": 12, "attempt": a, "allocated": s - 1, "released": e, "gpus": g, "nodes": n,
-     "started": s, "ended": e}
-    for a, s, e, g, n in ((1, 110.0, 200.0, 8, ["n1", "n2"]), (2, 210.0, 400.0, 4, ["n2"]))
+     "started": s, "ended": e, "max_rss": rss, "max_rss_node": n[0]}
+    for a, s, e, g, n, rss in (
+        (1, 110.0, 200.0, 8, ["n1", "n2"], 2**30), (2, 210.0, 400.0, 4, ["n2"], 3 * 2**30)
+    )
 ]  # fmt: skip
 CHARGES = [
     {"job_id": 12, "attempt": 1, "charged": 720.0, "billed": 1440.0, "gpu_model": "H100"},
@@ -73,6 +79,7 @@ def test_acct_gives_the_job_then_each_attempt_an_earlier_one_requeued() -> None:
         job_id=12, name="train", user="ada", account="physics", partition="gpu",
         state="COMPLETED", gpus=4, gpu_model="H100", submit=100.0, start=110.0, end=400.0,
         gpu_seconds=1480.0, billed=2960.0, exit_code=0, nodes=("n2",),
+        mem_mib=40960, cpus=4, max_rss_bytes=3 * 2**30, max_rss_node="n2",
     )  # fmt: skip
     assert rows == [
         base,
@@ -86,6 +93,9 @@ def test_acct_gives_the_job_then_each_attempt_an_earlier_one_requeued() -> None:
             billed=1440.0,
             exit_code=None,
             nodes=("n1", "n2"),
+            cpus=8,  # 4 on each of its two nodes
+            max_rss_bytes=2**30,
+            max_rss_node="n1",
         ),
         msgspec.structs.replace(base, attempt=2, start=210.0, gpu_seconds=760.0, billed=1520.0),
     ]
