@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # with this module, and these imports cost it more than its o
         JobView,
         NodesReply,
         NodeView,
+        PartitionView,
         QueueReply,
         ReservationView,
         ShowJobReply,
@@ -187,6 +188,16 @@ def show_lines(reply: ShowJobReply, ids: tuple[int, str, int] | None = None) -> 
     return lines
 
 
+def _default_memory(view: PartitionView) -> str:
+    """Slurm's `DefMemPerGPU=` / `DefMemPerCPU=` (MiB), or `DefMemPerNode=UNLIMITED`
+    where the partition gives a job without --mem none."""
+    if view.def_mem_per_gpu_mib:
+        return f"DefMemPerGPU={view.def_mem_per_gpu_mib}"
+    if view.def_mem_per_cpu_mib:
+        return f"DefMemPerCPU={view.def_mem_per_cpu_mib}"
+    return "DefMemPerNode=UNLIMITED"
+
+
 def partition_lines(reply: NodesReply, name: str) -> list[str]:
     """`scontrol show partition NAME`: who may use it, its limits and policy (its
     `PartitionView`; without a config, none), its nodes and GPUs. Its state is UP: Muster
@@ -209,6 +220,7 @@ def partition_lines(reply: NodesReply, name: str) -> list[str]:
             f" MaxTime={limit(view.max_time_s or 0)} MaxGPUsPerJob={_most(view.max_gpus_per_job)}",
             f"   PriorityTier={view.priority_tier} PreemptMode={view.preempt_mode.upper()}"
             f" RequiresApproval={'YES' if view.requires_approval else 'NO'}",
+            f"   {_default_memory(view)}",
         ]
     return [
         f"PartitionName={name}",

@@ -239,6 +239,8 @@ class PartitionView(msgspec.Struct, frozen=True, kw_only=True):
     priority_tier: int = 0
     preempt_mode: str = "requeue"
     requires_approval: bool = False
+    def_mem_per_gpu_mib: int = 0  # --mem a job giving none gets, per GPU or CPU (0: none)
+    def_mem_per_cpu_mib: int = 0
 
 
 class ReservationView(msgspec.Struct, frozen=True, kw_only=True):

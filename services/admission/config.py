@@ -196,6 +196,8 @@ def _partition(
         can_preempt=tuple(x for x in f.get("can_preempt", ()) if isinstance(x, str)),
         can_preempt_tiers=tiers,
         reserved_gpus=int(f.get("reserved_gpus", 0)),
+        def_mem_per_gpu_mib=int(f.get("def_mem_per_gpu", 0)),
+        def_mem_per_cpu_mib=int(f.get("def_mem_per_cpu", 0)),
         io=io_policy(f),
     )
 

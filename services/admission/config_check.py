@@ -54,6 +54,8 @@ def _check_partitions(c: ClusterConfig, p: Problems) -> None:
                 p.add(f"{key}.allowed_qos", f"no QOS {qos!r}; defined: {_names(c.qos)}")
         if part.node_names == ():
             p.add(f"{key}.nodes", "names no node; give ALL, a node_sets label or a hostlist")
+        if part.def_mem_per_gpu_mib and part.def_mem_per_cpu_mib:
+            p.add(f"{key}.def_mem_per_cpu", "give one of def_mem_per_gpu and def_mem_per_cpu")
 
 
 def _check_qos(c: ClusterConfig, p: Problems) -> None:

@@ -57,6 +57,10 @@ class Partition(msgspec.Struct, frozen=True, kw_only=True):
     can_preempt: tuple[str, ...] = ()  # partition names
     can_preempt_tiers: tuple[int, ...] = ()  # or every partition at these tiers
     reserved_gpus: int = 0  # GPUs on its nodes kept for this partition alone
+    # --mem of a job that gives no memory option, per GPU or per CPU of a node (MiB; 0:
+    # none): its cgroup's cap, and what the placer counts out of the node's memory
+    def_mem_per_gpu_mib: int = 0
+    def_mem_per_cpu_mib: int = 0
     io: IoPolicy = IoPolicy()
 
 

@@ -16,6 +16,7 @@ from shared.identity import public_key_bytes
 from shared.privacy import PrivateData
 
 from .timefmt import DURATION_FORMS, parse_duration
+from .values import memory_mib
 
 
 class ConfigProblem(msgspec.Struct, frozen=True):
@@ -135,6 +136,22 @@ duration = _duration(False)
 limit_duration = _duration(True)
 
 
+def memory_size(value: object, key: str, p: Problems) -> int | None:
+    """A memory size in MiB: a whole number (MiB) or `--mem`'s text ("8G", "512M")."""
+    mib: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        mib = value
+    elif isinstance(value, str):
+        try:
+            mib = memory_mib(value)
+        except ValueError:
+            mib = None
+    if mib is not None and mib > 0:
+        return mib
+    p.add(key, f'expected a memory size above 0: MiB, or "8G", "512M", got {value!r}')
+    return None
+
+
 def str_list(value: object, key: str, p: Problems) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
@@ -231,6 +248,10 @@ PARTITION: dict[str, Reader] = {
     "requires_approval": boolean,
     "can_preempt": names_or_tiers,
     "reserved_gpus": whole,
+    # The --mem a job that gives none gets (Slurm's DefMemPerGPU / DefMemPerCPU): per GPU
+    # of a node, or per CPU; one of the two
+    "def_mem_per_gpu": memory_size,
+    "def_mem_per_cpu": memory_size,
     # Storage I/O of its jobs (docs/isolation.md): a weight and byte-rate caps.
     "io_weight": positive,
     "io_read_bps": positive,

@@ -84,6 +84,8 @@ def partition_view(p: Partition) -> PartitionView:
         priority_tier=p.priority_tier,
         preempt_mode=p.preempt_mode.value,
         requires_approval=p.requires_approval,
+        def_mem_per_gpu_mib=p.def_mem_per_gpu_mib,
+        def_mem_per_cpu_mib=p.def_mem_per_cpu_mib,
     )
 
 

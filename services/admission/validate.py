@@ -63,7 +63,24 @@ def apply_defaults(
             changes["time_limit_s"] = part.max_time_s
     if spec.gpus_total and not spec.gpus_per_node and "nodes_min" not in explicit:
         changes.update(_split_total_gpus(spec, cluster.in_partition(partition_name)))
-    return msgspec.structs.replace(spec, **changes)
+    filled = msgspec.structs.replace(spec, **changes)
+    if part is not None and "mem_mib" not in explicit:
+        mib = default_memory(filled, part)
+        if mib:
+            filled = msgspec.structs.replace(filled, mem_mib=mib)
+    return filled
+
+
+def default_memory(spec: JobSpec, part: Partition) -> int:
+    """The --mem per node a job that gave no memory option gets from its partition
+    (`def_mem_per_gpu` times its GPUs per node, or `def_mem_per_cpu` times its CPUs per
+    node); 0: none (a `--gpus=N` job whose GPUs per node are not settled yet, or no
+    default)."""
+    if part.def_mem_per_gpu_mib:
+        return part.def_mem_per_gpu_mib * spec.gpus_per_node
+    if part.def_mem_per_cpu_mib:
+        return part.def_mem_per_cpu_mib * spec.cpus_per_task * spec.ntasks_per_node
+    return 0
 
 
 def _split_total_gpus(spec: JobSpec, nodes: tuple[NodeShape, ...]) -> dict[str, object]:

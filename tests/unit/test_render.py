@@ -185,7 +185,7 @@ PART_NODES = (
 def test_partition_lines_show_the_partitions_policy_nodes_and_gpus() -> None:
     gpu = PartitionView(
         name="gpu", default_time_s=3600, max_time_s=86400, max_nodes=8, allowed_accounts=("ml",),
-        default_qos="normal", priority_tier=2, requires_approval=True,
+        default_qos="normal", priority_tier=2, requires_approval=True, def_mem_per_gpu_mib=16384,
     )  # fmt: skip
     reply = NodesReply(
         nodes=PART_NODES, partitions=("gpu", "debug"), default_partition="gpu",
@@ -196,13 +196,15 @@ def test_partition_lines_show_the_partitions_policy_nodes_and_gpus() -> None:
         "   AllowAccounts=ml AllowQos=ALL Default=YES QoS=normal",
         "   DefaultTime=1:00:00 MaxNodes=8 MaxTime=1-00:00:00 MaxGPUsPerJob=UNLIMITED",
         "   PriorityTier=2 PreemptMode=REQUEUE RequiresApproval=YES",
+        "   DefMemPerGPU=16384",
         "   Nodes=node[01-02]",
         "   State=UP TotalNodes=2 TotalGPUs=16 TRES=node=2,gres/gpu=16",
     ]
-    assert partition_lines(reply, "debug")[1:5] == [
+    assert partition_lines(reply, "debug")[1:6] == [
         "   AllowAccounts=ALL AllowQos=ALL Default=NO QoS=N/A",
         "   DefaultTime=10:00 MaxNodes=UNLIMITED MaxTime=UNLIMITED MaxGPUsPerJob=UNLIMITED",
         "   PriorityTier=0 PreemptMode=REQUEUE RequiresApproval=NO",
+        "   DefMemPerNode=UNLIMITED",
         "   Nodes=node[01,03]",
     ]
 

@@ -163,6 +163,16 @@ MISTAKES = {
         "reservations.r.accounts",
         "name the accounts that may run inside, or set maintenance",
     ),
+    "a default memory that is not a size": (
+        MINIMAL + 'def_mem_per_gpu = "lots"\n',
+        "partitions.normal.def_mem_per_gpu",
+        'expected a memory size above 0: MiB, or "8G", "512M"',
+    ),
+    "default memory per GPU and per CPU both": (
+        MINIMAL + 'def_mem_per_gpu = "8G"\ndef_mem_per_cpu = 2048\n',
+        "partitions.normal.def_mem_per_cpu",
+        "give one of def_mem_per_gpu and def_mem_per_cpu",
+    ),
     "a reservation without a duration": (
         MINIMAL + "[reservations.r]\nstart = 2026-12-01T08:00:00Z\nmaintenance = true\n",
         "reservations.r.duration",

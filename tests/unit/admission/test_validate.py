@@ -6,12 +6,13 @@ import msgspec
 import pytest
 
 from services.admission.cluster_shape import NodeShape, shape
+from services.admission.config import load_config
 from services.admission.errors import ErrorCode, SubmitError
 from services.admission.sbatch import parse_submission
 from services.admission.validate import Admission, SubmitCounts, admit, validate
 from shared.jobspec import JobSpec
 
-from .builders import local_cluster, local_config, node
+from .builders import REPO, local_cluster, local_config, node
 
 SCRIPT = "#!/bin/bash\nsrun python train.py\n"
 CONFIG = local_config()
@@ -376,3 +377,44 @@ def test_a_container_job_needs_nodes_whose_agent_found_a_runtime() -> None:
     assert "install podman" in error.message
     some = shape(CONFIG, [node("node01", 4, "SIM", "container"), node("node02")])
     assert validate(spec, CONFIG, some) == ()
+
+
+DEFAULT_MEMORY = {
+    "per GPU: times the GPUs asked of each node": (
+        {"def_mem_per_gpu": '"16G"'}, ("--gpus-per-node=2",), 32768,
+    ),
+    "per GPU, a job without GPUs: none": ({"def_mem_per_gpu": '"16G"'}, (), None),
+    "per GPU, --gpus=N split over nodes: per node's share": (
+        {"def_mem_per_gpu": '"16G"'}, ("--gpus=8",), 65536,
+    ),
+    "per CPU: times the CPUs of each node": (
+        {"def_mem_per_cpu": "1024"}, ("-c", "4", "--ntasks-per-node=2"), 8192,
+    ),
+    "the job's own --mem wins": (
+        {"def_mem_per_gpu": '"16G"'}, ("--gpus-per-node=2", "--mem=1G"), 1024,
+    ),
+    "--mem=0 (all of the node's) stays": (
+        {"def_mem_per_gpu": '"16G"'}, ("--gpus-per-node=2", "--mem=0"), 0,
+    ),
+    "--mem-per-cpu wins": (
+        {"def_mem_per_gpu": '"16G"'}, ("--gpus-per-node=2", "--mem-per-cpu=100"), 100,
+    ),
+    "no default: none": ({}, ("--gpus-per-node=2",), None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("sizes", "argv", "want"), DEFAULT_MEMORY.values(), ids=DEFAULT_MEMORY.keys()
+)
+def test_a_job_giving_no_memory_gets_its_partitions_default(
+    sizes: dict[str, str], argv: tuple[str, ...], want: int | None
+) -> None:
+    text = (REPO / "deploy" / "local" / "cluster.toml").read_text()
+    lines = "".join(f"{key} = {value}\n" for key, value in sizes.items())
+    text = text.replace("[partitions.normal]\n", f"[partitions.normal]\n{lines}", 1)
+    config = load_config(text)
+    parsed = parse_submission(argv, SCRIPT, user="alice", workdir="/w", script_path="t.sh")
+    assert parsed.spec is not None, parsed.errors
+    got = admit(parsed.spec, parsed.explicit, config, local_cluster(config), SubmitCounts())
+    assert got.errors == () and got.spec is not None, got.errors
+    assert got.spec.mem_mib == want
