@@ -7,12 +7,15 @@ Memory is what Muster counts (the placer holds a job's `--mem` on each of its no
 so it is what a user right-sizes: `Memory Utilized` is the highest peak of the job's
 cgroup on one node (sacct's MaxRSS), times its nodes with `(estimated maximum)` as
 Slurm's says when there are several; `Memory Efficiency` is that against `--mem` times
-its nodes. CPU time is not recorded by Muster, and says so.
+its nodes. `CPU Utilized` is the CPU time of its cgroups on every node (TotalCPU), and
+`CPU Efficiency` that against its CPUs times its wall-clock time (`core-walltime`).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from muster.slurm_format import clock
 
 _UNITS = ("KB", "MB", "GB", "TB", "PB")
 
@@ -27,14 +30,6 @@ def size_words(kib: float) -> str:
         kib /= 1024
         unit += 1
     return f"{kib:.2f} {_UNITS[unit]}"
-
-
-def clock(seconds: float) -> str:
-    """`[D-]HH:MM:SS`, as seff writes wall-clock time."""
-    s = int(seconds)
-    days, s = divmod(s, 86400)
-    text = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
-    return f"{days}-{text}" if days else text
 
 
 def seff_lines(row: Any, group: str, cluster: str, now: float) -> list[str]:
@@ -52,14 +47,26 @@ def seff_lines(row: Any, group: str, cluster: str, now: float) -> list[str]:
         f"State: {state}",
         f"Nodes: {nodes}",
         f"Cores per node: {row.cpus // nodes if row.cpus else 1}",
-        "CPU Utilized: not recorded by Muster",
-        "CPU Efficiency: not recorded by Muster",
-        f"Job Wall-clock time: {clock(wall)}",
+        *_cpu(row, wall),
+        f"Job Wall-clock time: {clock(int(wall))}",
         *_memory(row, nodes),
     ]
     if row.state in ("RUNNING", "STARTING", "RESTARTING"):
         lines.append("WARNING: Efficiency statistics may be misleading for RUNNING jobs.")
     return lines
+
+
+def _cpu(row: Any, wall: float) -> list[str]:
+    """CPU time used (its cgroups' on every node) against its CPUs times its wall time."""
+    if row.cpu_usec is None:
+        used = "not recorded (no cgroup on its nodes, or it has not ended)"
+        return [f"CPU Utilized: {used}", "CPU Efficiency: not known"]
+    cores = int(wall) * max(1, row.cpus)
+    share = 100 * row.cpu_usec / 1e6 / cores if cores else 0.0
+    return [
+        f"CPU Utilized: {clock(row.cpu_usec // 1_000_000)}",
+        f"CPU Efficiency: {share:.2f}% of {clock(cores)} core-walltime",
+    ]
 
 
 def _memory(row: Any, nodes: int) -> list[str]:

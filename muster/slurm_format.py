@@ -534,18 +534,37 @@ ACCT_COLUMNS: dict[str, Column] = {
         lambda r: "" if r.max_rss_bytes is None else f"{r.max_rss_bytes // 1024}K",
     ),
     "maxrssnode": ("MaxRSSNode", lambda r: r.max_rss_node),
+    # CPU time used (its cgroups'), and allocated: its CPUs times its elapsed time
+    "totalcpu": ("TotalCPU", lambda r: "" if r.cpu_usec is None else cpu_time(r.cpu_usec)),
+    "cputime": ("CPUTime", lambda r: clock(_seconds(r) * r.cpus) if r.cpus else ""),
+    "cputimeraw": ("CPUTimeRAW", lambda r: str(_seconds(r) * r.cpus) if r.cpus else ""),
 }
 # Fields Slurm's sacct has and Muster does not record (per-task averages, virtual
 # memory, CPU time, I/O, energy): shown empty, with a note on stderr (`unrecorded`),
 # rather than the whole command refused for one field of a script's --format.
 UNRECORDED = (
-    "AveRSS", "MaxVMSize", "AveVMSize",
-    "MaxPages", "AvePages", "TotalCPU", "UserCPU", "SystemCPU", "CPUTime", "CPUTimeRAW",
+    "AveRSS", "MaxVMSize", "AveVMSize", "MaxPages", "AvePages", "UserCPU", "SystemCPU",
     "MaxDiskRead", "MaxDiskWrite", "AveDiskRead", "AveDiskWrite", "ConsumedEnergy",
 )  # fmt: skip
 ACCT_COLUMNS |= {name.lower(): (name, lambda r: "") for name in UNRECORDED}
 ACCT_DEFAULT = "JobID,JobName,Partition,Account,State,ExitCode"
 ACCT_WIDTH = 10
+
+
+def cpu_time(usec: int) -> str:
+    """CPU time as sacct's TotalCPU writes it: `MM:SS.mmm` under an hour, then
+    `HH:MM:SS`, then `D-HH:MM:SS`."""
+    seconds, ms = divmod(usec // 1000, 1000)
+    if seconds < 3600:
+        return f"{seconds // 60:02d}:{seconds % 60:02d}.{ms:03d}"
+    return clock(seconds)
+
+
+def clock(seconds: int) -> str:
+    """`[D-]HH:MM:SS`, as sacct writes Elapsed and CPUTime."""
+    days, s = divmod(seconds, 86400)
+    text = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{days}-{text}" if days else text
 
 
 def mem_words(mib: int) -> str:
@@ -572,12 +591,7 @@ def unrecorded(fmt: str | None) -> list[str]:
 
 
 def _elapsed(r: Any) -> str:
-    if r.start is None:
-        return "00:00:00"
-    seconds = _seconds(r)
-    days, s = divmod(seconds, 86400)
-    text = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
-    return f"{days}-{text}" if days else text
+    return "00:00:00" if r.start is None else clock(_seconds(r))
 
 
 # --- parsing --------------------------------------------------------------------------

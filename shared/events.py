@@ -281,6 +281,7 @@ class WorkerExited(Event, frozen=True, tag="worker.exited"):
     generation: int = 0
     spawn_failed: str = ""
     mem_peak_bytes: int | None = None  # the job cgroup's memory peak on this node
+    cpu_usec: int | None = None  # and the CPU time it used there (sacct's TotalCPU)
     # its stepd ended without recording the exit (the node crashed or rebooted, or stepd
     # was killed): the node failed the worker, not the job itself
     lost: bool = False

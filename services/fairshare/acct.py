@@ -87,6 +87,7 @@ def acct_rows(
             cpus=cpus * (len(nodes) or spec.nodes_min),
             max_rss_bytes=job.get("max_rss"),
             max_rss_node=job.get("max_rss_node") or "",
+            cpu_usec=job.get("cpu_usec"),
         )
         out.append(base)
         if per_attempt:
@@ -136,6 +137,7 @@ def _attempt_row(
         cpus=cpus * len(a["nodes"] or ()),
         max_rss_bytes=a.get("max_rss"),
         max_rss_node=a.get("max_rss_node") or "",
+        cpu_usec=a.get("cpu_usec"),
     )
 
 

@@ -71,6 +71,7 @@ class AcctRow(msgspec.Struct, frozen=True, kw_only=True):
     cpus: int = 0  # the CPUs asked, all nodes together (AllocCPUS, NCPUS, ReqCPUS)
     max_rss_bytes: int | None = None  # the highest memory peak of one node (MaxRSS)
     max_rss_node: str = ""  # and that node (MaxRSSNode); None above: not counted
+    cpu_usec: int | None = None  # the CPU time its processes used, every node (TotalCPU)
 
 
 def fmt_float(value: float | None, digits: int = 6) -> str:

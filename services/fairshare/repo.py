@@ -240,20 +240,30 @@ async def write_priorities(conn: Conn, priorities: Sequence[tuple[int, PriorityB
 
 # --- accounting (muster acct) ---------------------------------------------------------
 
-_JOBS = """
+
+def _used(job: str, attempt: str) -> str:
+    """What an attempt used, from its workers' exits (every generation, every node): the
+    highest memory peak of one node and that node (MaxRSS, MaxRSSNode), and the CPU
+    time of them all (TotalCPU); a subquery of the outer query's `job` and `attempt`."""
+    return f"""
+  SELECT max(x.mem_peak_bytes) AS max_rss,
+         (array_agg(x.node ORDER BY x.mem_peak_bytes DESC, x.node)
+           FILTER (WHERE x.mem_peak_bytes IS NOT NULL))[1] AS max_rss_node,
+         sum(x.cpu_usec)::bigint AS cpu_usec
+  FROM worker_exits x WHERE x.job_id = {job} AND x.attempt = {attempt}
+"""
+
+
+_JOBS = f"""
 SELECT j.job_id, j.name, j.user_name, j.account, j.partition, j.spec,
        extract(epoch FROM j.submitted_at)::float8 AS submit,
        j.cancel_requested_at IS NOT NULL AS cancelled,
        r.state, r.attempt AS current_attempt, r.exit_code, r.nodes AS run_nodes,
        extract(epoch FROM r.started_at)::float8 AS run_start,
        extract(epoch FROM r.ended_at)::float8 AS run_end,
-       peak.mem_peak_bytes AS max_rss, peak.node AS max_rss_node
+       used.max_rss, used.max_rss_node, used.cpu_usec
 FROM jobs j LEFT JOIN job_runs r USING (job_id)
-LEFT JOIN LATERAL (  -- the current attempt's highest memory peak, and where (MaxRSS)
-  SELECT x.mem_peak_bytes, x.node FROM worker_exits x
-  WHERE x.job_id = j.job_id AND x.attempt = r.attempt AND x.mem_peak_bytes IS NOT NULL
-  ORDER BY x.mem_peak_bytes DESC, x.node LIMIT 1
-) peak ON true
+LEFT JOIN LATERAL ({_used("j.job_id", "r.attempt")}) used ON true
 WHERE (cardinality($1::bigint[]) = 0 OR j.job_id = ANY($1::bigint[]))
   AND (cardinality($2::text[]) = 0 OR j.user_name = ANY($2::text[]))
   AND (cardinality($3::text[]) = 0 OR j.account = ANY($3::text[]))
@@ -263,24 +273,20 @@ ORDER BY j.job_id DESC
 LIMIT $6
 """
 
-_ATTEMPTS = """
+_ATTEMPTS = f"""
 SELECT a.job_id, a.attempt,
        extract(epoch FROM a.created_at)::float8 AS allocated,
        extract(epoch FROM a.released_at)::float8 AS released,
        (SELECT count(*) FROM allocation_gpus g WHERE g.alloc_id = a.alloc_id) AS gpus,
-       (SELECT coalesce(array_agg(n.node ORDER BY n.rank), '{}') FROM allocation_nodes n
+       (SELECT coalesce(array_agg(n.node ORDER BY n.rank), '{{}}') FROM allocation_nodes n
          WHERE n.alloc_id = a.alloc_id) AS nodes,
        (SELECT extract(epoch FROM min(t.started_at))::float8 FROM attempts t
          WHERE t.job_id = a.job_id AND t.attempt = a.attempt) AS started,
        (SELECT extract(epoch FROM max(t.ended_at))::float8 FROM attempts t
          WHERE t.job_id = a.job_id AND t.attempt = a.attempt) AS ended,
-       peak.mem_peak_bytes AS max_rss, peak.node AS max_rss_node
+       used.max_rss, used.max_rss_node, used.cpu_usec
 FROM allocations a
-LEFT JOIN LATERAL (
-  SELECT x.mem_peak_bytes, x.node FROM worker_exits x
-  WHERE x.job_id = a.job_id AND x.attempt = a.attempt AND x.mem_peak_bytes IS NOT NULL
-  ORDER BY x.mem_peak_bytes DESC, x.node LIMIT 1
-) peak ON true
+LEFT JOIN LATERAL ({_used("a.job_id", "a.attempt")}) used ON true
 WHERE a.job_id = ANY($1::bigint[])
 """
 

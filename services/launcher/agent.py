@@ -433,6 +433,7 @@ class NodeExecutor:
             generation=record.generation,
             spawn_failed=ending.spawn_failed,
             mem_peak_bytes=ending.mem_peak_bytes,
+            cpu_usec=ending.cpu_usec,
             lost=ending.ending is Ending.LOST,
             fenced=ending.ending is Ending.FENCED,
         )

@@ -1,13 +1,14 @@
 """Shell: one cgroup per job worker on this node, under a muster root inside the
 agent's own cgroup (what systemd delegates with `Delegate=yes`).
 
-`create` makes the job's cgroup in every hierarchy it needs (v1: memory, cpu, pids,
-devices, blkio; v2: one folder) and writes the limits `cgroups_core.plan` says; the step
-supervisor moves the worker in before it execs (`entered`: stepd enters, forks, leaves);
+`create` makes the job's cgroup in every hierarchy it needs (v1: memory, cpu, cpuacct
+where not mounted with cpu, pids, devices, blkio; v2: one folder) and writes the
+limits `cgroups_core.plan` says; the step supervisor moves the worker in before it
+execs (`entered`: stepd enters, forks, leaves);
 `procs` / `kill` reach every process of the job however it daemonised; `outcome` reads
-the OOM-kill counter and the memory peak; `remove` kills what is left and removes the
-folders. A `CgroupRef` is plain data, persisted in the worker table, so a restarted
-agent can still find and kill a job's processes.
+the OOM-kill counter, the memory peak and the CPU time used; `remove` kills what is
+left and removes the folders. A `CgroupRef` is plain data, persisted in the worker
+table, so a restarted agent can still find and kill a job's processes.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from services.launcher.cgroups_core import (
     MemoryOutcome,
     Version,
     choose_version,
+    cpu_usec,
     memory_outcome,
     parse_mounts,
     parse_proc_cgroup,
@@ -151,6 +153,8 @@ def _make_dirs(h: Hierarchy, root: str, name: str) -> CgroupRef:
         if ctl not in h.mounts:
             missing.append(ctl)
             continue
+        if ctl == "cpuacct" and h.mounts[ctl] == h.mounts.get("cpu"):
+            continue  # mounted with cpu (cpu,cpuacct): the job's cpu folder is the same
         job = Path(_join(h.mounts[ctl], h.base_of(ctl)), root, name)
         _mkdir(job.parent)
         _mkdir_new(job)
@@ -239,17 +243,24 @@ def kill(ref: CgroupRef, sig: int, *, but_group: int | None = None) -> int:
 
 
 def outcome(ref: CgroupRef) -> MemoryOutcome:
-    """The job's OOM-kill count and memory peak, as the kernel counted them."""
+    """The job's OOM-kill count, memory peak and CPU time, as the kernel counted them."""
     folder = ref.dir_of("memory")
     if folder is None:
         return MemoryOutcome()
     if ref.version is Version.V2:
-        return memory_outcome(
+        got = memory_outcome(
             ref.version, _read(folder, "memory.events"), _read(folder, "memory.peak")
         )
-    return memory_outcome(
-        ref.version, _read(folder, "memory.oom_control"), _read(folder, "memory.max_usage_in_bytes")
-    )
+        used = cpu_usec(ref.version, _read(folder, "cpu.stat"))
+    else:
+        got = memory_outcome(
+            ref.version,
+            _read(folder, "memory.oom_control"),
+            _read(folder, "memory.max_usage_in_bytes"),
+        )
+        acct = ref.dir_of("cpuacct") or ref.dir_of("cpu")  # co-mounted: cpu's folder
+        used = None if acct is None else cpu_usec(ref.version, _read(acct, "cpuacct.usage"))
+    return msgspec.structs.replace(got, cpu_usec=used)
 
 
 def remove(ref: CgroupRef, wait_s: float = _KILL_WAIT_S) -> bool:

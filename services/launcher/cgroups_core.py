@@ -14,7 +14,8 @@ from enum import StrEnum
 import msgspec
 
 CPU_PERIOD_US = 100_000
-V1_CONTROLLERS = ("memory", "cpu", "pids", "devices", "blkio")
+# cpuacct: the CPU time a job used (sacct's TotalCPU), where it is not mounted with cpu
+V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids", "devices", "blkio")
 V2_CONTROLLERS = ("memory", "cpu", "pids", "io")
 
 
@@ -208,10 +209,11 @@ def parse_flat_keyed(text: str) -> dict[str, int]:
 
 
 class MemoryOutcome(msgspec.Struct, frozen=True, kw_only=True):
-    """What the job's memory cgroup says at its end."""
+    """What the job's cgroup says at its end: its memory, and the CPU time it used."""
 
     oom_kills: int | None = None  # None: the kernel does not count them here
     peak_bytes: int | None = None
+    cpu_usec: int | None = None  # user + system CPU time of all its processes
 
 
 def memory_outcome(version: Version, counters: str, peak: str) -> MemoryOutcome:
@@ -220,6 +222,15 @@ def memory_outcome(version: Version, counters: str, peak: str) -> MemoryOutcome:
     kills = parse_flat_keyed(counters).get("oom_kill")
     value = peak.strip()
     return MemoryOutcome(oom_kills=kills, peak_bytes=int(value) if value.isdigit() else None)
+
+
+def cpu_usec(version: Version, text: str) -> int | None:
+    """The CPU time a cgroup used, in microseconds: v2 `cpu.stat`'s `usage_usec`, v1
+    `cpuacct.usage` (nanoseconds); None where the text is empty or not a count."""
+    if version is Version.V2:
+        return parse_flat_keyed(text).get("usage_usec")
+    value = text.strip()
+    return int(value) // 1000 if value.isdigit() else None
 
 
 def parse_mounts(mountinfo: str) -> dict[str, str]:

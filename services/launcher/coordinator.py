@@ -328,7 +328,7 @@ class Coordinator:
                 if isinstance(event, WorkerExited):
                     await repo.record_exit(
                         conn, job_id, event.attempt, event.generation, event.node,
-                        event.exit_code, event.signal, event.mem_peak_bytes,
+                        event.exit_code, event.signal, event.mem_peak_bytes, event.cpu_usec,
                     )  # fmt: skip
                 if isinstance(event, JobSparesAnswered) and event.grants:
                     await repo.add_gpus(conn, job_id, {g.node: list(g.gpus) for g in event.grants})

@@ -307,7 +307,9 @@ class Worker:
         # even when its script went on and exited 0.
         memory = cgroups.outcome(self.cgroup)
         killed = (memory.oom_kills or 0) > 0
-        return msgspec.structs.replace(status, oom_killed=killed, mem_peak_bytes=memory.peak_bytes)
+        return msgspec.structs.replace(
+            status, oom_killed=killed, mem_peak_bytes=memory.peak_bytes, cpu_usec=memory.cpu_usec
+        )
 
     async def terminate(self, grace_s: float = 30.0) -> ExitStatus:
         """SIGTERM to the group; SIGKILL to whatever is still there after `grace_s`."""

@@ -31,6 +31,7 @@ class ExitStatus(msgspec.Struct, frozen=True, kw_only=True):
     signal: int | None = None
     oom_killed: bool = False
     mem_peak_bytes: int | None = None  # the job cgroup's memory peak, where known
+    cpu_usec: int | None = None  # and the CPU time its processes used
 
     @property
     def ok(self) -> bool:

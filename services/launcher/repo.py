@@ -332,12 +332,14 @@ async def record_exit(
     code: int | None,
     sig: int | None,
     mem_peak_bytes: int | None = None,
+    cpu_usec: int | None = None,
 ) -> list[asyncpg.Record]:
     """Record one node's exit (with the job's memory peak there, where its cgroup
     counted one); returns every exit of that generation so far."""
     await conn.execute(
         "INSERT INTO worker_exits(job_id, attempt, generation, node, exit_code, signal,"
-        " mem_peak_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+        " mem_peak_bytes, cpu_usec) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+        " ON CONFLICT DO NOTHING",
         job_id,
         attempt,
         generation,
@@ -345,6 +347,7 @@ async def record_exit(
         code,
         sig,
         mem_peak_bytes,
+        cpu_usec,
     )
     return await conn.fetch(
         "SELECT node, exit_code, signal FROM worker_exits"

@@ -148,6 +148,7 @@ async def supervise(
         signal=status.signal,
         oom_killed=status.oom_killed,
         mem_peak_bytes=status.mem_peak_bytes,
+        cpu_usec=status.cpu_usec,
     )
     ended = await _ended(folder, spec, exit_)
     if terminal is not None:  # recorded first: a stepd killed while it lingers leaves it

@@ -129,6 +129,7 @@ class StepExit(msgspec.Struct, frozen=True, kw_only=True):
     oom_killed: bool = False
     spawn_failed: str = ""
     mem_peak_bytes: int | None = None
+    cpu_usec: int | None = None  # the CPU time the job's cgroup used on this node
     prolog_failed: bool = False  # spawn_failed says how: the node is to be drained
     epilog_failed: str = ""  # the epilog's failure, once the worker had ended
 

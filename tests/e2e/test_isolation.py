@@ -134,7 +134,7 @@ def _root_dirs(root: str) -> list[Path]:
     assert HIERARCHY is not None
     return [
         Path(HIERARCHY.mounts[c], HIERARCHY.own.get(c, "/").lstrip("/"), root)
-        for c in ("memory", "cpu", "pids", "devices", "blkio")
+        for c in ("memory", "cpu", "cpuacct", "pids", "devices", "blkio")
         if c in HIERARCHY.mounts
     ]
 
@@ -333,8 +333,9 @@ python3 -c 'x = bytearray(128 * 2**20); import time; time.sleep(0.5)'
 async def test_sacct_and_seff_give_a_jobs_memory_peak_against_its_mem(
     tmp_path: Path, nats_url: str, database_url: str, db: asyncpg.Connection
 ) -> None:
-    """A job asking 512M that touches 128 MiB: its cgroup's peak, recorded as its worker
-    exits, is sacct's MaxRSS (on the node it ran on) and seff's memory efficiency."""
+    """A job asking 512M that touches 128 MiB: its cgroup's peak and CPU time, recorded
+    as its worker exits, are sacct's MaxRSS (on the node it ran on) and TotalCPU, and
+    seff's memory and CPU efficiency."""
     work = tmp_path / "work"
     work.mkdir()
     with cgroup_root() as root:
@@ -359,18 +360,21 @@ async def test_sacct_and_seff_give_a_jobs_memory_peak_against_its_mem(
                     words, capture_output=True, text=True, env=env, timeout=60, check=False
                 )
 
-            fields = "JobID,ReqMem,MaxRSS,MaxRSSNode,State"
+            fields = "JobID,ReqMem,MaxRSS,MaxRSSNode,State,TotalCPU"
             acct = await asyncio.to_thread(
                 shell, "sacct", "-j", str(job), "-X", "-P", "-n", f"--format={fields}"
             )
             assert acct.returncode == 0, acct.stderr
-            jid, asked, rss, where, ended = acct.stdout.strip().split("|")
+            jid, asked, rss, where, ended, cpu = acct.stdout.strip().split("|")
             assert (jid, asked, where, ended) == (str(job), "512M", "node01", "COMPLETED")
             assert 128 * 1024 <= int(rss.removesuffix("K")) < 512 * 1024, rss
+            minutes, seconds = cpu.split(":")  # MM:SS.mmm: python's start and the memset
+            assert 0 < int(minutes) * 60 + float(seconds) < 60, cpu
             seff = await asyncio.to_thread(shell, "seff", str(job))
             assert seff.returncode == 0, seff.stderr
             lines = dict(line.split(": ", 1) for line in seff.stdout.splitlines())
             assert lines["Job ID"] == str(job)
+            assert lines["CPU Efficiency"].endswith("core-walltime"), seff.stdout
             assert lines["Memory Efficiency"].endswith("% of 512.00 MB"), seff.stdout
             share = float(lines["Memory Efficiency"].split("%")[0])
             assert 25.0 <= share < 100.0, seff.stdout

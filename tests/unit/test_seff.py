@@ -16,6 +16,7 @@ def row(**kw: object) -> AcctRow:
         "job_id": 12, "user": "ada", "account": "ml", "state": "COMPLETED", "exit_code": 0,
         "start": 1000.0, "end": 1000.0 + 3723, "nodes": ("node01",), "cpus": 8,
         "mem_mib": 40960, "max_rss_bytes": 3 * GIB, "max_rss_node": "node01",
+        "cpu_usec": 1_861_500_000,
     }  # fmt: skip
     return AcctRow(**(base | kw))  # type: ignore[arg-type]
 
@@ -28,8 +29,8 @@ def test_a_job_that_used_a_part_of_its_memory() -> None:
         "State: COMPLETED (exit code 0)",
         "Nodes: 1",
         "Cores per node: 8",
-        "CPU Utilized: not recorded by Muster",
-        "CPU Efficiency: not recorded by Muster",
+        "CPU Utilized: 00:31:01",
+        "CPU Efficiency: 6.25% of 08:16:24 core-walltime",
         "Job Wall-clock time: 01:02:03",
         "Memory Utilized: 3.00 GB",
         "Memory Efficiency: 7.50% of 40.00 GB",
@@ -47,9 +48,15 @@ CASES = {
         ["Memory Utilized: 3.00 GB", "Memory Efficiency: not known (no --mem asked)"],
     ),
     "no peak recorded (no cgroup, or not ended)": (
-        row(max_rss_bytes=None),
+        row(max_rss_bytes=None, cpu_usec=None),
         ["Memory Utilized: not recorded (no memory cgroup on its nodes, or it has not ended)",
-         "Memory Efficiency: not known"],
+         "Memory Efficiency: not known",
+         "CPU Utilized: not recorded (no cgroup on its nodes, or it has not ended)",
+         "CPU Efficiency: not known"],
+    ),
+    "several nodes: CPU time of them all against every node's CPUs": (
+        row(nodes=("node01", "node02"), cpus=16, cpu_usec=3_723_000_000),
+        ["CPU Utilized: 01:02:03", "CPU Efficiency: 6.25% of 16:32:48 core-walltime"],
     ),
     "a running job: its time so far, and seff's warning": (
         row(state="RUNNING", exit_code=None, end=None, max_rss_bytes=None),

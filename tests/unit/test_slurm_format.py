@@ -83,6 +83,7 @@ class Acct(msgspec.Struct, frozen=True, kw_only=True):
     cpus: int = 2
     max_rss_bytes: int | None = None
     max_rss_node: str = ""
+    cpu_usec: int | None = None
 
 
 PARSE = {
@@ -319,6 +320,22 @@ SACCT = {
         "|",
         ["JobID|MaxRSS|AllocTRES|ElapsedRaw|AllocCPUS|AveVMSize", "7||gres/gpu=8,node=2|3661|2|"],
     ),
+    "CPU time used, and allocated (CPUs x elapsed)": (
+        [
+            Acct(job_id=7, cpus=16, cpu_usec=83_456_789),
+            Acct(job_id=8, cpus=2, cpu_usec=7_384_000_000, nodes=("node01",)),
+            Acct(job_id=9, cpus=1, nodes=("node01",)),
+        ],
+        "JobID,TotalCPU,CPUTime,CPUTimeRAW",
+        True,
+        "|",
+        [
+            "JobID|TotalCPU|CPUTime|CPUTimeRAW",
+            "7|01:23.456|16:16:16|58576",
+            "8|02:03:04|02:02:02|7322",
+            "9||01:01:01|3661",
+        ],
+    ),
     "sizing --mem: what was asked, the peak and where; a step's own are not recorded": (
         [
             Acct(job_id=7, mem_mib=40960, cpus=16, max_rss_bytes=3 * 2**30, max_rss_node="node02"),
@@ -352,7 +369,7 @@ def test_sbatch_test_only_says_what_would_be_accepted() -> None:
 
 
 def test_the_fields_muster_does_not_record_are_named() -> None:
-    assert unrecorded("JobID,MaxRSS%12,elapsed,aveRSS,TotalCPU") == ["AveRSS", "TotalCPU"]
+    assert unrecorded("JobID,MaxRSS%12,elapsed,aveRSS,UserCPU") == ["AveRSS", "UserCPU"]
     assert unrecorded(None) == []
 
 

@@ -58,10 +58,12 @@ JOB = {
     "run_end": 400.0,
     "max_rss": 3 * 2**30,  # the current attempt's highest peak, and where
     "max_rss_node": "n2",
+    "cpu_usec": 5_000_000,  # and the CPU time of its workers on every node
 }
 ATTEMPTS = [
     {"job_id": 12, "attempt": a, "allocated": s - 1, "released": e, "gpus": g, "nodes": n,
-     "started": s, "ended": e, "max_rss": rss, "max_rss_node": n[0]}
+     "started": s, "ended": e, "max_rss": rss, "max_rss_node": n[0],
+     "cpu_usec": 5_000_000 if a == 2 else None}
     for a, s, e, g, n, rss in (
         (1, 110.0, 200.0, 8, ["n1", "n2"], 2**30), (2, 210.0, 400.0, 4, ["n2"], 3 * 2**30)
     )
@@ -79,7 +81,7 @@ def test_acct_gives_the_job_then_each_attempt_an_earlier_one_requeued() -> None:
         job_id=12, name="train", user="ada", account="physics", partition="gpu",
         state="COMPLETED", gpus=4, gpu_model="H100", submit=100.0, start=110.0, end=400.0,
         gpu_seconds=1480.0, billed=2960.0, exit_code=0, nodes=("n2",),
-        mem_mib=40960, cpus=4, max_rss_bytes=3 * 2**30, max_rss_node="n2",
+        mem_mib=40960, cpus=4, max_rss_bytes=3 * 2**30, max_rss_node="n2", cpu_usec=5_000_000,
     )  # fmt: skip
     assert rows == [
         base,
@@ -96,6 +98,7 @@ def test_acct_gives_the_job_then_each_attempt_an_earlier_one_requeued() -> None:
             cpus=8,  # 4 on each of its two nodes
             max_rss_bytes=2**30,
             max_rss_node="n1",
+            cpu_usec=None,  # none recorded for it
         ),
         msgspec.structs.replace(base, attempt=2, start=210.0, gpu_seconds=760.0, billed=1520.0),
     ]

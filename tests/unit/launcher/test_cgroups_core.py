@@ -14,6 +14,7 @@ from services.launcher.cgroups_core import (
     Write,
     cgroup_name,
     choose_version,
+    cpu_usec,
     denied_gpus,
     memory_outcome,
     parse_flat_keyed,
@@ -194,3 +195,18 @@ def test_flat_keyed_files_skip_lines_that_are_not_counts() -> None:
 
 def test_a_cgroup_name_is_one_path_component_whatever_the_node_is_called() -> None:
     assert cgroup_name(12, 3, 1, "rack1/node 07") == "12_3_1_rack1_node_07"
+
+
+CPU = {
+    "v2 cpu.stat: usage_usec": (
+        Version.V2, "usage_usec 2750000\nuser_usec 2000000\nsystem_usec 750000\n", 2_750_000,
+    ),
+    "v1 cpuacct.usage: nanoseconds": (Version.V1, "2750000123\n", 2_750_000),
+    "not readable: not known": (Version.V1, "", None),
+    "v2 without the key: not known": (Version.V2, "nr_periods 0\n", None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("version", "text", "want"), CPU.values(), ids=CPU.keys())
+def test_cpu_usec(version: Version, text: str, want: int | None) -> None:
+    assert cpu_usec(version, text) == want

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -33,7 +34,7 @@ def root() -> Iterator[str]:
     name = f"muster-unit-{uuid.uuid4().hex[:8]}"
     yield name
     assert HIERARCHY is not None
-    for ctl in ("memory", "cpu", "pids", "devices", "blkio", ""):
+    for ctl in ("memory", "cpu", "cpuacct", "pids", "devices", "blkio", ""):
         if ctl not in HIERARCHY.mounts:
             continue
         top = Path(HIERARCHY.mounts[ctl], HIERARCHY.own.get(ctl, "/").lstrip("/"), name)
@@ -261,3 +262,21 @@ def _members(folder: str) -> set[int]:
     """The threads (v1 `tasks`) or processes (v2) in one cgroup folder."""
     name = "tasks" if Path(folder, "tasks").exists() else "cgroup.procs"
     return {int(t) for t in Path(folder, name).read_text().split()}
+
+
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3:\n    pass\n"
+
+
+def test_the_cpu_time_and_memory_peak_a_job_used_are_read_at_its_end(root: str) -> None:
+    """What sacct's TotalCPU and MaxRSS are made of: the cgroup's own counters, with
+    cpuacct found whether it is mounted with cpu or on its own."""
+    assert HIERARCHY is not None
+    ref = cgroups.create(HIERARCHY, root, "job", Limits(memory_bytes=256 << 20))
+    try:
+        burner = _in_cgroup(ref, [sys.executable, "-c", BURN])
+        assert burner.wait(timeout=60) == 0
+        got = cgroups.outcome(ref)
+    finally:
+        cgroups.remove(ref)
+    assert got.cpu_usec is not None and got.cpu_usec >= 300_000, got
+    assert got.peak_bytes is not None and got.peak_bytes > 1 << 20, got
