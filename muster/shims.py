@@ -419,12 +419,18 @@ def seff(argv: list[str]) -> int:
     p = _parser("seff")
     p.add_argument("job")
     a = p.parse_args(argv)
-    try:
-        job, step = _job_step(a.job)
-    except ValueError as err:
-        raise ShimError(f"bad job id {a.job}: {err}; seff takes one job id, e.g. 12") from err
-    if step is not None:
-        raise ShimError(f"{a.job}: seff reports a job, not a step; give {job}")
+    if "." in a.job:
+        raise ShimError(f"{a.job}: seff reports a job, not a step; give {a.job.split('.')[0]}")
+    if "_" in a.job:  # an array task, ARRAY_TASK: its own job id
+        ask = QueueRequest(user=current_user(), job_refs=(a.job,), all_states=True)
+        found = request(_url(), "queue", ask, QueueReply).jobs
+        if len(found) != 1:
+            raise ShimError(f"Job not found: {a.job}")
+        job = found[0].job_id
+    elif a.job.isdigit():
+        job = int(a.job)
+    else:
+        raise ShimError(f"bad job id {a.job}: seff takes one job id, e.g. 12 or 12_3")
     req = AcctRequest(user=current_user(), job_ids=(job,), attempts=False)
     rows = [r for r in request(_url(), ACCT_VERB, req, AcctReply).rows if r.step is None]
     if not rows:

@@ -115,6 +115,19 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
         what="sacct records the cancel",
     )
     assert acct.returncode == 0
+    # seff: the job's report (what it used needs a cgroup: test_isolation); a step, a
+    # task of an array by ARRAY_TASK, as seff is typed
+    seff = await shell("seff", job)
+    assert seff.returncode == 0 and f"Job ID: {job}\n" in seff.stdout, seff
+    assert "State: CANCELLED" in seff.stdout, seff.stdout
+    step = await shell("seff", f"{job}.0")
+    assert step.returncode == 1 and "seff reports a job, not a step" in step.stderr
+    array = (await shell("sbatch", "--parsable", "-H", "--array=0-1", "long.sh")).stdout.strip()
+    own = (await shell("squeue", "-h", "-r", "-j", f"{array}_1", "-o", "%A")).stdout.strip()
+    task = await shell("seff", f"{array}_1")
+    assert task.returncode == 0 and f"Job ID: {own}\n" in task.stdout, (own, task)
+    assert own != array.split(";")[0], own  # the task's own id, not the array's first
+    await shell("scancel", array)
     # the GPU time the job used, charged by the hour, in sreport's chargeback report:
     # the submitter's row once charged (a second or two of one GPU: Used may round to 0)
     window = (f"start={time.time() - 3600:.0f}", f"end={time.time() + 3600:.0f}")
