@@ -357,7 +357,7 @@ def sacct(argv: list[str]) -> int:
     if a.brief and not a.format:  # Slurm's -b: the job, how it ended, its exit code
         a.format = "JobID,State,ExitCode"
     try:
-        refs = [_job_step(j) for j in _csv(a.jobs)]
+        refs = _acct_refs(_csv(a.jobs)) if a.jobs else []
     except ValueError as err:
         raise ShimError(f"bad job id in -j {','.join(a.jobs)}: {err}") from err
     from datetime import datetime
@@ -404,10 +404,20 @@ def sacct(argv: list[str]) -> int:
     return 0
 
 
-def _job_step(text: str) -> tuple[int, int | None]:
-    """`-j` words: `12`, `12_3` (an array task: its job), `12.3` (a step), `12.batch`."""
-    job, _, step = text.split("_")[0].partition(".")
-    return int(job), int(step) if step.isdigit() else None
+def _acct_refs(words: tuple[str, ...]) -> list[tuple[int, int | None]]:
+    """`-j` words as (job id, step): `12`, `12.3` (a step), `12.batch` (the job); an
+    array's tasks by their own ids, as the queue resolves `12` (a job, or every task of
+    array 12), `12_3` and `12_[1-3]`."""
+    refs: list[tuple[int, int | None]] = []
+    for word in words:
+        base, _, step = word.partition(".")
+        if "_" not in base:
+            refs.append((int(base), int(step) if step.isdigit() else None))
+    bases = tuple(dict.fromkeys(w.partition(".")[0] for w in words))
+    ask = QueueRequest(user=current_user(), job_refs=bases, all_states=True)
+    tasks = request(_url(), "queue", ask, QueueReply).jobs
+    refs += [(j.job_id, None) for j in tasks if j.array_job_id is not None]
+    return list(dict.fromkeys(refs))
 
 
 def seff(argv: list[str]) -> int:

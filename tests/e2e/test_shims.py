@@ -127,6 +127,11 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
     task = await shell("seff", f"{array}_1")
     assert task.returncode == 0 and f"Job ID: {own}\n" in task.stdout, (own, task)
     assert own != array.split(";")[0], own  # the task's own id, not the array's first
+    # and sacct: a task by ARRAY_TASK, the whole array by its id
+    by_task = await shell("sacct", "-j", f"{array}_1", "-X", "-n", "-P", "-o", "JobID")
+    assert by_task.stdout.split() == [own], (own, by_task)
+    every = await shell("sacct", "-j", array, "-X", "-n", "-P", "-o", "JobID")
+    assert len(every.stdout.split()) == 2 and own in every.stdout.split(), every
     await shell("scancel", array)
     # the GPU time the job used, charged by the hour, in sreport's chargeback report:
     # the submitter's row once charged (a second or two of one GPU: Used may round to 0)
