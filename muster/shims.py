@@ -638,8 +638,9 @@ def _update_nodes(words: list[str]) -> int:
 
 
 def _show_jobs(ref: str | None, one_line: bool) -> int:
-    """`scontrol show job [ID]`: the job, or every job the queue shows (as Slurm's, those
-    not yet purged: the live ones), a record each with a blank line after."""
+    """`scontrol show job [ID]`: the job (an array's id: every task of it, as Slurm's),
+    or every job the queue shows (as Slurm's, those not yet purged: the live ones), a
+    record each with a blank line after."""
     from muster.client_env import local_ids
     from muster.render import show_lines
 
@@ -650,7 +651,12 @@ def _show_jobs(ref: str | None, one_line: bool) -> int:
         if not job_ids:
             print("No jobs in the system")
     elif ref.isdigit():
-        job_ids = [int(ref)]
+        first = request(url, "show", ShowJobRequest(user=user, job_id=int(ref)), ShowJobReply)
+        if first.job.array_job_id != int(ref):  # a job, or one task by its own id
+            _record(show_lines(first, local_ids(first.job.user)), one_line)
+            return 0
+        req = QueueRequest(user=user, job_refs=(ref,), all_states=True)  # every task
+        job_ids = [j.job_id for j in request(url, "queue", req, QueueReply).jobs]
     else:
         req = QueueRequest(user=user, job_refs=(ref,), all_states=True)
         jobs = request(url, "queue", req, QueueReply).jobs

@@ -132,6 +132,10 @@ async def test_sbatch_squeue_sinfo_scancel_and_sacct_work_as_slurm_users_type_th
     assert by_task.stdout.split() == [own], (own, by_task)
     every = await shell("sacct", "-j", array, "-X", "-n", "-P", "-o", "JobID")
     assert len(every.stdout.split()) == 2 and own in every.stdout.split(), every
+    records = (await shell("scontrol", "-o", "show", "job", array)).stdout.split("\n\n")
+    assert [r.split()[0] for r in records if r.strip()] == [
+        f"JobId={j}" for j in every.stdout.split()
+    ], records  # an array's id: every task, as Slurm's scontrol
     await shell("scancel", array)
     # the GPU time the job used, charged by the hour, in sreport's chargeback report:
     # the submitter's row once charged (a second or two of one GPU: Used may round to 0)
