@@ -14,8 +14,14 @@ from shared.jobspec import JobSpec
 
 
 def per_node(spec: JobSpec) -> tuple[int, int]:
-    """(CPUs, memory in MiB) the job asks of each of its nodes; 0 MiB: no --mem."""
+    """(CPUs, memory in MiB) the job asks of each of its nodes; 0 MiB: no --mem, or
+    `--mem=0` (all of each node's: `whole_memory`)."""
     return spec.cpus_per_task * spec.ntasks_per_node, spec.mem_mib or 0
+
+
+def whole_memory(spec: JobSpec) -> bool:
+    """`--mem=0`: Slurm's all of each node's memory (the placer counts it so)."""
+    return spec.mem_mib == 0
 
 
 def big_enough(have_cpus: int, have_mib: int, cpus: int, mib: int) -> bool:

@@ -369,8 +369,9 @@ async def nodes_view(conn: Conn) -> tuple[list[asyncpg.Record], list[asyncpg.Rec
         "    FROM allocation_nodes an"
         "    JOIN allocations a ON a.alloc_id = an.alloc_id AND a.released_at IS NULL"
         "    JOIN jobs j ON j.job_id = a.job_id WHERE an.node = n.name AND an.live) AS cpus_alloc,"
-        # and the memory they hold of it (scontrol's AllocMem=, sinfo's %e free of it)
-        " (SELECT coalesce(sum((j.spec->>'mem_mib')::bigint), 0)::bigint"
+        # and the memory they hold of it (scontrol's AllocMem=): --mem=0, all of it
+        " (SELECT coalesce(sum(CASE (j.spec->>'mem_mib')::bigint WHEN 0 THEN n.memory_mib"
+        "    ELSE (j.spec->>'mem_mib')::bigint END), 0)::bigint"
         "    FROM allocation_nodes an"
         "    JOIN allocations a ON a.alloc_id = an.alloc_id AND a.released_at IS NULL"
         "    JOIN jobs j ON j.job_id = a.job_id WHERE an.node = n.name AND an.live) AS mem_alloc"

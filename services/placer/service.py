@@ -43,7 +43,7 @@ from shared.events import (
     JobSubmitted,
 )
 from shared.logs import kv
-from shared.node_size import per_node
+from shared.node_size import per_node, whole_memory
 from shared.runtime import ServiceContext, every, until_stopped
 from shared.settings import PlacerSettings
 from shared.telemetry import remember_job_trace
@@ -402,5 +402,6 @@ def _spare_gang(ask: JobSparesRequested, alloc: repo.LiveAllocation) -> JobReque
         excluded_nodes=tuple(sorted({*spec.excluded_nodes, *ask.exclude, *alloc.nodes})),
         cpus_per_node=cpus,
         mem_per_node_mib=mib,
+        mem_whole=whole_memory(spec),
         time_limit_s=spec.time_limit_s,
     )

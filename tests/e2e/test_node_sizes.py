@@ -96,3 +96,25 @@ async def test_memory_a_running_job_holds_is_not_given_twice(
     assert order is not None
     assert order["started"] >= order["ended"], dict(order)
     assert order["nodes"] == ["node02"]
+
+
+async def test_mem_0_holds_all_of_its_nodes_memory(
+    cluster: Cluster, db: asyncpg.Connection
+) -> None:
+    """`--mem=0` (Slurm's all of the node's memory) on node02: it holds 64 GiB there
+    (AllocMem=), and a job asking 1 GiB that only node02 can take waits for it."""
+    url = cluster.nats_url
+    whole = (await submit(url, "#!/bin/bash\nsleep 4\n", ("--mem=0", "-w", "node02"))).job_ids[0]
+    await eventually(partial(job_state, db, whole), lambda s: s == "RUNNING", 60, f"{whole}")
+    shown = await call(url, "nodes", QueueRequest(user="root"), NodesReply)
+    assert {n.name: n.mem_alloc_mib for n in shown.nodes} == {"node01": 0, "node02": 65536}
+    small = (await submit(url, "#!/bin/bash\ntrue\n", ("--mem=1G", "-c", "8"))).job_ids[0]
+    view = await eventually(
+        lambda: queue(url),
+        lambda r: any(j.job_id == small and j.detail for j in r.jobs),
+        30,
+        "the small job's wait",
+    )
+    (waiting,) = [j for j in view.jobs if j.job_id == small]
+    assert "1024 MiB of free memory on node02" in waiting.detail, waiting
+    await eventually(partial(job_state, db, small), lambda s: s == "COMPLETED", 60, f"{small}")

@@ -6,6 +6,8 @@ would fit (its cgroup caps the job; the node's total is what the kernel's OOM ki
 guards). A job goes only where its memory fits beside what the running jobs, and those
 this pass has started, hold (`short`, in the node filter of place.py). A job without
 `--mem` holds none, and a node whose memory is not known (0) is never short.
+`--mem=0` is Slurm's "all of each node's memory": such a job holds the whole of its
+nodes' memory and needs all of it free (`WHOLE`, what `asks` gives for it).
 
 Starts count memory; bookings plan on GPUs alone (memory frees as the jobs holding it
 end, and a booked start that finds it still held waits on). A preemptor leaves out the
@@ -19,13 +21,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from services.placer.core.index import ClusterIndex
-from services.placer.core.model import Running
+from services.placer.core.model import JobRequest, Running
 
 NONE: frozenset[int] = frozenset()
+WHOLE = -1  # an ask of all of each node's memory (`--mem=0`)
+
+
+def asks(job: JobRequest | Running) -> int:
+    """What the job asks (or holds) of each node: MiB, `WHOLE`, or 0 (nothing)."""
+    return WHOLE if job.mem_whole else job.mem_per_node_mib
 
 
 class HeldMemory:
-    """MiB held per node id, and the nodes short of a job's memory (cached per size)."""
+    """MiB held per node id, and the nodes short of a job's memory (cached per ask)."""
 
     def __init__(self, ix: ClusterIndex, running: Sequence[Running]) -> None:
         self.cap = [n.memory_mib for n in ix.nodes]
@@ -34,69 +42,74 @@ class HeldMemory:
         self._short: dict[int, frozenset[int]] = {}
         id_of = ix.id_of
         for r in running:
-            if r.mem_per_node_mib:
-                self.hold(r.mem_per_node_mib, (id_of[g.node] for g in r.grants if g.node in id_of))
+            if ask := asks(r):
+                self.hold(ask, (id_of[g.node] for g in r.grants if g.node in id_of))
 
-    def short(self, mib: int) -> frozenset[int]:
-        """Ids of the nodes without `mib` MiB free beside what is held there. Only a node
-        holding some can be: one too small for `mib` whole is sizes.py's."""
-        if not mib or not self.held:
+    def _need(self, i: int, ask: int) -> int:
+        return self.cap[i] if ask == WHOLE else ask
+
+    def short(self, ask: int) -> frozenset[int]:
+        """Ids of the nodes without `ask` free beside what is held there. Only a node
+        holding some can be: one too small for it whole is sizes.py's."""
+        if not ask or not self.held:
             return NONE
-        found = self._short.get(mib)
+        found = self._short.get(ask)
         if found is None:
-            cap = self.cap
-            found = self._short[mib] = frozenset(
-                i for i, used in self.held.items() if cap[i] and used + mib > cap[i]
+            cap, need = self.cap, self._need
+            found = self._short[ask] = frozenset(
+                i for i, used in self.held.items() if cap[i] and used + need(i, ask) > cap[i]
             )
         return found
 
-    def hold(self, mib: int, nodes: Iterable[int]) -> None:
-        """A job holding `mib` on each of `nodes` (a running job, or one started now)."""
+    def hold(self, ask: int, nodes: Iterable[int]) -> None:
+        """A job holding `ask` on each of `nodes` (a running job, or one started now)."""
         held = self.held
         for i in nodes:
-            held[i] = held.get(i, 0) + mib
+            held[i] = held.get(i, 0) + self._need(i, ask)
         self._short = {}
 
-    def short_beside(self, mib: int, cands: Sequence[Running]) -> frozenset[int]:
-        """Ids of the nodes short of `mib` even once every job of `cands` has gone."""
-        if not mib or not self.held:
+    def short_beside(self, ask: int, cands: Sequence[Running]) -> frozenset[int]:
+        """Ids of the nodes short of `ask` even once every job of `cands` has gone."""
+        if not ask or not self.held:
             return NONE
         freed = self._on_nodes(cands)
-        cap = self.cap
+        cap, need = self.cap, self._need
         return frozenset(
-            i for i, used in self.held.items() if cap[i] and used - freed.get(i, 0) + mib > cap[i]
+            i
+            for i, used in self.held.items()
+            if cap[i] and used - freed.get(i, 0) + need(i, ask) > cap[i]
         )
 
     def more_victims(
         self,
-        mib: int,
+        ask: int,
         nodes: Iterable[int],
         victims: Sequence[Running],
         cands: Sequence[Running],
     ) -> list[Running] | None:
         """`victims`, then the candidates (cheapest first) whose memory on `nodes` the
-        preemptor's `mib` there still needs; None: not even every candidate frees it."""
+        preemptor's `ask` there still needs; None: not even every candidate frees it."""
         out = list(victims)
-        if not mib or not self.held:
+        if not ask or not self.held:
             return out
         chosen = {r.job_id for r in out}
-        rest = [r for r in cands if r.job_id not in chosen and r.mem_per_node_mib]
+        rest = [r for r in cands if r.job_id not in chosen and asks(r)]
         for i in nodes:
-            over = self._over(i, mib, out)
+            over = self._over(i, ask, out)
             while over > 0 and (r := self._next_on(i, rest)) is not None:
                 rest.remove(r)
                 out.append(r)
-                over -= r.mem_per_node_mib
+                over -= self._need(i, asks(r))
             if over > 0:
                 return None
         return out
 
-    def _over(self, i: int, mib: int, leaving: Sequence[Running]) -> int:
-        """MiB node i lacks for `mib` once `leaving` has gone (<= 0: none)."""
+    def _over(self, i: int, ask: int, leaving: Sequence[Running]) -> int:
+        """MiB node i lacks for `ask` once `leaving` has gone (<= 0: none)."""
         cap = self.cap[i]
         if not cap:
             return 0
-        return self.held.get(i, 0) - self._on_nodes(leaving).get(i, 0) + mib - cap
+        return self.held.get(i, 0) - self._on_nodes(leaving).get(i, 0) + self._need(i, ask) - cap
 
     def _next_on(self, i: int, rest: Sequence[Running]) -> Running | None:
         id_of = self.id_of
@@ -107,8 +120,8 @@ class HeldMemory:
         got: dict[int, int] = {}
         id_of = self.id_of
         for r in jobs:
-            if r.mem_per_node_mib:
+            if ask := asks(r):
                 for g in r.grants:
                     if (i := id_of.get(g.node)) is not None:
-                        got[i] = got.get(i, 0) + r.mem_per_node_mib
+                        got[i] = got.get(i, 0) + self._need(i, ask)
         return got

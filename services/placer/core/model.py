@@ -65,6 +65,7 @@ class Running(msgspec.Struct, frozen=True, kw_only=True):
     predicted_s: int | None = None  # expected runtime (predict.py): plans, never kills
     name: str = ""  # the job's name (what its runtime is predicted from)
     mem_per_node_mib: int = 0  # its --mem, held on each of its nodes (memory.py)
+    mem_whole: bool = False  # --mem=0: all of each node's memory
 
 
 class JobRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,6 +89,7 @@ class JobRequest(msgspec.Struct, frozen=True, kw_only=True):
     # What it asks of each node besides GPUs (shared.node_size.per_node): CPUs and --mem
     cpus_per_node: int = 1
     mem_per_node_mib: int = 0
+    mem_whole: bool = False  # --mem=0: all of each node's memory (memory.py)
     time_limit_s: int = 3600
     max_switches: int | None = None  # at most this many leaf switches (Slurm --switches=K)
     switches_wait_s: int = 0  # ... until this long after submitted_at, then any (the @T)

@@ -26,7 +26,7 @@ from services.placer.core.gc_pause import gc_paused
 from services.placer.core.index import ClusterIndex
 from services.placer.core.job_pool import Choice, counts_in, job_choices, job_pool
 from services.placer.core.limits import Usage, check, headroom
-from services.placer.core.memory import HeldMemory
+from services.placer.core.memory import WHOLE, HeldMemory, asks
 from services.placer.core.model import (
     Backfill,
     Grant,
@@ -212,7 +212,7 @@ class Prepared:
             and shape.total is None
             and not _filters(job)
             and not too_small(self.ix, job)
-            and not self.memory.short(job.mem_per_node_mib)
+            and not self.memory.short(asks(job))
         )
         free_nodes = pool.ge[ROOT][shape.g] if shape.g <= self.ix.width else 0
         if plain and free_nodes + self.held_nodes < shape.nmin:
@@ -250,7 +250,7 @@ class Prepared:
         `memory_now`: its --mem fits beside what jobs hold now (off for bookings)."""
         ix = self.ix
         small = too_small(ix, job)  # nodes without its CPUs or memory per node
-        if memory_now and (short := self.memory.short(job.mem_per_node_mib)):
+        if memory_now and (short := self.memory.short(asks(job))):
             small = small | short  # nodes whose memory running jobs hold
         if not avoid and only is None and not small and not _filters(job, whole_now):
             return None
@@ -333,8 +333,8 @@ class Prepared:
             picks.append((i, mask))
             grants.append(Grant(node=ix.nodes[i].name, gpus=ix.gpus_of(i, mask)))
         self.future.add(self.now + self._runtime(job), picks, job.job_id)
-        if job.mem_per_node_mib:
-            self.memory.hold(job.mem_per_node_mib, (i for i, _ in picks))
+        if ask := asks(job):
+            self.memory.hold(ask, (i for i, _ in picks))
         gpus = sum(m.bit_count() for _, m in picks)
         if self.limited:
             self.usage.add(job.user, job.account, job.qos, gpus)
@@ -408,13 +408,14 @@ class Prepared:
         """Why a job that asks memory found too few nodes, when held memory is part of
         it ("" otherwise: the GPUs alone, as the reason's own words say)."""
         member = pool.member
-        short = [i for i in self.memory.short(job.mem_per_node_mib) if member[i]]
+        short = [i for i in self.memory.short(asks(job)) if member[i]]
         if not short:
             return ""
         names = ", ".join(sorted(self.ix.nodes[i].name for i in short)[:3])
         more = f" and {len(short) - 3} more" if len(short) > 3 else ""
-        mib = job.mem_per_node_mib
-        return f"not enough free GPUs, or {mib} MiB of free memory on {names}{more}"
+        ask = asks(job)
+        memory = "all of its memory" if ask == WHOLE else f"{ask} MiB of free memory"
+        return f"not enough free GPUs, or {memory} on {names}{more}"
 
     def _need_ok(self, job: JobRequest, pool: Pool, also: frozenset[int] = frozenset()) -> NodeOk:
         """The filter of a job's future (bookings, the leaf wait, preemption), GPUs and
@@ -477,9 +478,9 @@ class Prepared:
         self, job: JobRequest, pool: Pool, shape: Shape, preempts: list[Preempt]
     ) -> Wait | None:
         cands = self.runs.candidates(self.victims, job)
-        mib, run = job.mem_per_node_mib, self.runs.running
+        ask, run = asks(job), self.runs.running
         # nodes whose memory stays short whoever goes: a victim's GPUs start nothing there
-        also = self.memory.short_beside(mib, _of(run, cands)) if mib else frozenset()
+        also = self.memory.short_beside(ask, _of(run, cands)) if ask else frozenset()
         ok = self._need_ok(job, pool, also)
         got = choose_victims(
             self.ix,
@@ -497,8 +498,8 @@ class Prepared:
         if got is None:
             return None
         picks, victims = got
-        if mib:  # and those holding the memory its nodes still lack
-            more = self.memory.more_victims(mib, (i for i, _ in picks), victims, _of(run, cands))
+        if ask:  # and those holding the memory its nodes still lack
+            more = self.memory.more_victims(ask, (i for i, _ in picks), victims, _of(run, cands))
             if more is None:
                 return None
             victims = more

@@ -29,7 +29,7 @@ from typing import Protocol
 
 from services.placer.core.index import ClusterIndex
 from services.placer.core.job_pool import job_pool
-from services.placer.core.memory import HeldMemory
+from services.placer.core.memory import HeldMemory, asks
 from services.placer.core.model import JobRequest, PolicyConfig, Preempt, Wait, Waiting
 from services.placer.core.pools import ROOT, Pool
 from services.placer.core.select import NO_ROOM
@@ -113,7 +113,7 @@ class Quick:
             or job.required_nodes
             or job.excluded_nodes
             or too_small(self.prep.ix, job)
-            or self.prep.memory.short(job.mem_per_node_mib)
+            or self.prep.memory.short(asks(job))
         ):
             return None
         key = (

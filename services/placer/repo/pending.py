@@ -17,7 +17,7 @@ from services.placer.core import JobRequest
 from services.placer.core.blockers import Ended, Facts
 from shared.db import Conn
 from shared.jobspec import JobSpec
-from shared.node_size import per_node
+from shared.node_size import per_node, whole_memory
 from shared.states import TERMINAL, JobState
 from shared.waiting import fetch_waiting
 
@@ -107,6 +107,7 @@ def _request(row: asyncpg.Record, spec: JobSpec) -> JobRequest:
         excluded_nodes=spec.excluded_nodes,
         cpus_per_node=cpus,
         mem_per_node_mib=mib,
+        mem_whole=whole_memory(spec),
         time_limit_s=spec.time_limit_s,
         max_switches=spec.max_switches,
         switches_wait_s=spec.switches_wait_s,

@@ -147,6 +147,7 @@ async def load_running(conn: Conn) -> tuple[Running, ...]:
         " coalesce((j.spec->>'exclusive')::boolean, false) AS exclusive,"
         " coalesce(j.spec->>'name', '') AS name,"
         " coalesce((j.spec->>'mem_mib')::bigint, 0) AS mem_mib,"
+        " coalesce((j.spec->>'mem_mib')::bigint = 0, false) AS mem_whole,"  # --mem=0
         " (SELECT p.for_job_id FROM preemptions p WHERE p.victim_alloc_id = a.alloc_id)"
         "   AS preempted_by,"
         " array_agg(n.node ORDER BY n.rank) AS nodes, array_agg(array_to_string(n.gpus, ',')"
@@ -173,6 +174,7 @@ async def load_running(conn: Conn) -> tuple[Running, ...]:
             exclusive=r["exclusive"],  # its nodes are held whole, not only its GPUs
             name=r["name"],
             mem_per_node_mib=r["mem_mib"],  # held on each of its nodes (core/memory.py)
+            mem_whole=r["mem_whole"],
             grants=tuple(
                 Grant(node=node, gpus=tuple(int(g) for g in gpus.split(",") if g))
                 for node, gpus in zip(r["nodes"], r["gpus"], strict=True)

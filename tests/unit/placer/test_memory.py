@@ -58,6 +58,19 @@ CASES = {
     "a node whose memory is not known is never short": (
         (UNKNOWN,), (holds(9, "u", 100),), (asks(1, 100),), {1: ("u",)},
     ),
+    "--mem=0 wants all of a node's memory: the node nothing holds any of": (
+        (A, B), (holds(9, "a", 1),), (asks(1, 0, mem_whole=True),), {1: ("b",)},
+    ),
+    "--mem=0 running holds all of it: a job asking any waits": (
+        (A,), (holds(9, "a", 0, mem_whole=True),), (asks(1, 1),), {},
+    ),
+    "--mem=0 beside a job asking none: it starts": (
+        (A,), (holds(9, "a", 0),), (asks(1, 0, mem_whole=True),), {1: ("a",)},
+    ),
+    "--mem=0 in one pass: the second waits": (
+        (A,), (), (asks(1, 0, gpus=2, mem_whole=True), asks(2, 0, gpus=2, mem_whole=True)),
+        {1: ("a",)},
+    ),
 }  # fmt: skip
 
 
@@ -81,6 +94,11 @@ def test_a_wait_for_memory_names_the_nodes_short_of_it() -> None:
     assert wait.detail == "not enough free GPUs, or 65536 MiB of free memory on a"
 
 
+def test_a_wait_for_all_of_a_nodes_memory_says_so() -> None:
+    plan = place(snapshot(A, running=(holds(9, "a", 1),)), [asks(1, 0, mem_whole=True)], now=T0)
+    assert plan.waits[0].detail == "not enough free GPUs, or all of its memory on a"
+
+
 def test_a_wait_for_gpus_alone_says_nothing_of_memory() -> None:
     full = running(9, grant("a", *range(8)))
     plan = place(snapshot(A, running=(full,)), [asks(1, 64)], now=T0)
@@ -102,6 +120,12 @@ PREEMPTS = {
         (holds(8, "a", 0, (0, 1, 2, 3), **LOW), holds(9, "a", 100, (4, 5), tier=1)),
         asks(1, 64, gpus=4, **URGENT),
         [],
+    ),
+    "--mem=0: every candidate holding memory on the node goes": (
+        (A,),
+        (holds(8, "a", 0, (0, 1, 2, 3), **LOW), holds(9, "a", 10, (4, 5), **LOW, priority=5)),
+        asks(1, 0, gpus=4, mem_whole=True, **URGENT),
+        [8, 9],
     ),
     "the node whose memory it cannot get is left for one it can": (
         (A, B),
