@@ -4,10 +4,14 @@ in the pass, hold; a preemptor stops the jobs holding the memory it needs, or no
 
 from __future__ import annotations
 
+import random
+
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from services.placer.core import JobRequest, Node, Running, Waiting, place
+from services.placer.core import JobRequest, Node, Running, Snapshot, Waiting, place
 from tests.unit.placer.helpers import T0, gang, grant, node, running, snapshot
 
 GIB = 1024
@@ -147,3 +151,46 @@ def test_a_preemptor_stops_the_jobs_holding_its_memory_or_none(
     plan = place(snapshot(*nodes, running=runs), [job], now=T0)
     assert sorted(p.victim_job_id for p in plan.preemptions) == want, plan
     assert not plan.starts
+
+
+@st.composite
+def memory_worlds(draw: st.DrawFn) -> tuple[Snapshot, list[JobRequest]]:
+    """Nodes of known memory, running jobs holding some of it (within it), and a queue
+    asking memory (some `--mem=0`), none, or GPUs alone."""
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    nodes = [sized(f"n{i}", rng.choice([64, 128, 256])) for i in range(rng.randint(1, 6))]
+    held = {n.name: 0 for n in nodes}
+    running = []
+    for j in range(rng.randint(0, 4)):  # GPUs 2j, 2j+1: none taken twice
+        n = rng.choice(nodes)
+        gib = rng.choice([0, 16, 32, 64])
+        if held[n.name] + gib * GIB > n.memory_mib:
+            continue
+        held[n.name] += gib * GIB
+        running.append(holds(100 + j, n.name, gib, (2 * j, 2 * j + 1)))
+    pending = []
+    for j in range(1, rng.randint(2, 10)):
+        whole = rng.random() < 0.15
+        gib = 0 if whole else rng.choice([0, 8, 32, 64, 100])
+        pending.append(
+            asks(j, gib, nodes=rng.choice([1, 1, 2]), gpus=rng.choice([1, 2, 4]), mem_whole=whole)
+        )
+    return snapshot(*nodes, running=tuple(running)), pending
+
+
+@settings(max_examples=300, deadline=None)
+@given(memory_worlds())
+def test_no_start_takes_a_node_past_its_memory(world: tuple[Snapshot, list[JobRequest]]) -> None:
+    snap, pending = world
+    plan = place(snap, pending, now=T0)
+    cap = {n.name: n.memory_mib for n in snap.nodes}
+    used = dict.fromkeys(cap, 0)
+    for r in snap.running:
+        for g in r.grants:
+            used[g.node] += r.mem_per_node_mib
+    by_id = {j.job_id: j for j in pending}
+    for s in plan.starts:
+        job = by_id[s.job_id]
+        for g in s.grants:
+            used[g.node] += cap[g.node] if job.mem_whole else job.mem_per_node_mib
+    assert all(used[n] <= cap[n] for n in cap), (used, plan)
