@@ -184,6 +184,29 @@ def request(job_id: int, rng: random.Random, sizes: list[tuple[int, float]]) -> 
     )
 
 
+def with_memory(
+    snap: Snapshot, pending: list[JobRequest], per_gpu_mib: int
+) -> tuple[Snapshot, list[JobRequest]]:
+    """Nodes of 8 x `per_gpu_mib`, and every job asking `per_gpu_mib` per GPU of a node,
+    as admission fills --mem from a partition's `def_mem_per_gpu`: a job with the same
+    GPUs on each node (a running one whose grants are all alike), not a GPU total spread
+    unevenly, whose GPUs per node are not known at submission."""
+    nodes = tuple(msgspec.structs.replace(n, memory_mib=8 * per_gpu_mib) for n in snap.nodes)
+    running = tuple(
+        msgspec.structs.replace(r, mem_per_node_mib=per_gpu_mib * len(r.grants[0].gpus))
+        if len({len(g.gpus) for g in r.grants}) == 1
+        else r
+        for r in snap.running
+    )
+    asks = [
+        msgspec.structs.replace(j, mem_per_node_mib=per_gpu_mib * j.gpus_per_node)
+        if j.gpus_total is None
+        else j
+        for j in pending
+    ]
+    return msgspec.structs.replace(snap, nodes=nodes, running=running), asks
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=10_000)
@@ -196,6 +219,13 @@ def main() -> None:
         default="muster",
         help="muster: the service's MUSTER_POLICY; mechanism: PolicyConfig() (old order)",
     )
+    ap.add_argument(
+        "--mem-per-gpu-gib",
+        type=int,
+        default=0,
+        help="every job asks this much memory per GPU of a node (a partition's"
+        " def_mem_per_gpu), nodes have 8 times it: memory counted out for every job",
+    )
     args = ap.parse_args()
     rng = random.Random(7)
     trace = kalos_path()
@@ -203,6 +233,8 @@ def main() -> None:
     nodes = cluster(args.nodes)
     snap = Snapshot(nodes=nodes, running=fill(nodes, args.busy, rng, sizes))
     pending = [request(10_000_000 + i, rng, sizes) for i in range(args.pending)]
+    if args.mem_per_gpu_gib:
+        snap, pending = with_memory(snap, pending, args.mem_per_gpu_gib * 1024)
     names = random.Random(8)
     pending = named(pending, names)
     predictor = history(names, sizes)

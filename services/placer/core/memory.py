@@ -9,6 +9,12 @@ this pass has started, hold (`short`, in the node filter of place.py). A job wit
 `--mem=0` is Slurm's "all of each node's memory": such a job holds the whole of its
 nodes' memory and needs all of it free (`WHOLE`, what `asks` gives for it).
 
+Most clusters give memory by GPU (a partition's `def_mem_per_gpu`), so every job asks
+some, and a node's free memory is then its free GPUs' share. Memory cannot change such
+a job's choice: `binds` says so in O(1) from the lowest memory per free GPU of any node
+(kept as a lower bound through the pass), and the job takes the fast paths as one
+asking nothing does (quick.py, the plain check of place.py).
+
 Starts count memory; bookings plan on GPUs alone (memory frees as the jobs holding it
 end, and a booked start that finds it still held waits on). A preemptor leaves out the
 nodes short of its memory even were every job it may preempt gone (`short_beside`),
@@ -40,6 +46,11 @@ class HeldMemory:
         self.id_of = ix.id_of
         self.held: dict[int, int] = {}
         self._short: dict[int, frozenset[int]] = {}
+        # each node's free GPUs, an upper bound through the pass (only starts lower it;
+        # a node taking no work has none): what `binds` divides free memory by
+        self.free = [f.bit_count() if a >= 0 else 0 for f, a in zip(ix.free, ix.avail, strict=True)]
+        self._lowest: tuple[int, int] | None = None  # (MiB, GPUs) free, least MiB per GPU
+        self._lowest_known = False
         id_of = ix.id_of
         for r in running:
             if ask := asks(r):
@@ -61,12 +72,56 @@ class HeldMemory:
             )
         return found
 
+    def binds(self, ask: int, g: int) -> bool:
+        """Whether memory may keep a job asking `ask` of each node, with `g` GPUs on each
+        (at least), off a node its GPUs alone would allow; False: `short` leaves out no
+        node such a job could take. A node is short for it only where less than `ask` is
+        free, and takes it only with `g` GPUs free: less than ask/g per free GPU. If no
+        node has less memory per free GPU than that, none is short for it."""
+        if not ask or not self.held:
+            return False
+        if ask == WHOLE or g <= 0:
+            return bool(self.short(ask))
+        low = self._lowest_ratio()
+        return low is not None and ask * low[1] > g * low[0]
+
+    def out(self, ask: int, g: int) -> frozenset[int]:
+        """`short(ask)` where memory `binds` the job, else none."""
+        return self.short(ask) if self.binds(ask, g) else NONE
+
+    def _lowest_ratio(self) -> tuple[int, int] | None:
+        if not self._lowest_known:
+            self._lowest_known = True
+            self._lowest = None
+            for i in self.held:
+                self._lower(i)
+        return self._lowest
+
+    def _lower(self, i: int) -> None:
+        """Node i's free memory per free GPU into the lowest, where it is lower."""
+        cap, gpus = self.cap[i], self.free[i]
+        if not cap or gpus <= 0:
+            return
+        mib, low = cap - self.held.get(i, 0), self._lowest
+        if low is None or mib * low[1] < low[0] * gpus:
+            self._lowest = (mib, gpus)
+
     def hold(self, ask: int, nodes: Iterable[int]) -> None:
         """A job holding `ask` on each of `nodes` (a running job, or one started now)."""
         held = self.held
         for i in nodes:
             held[i] = held.get(i, 0) + self._need(i, ask)
         self._short = {}
+
+    def start(self, ask: int, picks: Iterable[tuple[int, int]]) -> None:
+        """A job started now, holding `ask` and the GPUs `picks` (node id, mask) give:
+        its nodes' memory per free GPU may fall, and the lowest with it."""
+        picks = list(picks)
+        self.hold(ask, (i for i, _ in picks))
+        for i, mask in picks:
+            self.free[i] = max(0, self.free[i] - mask.bit_count())
+            if self._lowest_known:
+                self._lower(i)
 
     def short_beside(self, ask: int, cands: Sequence[Running]) -> frozenset[int]:
         """Ids of the nodes short of `ask` even once every job of `cands` has gone."""

@@ -212,8 +212,7 @@ class Prepared:
             and shape.total is None
             and not _filters(job)
             and not too_small(self.ix, job)
-            and not self.memory.short(asks(job))
-        )
+        )  # memory held (memory.py) only takes nodes away: "no room" holds all the same
         free_nodes = pool.ge[ROOT][shape.g] if shape.g <= self.ix.width else 0
         if plain and free_nodes + self.held_nodes < shape.nmin:
             return "no room"  # even borrowing every booking's GPUs would not do
@@ -223,7 +222,8 @@ class Prepared:
         for b in lent:
             for i, m in b.held:
                 self.ix.give(i, m)
-        chosen = self._select(job, pool, shape, self._ok(job, avoid, only))
+        g = shape.g if shape.total is None else 1  # GPUs it takes of a node, at least
+        chosen = self._select(job, pool, shape, self._ok(job, avoid, only, memory_g=g))
         if isinstance(chosen, Chosen) and self._leaf_soon(job, pool, shape, chosen):
             chosen = LEAF_SOON
         start = self._commit(job, shape, chosen, lent) if isinstance(chosen, Chosen) else None
@@ -231,7 +231,7 @@ class Prepared:
         if start is not None:
             return start
         if avoid and window is not None:
-            dry = self._select(job, pool, shape, self._ok(job, frozenset(), only))
+            dry = self._select(job, pool, shape, self._ok(job, frozenset(), only, memory_g=g))
             if isinstance(dry, Chosen):
                 detail = f"would run into {window.name} at {window.start:.0f}"
                 return self._wait(job, Waiting.RESERVATION, detail, window.end)
@@ -243,14 +243,15 @@ class Prepared:
         avoid: frozenset[int],
         only: frozenset[int] | None,
         whole_now: bool = True,
-        memory_now: bool = True,
+        memory_g: int | None = None,
     ) -> Callable[[int], bool] | None:
         """The node filter of a job; `whole_now`: an exclusive job wants nodes idle now
         (off for bookings and preemption, which ask whether a node is whole *then*);
-        `memory_now`: its --mem fits beside what jobs hold now (off for bookings)."""
+        `memory_g`: its --mem must fit beside what jobs hold now, taking that many GPUs
+        of each node at least (None: not counted, as for bookings)."""
         ix = self.ix
         small = too_small(ix, job)  # nodes without its CPUs or memory per node
-        if memory_now and (short := self.memory.short(asks(job))):
+        if memory_g is not None and (short := self.memory.out(asks(job), memory_g)):
             small = small | short  # nodes whose memory running jobs hold
         if not avoid and only is None and not small and not _filters(job, whole_now):
             return None
@@ -334,7 +335,7 @@ class Prepared:
             grants.append(Grant(node=ix.nodes[i].name, gpus=ix.gpus_of(i, mask)))
         self.future.add(self.now + self._runtime(job), picks, job.job_id)
         if ask := asks(job):
-            self.memory.hold(ask, (i for i, _ in picks))
+            self.memory.start(ask, picks)
         gpus = sum(m.bit_count() for _, m in picks)
         if self.limited:
             self.usage.add(job.user, job.account, job.qos, gpus)
@@ -394,7 +395,7 @@ class Prepared:
                 return got
         reason = Waiting.RESOURCES if self.blocked_by is None else Waiting.PRIORITY
         if self.blocked_by is None:
-            detail = self._short_words(job, pool)  # "" : the reason's own words
+            detail = self.short_words(job, pool)  # "" : the reason's own words
         else:
             detail = f"behind job {self.blocked_by}"
         at = None
@@ -404,16 +405,20 @@ class Prepared:
             self.blocked_by = job.job_id
         return self._wait(job, reason, detail, at)
 
-    def _short_words(self, job: JobRequest, pool: Pool) -> str:
+    def short_words(self, job: JobRequest, pool: Pool) -> str:
         """Why a job that asks memory found too few nodes, when held memory is part of
-        it ("" otherwise: the GPUs alone, as the reason's own words say)."""
-        member = pool.member
-        short = [i for i in self.memory.short(asks(job)) if member[i]]
+        it: the nodes of its pool with its GPUs free but not its memory ("" : none, the
+        GPUs alone, as the reason's own words say)."""
+        ask, g = asks(job), job.gpus_per_node if job.gpus_total is None else 1
+        out = self.memory.out(ask, g)
+        if not out:
+            return ""
+        member, avail = pool.member, self.ix.avail
+        short = [i for i in out if member[i] and avail[i] >= g]
         if not short:
             return ""
         names = ", ".join(sorted(self.ix.nodes[i].name for i in short)[:3])
         more = f" and {len(short) - 3} more" if len(short) > 3 else ""
-        ask = asks(job)
         memory = "all of its memory" if ask == WHOLE else f"{ask} MiB of free memory"
         return f"not enough free GPUs, or {memory} on {names}{more}"
 
@@ -421,7 +426,7 @@ class Prepared:
         """The filter of a job's future (bookings, the leaf wait, preemption), GPUs and
         sizes alone; `also`: more nodes to leave out."""
         avoid, _ = off_limits(self.windows, job, self.now)
-        inner = self._ok(job, avoid | also, None, whole_now=False, memory_now=False)
+        inner = self._ok(job, avoid | also, None, whole_now=False)
         member = pool.member
         if inner is None:
             return member.__getitem__  # a byte: no Python frame per node asked

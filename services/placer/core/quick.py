@@ -11,7 +11,8 @@ would give, or None to say "take the full path":
   prepared cluster: they are cached per key, with the pool and the shape's counts;
 - a gang of nmin nodes of g GPUs has no room when the pool has fewer than nmin nodes
   with g free even counting every node a booking holds (the first test of
-  `Prepared._try_start`, which returns "no room" then);
+  `Prepared._try_start`, which returns "no room" then); memory held on nodes
+  (memory.py) only takes nodes away, so a job asking some is answered alike;
 - a GPU total wider than a node has no room when the pool's free GPUs and every GPU a
   booking holds fall short of it (select_total, even with every booking's GPUs lent,
   would find too few; lending and taking back leaves the index as it was);
@@ -29,7 +30,6 @@ from typing import Protocol
 
 from services.placer.core.index import ClusterIndex
 from services.placer.core.job_pool import job_pool
-from services.placer.core.memory import HeldMemory, asks
 from services.placer.core.model import JobRequest, PolicyConfig, Preempt, Wait, Waiting
 from services.placer.core.pools import ROOT, Pool
 from services.placer.core.select import NO_ROOM
@@ -43,7 +43,6 @@ class Prepared(Protocol):
     imports this module: a protocol, not an import back, keeps the graph acyclic)."""
 
     ix: ClusterIndex
-    memory: HeldMemory
     config: PolicyConfig
     tested: int
     held_gpus: int
@@ -55,6 +54,8 @@ class Prepared(Protocol):
     def blocked(
         self, job: JobRequest, pool: Pool, shape: Shape, why: str, preempts: list[Preempt]
     ) -> Wait: ...
+
+    def short_words(self, job: JobRequest, pool: Pool) -> str: ...
 
 
 NOT_TESTED = "beyond max_job_test this pass"
@@ -113,7 +114,6 @@ class Quick:
             or job.required_nodes
             or job.excluded_nodes
             or too_small(self.prep.ix, job)
-            or self.prep.memory.short(asks(job))
         ):
             return None
         key = (
@@ -147,7 +147,7 @@ class Quick:
             return prep.blocked(job, pool, shape_of(job, prep.ix), NO_ROOM, preempts)
         if prep.blocked_by is None:
             prep.blocked_by = job.job_id
-            return Wait(job_id=job.job_id, reason=_RESOURCES)
+            return Wait(job_id=job.job_id, reason=_RESOURCES, detail=prep.short_words(job, pool))
         if self.behind[0] != prep.blocked_by:
             self.behind = (prep.blocked_by, f"behind job {prep.blocked_by}")
         return Wait(job_id=job.job_id, reason=_PRIORITY, detail=self.behind[1])

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.placer.core import JobRequest, Node, Running, Snapshot, Waiting, place
+from services.placer.core import JobRequest, Node, Running, Snapshot, Waiting, place, prepare
 from tests.unit.placer.helpers import T0, gang, grant, node, running, snapshot
 
 GIB = 1024
@@ -194,3 +194,32 @@ def test_no_start_takes_a_node_past_its_memory(world: tuple[Snapshot, list[JobRe
         for g in s.grants:
             used[g.node] += cap[g.node] if job.mem_whole else job.mem_per_node_mib
     assert all(used[n] <= cap[n] for n in cap), (used, plan)
+
+
+BINDS = {
+    "memory by GPU (def_mem_per_gpu): free memory is the free GPUs' share": (
+        (holds(9, "a", 64),), 4, 64, False,
+    ),
+    "more held than the GPUs' share: a job of that share may find a node short": (
+        (holds(9, "a", 100),), 4, 64, True,
+    ),
+    "a smaller ask per GPU than any node's free memory per GPU": (
+        (holds(9, "a", 100),), 4, 28, False,
+    ),
+    "nothing held anywhere": ((), 4, 100, False),
+    "no GPUs asked: any node short of it binds": ((holds(9, "a", 100),), 0, 64, True),
+    "--mem=0 beside held memory": ((holds(9, "a", 1),), 4, -1, True),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("runs", "g", "ask", "want"), BINDS.values(), ids=BINDS.keys())
+def test_memory_binds_a_job_only_where_it_may_keep_it_off_a_node(
+    runs: tuple[Running, ...], g: int, ask: int, want: bool
+) -> None:
+    """`binds` (O(1), what lets most jobs take the fast paths) is False only where no
+    node with the job's GPUs free lacks its memory: 128 GiB nodes of 8 GPUs, GPUs 0-3
+    held by the running job."""
+    memory = prepare(snapshot(A, B, running=runs), now=T0).memory
+    assert memory.binds(ask * GIB if ask > 0 else ask, g) is want
+    if not want:
+        assert not memory.out(ask * GIB if ask > 0 else ask, g)
