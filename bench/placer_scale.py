@@ -185,22 +185,27 @@ def request(job_id: int, rng: random.Random, sizes: list[tuple[int, float]]) -> 
 
 
 def with_memory(
-    snap: Snapshot, pending: list[JobRequest], per_gpu_mib: int
+    snap: Snapshot, pending: list[JobRequest], per_gpu_mib: int, skew: bool = False
 ) -> tuple[Snapshot, list[JobRequest]]:
     """Nodes of 8 x `per_gpu_mib`, and every job asking `per_gpu_mib` per GPU of a node,
     as admission fills --mem from a partition's `def_mem_per_gpu`: a job with the same
     GPUs on each node (a running one whose grants are all alike), not a GPU total spread
-    unevenly, whose GPUs per node are not known at submission."""
+    unevenly, whose GPUs per node are not known at submission. `skew`: those too, per
+    GPU of their fullest node (or 8), asking more than their share of some nodes."""
     nodes = tuple(msgspec.structs.replace(n, memory_mib=8 * per_gpu_mib) for n in snap.nodes)
     running = tuple(
-        msgspec.structs.replace(r, mem_per_node_mib=per_gpu_mib * len(r.grants[0].gpus))
-        if len({len(g.gpus) for g in r.grants}) == 1
+        msgspec.structs.replace(
+            r, mem_per_node_mib=per_gpu_mib * max(len(g.gpus) for g in r.grants)
+        )
+        if skew or len({len(g.gpus) for g in r.grants}) == 1
         else r
         for r in snap.running
     )
     asks = [
-        msgspec.structs.replace(j, mem_per_node_mib=per_gpu_mib * j.gpus_per_node)
-        if j.gpus_total is None
+        msgspec.structs.replace(
+            j, mem_per_node_mib=per_gpu_mib * (j.gpus_per_node or min(8, j.gpus_total or 1))
+        )
+        if skew or j.gpus_total is None
         else j
         for j in pending
     ]
@@ -226,6 +231,12 @@ def main() -> None:
         help="every job asks this much memory per GPU of a node (a partition's"
         " def_mem_per_gpu), nodes have 8 times it: memory counted out for every job",
     )
+    ap.add_argument(
+        "--mem-skew",
+        action="store_true",
+        help="with --mem-per-gpu-gib: jobs spread unevenly over nodes ask it per GPU of"
+        " their fullest node, so memory, not GPUs, keeps jobs off many busy nodes",
+    )
     args = ap.parse_args()
     rng = random.Random(7)
     trace = kalos_path()
@@ -234,7 +245,7 @@ def main() -> None:
     snap = Snapshot(nodes=nodes, running=fill(nodes, args.busy, rng, sizes))
     pending = [request(10_000_000 + i, rng, sizes) for i in range(args.pending)]
     if args.mem_per_gpu_gib:
-        snap, pending = with_memory(snap, pending, args.mem_per_gpu_gib * 1024)
+        snap, pending = with_memory(snap, pending, args.mem_per_gpu_gib * 1024, args.mem_skew)
     names = random.Random(8)
     pending = named(pending, names)
     predictor = history(names, sizes)

@@ -85,6 +85,11 @@ class HeldMemory:
         low = self._lowest_ratio()
         return low is not None and ask * low[1] > g * low[0]
 
+    def lacks(self, i: int, ask: int) -> bool:
+        """Whether node i is short of `ask` now (one node of `short`, in O(1))."""
+        cap = self.cap[i]
+        return bool(cap) and self.held.get(i, 0) + self._need(i, ask) > cap
+
     def out(self, ask: int, g: int) -> frozenset[int]:
         """`short(ask)` where memory `binds` the job, else none."""
         return self.short(ask) if self.binds(ask, g) else NONE

@@ -48,6 +48,7 @@ from services.placer.core.preempt import Victims, choose_victims
 from services.placer.core.quick import Quick
 from services.placer.core.releases import running_releases
 from services.placer.core.select import (
+    NO_ROOM,
     NO_TOPOLOGY,
     CandidateView,
     Chosen,
@@ -126,6 +127,10 @@ class Prepared:
         self.victims: set[int] = set()
         self.blocked_by: int | None = None  # first job left waiting for resources
         self.tested = 0
+        # what took GPUs or memory so far (a start, a booking, a preemptor's hold), and
+        # the memory-bound shapes found without room since the last of them (`_memo`)
+        self.moves = 0
+        self.no_room: dict[tuple[object, ...], int] = {}
         self.preemptors = 0
         self.leaf_at: tuple[float, int] | None = None  # set by _leaf_soon
         # quick.py: exact early answers for plain jobs (none with limits or windows)
@@ -219,6 +224,9 @@ class Prepared:
         lent = [b for b in self.bookings if b.at >= end]
         if plain and free_nodes + sum(len(b.held) for b in lent) < shape.nmin:
             return "no room"
+        memo = self._memo(job, pool, shape, lent) if plain else None
+        if memo is not None and self.no_room.get(memo) == self.moves:
+            return NO_ROOM  # as the last job of this shape found, nothing taken since
         for b in lent:
             for i, m in b.held:
                 self.ix.give(i, m)
@@ -228,6 +236,8 @@ class Prepared:
             chosen = LEAF_SOON
         start = self._commit(job, shape, chosen, lent) if isinstance(chosen, Chosen) else None
         self._rehold(lent)
+        if memo is not None and chosen == NO_ROOM:
+            self.no_room[memo] = self.moves
         if start is not None:
             return start
         if avoid and window is not None:
@@ -236,6 +246,20 @@ class Prepared:
                 detail = f"would run into {window.name} at {window.start:.0f}"
                 return self._wait(job, Waiting.RESERVATION, detail, window.end)
         return chosen if isinstance(chosen, str) else "no room"
+
+    def _memo(
+        self, job: JobRequest, pool: Pool, shape: Shape, lent: list[Booking]
+    ) -> tuple[object, ...] | None:
+        """What decides a plain job's search when memory binds it (memory.py): the
+        search goes node by node then, and a queue holds many jobs alike. Every job of
+        the same shape, memory, switch limit and lent bookings finds what the last one
+        found while nothing has been taken since (`moves`). None: memory does not bind."""
+        ask = asks(job)
+        if not ask or not self.memory.binds(ask, shape.g):
+            return None
+        lent_ids = tuple(b.job_id for b in lent)
+        return (pool.key, job.constraint, shape.g, shape.nmin, shape.nmax, ask,
+                self._max_leaves(job), lent_ids)  # fmt: skip
 
     def _ok(
         self,
@@ -251,9 +275,11 @@ class Prepared:
         of each node at least (None: not counted, as for bookings)."""
         ix = self.ix
         small = too_small(ix, job)  # nodes without its CPUs or memory per node
-        if memory_g is not None and (short := self.memory.out(asks(job), memory_g)):
-            small = small | short  # nodes whose memory running jobs hold
-        if not avoid and only is None and not small and not _filters(job, whole_now):
+        ask = asks(job)
+        # nodes whose memory running jobs hold, asked of each node as it is tried
+        binds = memory_g is not None and self.memory.binds(ask, memory_g)
+        lacks = self.memory.lacks if binds else None
+        if not (avoid or small or binds or _filters(job, whole_now)) and only is None:
             return None
         out = set(avoid) | small | {ix.id_of[n] for n in job.excluded_nodes if n in ix.id_of}
         if job.required_nodes:
@@ -264,6 +290,8 @@ class Prepared:
 
         def ok(i: int) -> bool:
             if i in out or (only is not None and i not in only):
+                return False
+            if lacks is not None and lacks(i, ask):
                 return False
             return not whole or (jobs_on[i] == 0 and free[i] == healthy[i])
 
@@ -334,6 +362,7 @@ class Prepared:
             picks.append((i, mask))
             grants.append(Grant(node=ix.nodes[i].name, gpus=ix.gpus_of(i, mask)))
         self.future.add(self.now + self._runtime(job), picks, job.job_id)
+        self.moves += 1
         if ask := asks(job):
             self.memory.start(ask, picks)
         gpus = sum(m.bit_count() for _, m in picks)
@@ -474,6 +503,7 @@ class Prepared:
         held = tuple((i, m & ix.free[i]) for i, m in picks if m & ix.free[i])
         for i, m in held:
             ix.take(i, m)
+        self.moves += 1
         self.bookings.append(Booking(job.job_id, at, until, picks, held))
         self.held_nodes += len(held)
         self.held_gpus += _gpus(held)
@@ -514,6 +544,7 @@ class Prepared:
         held = [(i, m & ix.free[i]) for i, m in picks if m & ix.free[i]]
         for i, m in held:
             ix.take(i, m)
+        self.moves += 1
         until = self.now + grace + self._runtime(job)
         self.future.promise(picks, self.now, until)
         self.future.add(until, picks, job.job_id)

@@ -11,7 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.placer.core import JobRequest, Node, Running, Snapshot, Waiting, place, prepare
+from services.placer.core import (
+    JobRequest,
+    Node,
+    PolicyConfig,
+    Running,
+    Snapshot,
+    Waiting,
+    place,
+    prepare,
+)
+from services.placer.core.place import Prepared
 from tests.unit.placer.helpers import T0, gang, grant, node, running, snapshot
 
 GIB = 1024
@@ -223,3 +233,33 @@ def test_memory_binds_a_job_only_where_it_may_keep_it_off_a_node(
     assert memory.binds(ask * GIB if ask > 0 else ask, g) is want
     if not want:
         assert not memory.out(ask * GIB if ask > 0 else ask, g)
+
+
+@settings(max_examples=200, deadline=None)
+@given(memory_worlds(), st.booleans())
+def test_the_no_room_memo_gives_the_plan_the_full_search_gives(
+    world: tuple[Snapshot, list[JobRequest]], book: bool
+) -> None:
+    """`Prepared._memo` answers a memory-bound job as the last of its shape was answered
+    while nothing was taken since: the plan is the one searching every job gives (with
+    bookings, and without: then nothing is taken between waits and the memo answers)."""
+    snap, pending = world
+    pending = [  # each job twice in a row: the second finds the first's memo
+        msgspec.structs.replace(
+            j, job_id=2 * j.job_id + k, submitted_at=T0 - 1000 + 2 * j.job_id + k
+        )
+        for j in pending
+        for k in (0, 1)
+    ]
+    config = PolicyConfig(backfill=book, preemption=book)
+    memo = place(snap, pending, now=T0, config=config)
+    assert memo == place_unmemoized(snap, pending, config)
+
+
+def place_unmemoized(snap: Snapshot, pending: list[JobRequest], config: PolicyConfig) -> object:
+    original = Prepared._memo
+    Prepared._memo = lambda *_: None  # type: ignore[method-assign]
+    try:
+        return place(snap, pending, now=T0, config=config)
+    finally:
+        Prepared._memo = original  # type: ignore[method-assign]
