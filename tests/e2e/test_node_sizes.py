@@ -14,7 +14,7 @@ import pytest
 
 from muster.client import ApiRefused, call
 from muster.cluster import Cluster
-from shared.api import NodesReply, QueueRequest
+from shared.api import JobView, NodesReply, QueueRequest
 from tests.support.cluster import eventually, job_state, local_config_cluster, queue, submit
 
 pytestmark = pytest.mark.slow
@@ -74,13 +74,7 @@ async def test_memory_a_running_job_holds_is_not_given_twice(
     shown = await call(url, "nodes", QueueRequest(user="root"), NodesReply)  # AllocMem=
     assert {n.name: n.mem_alloc_mib for n in shown.nodes} == {"node01": 0, "node02": 40960}
     second = (await submit(url, "#!/bin/bash\ntrue\n", ("--mem=40G",))).job_ids[0]
-    view = await eventually(
-        lambda: queue(url),
-        lambda r: any(j.job_id == second and j.detail for j in r.jobs),
-        30,
-        "the second job's wait",
-    )
-    (waiting,) = [j for j in view.jobs if j.job_id == second]
+    waiting = await wait_of(url, second)
     assert (waiting.state, waiting.reason) == ("PENDING", "RESOURCES"), waiting
     assert "40960 MiB of free memory on node02" in waiting.detail, waiting
     await eventually(partial(job_state, db, second), lambda s: s == "COMPLETED", 60, f"{second}")
@@ -109,12 +103,18 @@ async def test_mem_0_holds_all_of_its_nodes_memory(
     shown = await call(url, "nodes", QueueRequest(user="root"), NodesReply)
     assert {n.name: n.mem_alloc_mib for n in shown.nodes} == {"node01": 0, "node02": 65536}
     small = (await submit(url, "#!/bin/bash\ntrue\n", ("--mem=1G", "-c", "8"))).job_ids[0]
-    view = await eventually(
-        lambda: queue(url),
-        lambda r: any(j.job_id == small and j.detail for j in r.jobs),
-        30,
-        "the small job's wait",
-    )
-    (waiting,) = [j for j in view.jobs if j.job_id == small]
+    waiting = await wait_of(url, small)
     assert "1024 MiB of free memory on node02" in waiting.detail, waiting
     await eventually(partial(job_state, db, small), lambda s: s == "COMPLETED", 60, f"{small}")
+
+
+async def wait_of(url: str, job: int) -> JobView:
+    """The job as the queue shows it once its wait says why (its detail)."""
+    view = await eventually(
+        lambda: queue(url),
+        lambda r: any(j.job_id == job and j.detail for j in r.jobs),
+        30,
+        f"job {job}'s wait",
+    )
+    (found,) = [j for j in view.jobs if j.job_id == job]
+    return found
