@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from muster.slurm_format import compress, limit, reason, reason_text
+from muster.slurm_format import compress, cpu_time, limit, reason, reason_text
 
 TYPE_CHECKING = False  # mypy takes it as true; the lean `muster queue` (muster.lean) prints
 if TYPE_CHECKING:  # with this module, and these imports cost it more than its own work
@@ -126,6 +126,17 @@ def user_ids(name: str, ids: tuple[int, str, int] | None) -> str:
     return f"UserId={name}({uid}) GroupId={group}({gid})"
 
 
+def _used(reply: ShowJobReply) -> str:
+    """`MaxRSS=3145728K MaxRSSNode=node02 TotalCPU=01:23.456`, as sacct names them, for a
+    job whose workers exited with their cgroups' counters; "" otherwise."""
+    words = []
+    if reply.max_rss_bytes is not None:
+        words.append(f"MaxRSS={reply.max_rss_bytes // 1024}K MaxRSSNode={reply.max_rss_node}")
+    if reply.cpu_usec is not None:
+        words.append(f"TotalCPU={cpu_time(reply.cpu_usec)}")
+    return f"   {' '.join(words)}" if words else ""
+
+
 def show_lines(reply: ShowJobReply, ids: tuple[int, str, int] | None = None) -> list[str]:
     """`muster show job`: scontrol's key=value lines, then one line per attempt. Each
     value is one word, as scripts split them: `Reason=` is Slurm's code (squeue's `%r`)
@@ -152,6 +163,8 @@ def show_lines(reply: ShowJobReply, ids: tuple[int, str, int] | None = None) -> 
             f"   PredictedEnd={_stamp(reply.predicted_end)} ({reply.predicted_why};"
             " the limit still ends it)"
         )
+    if used := _used(reply):
+        lines.append(used)
     if j.array_job_id is not None:
         lines.append(f"   ArrayJobId={j.array_job_id} ArrayTaskId={j.array_task_id}")
     if reply.dependency:

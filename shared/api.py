@@ -194,6 +194,11 @@ class ShowJobReply(msgspec.Struct, frozen=True, kw_only=True):
     # which stays at the limit), and which history it comes from; None: no prediction.
     predicted_end: float | None = None
     predicted_why: str = ""
+    # What its current attempt used, as its workers exited (their cgroups' counters):
+    # the highest memory peak of one node and where, the CPU time of them all; None: none
+    max_rss_bytes: int | None = None
+    max_rss_node: str = ""
+    cpu_usec: int | None = None
 
 
 class GpuView(msgspec.Struct, frozen=True, kw_only=True):

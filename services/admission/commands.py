@@ -465,6 +465,7 @@ class JobCommands:
             steps = await repo.steps(conn, req.job_id)
             priority = await repo.job_priority(conn, req.job_id)
             predicted, why = await repo.predicted_end(conn, req.job_id)
+            used = await repo.used(conn, req.job_id)
         row = rows[0]
         spec = _visible(req.user, row, spec, self.directory())
         view = job_view(row, now)
@@ -486,6 +487,9 @@ class JobCommands:
             priority=priority,
             predicted_end=predicted if view.state in ("RUNNING", "CONFIGURING") else None,
             predicted_why=why if view.state in ("RUNNING", "CONFIGURING") else "",
+            max_rss_bytes=None if used is None else used["max_rss"],
+            max_rss_node="" if used is None else used["max_rss_node"] or "",
+            cpu_usec=None if used is None else used["cpu_usec"],
         )
 
 

@@ -335,6 +335,21 @@ async def attempts(conn: Conn, job_id: int) -> list[asyncpg.Record]:
     )
 
 
+async def used(conn: Conn, job_id: int) -> asyncpg.Record | None:
+    """What the job's current attempt used, from its workers' exits: the highest memory
+    peak of one node and that node, and the CPU time of them all (sacct's MaxRSS,
+    MaxRSSNode, TotalCPU); None before any worker exited."""
+    return await conn.fetchrow(
+        "SELECT max(x.mem_peak_bytes) AS max_rss,"
+        " (array_agg(x.node ORDER BY x.mem_peak_bytes DESC, x.node)"
+        "   FILTER (WHERE x.mem_peak_bytes IS NOT NULL))[1] AS max_rss_node,"
+        " sum(x.cpu_usec)::bigint AS cpu_usec"
+        " FROM worker_exits x JOIN job_runs r ON r.job_id = x.job_id AND r.attempt = x.attempt"
+        " WHERE x.job_id = $1 HAVING count(*) > 0",
+        job_id,
+    )
+
+
 async def steps(conn: Conn, job_id: int) -> list[asyncpg.Record]:
     """The job's srun steps (the launcher's `job_steps`), oldest first."""
     return await conn.fetch(

@@ -372,6 +372,8 @@ async def test_sacct_and_seff_give_a_jobs_memory_peak_against_its_mem(
             assert 0 < int(minutes) * 60 + float(seconds) < 60, cpu
             seff = await asyncio.to_thread(shell, "seff", str(job))
             assert seff.returncode == 0, seff.stderr
+            shown = await asyncio.to_thread(shell, "scontrol", "show", "job", str(job))
+            assert f"MaxRSS={rss} MaxRSSNode=node01 TotalCPU={cpu}" in shown.stdout, shown
             lines = dict(line.split(": ", 1) for line in seff.stdout.splitlines())
             assert lines["Job ID"] == str(job)
             assert lines["CPU Efficiency"].endswith("core-walltime"), seff.stdout

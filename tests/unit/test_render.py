@@ -134,6 +134,17 @@ def test_show_lines_name_the_batch_host_of_a_script_on_the_first_node_only() -> 
     assert show_lines(pending)[3] == "   NodeList=(null)"
 
 
+def test_show_lines_give_what_the_job_used_as_sacct_names_it() -> None:
+    used = ShowJobReply(
+        job=job(), spec={}, max_rss_bytes=3 * 2**30, max_rss_node="node02", cpu_usec=83_456_789
+    )
+    assert "   MaxRSS=3145728K MaxRSSNode=node02 TotalCPU=01:23.456" in show_lines(used)
+    cpu_only = ShowJobReply(job=job(), spec={}, cpu_usec=1_000)
+    assert "   TotalCPU=00:00.001" in show_lines(cpu_only)
+    nothing = show_lines(ShowJobReply(job=job(), spec={}))
+    assert not [line for line in nothing if "MaxRSS" in line or "TotalCPU" in line]
+
+
 SHOW_REASON = {
     "a hold by its owner has Slurm's name": ("PENDING", "HELD", "JobHeldUser", None),
     "a hold by an operator has Slurm's name": ("PENDING", "HELD_ADMIN", "JobHeldAdmin", None),
