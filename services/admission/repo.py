@@ -13,6 +13,7 @@ from services.admission.config_model import ClusterConfig
 from shared.db import Conn, hold_job_changes
 from shared.jobspec import JobSpec
 from shared.states import TERMINAL, JobState
+from shared.usage_sql import used_by_attempt
 
 from .policy import NO_POLICY, JobPolicy
 from .values import resolve_tasks
@@ -336,16 +337,11 @@ async def attempts(conn: Conn, job_id: int) -> list[asyncpg.Record]:
 
 
 async def used(conn: Conn, job_id: int) -> asyncpg.Record | None:
-    """What the job's current attempt used, from its workers' exits: the highest memory
-    peak of one node and that node, and the CPU time of them all (sacct's MaxRSS,
-    MaxRSSNode, TotalCPU); None before any worker exited."""
+    """What the job's current attempt used (shared.usage_sql: sacct's MaxRSS,
+    MaxRSSNode, TotalCPU; NULLs before any worker exited); None: the job never ran."""
     return await conn.fetchrow(
-        "SELECT max(x.mem_peak_bytes) AS max_rss,"
-        " (array_agg(x.node ORDER BY x.mem_peak_bytes DESC, x.node)"
-        "   FILTER (WHERE x.mem_peak_bytes IS NOT NULL))[1] AS max_rss_node,"
-        " sum(x.cpu_usec)::bigint AS cpu_usec"
-        " FROM worker_exits x JOIN job_runs r ON r.job_id = x.job_id AND r.attempt = x.attempt"
-        " WHERE x.job_id = $1 HAVING count(*) > 0",
+        "SELECT u.* FROM job_runs r,"
+        f" LATERAL ({used_by_attempt('r.job_id', 'r.attempt')}) u WHERE r.job_id = $1",
         job_id,
     )
 

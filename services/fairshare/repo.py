@@ -21,6 +21,7 @@ from services.fairshare.tree import Assoc
 from shared.db import Conn
 from shared.jobspec import JobSpec
 from shared.retention import trim_oldest
+from shared.usage_sql import used_by_attempt
 from shared.waiting import fetch_waiting
 
 # The hourly usage older than the fairshare service keeps (`MUSTER_USAGE_KEEP_S`), from
@@ -241,19 +242,6 @@ async def write_priorities(conn: Conn, priorities: Sequence[tuple[int, PriorityB
 # --- accounting (muster acct) ---------------------------------------------------------
 
 
-def _used(job: str, attempt: str) -> str:
-    """What an attempt used, from its workers' exits (every generation, every node): the
-    highest memory peak of one node and that node (MaxRSS, MaxRSSNode), and the CPU
-    time of them all (TotalCPU); a subquery of the outer query's `job` and `attempt`."""
-    return f"""
-  SELECT max(x.mem_peak_bytes) AS max_rss,
-         (array_agg(x.node ORDER BY x.mem_peak_bytes DESC, x.node)
-           FILTER (WHERE x.mem_peak_bytes IS NOT NULL))[1] AS max_rss_node,
-         sum(x.cpu_usec)::bigint AS cpu_usec
-  FROM worker_exits x WHERE x.job_id = {job} AND x.attempt = {attempt}
-"""
-
-
 _JOBS = f"""
 SELECT j.job_id, j.name, j.user_name, j.account, j.partition, j.spec,
        extract(epoch FROM j.submitted_at)::float8 AS submit,
@@ -263,7 +251,7 @@ SELECT j.job_id, j.name, j.user_name, j.account, j.partition, j.spec,
        extract(epoch FROM r.ended_at)::float8 AS run_end,
        used.max_rss, used.max_rss_node, used.cpu_usec
 FROM jobs j LEFT JOIN job_runs r USING (job_id)
-LEFT JOIN LATERAL ({_used("j.job_id", "r.attempt")}) used ON true
+LEFT JOIN LATERAL ({used_by_attempt("j.job_id", "r.attempt")}) used ON true
 WHERE (cardinality($1::bigint[]) = 0 OR j.job_id = ANY($1::bigint[]))
   AND (cardinality($2::text[]) = 0 OR j.user_name = ANY($2::text[]))
   AND (cardinality($3::text[]) = 0 OR j.account = ANY($3::text[]))
@@ -286,7 +274,7 @@ SELECT a.job_id, a.attempt,
          WHERE t.job_id = a.job_id AND t.attempt = a.attempt) AS ended,
        used.max_rss, used.max_rss_node, used.cpu_usec
 FROM allocations a
-LEFT JOIN LATERAL ({_used("a.job_id", "a.attempt")}) used ON true
+LEFT JOIN LATERAL ({used_by_attempt("a.job_id", "a.attempt")}) used ON true
 WHERE a.job_id = ANY($1::bigint[])
 """
 
