@@ -413,11 +413,16 @@ def _acct_refs(words: tuple[str, ...]) -> list[tuple[int, int | None]]:
         base, _, step = word.partition(".")
         if "_" not in base:
             refs.append((int(base), int(step) if step.isdigit() else None))
-    bases = tuple(dict.fromkeys(w.partition(".")[0] for w in words))
-    ask = QueueRequest(user=current_user(), job_refs=bases, all_states=True)
-    tasks = request(_url(), "queue", ask, QueueReply).jobs
+    tasks = _named(tuple(dict.fromkeys(w.partition(".")[0] for w in words)))
     refs += [(j.job_id, None) for j in tasks if j.array_job_id is not None]
     return list(dict.fromkeys(refs))
+
+
+def _named(refs: tuple[str, ...]) -> tuple[JobView, ...]:
+    """The jobs Slurm-style `refs` name, in any state, as the queue resolves them: `12`
+    (a job, or every task of array 12), `12_3`, `12_[1-3]`."""
+    ask = QueueRequest(user=current_user(), job_refs=refs, all_states=True)
+    return request(_url(), "queue", ask, QueueReply).jobs
 
 
 def seff(argv: list[str]) -> int:
@@ -432,8 +437,7 @@ def seff(argv: list[str]) -> int:
     if "." in a.job:
         raise ShimError(f"{a.job}: seff reports a job, not a step; give {a.job.split('.')[0]}")
     if "_" in a.job:  # an array task, ARRAY_TASK: its own job id
-        ask = QueueRequest(user=current_user(), job_refs=(a.job,), all_states=True)
-        found = request(_url(), "queue", ask, QueueReply).jobs
+        found = _named((a.job,))
         if len(found) != 1:
             raise ShimError(f"Job not found: {a.job}")
         job = found[0].job_id
@@ -655,11 +659,9 @@ def _show_jobs(ref: str | None, one_line: bool) -> int:
         if first.job.array_job_id != int(ref):  # a job, or one task by its own id
             _record(show_lines(first, local_ids(first.job.user)), one_line)
             return 0
-        req = QueueRequest(user=user, job_refs=(ref,), all_states=True)  # every task
-        job_ids = [j.job_id for j in request(url, "queue", req, QueueReply).jobs]
+        job_ids = [j.job_id for j in _named((ref,))]  # every task
     else:
-        req = QueueRequest(user=user, job_refs=(ref,), all_states=True)
-        jobs = request(url, "queue", req, QueueReply).jobs
+        jobs = _named((ref,))
         if len(jobs) != 1:
             raise ShimError(f"{ref} names {len(jobs)} jobs; give one job id")
         job_ids = [jobs[0].job_id]
