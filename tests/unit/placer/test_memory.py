@@ -263,3 +263,21 @@ def place_unmemoized(snap: Snapshot, pending: list[JobRequest], config: PolicyCo
         return place(snap, pending, now=T0, config=config)
     finally:
         Prepared._memo = original  # type: ignore[method-assign]
+
+
+def test_a_memory_bound_shape_found_without_room_is_searched_once() -> None:
+    """Node a has its GPUs free but not the memory, b no GPUs free: the first of two
+    alike jobs searches node by node; the second takes its answer (`_memo`)."""
+    runs = (holds(9, "a", 100), running(8, grant("b", *range(8))))
+    prep = prepare(snapshot(A, B, running=runs), now=T0, config=PolicyConfig(backfill=False))
+    searched: list[int] = []
+    search = prep._select
+
+    def counted(job: JobRequest, *rest: object) -> object:
+        searched.append(job.job_id)
+        return search(job, *rest)  # type: ignore[arg-type]
+
+    prep._select = counted  # type: ignore[method-assign, assignment]
+    plan = prep.plan([asks(1, 64), asks(2, 64)])
+    assert [w.job_id for w in plan.waits] == [1, 2] and not plan.starts, plan
+    assert searched == [1]
